@@ -1,0 +1,39 @@
+# Two commands set everything up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+CONFIG ?= config.yaml
+
+.PHONY: run test test-fast lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e ".[postgres,webhooks]"
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e ".[dev,postgres,webhooks]"
+	touch $@ $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(BIN)/mnemo --config $(CONFIG) run
+
+test: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+test-fast: $(VENV)/.installed-dev
+	$(BIN)/pytest -q -m "not slow"
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/mypy memory bot plugins
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,181 @@
+"""The `mnemo` command line. Each sub-command is a short function; the heavy modules are
+imported only by the command that needs them, so `mnemo --help` stays instant."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from bot.config import ConfigError, Settings, load_settings
+
+log = logging.getLogger("mnemo")
+
+EXIT_CONFIG = 2
+EXIT_UNAVAILABLE = 3
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level, logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # Bot API URLs carry the token: httpx logs every URL at INFO.
+    for noisy in ("httpx", "httpx2", "httpcore", "telegram.ext.Updater", "apscheduler", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Settings:
+    return load_settings(getattr(args, "config", None), check_provider=check_provider)
+
+
+def _not_yet(what: str, issue: int) -> Callable[[argparse.Namespace], int]:
+    def run(_args: argparse.Namespace) -> int:
+        print(f"mnemo: '{what}' is not available yet (it lands with issue {issue}).", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+    return run
+
+
+def _run_async(coro: Coroutine[Any, Any, int]) -> int:
+    return asyncio.run(coro)
+
+
+# --- commands -----------------------------------------------------------------------
+
+
+def cmd_providers(args: argparse.Namespace) -> int:
+    from memory.capabilities import capabilities_of
+    from memory.registry import list_providers
+
+    entries = list_providers()
+    if not entries:
+        print("no memory providers installed")
+        return 1
+    for entry in entries:
+        if entry.error:
+            print(f"{entry.name}  ({entry.target})  ERROR: {entry.error}")
+            continue
+        caps = ", ".join(_static_capabilities(entry.factory)) or "-"
+        print(f"{entry.name}  ({entry.target})  capabilities: {caps}")
+    return 0
+
+
+def _static_capabilities(factory: Any) -> list[str]:
+    """Capabilities read off the provider class without opening a database: a factory may
+    declare `provider_class`; otherwise we can only say it is a Provider."""
+    from memory.capabilities import capabilities_of
+
+    cls = getattr(factory, "provider_class", None)
+    if cls is None:
+        return ["Provider"]
+    return ["Provider", *capabilities_of(_ClassProbe(cls))]
+
+
+class _ClassProbe:
+    """Exposes a class's attributes to `isinstance(..., Protocol)` without instantiating."""
+
+    def __init__(self, cls: type) -> None:
+        self._cls = cls
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cls, name)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from memory.db import create_engine, migrate
+
+    settings = _settings(args, check_provider=False)
+
+    async def go() -> int:
+        engine = create_engine(settings.database.url)
+        try:
+            await migrate(engine)
+        finally:
+            await engine.dispose()
+        print("database is up to date")
+        return 0
+
+    return _run_async(go())
+
+
+# --- parser -------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        metavar="PATH",
+        default=argparse.SUPPRESS,  # so a sub-command's copy never hides the top one
+        help="config file (default: $MNEMO_CONFIG or ./config.yaml)",
+    )
+    parser = argparse.ArgumentParser(
+        prog="mnemo",
+        description="A Telegram bot whose conversations never forget.",
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, helptext: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=helptext, description=helptext, parents=[common])
+        p.set_defaults(func=func)
+        return p
+
+    add("run", "run the Telegram bot (polling, or webhook when telegram.webhook.url is set)",
+        _not_yet("mnemo run", 4))
+    chat = add("chat", "chat with the bot from this terminal (same memory as Telegram)",
+               _not_yet("mnemo chat", 4))
+    chat.add_argument("--session", default="main", help="session name (default: main)")
+    add("providers", "list installed memory providers and their capabilities", cmd_providers)
+    add("migrate", "apply database migrations", cmd_migrate)
+    reflect = add("reflect", "run the reflect job that updates profiles, souls and constraints",
+                  _not_yet("mnemo reflect", 5))
+    reflect.add_argument("--once", action="store_true", help="run one cycle and exit")
+
+    memory = add("memory", "inspect and maintain stored memory", lambda a: memory.print_help() or 2)
+    msub = memory.add_subparsers(dest="memory_command", metavar="ACTION")
+
+    def madd(name: str, helptext: str, issue: int) -> argparse.ArgumentParser:
+        p = msub.add_parser(name, help=helptext, description=helptext, parents=[common])
+        p.set_defaults(func=_not_yet(f"mnemo memory {name}", issue))
+        return p
+
+    status = madd("status", "memory statistics of one session", 6)
+    status.add_argument("session", help="session id")
+    madd("sessions", "list sessions with message and summary counts", 6)
+    search = madd("search", "search a session's history", 6)
+    search.add_argument("session")
+    search.add_argument("text")
+    export = madd("export", "export a session's full history and summary DAG", 6)
+    export.add_argument("session")
+    export.add_argument("--format", choices=["json", "markdown"], default="json")
+    compact = madd("compact", "compact one session or all of them", 6)
+    compact.add_argument("session", nargs="?")
+    compact.add_argument("--all", action="store_true")
+    madd("doctor", "check stored memory for integrity faults", 6)
+    backup = madd("backup", "back up the SQLite database to PATH", 6)
+    backup.add_argument("path")
+    imp = madd("import", "import a session exported with `mnemo memory export`", 6)
+    imp.add_argument("path")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging()
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"mnemo: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

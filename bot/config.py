@@ -1,0 +1,247 @@
+"""config.yaml: PyYAML + `${VAR}` / `${VAR:-default}` interpolation + typed validation.
+
+Every key has a default, so a config may hold only what differs from them; an unknown
+key is an error (a typo must never pass silently). Errors surface as `ConfigError`,
+one line naming the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_CONFIG = "config.yaml"
+ENV_CONFIG = "MNEMO_CONFIG"
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+class ConfigError(Exception):
+    """A config problem, phrased as one line for the operator."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class AgentSettings(_Section):
+    id: str = Field(default="default", min_length=1, max_length=128)
+    system_prompt: str = (
+        "You are mnemo, a helpful assistant with a long memory. Be concise and friendly. "
+        "Use the memory tool to look up earlier parts of the conversation when they matter."
+    )
+
+
+class DatabaseSettings(_Section):
+    url: str = "sqlite+aiosqlite:///data/mnemo.db"
+
+    @field_validator("url")
+    @classmethod
+    def _known_driver(cls, v: str) -> str:
+        if not v.startswith(("sqlite+aiosqlite://", "postgresql+psycopg://", "postgresql+asyncpg://")):
+            raise ValueError(
+                "expected sqlite+aiosqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+            )
+        return v
+
+
+class LLMSettings(_Section):
+    base_url: str = "https://api.openai.com/v1"
+    api_key: str = ""
+    model: str = "gpt-4o-mini"
+    summary_model: str = ""  # empty = same as model
+    timeout_s: float = Field(default=60, gt=0)
+    max_retries: int = Field(default=4, ge=0, le=20)
+    max_tool_rounds: int = Field(default=8, ge=1, le=50)
+    temperature: float | None = None
+
+
+class WebhookSettings(_Section):
+    url: str = ""
+    listen: str = "0.0.0.0"
+    port: int = Field(default=8443, ge=1, le=65535)
+    secret_token: str = ""
+
+
+class TelegramSettings(_Section):
+    token: str = ""
+    base_url: str = ""  # self-hosted Bot API server, e.g. http://localhost:8081
+    allowed_ids: list[int] = Field(default_factory=list)
+    admin_ids: list[int] = Field(default_factory=list)
+    group_mode: Literal["mention", "always", "disabled"] = "mention"
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings)
+    concurrent_updates: int = Field(default=64, ge=1, le=4096)
+    stream_edit_interval_s: float = Field(default=1.5, ge=0.2)
+
+
+class LcmSettings(_Section):
+    leaf_chunk_size: int = Field(default=10, ge=2)
+    condensed_min: int = Field(default=2, ge=2)
+    max_full_rounds: int = Field(default=10, ge=1)
+
+
+class SimpleSettings(_Section):
+    store_dir: str = "data/memory"
+
+
+class MemorySettings(BaseModel):
+    # Extra keys allowed here only: a third-party provider's own section, `memory.<name>`.
+    model_config = ConfigDict(extra="allow", validate_default=True)
+
+    provider: str = "lcm"
+    budget_tokens: int = Field(default=80000, ge=256)
+    fresh_tail: int = Field(default=20, ge=0)
+    lcm: LcmSettings = Field(default_factory=LcmSettings)
+    simple: SimpleSettings = Field(default_factory=SimpleSettings)
+
+    def section(self, name: str) -> dict[str, Any]:
+        value = getattr(self, name, None)
+        if value is None:
+            value = (self.model_extra or {}).get(name, {})
+        if isinstance(value, BaseModel):
+            return value.model_dump()
+        return dict(value or {})
+
+
+class CompactionSettings(_Section):
+    max_tokens: int = Field(default=80000, ge=-1)  # -1 disables automatic compaction
+    keep_tail: int = Field(default=20, ge=0)
+
+
+class ReflectSettings(_Section):
+    enabled: bool = True
+    interval: str = "1h"
+    batch: int = Field(default=5, ge=1)
+
+    @field_validator("interval")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)
+        return v
+
+    @property
+    def interval_s(self) -> float:
+        return parse_duration(self.interval)
+
+
+class HealthSettings(_Section):
+    enabled: bool = False
+    listen: str = "127.0.0.1"
+    port: int = Field(default=9464, ge=1, le=65535)
+
+
+class Settings(_Section):
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    telegram: TelegramSettings = Field(default_factory=TelegramSettings)
+    data_dir: str = "data"
+    memory: MemorySettings = Field(default_factory=MemorySettings)
+    compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    reflect: ReflectSettings = Field(default_factory=ReflectSettings)
+    health: HealthSettings = Field(default_factory=HealthSettings)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    def provider_config(self) -> dict[str, Any]:
+        """The section handed to the provider factory, with the shared keep_tail."""
+        cfg = self.memory.section(self.memory.provider)
+        cfg.setdefault("keep_tail", self.compaction.keep_tail)
+        return cfg
+
+
+def parse_duration(value: str | int | float) -> float:
+    """`90`, `30s`, `5m`, `1h`, `1d` -> seconds."""
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        m = _DURATION.match(value)
+        if not m:
+            raise ValueError(f"expected a duration like 30s, 5m, 1h or 1d, got {value!r}")
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if seconds <= 0:
+        raise ValueError("expected a positive duration")
+    return seconds
+
+
+def interpolate(value: Any, env: dict[str, str] | None = None) -> Any:
+    """Replace `${VAR}` and `${VAR:-default}` in every string of a parsed YAML tree."""
+    env = os.environ if env is None else env
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            got = env.get(name)
+            if got is None or (got == "" and default is not None):
+                if default is None:
+                    raise ConfigError(f"environment variable {name} is not set (used as ${{{name}}})")
+                return default
+            return got
+
+        return _VAR.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    return value
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _explain(err: ValidationError) -> str:
+    first = err.errors()[0]
+    key = _where(first["loc"]) or "(top level)"
+    kind, msg = first["type"], first["msg"]
+    given = first.get("input")
+    if kind == "extra_forbidden":
+        return f"{key}: unknown key (check the spelling; see config.yaml for the known keys)"
+    if kind.startswith("missing"):
+        return f"{key}: required value is missing"
+    shown = repr(given) if not isinstance(given, dict | list) else type(given).__name__
+    msg = msg.removeprefix("Value error, ")
+    return f"{key}: {msg} (got {shown[:80]})"
+
+
+def resolve_path(path: str | os.PathLike[str] | None) -> Path:
+    """`--config` first, then MNEMO_CONFIG, then ./config.yaml."""
+    return Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, *, check_provider: bool = True) -> Settings:
+    """Read, interpolate and validate a config file. Raises ConfigError."""
+    p = resolve_path(path)
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8")) if p.exists() else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{p}: not valid YAML{where}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read ({exc})") from None
+    if not p.exists() and path is not None:
+        raise ConfigError(f"{p}: no such config file")
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: expected a mapping of sections at the top level")
+    try:
+        settings = Settings.model_validate(interpolate(raw))
+    except ValidationError as exc:
+        raise ConfigError(f"{p}: {_explain(exc)}") from None
+    if check_provider:
+        from memory.registry import provider_names
+
+        names = provider_names()
+        if settings.memory.provider not in names:
+            raise ConfigError(
+                f"{p}: memory.provider: unknown provider {settings.memory.provider!r}; "
+                f"installed: {', '.join(sorted(names)) or 'none'}"
+            )
+    return settings

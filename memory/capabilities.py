@@ -1,0 +1,231 @@
+"""The provider contract: `Provider` plus optional capabilities (DESIGN §2).
+
+Capabilities are discovered with `isinstance(unwrap(provider), Compactor)`; all are
+`runtime_checkable`, so a third-party plugin needs no base class, only the methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memory.types import (
+    ChangeEntry,
+    CompactionMode,
+    CompactionResult,
+    ConstraintEntry,
+    DescribeResult,
+    ExpandResult,
+    ListOptions,
+    Message,
+    NoteEntry,
+    NoteHit,
+    NoteKind,
+    SearchQuery,
+    SearchResult,
+    Session,
+    SessionInfo,
+    SessionSnapshot,
+    SessionStats,
+    SummarizeOptions,
+)
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    async def summarize(self, text: str, opts: SummarizeOptions) -> str: ...
+
+
+@dataclass
+class ProviderContext:
+    """What a provider factory receives. `config` is the provider's own section of
+    `memory.<name>` as a plain dict, plus `keep_tail` from `compaction.keep_tail`."""
+
+    engine: AsyncEngine
+    summarizer: Summarizer
+    agent_id: str = "default"
+    data_dir: Path = Path("data")
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+
+    async def bootstrap(self, session: Session) -> None: ...
+
+    async def append(self, session: Session, *msgs: Message) -> None: ...
+
+    async def assemble(self, session: Session, budget: int, fresh_tail: int) -> list[Message]: ...
+
+    async def stats(self, session: Session) -> SessionStats: ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Compactor(Protocol):
+    async def needs_compaction(self, session: Session, threshold: int) -> bool:
+        """True when the session's assembled context exceeds `threshold` tokens."""
+        ...
+
+    async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult: ...
+
+
+@runtime_checkable
+class Searcher(Protocol):
+    async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]: ...
+
+
+@runtime_checkable
+class Explorer(Protocol):
+    """`session` scopes the lookup: a summary of another user's conversation is
+    `NotFound`. The operator CLI passes `session=None` to see everything."""
+
+    async def describe(self, summary_id: str, session: Session | None) -> DescribeResult: ...
+
+    async def expand(
+        self, summary_id: str, token_cap: int, session: Session | None
+    ) -> ExpandResult: ...
+
+
+@runtime_checkable
+class ProfileStore(Protocol):
+    async def get_profile(self, user_id: int, agent_id: str) -> str: ...
+
+    async def set_profile(self, user_id: int, agent_id: str, content: str) -> int:
+        """Replace the profile; returns the new version."""
+        ...
+
+    async def get_soul(self, user_id: int, agent_id: str) -> str: ...
+
+    async def set_soul(self, user_id: int, agent_id: str, content: str) -> int: ...
+
+
+@runtime_checkable
+class ConstraintStore(Protocol):
+    async def get_constraints(self, user_id: int, agent_id: str) -> list[ConstraintEntry]: ...
+
+    async def add_constraint(
+        self, user_id: int, agent_id: str, text: str
+    ) -> list[ConstraintEntry]: ...
+
+    async def remove_constraint(
+        self, user_id: int, agent_id: str, constraint_id: str
+    ) -> list[ConstraintEntry]:
+        """Raises NotFound for an unknown id."""
+        ...
+
+
+@runtime_checkable
+class VersionedProfileStore(Protocol):
+    async def memory_version(self, user_id: int, agent_id: str) -> int: ...
+
+    async def get_profile_at(self, user_id: int, agent_id: str, version: int) -> str: ...
+
+    async def get_soul_at(self, user_id: int, agent_id: str, version: int) -> str: ...
+
+    async def rollback(self, user_id: int, agent_id: str, scope: str, version: int) -> int:
+        """Write the `scope` text as it was at `version` as a new version; returns it."""
+        ...
+
+
+@runtime_checkable
+class VersionedConstraintStore(Protocol):
+    async def get_constraints_at(
+        self, user_id: int, agent_id: str, version: int
+    ) -> list[ConstraintEntry]: ...
+
+
+@runtime_checkable
+class ChangelogReader(Protocol):
+    async def read_changelog(
+        self, user_id: int, agent_id: str, scope: str = "", limit: int = 20
+    ) -> list[ChangeEntry]:
+        """Newest first; empty scope = all scopes."""
+        ...
+
+
+@runtime_checkable
+class ChangelogWriter(Protocol):
+    async def write_changelog(self, entry: ChangeEntry) -> None: ...
+
+
+@runtime_checkable
+class SessionSnapshotStore(Protocol):
+    async def get_or_create_snapshot(
+        self, session_id: str, user_id: int, agent_id: str
+    ) -> SessionSnapshot: ...
+
+    async def advance_snapshot(self, session_id: str, user_id: int, agent_id: str) -> None: ...
+
+
+@runtime_checkable
+class SessionManager(Protocol):
+    async def save_info(self, info: SessionInfo) -> None: ...
+
+    async def load_info(self, session_id: str) -> SessionInfo:
+        """Raises NotFound."""
+        ...
+
+    async def list_info(self, opts: ListOptions) -> list[SessionInfo]: ...
+
+    async def load_history(self, session_id: str) -> list[Message]: ...
+
+
+@runtime_checkable
+class Reviewer(Protocol):
+    async def build_review_context(self, session: Session, since: datetime | None) -> str:
+        """Prior summaries as background plus content after `since` ("" if none)."""
+        ...
+
+
+@runtime_checkable
+class NoteStore(Protocol):
+    """The simple provider's single-file notes/archives memory, scoped per session user."""
+
+    async def note_add(
+        self, session: Session, name: str, content: str, kind: NoteKind = NoteKind.NOTE
+    ) -> NoteEntry: ...
+
+    async def note_rename(self, session: Session, name: str, new_name: str) -> NoteEntry: ...
+
+    async def note_alias(self, session: Session, name: str, alias: str) -> NoteEntry: ...
+
+    async def note_write(self, session: Session, name: str, content: str) -> NoteEntry: ...
+
+    async def note_remove(self, session: Session, name: str) -> None: ...
+
+    async def note_get(self, session: Session, name: str) -> NoteEntry:
+        """By name or alias; raises NotFound."""
+        ...
+
+    async def note_list(self, session: Session) -> list[NoteEntry]: ...
+
+    async def note_search(self, session: Session, text: str, limit: int = 10) -> list[NoteHit]: ...
+
+
+CAPABILITIES: dict[str, type] = {
+    "Compactor": Compactor,
+    "Searcher": Searcher,
+    "Explorer": Explorer,
+    "ProfileStore": ProfileStore,
+    "ConstraintStore": ConstraintStore,
+    "VersionedProfileStore": VersionedProfileStore,
+    "VersionedConstraintStore": VersionedConstraintStore,
+    "ChangelogReader": ChangelogReader,
+    "ChangelogWriter": ChangelogWriter,
+    "SessionSnapshotStore": SessionSnapshotStore,
+    "SessionManager": SessionManager,
+    "Reviewer": Reviewer,
+    "NoteStore": NoteStore,
+}
+
+
+def capabilities_of(provider: object) -> list[str]:
+    """Names of the capabilities `provider` (already unwrapped) implements."""
+    return [name for name, proto in CAPABILITIES.items() if isinstance(provider, proto)]

@@ -1,0 +1,136 @@
+"""The one async engine factory and the migration runner.
+
+SQLite (`sqlite+aiosqlite://`) is the embedded default; PostgreSQL
+(`postgresql+psycopg://`) serves several replicas. Both run the same Alembic chain:
+the core branch lives in `memory/migrations/versions`, and every package registered
+under the `mnemo.migrations` entry-point group adds its own branch (lcm, simple,
+reflect, or a third party's), so a plugin brings its tables without touching core.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_GROUP = "mnemo.migrations"
+# Any fixed 64-bit key: serialises `migrate` across replicas starting together.
+_MIGRATE_LOCK_KEY = 0x6D6E656D6F  # "mnemo"
+
+
+def is_sqlite(engine: AsyncEngine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
+    """Engine for `url`; a relative SQLite path gets its directory created."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        db = parsed.database
+        if db and db != ":memory:" and not db.startswith("file:"):
+            Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None hands transaction control to us (the `begin` hook below):
+        # Python's sqlite3 would otherwise not BEGIN before DDL and start writes late.
+        engine = create_async_engine(
+            url, echo=echo, connect_args={"timeout": 30, "isolation_level": None}
+        )
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "begin", _sqlite_begin)
+        return engine
+    return create_async_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    # WAL lets readers run beside the writer; foreign keys are off by default in
+    # SQLite; the busy timeout turns "database is locked" into a short wait.
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
+    # A write transaction takes the write lock up front (BEGIN IMMEDIATE): two deferred
+    # transactions that both read then write deadlock, and SQLite answers that with an
+    # immediate SQLITE_BUSY instead of waiting out the busy timeout.
+    if conn.get_execution_options().get(WRITE_OPTION):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    else:
+        conn.exec_driver_sql("BEGIN")
+
+
+WRITE_OPTION = "mnemo_write"
+
+
+@asynccontextmanager
+async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """One write transaction: committed on success, rolled back on any exception.
+
+    Use this (not `engine.begin()`) for every read-modify-write, so SQLite takes its
+    write lock before the first read.
+    """
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(**{WRITE_OPTION: True})
+        async with conn.begin():
+            yield conn
+
+
+def migration_locations() -> list[str]:
+    """Directories of every installed migration branch, core first."""
+    locations: list[str] = []
+    for ep in sorted(entry_points(group=MIGRATIONS_GROUP), key=lambda e: e.name != "memory"):
+        try:
+            module = ep.load()
+        except Exception as exc:  # a broken plugin must not block the others
+            log.warning("migrations %r not loaded: %s", ep.name, exc)
+            continue
+        files = getattr(module, "__file__", None)
+        if files:
+            locations.append(str(Path(files).parent))
+        else:  # namespace package
+            locations.extend(str(p) for p in module.__path__)
+    return locations
+
+
+def _alembic_config(connection) -> object:  # type: ignore[no-untyped-def]
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    cfg.set_main_option("version_locations", " ".join(migration_locations()))
+    cfg.set_main_option("path_separator", "space")
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def _upgrade(sync_conn) -> None:  # type: ignore[no-untyped-def]
+    from alembic import command
+
+    command.upgrade(_alembic_config(sync_conn), "heads")
+
+
+async def migrate(engine: AsyncEngine) -> None:
+    """Apply every pending migration of every branch (idempotent)."""
+    async with write_transaction(engine) as conn:
+        if engine.dialect.name == "postgresql":
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATE_LOCK_KEY})
+        await conn.run_sync(_upgrade)
+
+
+async def current_heads(conn: AsyncConnection) -> set[str]:
+    def _read(sync_conn) -> set[str]:  # type: ignore[no-untyped-def]
+        from alembic.runtime.migration import MigrationContext
+
+        return set(MigrationContext.configure(sync_conn).get_current_heads())
+
+    return await conn.run_sync(_read)

@@ -1,0 +1,1 @@
+"""Test support any provider can use: throwaway databases and the conformance kit."""

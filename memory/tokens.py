@@ -1,0 +1,20 @@
+"""Token estimation shared by every provider and the pool."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from memory.types import Message
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters per token, rounded up (DESIGN §2)."""
+    return (len(text) + 3) // 4
+
+
+def message_tokens(msg: Message) -> int:
+    return estimate_tokens(msg.text())
+
+
+def messages_tokens(msgs: Iterable[Message]) -> int:
+    return sum(message_tokens(m) for m in msgs)

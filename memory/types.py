@@ -1,0 +1,301 @@
+"""Plain data types of the memory contract (DESIGN §2).
+
+Everything here is a dataclass or an enum: no I/O, no behaviour beyond conversions.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+
+def utcnow() -> datetime:
+    """Timezone-aware UTC now: the databases reject naive datetimes."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Session:
+    """Identifies one conversation. `user_id` is the memory scope: a Telegram user in a
+    private chat, the group's chat id in a group."""
+
+    id: str
+    agent_id: str = "default"
+    user_id: int = 0
+    channel: str = "cli"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call requested by the assistant; `arguments` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class Role(enum.StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+@dataclass
+class Message:
+    """A chat message as stored and as sent to an OpenAI-compatible model.
+
+    Assistant messages may carry `tool_calls`; tool messages carry `tool_call_id`
+    (and `name`, the tool's name). `reasoning` holds model reasoning text when a
+    provider returns it; it is stored but never sent back to the model.
+    """
+
+    role: str
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning: str | None = None
+    created_at: datetime = field(default_factory=utcnow)
+
+    def to_openai(self) -> dict[str, Any]:
+        """The message as a Chat Completions `messages[]` entry."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in self.tool_calls
+            ]
+            if not self.content:
+                out["content"] = None
+        if self.role == Role.TOOL:
+            out["tool_call_id"] = self.tool_call_id or ""
+            if self.name:
+                out["name"] = self.name
+        return out
+
+    def text(self) -> str:
+        """Searchable / countable text: content plus tool call names and arguments."""
+        if not self.tool_calls:
+            return self.content
+        calls = " ".join(f"{c.name}({c.arguments})" for c in self.tool_calls)
+        return f"{self.content} {calls}".strip()
+
+
+@dataclass
+class SessionStats:
+    message_count: int = 0
+    token_count: int = 0
+    summary_count: int = 0
+    context_tokens: int = 0
+    oldest_at: datetime | None = None
+    newest_at: datetime | None = None
+
+
+class CompactionMode(enum.StrEnum):
+    INCREMENTAL = "incremental"
+    FULL = "full"
+
+
+@dataclass
+class CompactionResult:
+    leaf_summaries_created: int = 0
+    condensed_summaries_created: int = 0
+    messages_compacted: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    duration_s: float = 0.0
+    # Providers that produce one readable summary (simple) put it here for /compact.
+    summary: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return bool(
+            self.leaf_summaries_created
+            or self.condensed_summaries_created
+            or self.messages_compacted
+        )
+
+
+class SearchScope(enum.StrEnum):
+    BOTH = "both"
+    MESSAGES = "messages"
+    SUMMARIES = "summaries"
+
+
+class SearchMode(enum.StrEnum):
+    SUBSTRING = "substring"
+    FULL_TEXT = "full_text"
+
+
+@dataclass
+class SearchQuery:
+    text: str
+    scope: SearchScope = SearchScope.BOTH
+    limit: int = 20
+    mode: SearchMode = SearchMode.FULL_TEXT
+
+
+@dataclass
+class SearchResult:
+    source_type: str  # "message" | "summary" | "note" | "archive"
+    source_id: str
+    content: str  # snippet, at most ~500 characters
+    score: float = 0.0
+    timestamp: datetime | None = None
+
+
+@dataclass
+class DescribeResult:
+    summary_id: str
+    kind: str  # "leaf" | "condensed"
+    depth: int
+    content: str
+    earliest_at: datetime | None
+    latest_at: datetime | None
+    descendant_count: int
+    token_count: int = 0
+    # Decided semantics: parents contain this summary, children are what it was built from.
+    parent_ids: list[str] = field(default_factory=list)
+    child_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ExpandMessage:
+    message_id: str
+    seq: int
+    role: str
+    content: str
+    token_count: int
+    created_at: datetime | None = None
+
+
+@dataclass
+class ExpandChild:
+    summary_id: str
+    kind: str
+    depth: int
+    content: str
+    token_count: int
+
+
+@dataclass
+class ExpandResult:
+    summary_id: str
+    messages: list[ExpandMessage] = field(default_factory=list)
+    children: list[ExpandChild] = field(default_factory=list)
+    truncated: bool = False  # True when token_cap cut the list short
+
+
+@dataclass
+class SessionInfo:
+    id: str
+    agent_id: str = "default"
+    user_id: int = 0
+    channel: str = "cli"
+    title: str = ""
+    created_at: datetime | None = None
+    last_active: datetime | None = None
+    archived: bool = False
+
+
+@dataclass
+class ListOptions:
+    agent_id: str = ""  # empty = all
+    user_id: int | None = None  # None = all
+    include_archived: bool = False
+    limit: int = 0  # 0 = no limit
+    offset: int = 0
+
+
+class ChangeSource(enum.StrEnum):
+    USER = "user"
+    AGENT = "agent"
+    REFLECT = "reflect"
+    SYSTEM = "system"
+
+
+class Scope(enum.StrEnum):
+    PROFILE = "profile"
+    SOUL = "soul"
+    CONSTRAINT = "constraint"
+    COMPACTION = "compaction"
+
+
+class Action(enum.StrEnum):
+    CREATE = "create"
+    UPDATE = "update"
+    DELETE = "delete"
+    COMPACT = "compact"
+
+
+@dataclass
+class ChangeEntry:
+    user_id: int
+    agent_id: str
+    scope: str
+    action: str
+    source: str
+    session_id: str = ""
+    version_before: int | None = None
+    version_after: int | None = None
+    before_text: str = ""
+    after_text: str = ""
+    id: int | None = None
+    created_at: datetime | None = None
+
+
+@dataclass
+class ConstraintEntry:
+    id: str
+    text: str
+    created_at: str  # ISO-8601 UTC
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "text": self.text, "created_at": self.created_at}
+
+
+@dataclass
+class SessionSnapshot:
+    session_id: str
+    user_id: int
+    agent_id: str
+    version: int
+    updated_at: datetime | None = None
+
+
+@dataclass
+class SummarizeOptions:
+    is_condensed: bool = False
+    depth: int = 0
+    aggressive: bool = False
+    previous: str = ""  # previous summary, for continuity
+    target_tokens: int = 0
+    handoff: bool = False  # ask for the structured handoff summary (simple provider)
+
+
+class NoteKind(enum.StrEnum):
+    NOTE = "Note"
+    ARCHIVE = "Archive"
+
+
+@dataclass
+class NoteEntry:
+    id: int
+    name: str
+    content: str
+    kind: NoteKind = NoteKind.NOTE
+    aliases: list[str] = field(default_factory=list)
+    created_at: datetime | None = None
+
+
+@dataclass
+class NoteHit:
+    entry: NoteEntry
+    score: float

@@ -1,0 +1,1 @@
+"""Alembic revisions of the lcm branch (depends on core 0001_core)."""

@@ -1,0 +1,39 @@
+"""Shared fixtures: every storage test runs on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memory.testing.databases import temp_database_url, temp_engine
+
+DB_KINDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_loggers() -> None:
+    for name in ("alembic", "httpx", "httpx2", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+@pytest.fixture(params=DB_KINDS)
+def db_kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+async def db_url(db_kind: str, tmp_path: Path) -> AsyncIterator[str]:
+    """An empty, unmigrated database URL."""
+    async with temp_database_url(db_kind, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+async def engine(db_kind: str, tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    """A migrated engine on a throwaway database (SQLite and PostgreSQL)."""
+    async with temp_engine(db_kind, tmp_path) as eng:
+        yield eng
