@@ -9,7 +9,10 @@ reflect, or a third party's), so a plugin brings its tables without touching cor
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import entry_points
@@ -72,17 +75,51 @@ def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
 WRITE_OPTION = "mnemo_write"
 
 
+_writer_locks: weakref.WeakKeyDictionary[object, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def _writer_lock(engine: AsyncEngine) -> asyncio.Lock:
+    lock = _writer_locks.get(engine.sync_engine)
+    if lock is None:
+        lock = _writer_locks[engine.sync_engine] = asyncio.Lock()
+    return lock
+
+
 @asynccontextmanager
 async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """One write transaction: committed on success, rolled back on any exception.
 
     Use this (not `engine.begin()`) for every read-modify-write, so SQLite takes its
-    write lock before the first read.
+    write lock before the first read. On SQLite, writers of this process also queue on
+    an asyncio lock: SQLite admits one writer anyway, and its busy handler polls with
+    sleeps of up to 100 ms, which would dominate latency under concurrency. Other
+    processes still wait through `busy_timeout`.
     """
+    if is_sqlite(engine):
+        async with _writer_lock(engine):
+            async with engine.connect() as conn:
+                conn = await conn.execution_options(**{WRITE_OPTION: True})
+                async with conn.begin():
+                    yield conn
+        return
     async with engine.connect() as conn:
-        conn = await conn.execution_options(**{WRITE_OPTION: True})
         async with conn.begin():
             yield conn
+
+
+def advisory_key(name: str) -> int:
+    """A stable signed 64-bit key for PostgreSQL advisory locks."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
+
+
+async def lock_for_transaction(conn: AsyncConnection, name: str) -> None:
+    """Serialise transactions that name the same key until this one ends.
+
+    PostgreSQL: a transaction-level advisory lock (works across replicas). SQLite: a
+    no-op, because `write_transaction` already holds the database's single write lock.
+    """
+    if conn.dialect.name == "postgresql":
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": advisory_key(name)})
 
 
 def migration_locations() -> list[str]:

@@ -1,0 +1,360 @@
+"""The lossless message history every SQL provider shares (lcm, simple).
+
+`HistoryStore` appends messages (one transaction per call, serialised per session:
+SQLite by its single writer, PostgreSQL by a transaction-level advisory lock keyed on
+the session, which also holds across replicas), loads them back exactly, and answers
+session metadata. `SessionHistory` is the `SessionManager` mixin built on it.
+
+Providers that add their own rows in the same transaction (lcm's context items, say)
+use `HistoryStore.session_transaction` and `insert_messages` instead of `append`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from memory.db import lock_for_transaction, write_transaction
+from memory.errors import NotFound
+from memory.history_models import Conversation, MessagePart, MessageRow
+from memory.sanitize import storable
+from memory.tokens import message_tokens
+from memory.types import ListOptions, Message, Session, SessionInfo, ToolCall, utcnow
+
+conversations = Conversation.__table__
+messages = MessageRow.__table__
+parts = MessagePart.__table__
+
+TITLE_CHARS = 80
+
+
+class PartKind(enum.StrEnum):
+    REASONING = "reasoning"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int
+    seq: int
+    token_count: int
+    created_at: datetime
+
+
+def _clean(msg: Message) -> Message:
+    return Message(
+        role=msg.role,
+        content=storable(msg.content or ""),
+        tool_calls=[
+            ToolCall(storable(c.id), storable(c.name), storable(c.arguments))
+            for c in msg.tool_calls
+        ],
+        tool_call_id=storable(msg.tool_call_id) if msg.tool_call_id is not None else None,
+        name=storable(msg.name) if msg.name is not None else None,
+        reasoning=storable(msg.reasoning) if msg.reasoning is not None else None,
+        created_at=msg.created_at,
+    )
+
+
+def _parts_of(msg: Message) -> list[dict]:
+    out: list[dict] = []
+    if msg.reasoning is not None:
+        out.append({"kind": PartKind.REASONING, "content": msg.reasoning})
+    for call in msg.tool_calls:
+        out.append(
+            {
+                "kind": PartKind.TOOL_CALL,
+                "tool_call_id": call.id,
+                "tool_name": call.name,
+                "content": call.arguments,
+            }
+        )
+    if msg.tool_call_id is not None or msg.role == "tool":
+        out.append(
+            {
+                "kind": PartKind.TOOL_RESULT,
+                "tool_call_id": msg.tool_call_id,
+                "tool_name": msg.name,
+                "content": "",
+            }
+        )
+    return out
+
+
+def _insert_ignore(conn: AsyncConnection, table: sa.Table) -> sa.Insert:
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(table).on_conflict_do_nothing()
+
+
+def _as_utc(value: datetime | None) -> datetime | None:
+    # SQLite hands back naive datetimes for timezone-aware columns in some paths.
+    if value is not None and value.tzinfo is None:
+        from datetime import UTC
+
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+class HistoryStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._conv_ids: dict[str, int] = {}  # session_id -> conversation id (immutable)
+
+    # -- conversations -------------------------------------------------------------
+
+    async def _ensure_conversation(self, conn: AsyncConnection, session: Session) -> int:
+        cached = self._conv_ids.get(session.id)
+        if cached is not None:
+            return cached
+        now = utcnow()
+        await conn.execute(
+            _insert_ignore(conn, conversations).values(
+                session_id=session.id,
+                agent_id=session.agent_id,
+                user_id=session.user_id,
+                channel=session.channel,
+                title="",
+                archived=False,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        conv_id = await conn.scalar(
+            sa.select(conversations.c.id).where(conversations.c.session_id == session.id)
+        )
+        assert conv_id is not None
+        self._conv_ids[session.id] = conv_id
+        return conv_id
+
+    async def bootstrap(self, session: Session) -> int:
+        """Create the conversation record if needed; returns its id."""
+        if session.id in self._conv_ids:
+            return self._conv_ids[session.id]
+        async with write_transaction(self.engine) as conn:
+            return await self._ensure_conversation(conn, session)
+
+    async def conversation_id(self, session_id: str, conn: AsyncConnection | None = None) -> int | None:
+        if session_id in self._conv_ids:
+            return self._conv_ids[session_id]
+        query = sa.select(conversations.c.id).where(conversations.c.session_id == session_id)
+        if conn is not None:
+            return await conn.scalar(query)
+        async with self.engine.connect() as c:
+            return await c.scalar(query)
+
+    @asynccontextmanager
+    async def session_transaction(
+        self, session: Session
+    ) -> AsyncIterator[tuple[AsyncConnection, int]]:
+        """A write transaction holding the session's lock; yields (conn, conversation id)."""
+        async with write_transaction(self.engine) as conn:
+            await lock_for_transaction(conn, f"session:{session.id}")
+            conv_id = await self._ensure_conversation(conn, session)
+            yield conn, conv_id
+
+    # -- messages ------------------------------------------------------------------
+
+    async def insert_messages(
+        self, conn: AsyncConnection, conv_id: int, msgs: Sequence[Message]
+    ) -> list[StoredMessage]:
+        """Insert `msgs` after the conversation's last seq, inside the caller's
+        session transaction. Returns what was stored, in order."""
+        if not msgs:
+            return []
+        last = await conn.scalar(
+            sa.select(sa.func.max(messages.c.seq)).where(messages.c.conversation_id == conv_id)
+        )
+        seq = (last or 0) + 1
+        stored: list[StoredMessage] = []
+        title = None
+        for raw in msgs:
+            msg = _clean(raw)
+            tokens = message_tokens(msg)
+            created = msg.created_at or utcnow()
+            msg_id = await conn.scalar(
+                sa.insert(messages)
+                .values(
+                    conversation_id=conv_id,
+                    seq=seq,
+                    role=msg.role,
+                    content=msg.content,
+                    token_count=tokens,
+                    created_at=created,
+                )
+                .returning(messages.c.id)
+            )
+            # Every row carries every key: executemany takes its columns from the first.
+            rows = [
+                {"message_id": msg_id, "ordinal": i, "tool_call_id": None, "tool_name": None, **p}
+                for i, p in enumerate(_parts_of(msg))
+            ]
+            if rows:
+                await conn.execute(sa.insert(parts), rows)
+            stored.append(StoredMessage(msg_id, seq, tokens, created))
+            if title is None and msg.role == "user" and msg.content.strip():
+                title = " ".join(msg.content.split())[:TITLE_CHARS]
+            seq += 1
+        update = {"updated_at": utcnow()}
+        await conn.execute(
+            sa.update(conversations).where(conversations.c.id == conv_id).values(**update)
+        )
+        if title:
+            await conn.execute(
+                sa.update(conversations)
+                .where(conversations.c.id == conv_id, conversations.c.title == "")
+                .values(title=title)
+            )
+        return stored
+
+    async def append(self, session: Session, *msgs: Message) -> list[StoredMessage]:
+        async with self.session_transaction(session) as (conn, conv_id):
+            return await self.insert_messages(conn, conv_id, msgs)
+
+    async def load_messages(
+        self, conn: AsyncConnection, where: sa.ColumnElement[bool] | None = None, *,
+        ids: Iterable[int] | None = None, limit: int | None = None, newest_first: bool = False,
+    ) -> list[tuple[StoredMessage, Message]]:
+        """Messages matching `where` (or with `ids`), ordered by (conversation, seq)."""
+        query = sa.select(messages)
+        if ids is not None:
+            id_list = list(ids)
+            if not id_list:
+                return []
+            query = query.where(messages.c.id.in_(id_list))
+        if where is not None:
+            query = query.where(where)
+        order = (messages.c.conversation_id, messages.c.seq)
+        query = query.order_by(*(o.desc() for o in order) if newest_first else order)
+        if limit is not None:
+            query = query.limit(limit)
+        rows = (await conn.execute(query)).mappings().all()
+        if not rows:
+            return []
+        part_rows = (
+            await conn.execute(
+                sa.select(parts)
+                .where(parts.c.message_id.in_([r["id"] for r in rows]))
+                .order_by(parts.c.message_id, parts.c.ordinal)
+            )
+        ).mappings().all()
+        by_msg: dict[int, list] = {}
+        for p in part_rows:
+            by_msg.setdefault(p["message_id"], []).append(p)
+        out = []
+        for r in rows:
+            msg = Message(role=r["role"], content=r["content"], created_at=_as_utc(r["created_at"]))
+            for p in by_msg.get(r["id"], []):
+                if p["kind"] == PartKind.REASONING:
+                    msg.reasoning = p["content"]
+                elif p["kind"] == PartKind.TOOL_CALL:
+                    msg.tool_calls.append(ToolCall(p["tool_call_id"] or "", p["tool_name"] or "", p["content"]))
+                elif p["kind"] == PartKind.TOOL_RESULT:
+                    msg.tool_call_id = p["tool_call_id"]
+                    msg.name = p["tool_name"]
+            stored = StoredMessage(r["id"], r["seq"], r["token_count"], _as_utc(r["created_at"]))
+            out.append((stored, msg))
+        return out
+
+    async def load_history(self, session_id: str) -> list[Message]:
+        async with self.engine.connect() as conn:
+            conv_id = await self.conversation_id(session_id, conn)
+            if conv_id is None:
+                return []
+            rows = await self.load_messages(conn, messages.c.conversation_id == conv_id)
+        return [m for _, m in rows]
+
+    async def message_stats(self, session: Session) -> tuple[int, int, datetime | None, datetime | None]:
+        """(count, tokens, oldest, newest) of a session's stored messages; zeros if unknown."""
+        async with self.engine.connect() as conn:
+            conv_id = await self.conversation_id(session.id, conn)
+            if conv_id is None:
+                return 0, 0, None, None
+            row = (
+                await conn.execute(
+                    sa.select(
+                        sa.func.count(),
+                        sa.func.coalesce(sa.func.sum(messages.c.token_count), 0),
+                        sa.func.min(messages.c.created_at),
+                        sa.func.max(messages.c.created_at),
+                    ).where(messages.c.conversation_id == conv_id)
+                )
+            ).one()
+        return int(row[0]), int(row[1]), _as_utc(row[2]), _as_utc(row[3])
+
+    # -- session info --------------------------------------------------------------
+
+    async def save_info(self, info: SessionInfo) -> None:
+        session = Session(info.id, info.agent_id, info.user_id, info.channel)
+        async with self.session_transaction(session) as (conn, conv_id):
+            values: dict = {"archived": info.archived, "updated_at": info.last_active or utcnow()}
+            if info.title:
+                values["title"] = storable(info.title)[:200]
+            await conn.execute(
+                sa.update(conversations).where(conversations.c.id == conv_id).values(**values)
+            )
+
+    @staticmethod
+    def _info(row: sa.RowMapping) -> SessionInfo:
+        return SessionInfo(
+            id=row["session_id"],
+            agent_id=row["agent_id"],
+            user_id=row["user_id"],
+            channel=row["channel"],
+            title=row["title"],
+            created_at=_as_utc(row["created_at"]),
+            last_active=_as_utc(row["updated_at"]),
+            archived=bool(row["archived"]),
+        )
+
+    async def load_info(self, session_id: str) -> SessionInfo:
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    sa.select(conversations).where(conversations.c.session_id == session_id)
+                )
+            ).mappings().first()
+        if row is None:
+            raise NotFound(f"session {session_id!r} not found")
+        return self._info(row)
+
+    async def list_info(self, opts: ListOptions) -> list[SessionInfo]:
+        query = sa.select(conversations).order_by(conversations.c.updated_at.desc(), conversations.c.id.desc())
+        if opts.agent_id:
+            query = query.where(conversations.c.agent_id == opts.agent_id)
+        if opts.user_id is not None:
+            query = query.where(conversations.c.user_id == opts.user_id)
+        if not opts.include_archived:
+            query = query.where(conversations.c.archived.is_(False))
+        if opts.limit:
+            query = query.limit(opts.limit)
+        if opts.offset:
+            query = query.offset(opts.offset)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [self._info(r) for r in rows]
+
+
+class SessionHistory:
+    """`SessionManager` for providers that keep a `self.history: HistoryStore`."""
+
+    history: HistoryStore
+
+    async def save_info(self, info: SessionInfo) -> None:
+        await self.history.save_info(info)
+
+    async def load_info(self, session_id: str) -> SessionInfo:
+        return await self.history.load_info(session_id)
+
+    async def list_info(self, opts: ListOptions) -> list[SessionInfo]:
+        return await self.history.list_info(opts)
+
+    async def load_history(self, session_id: str) -> list[Message]:
+        return await self.history.load_history(session_id)

@@ -1,0 +1,75 @@
+"""The shared message history: exact round trips, ordering under concurrency, hostile text."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+
+from memory.errors import NotFound
+from memory.history import HistoryStore
+from memory.types import ListOptions, Message, Session, SessionInfo, ToolCall
+
+S1 = Session("s1", "agent", 42, "telegram")
+S2 = Session("s2", "agent", 43, "telegram")
+
+
+async def test_round_trip_is_exact(engine) -> None:
+    store = HistoryStore(engine)
+    t = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    msgs = [
+        Message("user", "hello", created_at=t),
+        Message(
+            "assistant",
+            "",
+            tool_calls=[ToolCall("call_1", "memory", '{"action": "status"}'), ToolCall("call_2", "memory", "{}")],
+            reasoning="thinking",
+            created_at=t,
+        ),
+        Message("tool", "ok", tool_call_id="call_1", name="memory", created_at=t),
+        Message("tool", "", tool_call_id="call_2", name="memory", created_at=t),
+        Message("assistant", "done", created_at=t),
+    ]
+    stored = await store.append(S1, *msgs)
+    assert [s.seq for s in stored] == [1, 2, 3, 4, 5]
+    assert await store.load_history("s1") == msgs
+
+
+async def test_hostile_text_is_stored_not_refused(engine) -> None:
+    store = HistoryStore(engine)
+    text = "a\x00b \ud800 c \U0001f600 ' \" % _ ; DROP TABLE messages; --"
+    await store.append(S1, Message("user", text))
+    [back] = await store.load_history("s1")
+    assert back.content == "a\ufffdb \ufffd c \U0001f600 ' \" % _ ; DROP TABLE messages; --"
+
+
+async def test_concurrent_appends_keep_call_order_and_unique_seq(engine) -> None:
+    store = HistoryStore(engine)
+
+    async def writer(i: int) -> None:
+        await store.append(S1, Message("user", f"{i}-a"), Message("assistant", f"{i}-b"))
+
+    await asyncio.gather(*(writer(i) for i in range(20)), store.append(S2, Message("user", "other")))
+    history = await store.load_history("s1")
+    assert len(history) == 40
+    for first, second in zip(history[::2], history[1::2], strict=True):
+        assert first.content.endswith("-a") and second.content == first.content[:-1] + "b"
+    assert [m.content for m in await store.load_history("s2")] == ["other"]
+
+
+async def test_stats_and_info(engine) -> None:
+    store = HistoryStore(engine)
+    assert await store.message_stats(S1) == (0, 0, None, None)
+    with pytest.raises(NotFound):
+        await store.load_info("s1")
+    await store.append(S1, Message("user", "  What   is the plan?  "), Message("assistant", "x" * 40))
+    count, tokens, oldest, newest = await store.message_stats(S1)
+    assert (count, tokens) == (2, 6 + 10) and oldest <= newest
+    info = await store.load_info("s1")
+    assert (info.title, info.user_id, info.archived) == ("What is the plan?", 42, False)
+    await store.save_info(SessionInfo("s1", "agent", 42, "telegram", archived=True))
+    await store.bootstrap(S2)
+    assert [i.id for i in await store.list_info(ListOptions())] == ["s2"]
+    assert {i.id for i in await store.list_info(ListOptions(include_archived=True))} == {"s1", "s2"}
+    assert [i.id for i in await store.list_info(ListOptions(user_id=42, include_archived=True))] == ["s1"]
