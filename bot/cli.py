@@ -102,6 +102,30 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return _run_async(go())
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    from bot.llm import MissingApiKey, require_api_key
+
+    settings = _settings(args)
+    try:
+        require_api_key(settings.llm)
+    except MissingApiKey as exc:
+        print(f"mnemo: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+    async def go() -> int:
+        from bot.app import build_services
+        from bot.terminal import run_terminal, terminal_session
+
+        services = await build_services(settings)
+        try:
+            base = terminal_session(settings.agent.id, args.session)
+            return await run_terminal(services.pool, base)
+        finally:
+            await services.close()
+
+    return _run_async(go())
+
+
 # --- parser -------------------------------------------------------------------------
 
 
@@ -128,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("run", "run the Telegram bot (polling, or webhook when telegram.webhook.url is set)",
         _not_yet("mnemo run", 4))
     chat = add("chat", "chat with the bot from this terminal (same memory as Telegram)",
-               _not_yet("mnemo chat", 4))
+               cmd_chat)
     chat.add_argument("--session", default="main", help="session name (default: main)")
     add("providers", "list installed memory providers and their capabilities", cmd_providers)
     add("migrate", "apply database migrations", cmd_migrate)

@@ -1,0 +1,243 @@
+"""The LLM client: `openai.AsyncOpenAI` against any OpenAI-compatible `llm.base_url`.
+
+We retry ourselves (tenacity) instead of letting the openai client do it, so the attempt
+count, the backoff and the Retry-After cap are ours and the retries never multiply: the
+client is built with `max_retries=0`. Retried: 429, 5xx, 408/409, timeouts, connection
+errors and bodies that are not JSON (a proxy's HTML error page; openai raises a plain
+JSON error for those, not an `APIError`). Anything else (400, 401, 403, 404) fails at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from bot.config import LLMSettings
+from memory.types import Message, ToolCall
+
+log = logging.getLogger(__name__)
+
+OnDelta = Callable[[str], Awaitable[None]]
+
+RETRY_AFTER_CAP_S = 30.0
+_RETRY_STATUS = {408, 409, 429}
+
+
+class MissingApiKey(RuntimeError):
+    """No API key configured; the message names the variable to set."""
+
+
+class LLMError(RuntimeError):
+    """The model could not be reached or refused; `reason` is one short plain line."""
+
+    def __init__(self, reason: str, *, attempts: int = 1, retryable: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.attempts = attempts
+        self.retryable = retryable
+
+
+@dataclass
+class AssistantTurn:
+    """One model answer: text and/or tool calls."""
+
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    reasoning: str | None = None
+    finish_reason: str | None = None
+    usage: dict[str, int] | None = None
+
+    def to_message(self) -> Message:
+        return Message(role="assistant", content=self.content,
+                       tool_calls=list(self.tool_calls), reasoning=self.reasoning)
+
+
+def require_api_key(settings: LLMSettings) -> None:
+    """Fail at startup, with the variable to set, rather than on the first message."""
+    if not settings.api_key.strip():
+        raise MissingApiKey(
+            "no LLM API key: set OPENAI_API_KEY (or llm.api_key in the config); "
+            "a local OpenAI-compatible server accepts any non-empty key"
+        )
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    return isinstance(exc, LLMError) and exc.retryable
+
+
+def _retry_after(exc: BaseException | None) -> float | None:
+    response = getattr(getattr(exc, "__cause__", None), "response", None)
+    if response is None:
+        return None
+    raw = response.headers.get("retry-after-ms")
+    try:
+        if raw is not None:
+            return float(raw) / 1000
+        raw = response.headers.get("retry-after")
+        return float(raw) if raw is not None else None
+    except ValueError:  # an HTTP date: rare from model APIs, fall back to our backoff
+        return None
+
+
+def _translate(exc: BaseException) -> LLMError:
+    """Map whatever the openai client raised to an LLMError with a plain reason."""
+    if isinstance(exc, openai.APITimeoutError):
+        return LLMError("the language model timed out", retryable=True)
+    if isinstance(exc, openai.APIConnectionError):
+        return LLMError("the language model could not be reached", retryable=True)
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        if status == 429:
+            return LLMError("the language model is rate-limiting us (HTTP 429)", retryable=True)
+        if status in (401, 403):
+            return LLMError(f"the language model refused our API key (HTTP {status})")
+        if status == 404:
+            return LLMError("the language model or endpoint was not found (HTTP 404)")
+        return LLMError(f"the language model answered HTTP {status}",
+                        retryable=status >= 500 or status in _RETRY_STATUS)
+    if isinstance(exc, json.JSONDecodeError | openai.APIResponseValidationError):
+        return LLMError("the language model sent a malformed answer", retryable=True)
+    if isinstance(exc, openai.APIError):
+        # Errors inside a stream (an `error` event) arrive as a bare APIError.
+        return LLMError(f"the language model failed: {exc.message}"[:200], retryable=True)
+    raise exc
+
+
+class LLMClient:
+    """`complete` (streaming, tools) for the chat; `generate` (one prompt) for summaries."""
+
+    def __init__(self, settings: LLMSettings, *, http_client: Any = None,
+                 backoff_s: float = 0.5, backoff_cap_s: float = 8.0) -> None:
+        self.settings = settings
+        self.backoff_s = backoff_s
+        self.backoff_cap_s = backoff_cap_s
+        self._client = openai.AsyncOpenAI(
+            base_url=settings.base_url,
+            # A local server needs some key; a missing real key is caught by require_api_key.
+            api_key=settings.api_key or "unset",
+            timeout=settings.timeout_s,
+            max_retries=0,
+            http_client=http_client,
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        hinted = _retry_after(exc)
+        if hinted is not None:
+            return max(0.0, min(hinted, RETRY_AFTER_CAP_S))
+        base = min(self.backoff_cap_s, self.backoff_s * 2 ** (state.attempt_number - 1))
+        return base * (0.5 + random.random() / 2)  # jitter: replicas must not retry in step
+
+    async def _with_retries(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        attempts = self.settings.max_retries + 1
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(attempts),
+            wait=self._wait,
+            retry=retry_if_exception(_is_retryable),
+            reraise=True,
+        )
+        last = 0
+        try:
+            async for attempt in retrying:
+                last = attempt.retry_state.attempt_number
+                with attempt:
+                    try:
+                        return await call()
+                    except (LLMError, openai.OpenAIError, json.JSONDecodeError) as exc:
+                        err = exc if isinstance(exc, LLMError) else _translate(exc)
+                        if err.retryable and last < attempts:
+                            log.warning("LLM call failed (attempt %d of %d): %s",
+                                        last, attempts, err.reason)
+                        if err is exc:
+                            raise
+                        raise err from exc
+        except LLMError as exc:
+            exc.attempts = last
+            raise
+        raise AssertionError("unreachable")  # pragma: no cover - tenacity reraises
+
+    async def complete(self, messages: list[Message] | list[dict[str, Any]],
+                       tools: list[dict[str, Any]] | None = None, *,
+                       on_delta: OnDelta | None = None, model: str | None = None) -> AssistantTurn:
+        """One streamed model turn. `on_delta` receives the whole text so far after each
+        text delta (a retry starts the text over). Raises LLMError."""
+        payload = [m.to_openai() if isinstance(m, Message) else m for m in messages]
+        kwargs: dict[str, Any] = {
+            "model": model or self.settings.model,
+            "messages": payload,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            kwargs["tools"] = tools
+        if self.settings.temperature is not None:
+            kwargs["temperature"] = self.settings.temperature
+
+        async def call() -> AssistantTurn:
+            stream = await self._client.chat.completions.create(**kwargs)
+            return await _collect(stream, on_delta)
+
+        return await self._with_retries(call)
+
+    async def generate(self, prompt: str, model: str | None = None) -> str:
+        """One prompt, one answer, no tools (the summarizer's `generate`)."""
+        turn = await self.complete([Message(role="user", content=prompt)],
+                                   model=model or self.settings.summary_model or None)
+        return turn.content
+
+
+async def _collect(stream: Any, on_delta: OnDelta | None) -> AssistantTurn:
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    turn = AssistantTurn()
+    chunks = 0
+    async with stream:
+        async for chunk in stream:
+            chunks += 1
+            if chunk.usage is not None:
+                turn.usage = chunk.usage.model_dump(exclude_none=True)
+            if not chunk.choices:  # the final usage chunk has `choices: []`
+                continue
+            choice = chunk.choices[0]
+            if choice.finish_reason:
+                turn.finish_reason = choice.finish_reason
+            delta = choice.delta
+            if delta is None:
+                continue
+            extra = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+            if isinstance(extra, str) and extra:
+                reasoning.append(extra)
+            for tc in delta.tool_calls or []:
+                slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                if tc.id:
+                    slot["id"] = tc.id
+                if tc.function is not None:
+                    if tc.function.name:
+                        slot["name"] += tc.function.name
+                    if tc.function.arguments:
+                        slot["arguments"] += tc.function.arguments
+            if delta.content:
+                text.append(delta.content)
+                if on_delta is not None:
+                    await on_delta("".join(text))
+    if not chunks:
+        # Not one SSE event: an error page or other non-stream body (a proxy in between).
+        raise LLMError("the language model sent a malformed answer", retryable=True)
+    turn.content = "".join(text)
+    turn.reasoning = "".join(reasoning) or None
+    turn.tool_calls = [
+        ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}")
+        for i, c in sorted(calls.items())
+    ]
+    return turn

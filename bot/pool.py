@@ -1,0 +1,383 @@
+"""The pool: every channel's way into a conversation.
+
+One runner slot (a lock) per session: two messages for one session never interleave their
+turns, different sessions run in parallel, and idle slots are reaped. A turn:
+
+1. bootstrap the session; seed the identity files (SOUL.md, USER.md) once per
+   (user, agent); get or create the session's snapshot version;
+2. append the user's message on its own (so it is kept even if the model then fails);
+3. build the system prompt (base + soul + profile + constraints at the snapshot version),
+   assemble the history within `memory.budget_tokens` / `memory.fresh_tail`;
+4. run the model with the memory tool (tool writes tagged `agent`);
+5. append the rest of the turn (assistant tool calls, tool results, final answer) in one
+   call, or nothing at all when the model failed: no half assistant turn is ever stored.
+
+Automatic compaction runs *after* the reply, as a background task outside the session's
+lock: the provider takes its own lock only for the short transaction that swaps items for
+the summary, so no user waits for a summarizer. A failure logs a warning and changes
+nothing.
+
+Session rotation (`/new`): a channel hands the pool a *base* session (say one per private
+chat); the live session is the base id plus a generation suffix, `<base>#<n>` (the base id
+itself is generation 0). `/new` archives the live session through `SessionManager`
+(`SessionInfo.archived`); the live generation is then found again after a restart as "the
+highest generation stored for this base, plus one if that one is archived". With a
+provider that is not a SessionManager the generation lives in memory only (a restart
+returns to the base session; its history is never lost either way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bot.config import Settings
+from bot.llm import LLMError, OnDelta
+from bot.prompt import build_system_prompt, read_memory, snapshot_version
+from bot.runner import Completer, Tool, run_turn
+from memory.capabilities import (
+    Compactor,
+    ProfileStore,
+    SessionManager,
+    SessionSnapshotStore,
+)
+from memory.context import with_agent_id, with_change_source, with_session_id, with_user_id
+from memory.errors import NotFound, Unsupported
+from memory.tokens import estimate_tokens
+from memory.types import (
+    ChangeSource,
+    CompactionMode,
+    CompactionResult,
+    ListOptions,
+    Message,
+    Session,
+    SessionInfo,
+)
+
+log = logging.getLogger(__name__)
+
+GENERATION_SEP = "#"
+DEFAULT_IDLE_S = 900.0
+# Memory-tool actions that only read: any other action may write, so the session's
+# snapshot is advanced after it (advancing when nothing changed is harmless).
+READ_ONLY_ACTIONS = frozenset({
+    "status", "search", "describe", "expand", "profile_get", "soul_get", "profile_history",
+    "constraint_list", "note_get", "note_list", "note_search",
+})
+# The history never gets less than this, whatever the system prompt costs.
+MIN_HISTORY_BUDGET = 256
+
+
+@dataclass
+class Reply:
+    """What a channel shows: the answer, or (error=True) one plain line of apology."""
+
+    text: str
+    error: bool = False
+
+
+@dataclass
+class _Slot:
+    lock: asyncio.Lock
+    last_used: float
+    users: int = 0  # turns holding or waiting for the lock: never reaped while > 0
+
+
+ToolFactory = Callable[[Any, Session], list[Tool]]
+
+
+def memory_tools(provider: Any, session: Session) -> list[Tool]:
+    """The `memory` tool for `session`, from `memory.tool` (every write tagged `agent`)."""
+    from memory import tool as memory_tool
+
+    schema = memory_tool.build_tool(provider)
+    if not schema:
+        return []
+
+    async def handler(args: dict[str, Any]) -> str:
+        with bind_session(session), with_change_source(ChangeSource.AGENT):
+            return await memory_tool.run_tool(provider, session, args)
+
+    return [Tool(schema=schema, handler=handler)]
+
+
+@contextmanager
+def bind_session(session: Session) -> Iterator[None]:
+    """Session, user and agent ids in the context, for stores that tag their writes."""
+    with ExitStack() as stack:
+        stack.enter_context(with_session_id(session.id))
+        stack.enter_context(with_user_id(session.user_id))
+        stack.enter_context(with_agent_id(session.agent_id))
+        yield
+
+
+def generation_of(base_id: str, session_id: str) -> int | None:
+    """The generation of `session_id` under `base_id`, or None if it is not one of its."""
+    if session_id == base_id:
+        return 0
+    prefix = base_id + GENERATION_SEP
+    if session_id.startswith(prefix) and session_id[len(prefix):].isdigit():
+        return int(session_id[len(prefix):])
+    return None
+
+
+def with_generation(base: Session, generation: int) -> Session:
+    if generation == 0:
+        return base
+    return dataclasses.replace(base, id=f"{base.id}{GENERATION_SEP}{generation}")
+
+
+def apology(reason: str) -> str:
+    return f"Sorry, I couldn't answer: {reason}. Your message is saved; please try again."
+
+
+class Pool:
+    def __init__(self, provider: Any, llm: Completer, settings: Settings, *,
+                 idle_s: float = DEFAULT_IDLE_S, tools: ToolFactory | None = memory_tools,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.provider = provider
+        self.llm = llm
+        self.settings = settings
+        self.idle_s = idle_s
+        self._tools = tools
+        self._clock = clock
+        self._slots: dict[str, _Slot] = {}
+        self._seeded: set[tuple[int, str]] = set()
+        self._current: dict[str, Session] = {}
+        self._compacting: dict[str, asyncio.Task[None]] = {}
+        self.background_tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # --- slots ----------------------------------------------------------------------
+
+    @property
+    def active_sessions(self) -> int:
+        return len(self._slots)
+
+    def reap_idle(self) -> int:
+        """Drop slots unused for `idle_s`; returns how many went."""
+        now = self._clock()
+        idle = [k for k, s in self._slots.items()
+                if s.users == 0 and now - s.last_used >= self.idle_s]
+        for key in idle:
+            del self._slots[key]
+        return len(idle)
+
+    @contextmanager
+    def _slot(self, session_id: str) -> Iterator[_Slot]:
+        self.reap_idle()
+        slot = self._slots.get(session_id)
+        if slot is None:
+            slot = self._slots[session_id] = _Slot(asyncio.Lock(), self._clock())
+        slot.users += 1
+        try:
+            yield slot
+        finally:
+            slot.users -= 1
+            slot.last_used = self._clock()
+
+    # --- turns ----------------------------------------------------------------------
+
+    async def chat(self, session: Session, text: str, *, on_delta: OnDelta | None = None) -> Reply:
+        """One user message in, one reply out. Never raises for model or memory failures:
+        those become `Reply(error=True)` with a plain line naming the problem."""
+        if self._closed:
+            raise RuntimeError("the pool is closed")
+        if not text.strip():
+            return Reply("There is nothing to answer: the message is empty.", error=True)
+        with self._slot(session.id) as slot:
+            async with slot.lock:
+                with bind_session(session):
+                    reply = await self._turn(session, text, on_delta)
+        if not reply.error:
+            self._schedule_compaction(session)
+        return reply
+
+    async def _turn(self, session: Session, text: str, on_delta: OnDelta | None) -> Reply:
+        provider = self.provider
+        kept = False
+        try:
+            await provider.bootstrap(session)
+            await self._seed_identity(session)
+            version = await snapshot_version(provider, session)
+            await provider.append(session, Message(role="user", content=text))
+            kept = True
+            system = build_system_prompt(self.settings.agent.system_prompt,
+                                         await read_memory(provider, session, version))
+            tools = self._tools(provider, session) if self._tools else []
+            overhead = estimate_tokens(system) + estimate_tokens(
+                json.dumps([t.schema for t in tools]))
+            budget = max(MIN_HISTORY_BUDGET, self.settings.memory.budget_tokens - overhead)
+            history = await provider.assemble(session, budget, self.settings.memory.fresh_tail)
+        except Exception as exc:
+            log.exception("memory failed before the model was called (session %s)", session.id)
+            where = "your message is saved" if kept else "your message was NOT saved"
+            return Reply(f"Sorry, my memory store failed ({type(exc).__name__}); {where}. "
+                         "Please try again.", error=True)
+        try:
+            result = await run_turn(self.llm, [Message(role="system", content=system), *history],
+                                    tools, max_rounds=self.settings.llm.max_tool_rounds,
+                                    on_delta=on_delta)
+        except LLMError as exc:
+            log.warning("turn of session %s failed after %d attempt(s): %s",
+                        session.id, exc.attempts, exc.reason)
+            return Reply(apology(exc.reason), error=True)
+        try:
+            await provider.append(session, *result.messages)
+            if any(_may_write(c.arguments) for c in result.tool_calls) and isinstance(
+                    provider, SessionSnapshotStore):
+                await provider.advance_snapshot(session.id, session.user_id, session.agent_id)
+        except Exception as exc:
+            log.exception("could not store the answer of session %s", session.id)
+            return Reply(f"Sorry, my memory store failed while saving the answer "
+                         f"({type(exc).__name__}). Please try again.", error=True)
+        return Reply(result.text)
+
+    async def _seed_identity(self, session: Session) -> None:
+        key = (session.user_id, session.agent_id)
+        if key in self._seeded or not isinstance(self.provider, ProfileStore):
+            return
+        try:
+            from memory.identity import seed_identity
+        except ImportError:  # pragma: no cover - identity seeding not installed
+            self._seeded.add(key)
+            return
+        with with_change_source(ChangeSource.SYSTEM):
+            await seed_identity(self.provider, Path(self.settings.data_dir),
+                                session.user_id, session.agent_id)
+        self._seeded.add(key)
+
+    # --- compaction ------------------------------------------------------------------
+
+    @property
+    def auto_compaction(self) -> bool:
+        return (isinstance(self.provider, Compactor)
+                and self.settings.compaction.max_tokens != -1)
+
+    def _schedule_compaction(self, session: Session) -> None:
+        if not self.auto_compaction or self._closed:
+            return
+        running = self._compacting.get(session.id)
+        if running is not None and not running.done():
+            return  # the next turn checks again
+        task = asyncio.create_task(self._auto_compact(session),
+                                   name=f"compact:{session.id}")
+        self._compacting[session.id] = task
+        self.background_tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.background_tasks.discard(task)
+        for key, value in list(self._compacting.items()):
+            if value is task:
+                del self._compacting[key]
+
+    async def _auto_compact(self, session: Session) -> None:
+        try:
+            with bind_session(session), with_change_source(ChangeSource.SYSTEM):
+                if not await self.provider.needs_compaction(
+                        session, self.settings.compaction.max_tokens):
+                    return
+                result = await self.provider.compact(session, CompactionMode.INCREMENTAL)
+            log.info("auto-compacted %s: %d messages, %d -> %d tokens", session.id,
+                     result.messages_compacted, result.tokens_before, result.tokens_after)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("automatic compaction of %s failed (nothing changed): %s: %s",
+                        session.id, type(exc).__name__, exc)
+
+    async def compact(self, session: Session) -> CompactionResult:
+        """Full compaction now (`/compact`). Raises Unsupported without a Compactor."""
+        if not isinstance(self.provider, Compactor):
+            raise Unsupported(f"the {self.provider.name} memory provider does not compact")
+        running = self._compacting.get(session.id)
+        if running is not None:
+            await asyncio.wait([running])  # its result is logged by the task itself
+        with bind_session(session), with_change_source(ChangeSource.USER):
+            return await self.provider.compact(session, CompactionMode.FULL)
+
+    async def drain(self) -> None:
+        """Wait for every background task (tests, shutdown)."""
+        while self.background_tasks:
+            await asyncio.gather(*list(self.background_tasks), return_exceptions=True)
+
+    # --- session rotation ------------------------------------------------------------
+
+    def _manager(self) -> SessionManager | None:
+        return self.provider if isinstance(self.provider, SessionManager) else None
+
+    async def current_session(self, base: Session) -> Session:
+        """The live session of the conversation `base` stands for (see module doc)."""
+        cached = self._current.get(base.id)
+        if cached is not None:
+            return cached
+        session = await self._resolve_current(base)
+        self._current[base.id] = session
+        return session
+
+    async def _resolve_current(self, base: Session) -> Session:
+        manager = self._manager()
+        if manager is None:
+            return base
+        infos = await manager.list_info(ListOptions(agent_id=base.agent_id,
+                                                    user_id=base.user_id,
+                                                    include_archived=True))
+        best: tuple[int, SessionInfo] | None = None
+        for info in infos:
+            gen = generation_of(base.id, info.id)
+            if gen is not None and (best is None or gen > best[0]):
+                best = (gen, info)
+        if best is None:
+            return base
+        gen, info = best
+        return with_generation(base, gen + 1 if info.archived else gen)
+
+    async def new_session(self, base: Session) -> Session:
+        """Archive the live session of `base` and return the next one (`/new`)."""
+        current = await self.current_session(base)
+        gen = generation_of(base.id, current.id) or 0
+        with self._slot(current.id) as slot:
+            async with slot.lock:  # never archive under a running turn
+                manager = self._manager()
+                if manager is not None:
+                    try:
+                        info = await manager.load_info(current.id)
+                    except NotFound:
+                        info = SessionInfo(id=current.id, agent_id=current.agent_id,
+                                           user_id=current.user_id, channel=current.channel)
+                    await manager.save_info(dataclasses.replace(info, archived=True))
+                nxt = with_generation(base, gen + 1)
+                self._current[base.id] = nxt
+        return nxt
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def close(self, *, timeout_s: float = 10.0) -> None:
+        """Let background compactions finish (up to `timeout_s`), cancel the rest."""
+        self._closed = True
+        tasks = list(self.background_tasks)
+        if not tasks:
+            return
+        _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _may_write(arguments: str) -> bool:
+    try:
+        action = json.loads(arguments or "{}").get("action", "")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(action, str) and action not in READ_ONLY_ACTIONS
+

@@ -1,0 +1,73 @@
+"""The system prompt: the configured base prompt plus the agent's soul, the user's profile
+and the user's constraints, inside `<memory>` tags (seed "Identity Files").
+
+Reads go through the session's snapshot version when the provider versions its stores, so a
+session sees a stable memory for its whole life until its own writes advance it (a reflect
+run elsewhere does not change the prompt under a conversation's feet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memory.capabilities import (
+    ConstraintStore,
+    ProfileStore,
+    SessionSnapshotStore,
+    VersionedConstraintStore,
+    VersionedProfileStore,
+)
+from memory.types import ConstraintEntry, Session
+
+
+@dataclass
+class MemoryView:
+    soul: str = ""
+    profile: str = ""
+    constraints: list[ConstraintEntry] = field(default_factory=list)
+    version: int | None = None  # the snapshot version read, when versioned
+
+
+async def snapshot_version(provider: object, session: Session) -> int | None:
+    if not isinstance(provider, SessionSnapshotStore):
+        return None
+    snap = await provider.get_or_create_snapshot(session.id, session.user_id, session.agent_id)
+    return snap.version
+
+
+async def read_memory(provider: object, session: Session, version: int | None) -> MemoryView:
+    """Soul, profile and constraints of the session's user, at `version` when given and
+    the provider can read versions, else current."""
+    view = MemoryView(version=version)
+    uid, aid = session.user_id, session.agent_id
+    if isinstance(provider, ProfileStore):
+        if version is not None and isinstance(provider, VersionedProfileStore):
+            view.soul = await provider.get_soul_at(uid, aid, version)
+            view.profile = await provider.get_profile_at(uid, aid, version)
+        else:
+            view.soul = await provider.get_soul(uid, aid)
+            view.profile = await provider.get_profile(uid, aid)
+    if isinstance(provider, ConstraintStore):
+        if version is not None and isinstance(provider, VersionedConstraintStore):
+            view.constraints = await provider.get_constraints_at(uid, aid, version)
+        else:
+            view.constraints = await provider.get_constraints(uid, aid)
+    return view
+
+
+def build_system_prompt(base: str, view: MemoryView) -> str:
+    """`base`, then a `<memory>` block holding only the parts that have content."""
+    parts: list[str] = []
+    if view.soul.strip():
+        parts.append(f"<soul>\n{view.soul.strip()}\n</soul>")
+    if view.profile.strip():
+        parts.append(f"<user_profile>\n{view.profile.strip()}\n</user_profile>")
+    if view.constraints:
+        rules = "\n".join(f"- [{c.id}] {c.text}" for c in view.constraints)
+        parts.append(
+            "<constraints>\nRules the user set. Always follow them; they override other "
+            f"instructions.\n{rules}\n</constraints>"
+        )
+    if not parts:
+        return base.strip()
+    return base.strip() + "\n\n<memory>\n" + "\n".join(parts) + "\n</memory>"

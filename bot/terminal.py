@@ -1,0 +1,84 @@
+"""The terminal channel (`mnemo chat`): the same pool as Telegram, from a shell.
+
+Lines starting with `/` go to the shared command handler (the local operator is an
+admin); end-of-input or `/quit` ends the session. Replies stream when stdout is a
+terminal; piped output gets each reply whole, one block per message, which keeps it
+easy to script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TextIO
+
+from bot.commands import handle_command
+from bot.pool import Pool
+from memory.types import Session
+
+CLI_CHANNEL = "cli"
+CLI_USER_ID = 0
+QUIT = frozenset({"/quit", "/exit"})
+
+
+def terminal_session(agent_id: str, name: str) -> Session:
+    """The base session of terminal conversation `name` (deterministic across runs)."""
+    return Session(id=f"{agent_id}:{CLI_CHANNEL}:{CLI_USER_ID}:{name}", agent_id=agent_id,
+                   user_id=CLI_USER_ID, channel=CLI_CHANNEL)
+
+
+class _Printer:
+    """Prints streamed text as it grows; starts over on a new line if it is replaced (a
+    retried model call streams from the beginning again)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.shown = ""
+
+    async def __call__(self, text: str) -> None:
+        if text.startswith(self.shown):
+            self.out.write(text[len(self.shown):])
+        else:
+            self.out.write("\n" + text)
+        self.shown = text
+        self.out.flush()
+
+
+async def run_terminal(pool: Pool, base: Session, *, stdin: TextIO = sys.stdin,
+                       stdout: TextIO = sys.stdout) -> int:
+    interactive = stdin.isatty() and stdout.isatty()
+    loop = asyncio.get_running_loop()
+    if interactive:
+        stdout.write(f"mnemo chat — session {base.id}. /help for commands, /quit to leave.\n")
+    while True:
+        if interactive:
+            stdout.write("you> ")
+            stdout.flush()
+        # A thread read keeps the event loop (background compaction) running meanwhile.
+        line = await loop.run_in_executor(None, stdin.readline)
+        if not line:
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text.lower() in QUIT:
+            break
+        if text.startswith("/"):
+            name, _, args = text.partition(" ")
+            answer = await handle_command(pool, base, name, args, is_admin=True)
+            stdout.write(answer + "\n\n")
+            stdout.flush()
+            continue
+        session = await pool.current_session(base)
+        if interactive:
+            printer = _Printer(stdout)
+            stdout.write("mnemo> ")
+            reply = await pool.chat(session, text, on_delta=printer)
+            if reply.error or reply.text != printer.shown:
+                stdout.write(("\n" if printer.shown else "") + reply.text)
+            stdout.write("\n\n")
+        else:
+            reply = await pool.chat(session, text)
+            stdout.write(reply.text + "\n\n")
+        stdout.flush()
+    return 0

@@ -1,0 +1,1 @@
+"""Real local HTTP servers standing in for remote services in tests (no mocks of our code)."""

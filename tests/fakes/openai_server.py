@@ -1,0 +1,272 @@
+"""A real local HTTP server speaking the OpenAI Chat Completions API, scriptable per test.
+
+Usage::
+
+    async with FakeOpenAI() as llm:              # echo mode by default
+        settings.llm.base_url = llm.base_url     # "http://127.0.0.1:PORT/v1"
+        llm.push(text("hello"), error(500), tool_call("memory", {"action": "status"}))
+        ...
+        llm.requests                             # every request body received, in order
+
+Each request to `POST /v1/chat/completions` takes the next scripted response from the
+queue (`push`); when the queue is empty the `responder` answers (default: `echo`, which
+replies "echo: <last user message>"). Both `stream: true` (SSE chunks with text deltas,
+tool-call deltas the way OpenAI sends them, and a final usage chunk with `choices: []`)
+and plain JSON answers are served.
+
+Scripted responses:
+  text(content)                 an assistant answer (streamed in small deltas)
+  tool_call(name, args) / tool_calls([...])   an assistant turn calling tools
+  error(status, retry_after=)   an HTTP error with an OpenAI-style JSON error body
+  hang()                        never answers (the client must time out)
+  garbage(body)                 a 200 whose body is not JSON
+  empty()                       an answer with no text and no tool calls
+  gated(event, response)        waits for `event` (an asyncio.Event) before answering
+
+`pause()` / `resume()` hold every request at arrival until resumed; `wait_for_requests(n)`
+waits until n requests have arrived; `in_flight` counts requests not yet answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+__all__ = [
+    "FakeOpenAI",
+    "Response",
+    "echo",
+    "empty",
+    "error",
+    "gated",
+    "garbage",
+    "hang",
+    "text",
+    "tool_call",
+    "tool_calls",
+]
+
+
+@dataclass
+class Response:
+    """One scripted answer. Build it with the helper functions below."""
+
+    kind: str  # "reply" | "error" | "hang" | "garbage" | "gated"
+    content: str = ""
+    calls: list[tuple[str, str, str]] = field(default_factory=list)  # (id, name, args json)
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: str = ""
+    gate: asyncio.Event | None = None
+    then: Response | None = None
+    chunk_size: int = 8
+
+
+_ids = itertools.count(1)
+
+
+def text(content: str, *, chunk_size: int = 8) -> Response:
+    return Response("reply", content=content, chunk_size=chunk_size)
+
+
+def empty() -> Response:
+    return Response("reply", content="")
+
+
+def tool_calls(calls: list[tuple[str, dict[str, Any] | str]], content: str = "") -> Response:
+    """An assistant turn calling every `(name, arguments)` in `calls`."""
+    out = []
+    for name, args in calls:
+        raw = args if isinstance(args, str) else json.dumps(args)
+        out.append((f"call_{next(_ids)}", name, raw))
+    return Response("reply", content=content, calls=out)
+
+
+def tool_call(name: str, arguments: dict[str, Any] | str) -> Response:
+    return tool_calls([(name, arguments)])
+
+
+def error(status: int, *, retry_after: float | None = None, message: str = "") -> Response:
+    headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+    body = json.dumps(
+        {"error": {"message": message or f"fake error {status}", "type": "server_error",
+                   "code": None, "param": None}}
+    )
+    return Response("error", status=status, headers=headers, body=body)
+
+
+def hang() -> Response:
+    return Response("hang")
+
+
+def garbage(body: str = "<html>502 Bad Gateway</html>") -> Response:
+    return Response("garbage", body=body)
+
+
+def gated(gate: asyncio.Event, then: Response) -> Response:
+    return Response("gated", gate=gate, then=then)
+
+
+def echo(body: dict[str, Any]) -> Response:
+    """Default responder: "echo: " + the content of the last user message."""
+    last = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), None)
+    content = last.get("content") if last else ""
+    if isinstance(content, list):  # content parts
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return text(f"echo: {content or ''}")
+
+
+class FakeOpenAI:
+    """The server. `responder(body) -> Response` answers when the script queue is empty."""
+
+    def __init__(self, responder: Callable[[dict[str, Any]], Response] = echo,
+                 *, model: str = "fake-model") -> None:
+        self.responder = responder
+        self.model = model
+        self.requests: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self._script: list[Response] = []
+        self._open = asyncio.Event()
+        self._open.set()
+        self._arrived = asyncio.Condition()
+        self._closing = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self.base_url = ""
+
+    # --- scripting ----------------------------------------------------------------
+
+    def push(self, *responses: Response) -> None:
+        self._script.extend(responses)
+
+    @property
+    def pending(self) -> int:
+        """Scripted responses not consumed yet."""
+        return len(self._script)
+
+    def pause(self) -> None:
+        self._open.clear()
+
+    def resume(self) -> None:
+        self._open.set()
+
+    async def wait_for_requests(self, n: int) -> None:
+        async with self._arrived:
+            await self._arrived.wait_for(lambda: len(self.requests) >= n)
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    async def __aenter__(self) -> FakeOpenAI:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._closing.set()
+        self._open.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # --- serving ------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response({"error": {"message": "body is not JSON"}}, status=400)
+        async with self._arrived:
+            self.requests.append(body)
+            self._arrived.notify_all()
+        self.in_flight += 1
+        try:
+            await self._open.wait()
+            resp = self._script.pop(0) if self._script else self.responder(body)
+            return await self._answer(request, body, resp)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request, body: dict[str, Any],
+                      resp: Response) -> web.StreamResponse:
+        if resp.kind == "gated":
+            assert resp.gate is not None and resp.then is not None
+            await resp.gate.wait()
+            return await self._answer(request, body, resp.then)
+        if resp.kind == "hang":
+            await self._closing.wait()  # the client times out long before
+            return web.Response(status=503, text="fake server closing")
+        if resp.kind == "error":
+            return web.Response(status=resp.status, text=resp.body, headers=resp.headers,
+                                content_type="application/json")
+        if resp.kind == "garbage":
+            return web.Response(status=200, text=resp.body, content_type="application/json")
+        if body.get("stream"):
+            return await self._stream(request, body, resp)
+        return web.json_response(self._completion(body, resp))
+
+    def _usage(self, body: dict[str, Any], resp: Response) -> dict[str, int]:
+        prompt = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4
+        completion = (len(resp.content) + sum(len(c[2]) for c in resp.calls)) // 4
+        return {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion}
+
+    def _completion(self, body: dict[str, Any], resp: Response) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": resp.content or None}
+        if resp.calls:
+            message["tool_calls"] = [
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                for cid, name, args in resp.calls
+            ]
+        return {
+            "id": f"chatcmpl-{next(_ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.model),
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if resp.calls else "stop"}],
+            "usage": self._usage(body, resp),
+        }
+
+    async def _stream(self, request: web.Request, body: dict[str, Any],
+                      resp: Response) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                          "Cache-Control": "no-cache"})
+        await out.prepare(request)
+        cid, created, model = f"chatcmpl-{next(_ids)}", int(time.time()), body.get("model")
+
+        async def send(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> None:
+            chunk = {"id": cid, "object": "chat.completion.chunk", "created": created,
+                     "model": model, "choices": choices, "usage": usage}
+            await out.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        def delta(d: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
+            return [{"index": 0, "delta": d, "finish_reason": finish}]
+
+        await send(delta({"role": "assistant", "content": ""}))
+        step = max(1, resp.chunk_size)
+        for i in range(0, len(resp.content), step):
+            await send(delta({"content": resp.content[i:i + step]}))
+        for index, (call_id, name, args) in enumerate(resp.calls):
+            # OpenAI's shape: first the id and name with empty arguments, then fragments.
+            await send(delta({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                                              "function": {"name": name, "arguments": ""}}]}))
+            for i in range(0, len(args), 10):
+                await send(delta({"tool_calls": [{"index": index,
+                                                  "function": {"arguments": args[i:i + 10]}}]}))
+        await send(delta({}, "tool_calls" if resp.calls else "stop"))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send([], self._usage(body, resp))
+        await out.write(b"data: [DONE]\n\n")
+        await out.write_eof()
+        return out
