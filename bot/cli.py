@@ -33,7 +33,8 @@ def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Setti
 
 
 def _not_yet(what: str, issue: int) -> Callable[[argparse.Namespace], int]:
-    def run(_args: argparse.Namespace) -> int:
+    def run(args: argparse.Namespace) -> int:
+        _settings(args)  # a bad config is reported first, as by every command
         print(f"mnemo: '{what}' is not available yet (it lands with issue {issue}).", file=sys.stderr)
         return EXIT_UNAVAILABLE
 
@@ -48,19 +49,22 @@ def _run_async(coro: Coroutine[Any, Any, int]) -> int:
 
 
 def cmd_providers(args: argparse.Namespace) -> int:
-    from memory.capabilities import capabilities_of
     from memory.registry import list_providers
 
+    # The configured provider is marked; an unknown one is no error here (this command is
+    # where the operator looks for the right name).
+    configured = _settings(args, check_provider=False).memory.provider
     entries = list_providers()
     if not entries:
         print("no memory providers installed")
         return 1
     for entry in entries:
+        mark = "*" if entry.name == configured else " "
         if entry.error:
-            print(f"{entry.name}  ({entry.target})  ERROR: {entry.error}")
+            print(f"{mark} {entry.name}  ({entry.target})  ERROR: {entry.error}")
             continue
         caps = ", ".join(_static_capabilities(entry.factory)) or "-"
-        print(f"{entry.name}  ({entry.target})  capabilities: {caps}")
+        print(f"{mark} {entry.name}  ({entry.target})  capabilities: {caps}")
     return 0
 
 
@@ -70,9 +74,15 @@ def _static_capabilities(factory: Any) -> list[str]:
     from memory.capabilities import capabilities_of
 
     cls = getattr(factory, "provider_class", None)
-    if cls is None:
+    if not isinstance(cls, type):
         return ["Provider"]
-    return ["Provider", *capabilities_of(_ClassProbe(cls))]
+    try:
+        # A bare instance (no __init__ run) answers isinstance like a real one, on every
+        # Python version (3.12 checks protocols with getattr_static, ignoring __getattr__).
+        probe: Any = object.__new__(cls)
+    except TypeError:
+        probe = _ClassProbe(cls)
+    return ["Provider", *capabilities_of(probe)]
 
 
 class _ClassProbe:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -170,8 +171,11 @@ def parse_duration(value: str | int | float) -> float:
     return seconds
 
 
-def interpolate(value: Any, env: dict[str, str] | None = None) -> Any:
-    """Replace `${VAR}` and `${VAR:-default}` in every string of a parsed YAML tree."""
+def interpolate(value: Any, env: Mapping[str, str] | None = None, key: str = "") -> Any:
+    """Replace `${VAR}` and `${VAR:-default}` in every string of a parsed YAML tree.
+
+    `${VAR:-default}` takes the default when VAR is unset or empty (as in the shell);
+    `${VAR}` with VAR unset is a ConfigError naming the key that uses it."""
     env = os.environ if env is None else env
     if isinstance(value, str):
         def sub(m: re.Match[str]) -> str:
@@ -179,15 +183,20 @@ def interpolate(value: Any, env: dict[str, str] | None = None) -> Any:
             got = env.get(name)
             if got is None or (got == "" and default is not None):
                 if default is None:
-                    raise ConfigError(f"environment variable {name} is not set (used as ${{{name}}})")
+                    where = f"{key}: " if key else ""
+                    raise ConfigError(
+                        f"{where}environment variable {name} is not set (used as ${{{name}}})"
+                    )
                 return default
             return got
 
         return _VAR.sub(sub, value)
     if isinstance(value, dict):
-        return {k: interpolate(v, env) for k, v in value.items()}
+        return {k: interpolate(v, env, f"{key}.{k}" if key else str(k))
+                for k, v in value.items()}
     if isinstance(value, list):
-        return [interpolate(v, env) for v in value]
+        return [interpolate(v, env, f"{key}.{i}" if key else str(i))
+                for i, v in enumerate(value)]
     return value
 
 
@@ -215,33 +224,59 @@ def resolve_path(path: str | os.PathLike[str] | None) -> Path:
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, *, check_provider: bool = True) -> Settings:
-    """Read, interpolate and validate a config file. Raises ConfigError."""
+    """Read, interpolate and validate a config file. Raises ConfigError.
+
+    Without `--config` and MNEMO_CONFIG a missing ./config.yaml means "all defaults"; a
+    file named explicitly (either way) must exist."""
     p = resolve_path(path)
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8")) if p.exists() else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{p}: not valid YAML{where}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot read ({exc})") from None
-    if not p.exists() and path is not None:
-        raise ConfigError(f"{p}: no such config file")
+    explicit = path is not None or bool(os.environ.get(ENV_CONFIG))
+    if not p.exists():
+        if explicit:
+            source = "--config" if path is not None else ENV_CONFIG
+            raise ConfigError(f"{p}: no such config file (given by {source})")
+        raw = None
+    else:
+        try:
+            raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"{p}: not valid YAML{where}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{p}: cannot read ({exc})") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{p}: expected a mapping of sections at the top level")
     try:
         settings = Settings.model_validate(interpolate(raw))
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
     except ValidationError as exc:
         raise ConfigError(f"{p}: {_explain(exc)}") from None
-    if check_provider:
-        from memory.registry import provider_names
+    from memory.registry import provider_names
 
-        names = provider_names()
-        if settings.memory.provider not in names:
-            raise ConfigError(
-                f"{p}: memory.provider: unknown provider {settings.memory.provider!r}; "
-                f"installed: {', '.join(sorted(names)) or 'none'}"
-            )
+    names = provider_names()
+    _check_provider_sections(p, settings, names)
+    if check_provider and settings.memory.provider not in names:
+        raise ConfigError(
+            f"{p}: memory.provider: unknown provider {settings.memory.provider!r}; "
+            f"installed: {', '.join(sorted(names)) or 'none'}"
+        )
     return settings
+
+
+def _check_provider_sections(p: Path, settings: Settings, installed: list[str]) -> None:
+    """`memory.<name>` sections beyond lcm/simple must belong to an installed provider, so
+    a typo such as `memory.lcn` is an error, not a silently ignored section."""
+    for key, value in (settings.memory.model_extra or {}).items():
+        if key not in installed:
+            raise ConfigError(
+                f"{p}: memory.{key}: unknown key (not a setting, nor an installed provider; "
+                f"installed: {', '.join(sorted(installed)) or 'none'})"
+            )
+        if not isinstance(value, dict):
+            raise ConfigError(
+                f"{p}: memory.{key}: expected a mapping of the provider's settings "
+                f"(got {type(value).__name__})"
+            )
