@@ -1,0 +1,187 @@
+"""config.yaml: interpolation, validation, `--config` / MNEMO_CONFIG on every command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.cli import EXIT_CONFIG, build_parser, main
+from bot.config import ConfigError, interpolate, load_settings, parse_duration
+
+MNEMO = Path(sys.executable).with_name("mnemo")
+
+# Every command with the arguments it needs; `test_every_command_is_listed` keeps this
+# in step with the parser.
+COMMANDS: list[list[str]] = [
+    ["run"],
+    ["chat"],
+    ["providers"],
+    ["migrate"],
+    ["reflect", "--once"],
+    ["memory", "status", "s1"],
+    ["memory", "sessions"],
+    ["memory", "search", "s1", "tea"],
+    ["memory", "export", "s1"],
+    ["memory", "compact", "--all"],
+    ["memory", "doctor"],
+    ["memory", "backup", "out.db"],
+    ["memory", "import", "in.json"],
+]
+
+
+def write(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _no_env_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("MNEMO_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./config.yaml unless a test writes one
+
+
+# --- interpolation ------------------------------------------------------------------
+
+
+def test_interpolation_forms() -> None:
+    env = {"A": "alpha", "EMPTY": ""}
+    tree = {"x": "${A}", "y": ["${B:-beta}", "${EMPTY:-dflt}", "${EMPTY}"], "z": 5,
+            "w": "pre-${A}-${B:-}-post"}
+    assert interpolate(tree, env) == {"x": "alpha", "y": ["beta", "dflt", ""], "z": 5,
+                                      "w": "pre-alpha--post"}
+
+
+def test_missing_variable_names_the_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        interpolate({"telegram": {"token": "${NO_SUCH_VAR_X}"}}, {})
+    assert str(info.value) == (
+        "telegram.token: environment variable NO_SUCH_VAR_X is not set (used as ${NO_SUCH_VAR_X})"
+    )
+
+
+def test_values_from_environment_are_typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MNEMO_TEST_PORT", "9000")
+    monkeypatch.setenv("MNEMO_TEST_KEY", "sk-test")
+    path = write(tmp_path, "telegram: {webhook: {port: '${MNEMO_TEST_PORT}'}}\n"
+                           "llm: {api_key: '${MNEMO_TEST_KEY}', base_url: '${UNSET_URL:-http://x/v1}'}\n")
+    settings = load_settings(path)
+    assert settings.telegram.webhook.port == 9000
+    assert settings.llm.api_key == "sk-test" and settings.llm.base_url == "http://x/v1"
+
+
+# --- validation ---------------------------------------------------------------------
+
+
+def test_defaults_and_partial_config(tmp_path: Path) -> None:
+    assert load_settings().memory.provider == "lcm"  # no ./config.yaml: all defaults
+    settings = load_settings(write(tmp_path, "memory: {fresh_tail: 5}\nreflect: {interval: 90m}\n"))
+    assert settings.memory.fresh_tail == 5 and settings.memory.budget_tokens == 80000
+    assert settings.reflect.interval_s == 5400
+    assert settings.provider_config()["keep_tail"] == settings.compaction.keep_tail
+    assert parse_duration("1d") == 86400
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("memory: {budget_tokens: lots}\n", "memory.budget_tokens: "),
+        ("telegram: {group_mode: sometimes}\n", "telegram.group_mode: "),
+        ("telegram: {allowed_ids: [1, two]}\n", "telegram.allowed_ids.1: "),
+        ("reflect: {interval: soon}\n", "reflect.interval: expected a duration"),
+        ("database: {url: 'mysql://x'}\n", "database.url: expected sqlite+aiosqlite"),
+        ("agnet: {id: x}\n", "agnet: unknown key"),
+        ("telegram: {webhook: {urll: x}}\n", "telegram.webhook.urll: unknown key"),
+        ("memory: {lcm: {leaf_chunk_sise: 4}}\n", "memory.lcm.leaf_chunk_sise: unknown key"),
+        ("memory: {lcn: {leaf_chunk_size: 4}}\n", "memory.lcn: unknown key"),
+        ("memory: {provider: lcn}\n", "memory.provider: unknown provider 'lcn'; installed: "),
+        ("- just\n- a list\n", "expected a mapping of sections"),
+        ("memory: {fresh_tail: [\n", "not valid YAML at line"),
+        ("llm: {api_key: '${NOT_SET_ANYWHERE}'}\n", "llm.api_key: environment variable"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, yaml_text: str, message: str) -> None:
+    path = write(tmp_path, yaml_text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    text = str(info.value)
+    assert text.startswith(f"{path}: ") and message in text and "\n" not in text
+
+
+def test_unknown_provider_lists_installed(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"installed: .*lcm.*simple"):
+        load_settings(write(tmp_path, "memory: {provider: nope}\n"))
+    # Commands that do not need the provider accept it.
+    assert load_settings(write(tmp_path, "memory: {provider: nope}\n"),
+                         check_provider=False).memory.provider == "nope"
+
+
+def test_explicit_config_must_exist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="no such config file .given by --config"):
+        load_settings(tmp_path / "missing.yaml")
+    monkeypatch.setenv("MNEMO_CONFIG", str(tmp_path / "gone.yaml"))
+    with pytest.raises(ConfigError, match="no such config file .given by MNEMO_CONFIG"):
+        load_settings()
+
+
+def test_config_flag_beats_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env_file = write(tmp_path, "agent: {id: from-env}\n", "env.yaml")
+    flag_file = write(tmp_path, "agent: {id: from-flag}\n", "flag.yaml")
+    write(tmp_path, "agent: {id: from-cwd}\n")
+    assert load_settings().agent.id == "from-cwd"
+    monkeypatch.setenv("MNEMO_CONFIG", str(env_file))
+    assert load_settings().agent.id == "from-env"
+    assert load_settings(flag_file).agent.id == "from-flag"
+
+
+# --- every command honours --config and MNEMO_CONFIG --------------------------------
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    found: set[tuple[str, ...]] = set()
+    for action in parser._actions:  # argparse offers no public walk of sub-parsers
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                inner = _subcommands(sub, (*prefix, name))
+                found |= inner or {(*prefix, name)}
+    return found
+
+
+def test_every_command_is_listed() -> None:
+    listed = {tuple(cmd[:2]) if cmd[0] == "memory" else (cmd[0],) for cmd in COMMANDS}
+    assert _subcommands(build_parser()) == listed
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c))
+def test_mnemo_config_env_on_every_command(
+    cmd: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = write(tmp_path, "memory: {fresh_tail: many}\n", "bad.yaml")
+    monkeypatch.setenv("MNEMO_CONFIG", str(bad))
+    assert main(cmd) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert err.startswith(f"mnemo: config error: {bad}: memory.fresh_tail: ")
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c))
+def test_bad_config_exits_nonzero_with_one_line(cmd: list[str], tmp_path: Path) -> None:
+    bad = write(tmp_path, "compaction: {keep_tail: -3}\n", "bad.yaml")
+    env = {k: v for k, v in os.environ.items() if k != "MNEMO_CONFIG"}
+    proc = subprocess.run([str(MNEMO), "--config", str(bad), *cmd], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "compaction.keep_tail" in lines[0] and "greater than or equal to 0" in lines[0]
+    assert proc.stdout == ""
+
+
+def test_config_flag_after_the_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = write(tmp_path, "memory: {fresh_tail: many}\n", "bad.yaml")
+    assert main(["memory", "status", "s1", "--config", str(bad)]) == EXIT_CONFIG
+    assert "memory.fresh_tail" in capsys.readouterr().err
