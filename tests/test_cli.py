@@ -1,0 +1,74 @@
+"""The `mnemo` command line: help everywhere, plain answers for commands not built yet."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.cli import EXIT_UNAVAILABLE, build_parser, main
+from tests.test_config import COMMANDS
+
+MNEMO = Path(sys.executable).with_name("mnemo")
+
+
+@pytest.fixture(autouse=True)
+def _clean_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("MNEMO_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_top_level_help_lists_every_command(tmp_path: Path) -> None:
+    proc = subprocess.run([str(MNEMO), "--help"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env={k: v for k, v in os.environ.items()
+                                           if k != "MNEMO_CONFIG"})
+    assert proc.returncode == 0, proc.stderr
+    for command in ("run", "chat", "providers", "migrate", "reflect", "memory", "--config"):
+        assert command in proc.stdout
+
+
+@pytest.mark.parametrize("cmd", sorted({tuple(c[:2]) if c[0] == "memory" else (c[0],)
+                                        for c in COMMANDS}), ids=" ".join)
+def test_every_subcommand_has_help(cmd: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([*cmd, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: mnemo {' '.join(cmd)}")
+    assert "--config PATH" in out
+
+
+def test_memory_without_action_prints_its_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["memory"]) == 2
+    out = capsys.readouterr().out
+    assert "status" in out and "sessions" in out and "compact" in out
+
+
+def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["frobnicate"])
+    assert info.value.code == 2
+    assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+def _not_yet_commands() -> list[list[str]]:
+    """The commands whose issue has not landed (their handler is `_not_yet`)."""
+    parser = build_parser()
+    out = []
+    for cmd in COMMANDS:
+        func = parser.parse_args(cmd).func
+        if func.__qualname__.startswith("_not_yet"):
+            out.append(cmd)
+    return out
+
+
+@pytest.mark.parametrize("cmd", _not_yet_commands() or [pytest.param(None, marks=pytest.mark.skip(
+    reason="every command has landed"))], ids=lambda c: " ".join(c or []))
+def test_commands_not_built_yet_say_so(cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(cmd) == EXIT_UNAVAILABLE
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"mnemo: 'mnemo {' '.join(c for c in cmd[:2] if not c.startswith('-'))}'")
+    assert "is not available yet (it lands with issue" in err
