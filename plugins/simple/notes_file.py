@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.errors import Conflict, InvalidArgument, NotFound, StoreCorrupt
+from memory.sanitize import storable
 from memory.types import NoteEntry, NoteHit, NoteKind, utcnow
 from plugins.simple.bm25 import BM25Index, tokenize
 
@@ -88,7 +89,7 @@ def clean_name(name: str) -> str:
         raise InvalidArgument(f"a note name is at most {MAX_NAME_LEN} characters")
     if any(ord(c) < 32 or ord(c) == 127 for c in cleaned):
         raise InvalidArgument("a note name must not contain control characters")
-    return cleaned
+    return storable(cleaned)
 
 
 def name_key(name: str) -> str:
@@ -101,7 +102,8 @@ def _check_content(content: str) -> str:
         raise InvalidArgument("note content must be text")
     if not content.strip():
         raise InvalidArgument("note content must not be empty")
-    return content
+    # As in the SQL history: NUL and lone surrogates (unencodable) become U+FFFD.
+    return storable(content)
 
 
 def _copy(entry: NoteEntry) -> NoteEntry:

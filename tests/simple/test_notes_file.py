@@ -197,3 +197,11 @@ def test_truncated_and_inconsistent_files_are_corrupt(path: Path) -> None:
     path.write_bytes(b"\n".join([lines[0], lines[1], json.dumps(second).encode()]) + b"\n")
     with pytest.raises(StoreCorrupt, match="bound twice"):
         NotesFile.open(path)
+
+
+def test_hostile_text_is_stored(path: Path) -> None:
+    notes = NotesFile.open(path)
+    notes.apply(Add("odd \ud800 name", "nul \x00 and lone \udfff surrogate 🙂"))
+    entry = NotesFile.open(path).entries()[0]
+    assert entry.name == "odd \ufffd name"
+    assert entry.content == "nul \ufffd and lone \ufffd surrogate 🙂"

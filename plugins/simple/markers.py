@@ -1,0 +1,88 @@
+"""Reading and writing compact markers (the `simple_compactions` table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from plugins.simple.models import SimpleCompaction
+
+markers = SimpleCompaction.__table__
+
+
+@dataclass(frozen=True)
+class Marker:
+    id: int
+    through_seq: int  # the last message seq the summary covers
+    summary: str
+    archive_name: str
+    archived_at: datetime
+
+
+def utc(value: datetime) -> datetime:
+    # SQLite returns naive datetimes for timezone-aware columns.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+async def latest(conn: AsyncConnection, conversation_id: int) -> Marker | None:
+    row = (
+        (
+            await conn.execute(
+                sa.select(markers)
+                .where(markers.c.conversation_id == conversation_id)
+                .order_by(markers.c.id.desc())
+                .limit(1)
+            )
+        )
+        .mappings()
+        .first()
+    )
+    if row is None:
+        return None
+    return Marker(
+        id=row["id"],
+        through_seq=row["through_seq"],
+        summary=row["summary"],
+        archive_name=row["archive_name"],
+        archived_at=utc(row["archived_at"]),
+    )
+
+
+async def count(conn: AsyncConnection, conversation_id: int) -> int:
+    return int(
+        await conn.scalar(
+            sa.select(sa.func.count()).where(markers.c.conversation_id == conversation_id)
+        )
+        or 0
+    )
+
+
+async def insert(
+    conn: AsyncConnection,
+    conversation_id: int,
+    *,
+    through_seq: int,
+    summary: str,
+    archive_name: str,
+    archived_at: datetime,
+    messages_compacted: int,
+    source_tokens: int,
+) -> int:
+    return int(
+        await conn.scalar(
+            sa.insert(markers)
+            .values(
+                conversation_id=conversation_id,
+                through_seq=through_seq,
+                summary=summary,
+                archive_name=archive_name,
+                archived_at=archived_at,
+                messages_compacted=messages_compacted,
+                source_tokens=source_tokens,
+            )
+            .returning(markers.c.id)
+        )
+    )

@@ -1,0 +1,530 @@
+"""The `simple` memory provider: handoff compaction over the shared SQL history, plus the
+single-file notes/archives memory of each (agent, user).
+
+History lives in the shared tables (`memory.history`), never deleted. A compaction asks
+the summarizer for the structured handoff summary of everything before the last
+`keep_tail` messages (and after the previous marker, whose summary it carries forward),
+stores it as an Archive entry in the user's notes file and appends a compact marker.
+Assemble replays from the latest marker: the summary as a user message, an assistant
+acknowledgement, then the messages after it.
+
+Budget priority in assemble: the fresh tail always, then the summary pair, then older
+messages after the marker, newest first. Dropping a middle message loses less than
+dropping the summary, which stands for everything before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import weakref
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from memory.capabilities import ProviderContext, Summarizer
+from memory.errors import Conflict, InvalidArgument
+from memory.history import HistoryStore, SessionHistory, StoredMessage, messages
+from memory.sanitize import storable
+from memory.stores import SharedStores
+from memory.summarizer import SummarizerError
+from memory.tokens import estimate_tokens
+from memory.transcript import render_transcript, safe_start, without_leading_results
+from memory.types import (
+    Action,
+    ChangeEntry,
+    ChangeSource,
+    CompactionMode,
+    CompactionResult,
+    Message,
+    NoteEntry,
+    NoteHit,
+    NoteKind,
+    Role,
+    Scope,
+    SearchMode,
+    SearchQuery,
+    SearchResult,
+    SearchScope,
+    Session,
+    SessionStats,
+    SummarizeOptions,
+    utcnow,
+)
+from plugins.simple import markers
+from plugins.simple.markers import Marker, utc
+from plugins.simple.notes_file import Add, Alias, Remove, Rename, Write
+from plugins.simple.notes_store import NotesStore
+from plugins.simple.search import like_pattern, snippet
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STORE_DIR = "data/memory"
+DEFAULT_KEEP_TAIL = 20
+# The handoff summary targets a third of what it replaces, within these bounds: short
+# sources still get room for the seven headings, long ones stay readable.
+MIN_SUMMARY_TOKENS = 256
+MAX_SUMMARY_TOKENS = 4000
+# Reflect reads the review context in one LLM call: keep its newest part within this.
+MAX_REVIEW_TOKENS = 24000
+PAGE = 256
+
+SUMMARY_INTRO = (
+    "The earlier part of this conversation was compacted. Its handoff summary follows "
+    "(the full text is kept in memory as the archive note {name!r}).\n\n{summary}"
+)
+ACKNOWLEDGEMENT = (
+    "Understood. I have the summary of our earlier conversation and will continue from it."
+)
+
+
+def _session_slug(session_id: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", session_id.casefold()).strip("-")
+    return slug[:48].rstrip("-") or "session"
+
+
+class SimpleProvider(SharedStores, SessionHistory):
+    """Provider, Compactor, Searcher, NoteStore, SessionManager, Reviewer and the shared
+    stores (profile, soul, constraints, versions, changelog, snapshots)."""
+
+    name = "simple"
+
+    def __init__(
+        self,
+        ctx: ProviderContext,
+        *,
+        store_dir: Path | str = DEFAULT_STORE_DIR,
+        keep_tail: int = DEFAULT_KEEP_TAIL,
+    ) -> None:
+        if isinstance(keep_tail, bool) or not isinstance(keep_tail, int) or keep_tail < 0:
+            raise InvalidArgument(f"memory.simple keep_tail must be >= 0, got {keep_tail!r}")
+        self.engine = ctx.engine
+        self.summarizer: Summarizer = ctx.summarizer
+        self.agent_id = ctx.agent_id
+        self.keep_tail = keep_tail
+        self.history = HistoryStore(ctx.engine)
+        self.notes = NotesStore(Path(store_dir))
+        # One compaction per session at a time in this process (a second /compact waits
+        # and then finds nothing new); appends never wait for it.
+        self._compacting: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        self._closed = False
+
+    # ---- Provider ------------------------------------------------------------------
+
+    async def bootstrap(self, session: Session) -> None:
+        await self.history.bootstrap(session)
+
+    async def append(self, session: Session, *msgs: Message) -> None:
+        await self.history.append(session, *msgs)
+
+    async def assemble(self, session: Session, budget: int, fresh_tail: int) -> list[Message]:
+        async with self.engine.connect() as conn:
+            conv_id = await self.history.conversation_id(session.id, conn)
+            if conv_id is None:
+                return []
+            marker = await markers.latest(conn, conv_id)
+            after = marker.through_seq if marker else 0
+            prefix = _summary_pair(marker) if marker else []
+            prefix_tokens = sum(estimate_tokens(m.text()) for m in prefix)
+
+            picked: list[Message] = []  # newest first
+            used = 0
+            tail_open = fresh_tail > 0
+            with_prefix: bool | None = None if prefix else False
+            async for stored, msg in self._newest_first(conn, conv_id, after):
+                # The fresh tail, extended back over tool results to their call.
+                if tail_open and (len(picked) < fresh_tail or picked[-1].role == Role.TOOL):
+                    picked.append(msg)
+                    used += stored.token_count
+                    continue
+                tail_open = False
+                if with_prefix is None:
+                    with_prefix = used + prefix_tokens <= budget
+                    used += prefix_tokens if with_prefix else 0
+                if used + stored.token_count > budget:
+                    break
+                picked.append(msg)
+                used += stored.token_count
+            if with_prefix is None:
+                with_prefix = used + prefix_tokens <= budget
+        picked.reverse()
+        # Cut by the budget, a call's results may have lost their call.
+        picked = without_leading_results(picked)
+        return (prefix if with_prefix else []) + picked
+
+    async def stats(self, session: Session) -> SessionStats:
+        async with self.engine.connect() as conn:
+            conv_id = await self.history.conversation_id(session.id, conn)
+            if conv_id is None:
+                return SessionStats()
+            n_markers = await markers.count(conn, conv_id)
+            context = await self._context_tokens(conn, conv_id)
+        count, tokens, oldest, newest = await self.history.message_stats(session)
+        return SessionStats(
+            message_count=count,
+            token_count=tokens,
+            summary_count=n_markers,
+            context_tokens=context,
+            oldest_at=oldest,
+            newest_at=newest,
+        )
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.notes.close()
+
+    # ---- Compactor -----------------------------------------------------------------
+
+    async def needs_compaction(self, session: Session, threshold: int) -> bool:
+        if threshold < 0:
+            return False
+        async with self.engine.connect() as conn:
+            conv_id = await self.history.conversation_id(session.id, conn)
+            if conv_id is None:
+                return False
+            if await self._context_tokens(conn, conv_id) <= threshold:
+                return False
+            marker = await markers.latest(conn, conv_id)
+            live = await self._count_after(conn, conv_id, marker.through_seq if marker else 0)
+        # Over the threshold but all of it in the kept tail: compacting would change nothing.
+        return live > self.keep_tail
+
+    async def compact(
+        self, session: Session, mode: CompactionMode = CompactionMode.INCREMENTAL
+    ) -> CompactionResult:
+        """Handoff compaction (both modes do the same: everything before the kept tail).
+
+        Raises the summarizer's error (or SummarizerError for an empty summary) with the
+        history untouched; Conflict when another process compacted the session meanwhile.
+        """
+        lock = self._compacting.get(session.id)
+        if lock is None:
+            lock = self._compacting[session.id] = asyncio.Lock()
+        async with lock:
+            return await self._compact(session)
+
+    async def _compact(self, session: Session) -> CompactionResult:
+        started = time.monotonic()
+        async with self.engine.connect() as conn:
+            conv_id = await self.history.conversation_id(session.id, conn)
+            if conv_id is None:
+                return CompactionResult()
+            marker = await markers.latest(conn, conv_id)
+            after = marker.through_seq if marker else 0
+            rows = await self.history.load_messages(
+                conn, (messages.c.conversation_id == conv_id) & (messages.c.seq > after)
+            )
+            n_markers = await markers.count(conn, conv_id)
+        prefix_tokens = (
+            sum(estimate_tokens(m.text()) for m in _summary_pair(marker)) if marker else 0
+        )
+        tokens_before = prefix_tokens + sum(s.token_count for s, _ in rows)
+        cut = safe_start([m for _, m in rows], len(rows) - self.keep_tail)
+        if cut <= 0:
+            return CompactionResult(tokens_before=tokens_before, tokens_after=tokens_before)
+        chosen, tail = rows[:cut], rows[cut:]
+        source_tokens = sum(s.token_count for s, _ in chosen)
+        target = min(
+            MAX_SUMMARY_TOKENS,
+            max(
+                MIN_SUMMARY_TOKENS,
+                (source_tokens + estimate_tokens(marker.summary if marker else "")) // 3,
+            ),
+        )
+        # The slow call, outside every lock: appends go on meanwhile.
+        summary = await self.summarizer.summarize(
+            render_transcript([m for _, m in chosen]),
+            SummarizeOptions(
+                handoff=True, previous=marker.summary if marker else "", target_tokens=target
+            ),
+        )
+        if not isinstance(summary, str) or not summary.strip():
+            raise SummarizerError("empty summary response")
+        summary = storable(summary.strip())
+        archived_at = utcnow()
+        base = f"archive-{_session_slug(session.id)}-{n_markers + 1}"
+        archive = await self._add_archive(session, base, summary)
+        through = chosen[-1][0].seq
+        try:
+            async with self.history.session_transaction(session) as (tx, tx_conv):
+                now_latest = await markers.latest(tx, tx_conv)
+                if (now_latest.id if now_latest else None) != (marker.id if marker else None):
+                    raise Conflict("the session was compacted meanwhile; nothing changed")
+                await markers.insert(
+                    tx,
+                    tx_conv,
+                    through_seq=through,
+                    summary=summary,
+                    archive_name=archive.name,
+                    archived_at=archived_at,
+                    messages_compacted=len(chosen),
+                    source_tokens=source_tokens,
+                )
+        except BaseException:
+            await self._drop_archive(session, archive.name)
+            raise
+        await self._log_compaction(session, archive.name, summary)
+        new_marker = Marker(0, through, summary, archive.name, archived_at)
+        tokens_after = sum(estimate_tokens(m.text()) for m in _summary_pair(new_marker)) + sum(
+            s.token_count for s, _ in tail
+        )
+        return CompactionResult(
+            leaf_summaries_created=1,
+            messages_compacted=len(chosen),
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+            duration_s=time.monotonic() - started,
+            summary=summary,
+        )
+
+    async def _add_archive(self, session: Session, base: str, summary: str) -> NoteEntry:
+        # The generated name may be taken (a note the agent named so); try the next one.
+        for attempt in range(100):
+            name = base if attempt == 0 else f"{base}-{attempt + 1}"
+            try:
+                entry = await self.notes.apply(
+                    session.agent_id, session.user_id, Add(name, summary, NoteKind.ARCHIVE)
+                )
+            except Conflict:
+                continue
+            assert entry is not None
+            return entry
+        raise Conflict(f"no free archive name after {base!r}")
+
+    async def _drop_archive(self, session: Session, name: str) -> None:
+        try:
+            await self.notes.apply(session.agent_id, session.user_id, Remove(name))
+        except Exception:  # the compaction error matters more than this cleanup
+            log.warning("could not remove archive %r of a failed compaction", name, exc_info=True)
+
+    async def _log_compaction(self, session: Session, archive_name: str, summary: str) -> None:
+        # Best effort: the compaction is committed; its changelog row is a record of it.
+        try:
+            await self.write_changelog(
+                ChangeEntry(
+                    user_id=session.user_id,
+                    agent_id=session.agent_id,
+                    scope=Scope.COMPACTION,
+                    action=Action.COMPACT,
+                    source=ChangeSource.SYSTEM,
+                    session_id=session.id,
+                    before_text=archive_name,
+                    after_text=summary,
+                )
+            )
+        except Exception:
+            log.warning("compaction of %s not recorded in the changelog", session.id, exc_info=True)
+
+    # ---- Searcher ------------------------------------------------------------------
+
+    async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]:
+        """Notes and archives (BM25 in `full_text` mode, substring otherwise) and the
+        session's messages (substring, newest first; they have no BM25 index here).
+        Scope `summaries` means the archives, `messages` the history."""
+        text = query.text.strip() if isinstance(query.text, str) else ""
+        if not text:
+            raise InvalidArgument("search text must not be empty")
+        limit = max(1, min(int(query.limit or 20), 100))
+        try:
+            scope, mode = SearchScope(query.scope), SearchMode(query.mode)
+        except ValueError as exc:
+            raise InvalidArgument(f"bad search scope or mode: {exc}") from exc
+        out: list[SearchResult] = []
+        if scope != SearchScope.MESSAGES:
+            kinds = {NoteKind.ARCHIVE} if scope == SearchScope.SUMMARIES else set(NoteKind)
+            out += await self._search_entries(session, text, mode, kinds, limit)
+        if scope != SearchScope.SUMMARIES and len(out) < limit:
+            out += await self._search_messages(session, text, limit - len(out))
+        return out[:limit]
+
+    async def _search_entries(
+        self, session: Session, text: str, mode: SearchMode, kinds: set[NoteKind], limit: int
+    ) -> list[SearchResult]:
+        if mode == SearchMode.FULL_TEXT:
+            # Ask for more when filtering by kind, so the filter cannot starve the result.
+            wanted = limit if len(kinds) == len(NoteKind) else limit * 4
+            hits = await self.notes.search(session.agent_id, session.user_id, text, wanted)
+        else:
+            needle = text.casefold()
+            hits = [
+                NoteHit(e, 1.0)
+                for e in reversed(await self.notes.entries(session.agent_id, session.user_id))
+                if needle in e.content.casefold() or needle in e.name.casefold()
+            ]
+        return [
+            SearchResult(
+                source_type="archive" if h.entry.kind == NoteKind.ARCHIVE else "note",
+                source_id=h.entry.name,
+                content=snippet(h.entry.content, text),
+                score=h.score,
+                timestamp=h.entry.created_at,
+            )
+            for h in hits
+            if h.entry.kind in kinds
+        ][:limit]
+
+    async def _search_messages(self, session: Session, text: str, limit: int) -> list[SearchResult]:
+        async with self.engine.connect() as conn:
+            conv_id = await self.history.conversation_id(session.id, conn)
+            if conv_id is None:
+                return []
+            rows = (
+                await conn.execute(
+                    sa.select(
+                        messages.c.id, messages.c.content, messages.c.created_at, messages.c.seq
+                    )
+                    .where(
+                        messages.c.conversation_id == conv_id,
+                        messages.c.content.ilike(like_pattern(text), escape="\\"),
+                    )
+                    .order_by(messages.c.seq.desc())
+                    .limit(limit)
+                )
+            ).all()
+        return [
+            SearchResult(
+                source_type="message",
+                source_id=str(r.id),
+                content=snippet(r.content, text),
+                score=0.0,
+                timestamp=utc(r.created_at),
+            )
+            for r in rows
+        ]
+
+    # ---- NoteStore -----------------------------------------------------------------
+
+    async def _apply(self, session: Session, op: Any) -> NoteEntry:
+        entry = await self.notes.apply(session.agent_id, session.user_id, op)
+        assert entry is not None
+        return entry
+
+    async def note_add(
+        self, session: Session, name: str, content: str, kind: NoteKind = NoteKind.NOTE
+    ) -> NoteEntry:
+        return await self._apply(session, Add(name, content, NoteKind(kind)))
+
+    async def note_rename(self, session: Session, name: str, new_name: str) -> NoteEntry:
+        return await self._apply(session, Rename(name, new_name))
+
+    async def note_alias(self, session: Session, name: str, alias: str) -> NoteEntry:
+        return await self._apply(session, Alias(name, alias))
+
+    async def note_write(self, session: Session, name: str, content: str) -> NoteEntry:
+        return await self._apply(session, Write(name, content))
+
+    async def note_remove(self, session: Session, name: str) -> None:
+        await self.notes.apply(session.agent_id, session.user_id, Remove(name))
+
+    async def note_get(self, session: Session, name: str) -> NoteEntry:
+        return await self.notes.get(session.agent_id, session.user_id, name)
+
+    async def note_list(self, session: Session) -> list[NoteEntry]:
+        return await self.notes.entries(session.agent_id, session.user_id)
+
+    async def note_search(self, session: Session, text: str, limit: int = 10) -> list[NoteHit]:
+        return await self.notes.search(session.agent_id, session.user_id, text, limit)
+
+    # ---- Reviewer ------------------------------------------------------------------
+
+    async def build_review_context(self, session: Session, since: datetime | None) -> str:
+        """The latest summary as background, then the messages after `since` (after the
+        latest marker when `since` is None), newest kept within MAX_REVIEW_TOKENS."""
+        async with self.engine.connect() as conn:
+            conv_id = await self.history.conversation_id(session.id, conn)
+            if conv_id is None:
+                return ""
+            marker = await markers.latest(conn, conv_id)
+            if since is not None:
+                where = messages.c.created_at > since
+                after = 0
+            else:
+                where = sa.true()
+                after = marker.through_seq if marker else 0
+            picked: list[Message] = []
+            used = 0
+            async for stored, msg in self._newest_first(conn, conv_id, after, where):
+                if picked and used + stored.token_count > MAX_REVIEW_TOKENS:
+                    break
+                picked.append(msg)
+                used += stored.token_count
+        if not picked:
+            return ""
+        picked.reverse()
+        parts = []
+        if marker is not None:
+            parts.append(
+                "<background>\nSummary of the conversation so far (from its latest "
+                f"compaction):\n{marker.summary}\n</background>"
+            )
+        parts.append(
+            f"<messages>\n{render_transcript(without_leading_results(picked))}\n</messages>"
+        )
+        return "\n\n".join(parts)
+
+    # ---- helpers -------------------------------------------------------------------
+
+    async def _newest_first(
+        self,
+        conn: AsyncConnection,
+        conv_id: int,
+        after_seq: int,
+        where: sa.ColumnElement[bool] | None = None,
+    ) -> AsyncIterator[tuple[StoredMessage, Message]]:
+        """Messages of the conversation with seq > after_seq, newest first, paged."""
+        upper: int | None = None
+        while True:
+            cond = (messages.c.conversation_id == conv_id) & (messages.c.seq > after_seq)
+            if upper is not None:
+                cond = cond & (messages.c.seq < upper)
+            if where is not None:
+                cond = cond & where
+            page = await self.history.load_messages(conn, cond, limit=PAGE, newest_first=True)
+            for row in page:
+                yield row
+            if len(page) < PAGE:
+                return
+            upper = page[-1][0].seq
+
+    async def _count_after(self, conn: AsyncConnection, conv_id: int, after_seq: int) -> int:
+        return int(
+            await conn.scalar(
+                sa.select(sa.func.count()).where(
+                    messages.c.conversation_id == conv_id, messages.c.seq > after_seq
+                )
+            )
+            or 0
+        )
+
+    async def _context_tokens(self, conn: AsyncConnection, conv_id: int) -> int:
+        """Tokens of everything assemble would replay with an unlimited budget."""
+        marker = await markers.latest(conn, conv_id)
+        after = marker.through_seq if marker else 0
+        live = await conn.scalar(
+            sa.select(sa.func.coalesce(sa.func.sum(messages.c.token_count), 0)).where(
+                messages.c.conversation_id == conv_id, messages.c.seq > after
+            )
+        )
+        prefix = sum(estimate_tokens(m.text()) for m in _summary_pair(marker)) if marker else 0
+        return int(live or 0) + prefix
+
+
+def _summary_pair(marker: Marker) -> list[Message]:
+    """The compact marker as the model sees it: summary (user) + acknowledgement."""
+    return [
+        Message(
+            Role.USER,
+            SUMMARY_INTRO.format(name=marker.archive_name, summary=marker.summary),
+            created_at=marker.archived_at,
+        ),
+        Message(Role.ASSISTANT, ACKNOWLEDGEMENT, created_at=marker.archived_at),
+    ]
