@@ -391,6 +391,7 @@ class _Call:
     provider: Any
     session: Session
     params: dict[str, Any]
+    offered: list[str]
 
     @property
     def owner(self) -> tuple[int, str]:
@@ -414,7 +415,7 @@ async def run_tool(
         action, params = validate_call(parse_arguments(arguments), offered, provider_actions)
     except ToolArgumentError as exc:
         return f"error: {exc}"
-    call = _Call(provider, session, params)
+    call = _Call(provider, session, params, offered)
     with with_session_id(session.id), with_user_id(session.user_id), with_agent_id(
         session.agent_id
     ):
@@ -469,7 +470,7 @@ def _constraints(entries: list[ConstraintEntry]) -> str:
 
 async def _status(c: _Call) -> str:
     stats = await c.provider.stats(c.session)
-    actions = ", ".join(tool_actions(c.provider))
+    actions = ", ".join(c.offered)
     caps = ", ".join(capabilities_of(unwrap(c.provider))) or "none"
     lines = [
         f"provider: {c.provider.name} (capabilities: {caps})",

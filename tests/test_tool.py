@@ -373,6 +373,8 @@ async def test_status() -> None:
     assert "provider: full" in out and "Searcher" in out
     assert "12 messages (340 tokens), 2 summaries, context 120 tokens" in out
     assert "2025-01-02 03:04 UTC" in out and "actions: status, search" in out
+    limited = await call(Full(), {"action": "status"}, allowed_actions={"status", "profile_get"})
+    assert limited.endswith("actions: status, profile_get")
 
 
 async def test_search_renders_ids_scores_snippets() -> None:
