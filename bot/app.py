@@ -17,6 +17,8 @@ from bot.pool import Pool
 from memory.capabilities import ProviderContext, Summarizer
 from memory.db import create_engine, migrate
 from memory.registry import create_provider
+from memory.session_lock import SessionLocks
+from memory.tracing import with_tracing
 
 log = logging.getLogger(__name__)
 trace_log = logging.getLogger("mnemo.trace")
@@ -29,11 +31,13 @@ class Services:
     provider: Any
     llm: LLMClient
     pool: Pool
+    locks: SessionLocks
 
     async def close(self) -> None:
         """Pool first (its background compactions still use the provider), then the
         provider, the LLM client and the engine. Safe to call twice."""
         await self.pool.close()
+        await self.locks.close()
         await self.provider.close()
         await self.llm.close()
         await self.engine.dispose()
@@ -72,15 +76,12 @@ async def build_services(settings: Settings, *, llm: LLMClient | None = None,
             config=settings.provider_config(),
         )
         provider = create_provider(settings.memory.provider, ctx)
-        try:
-            from memory.tracing import with_tracing
-        except ImportError:  # pragma: no cover - tracing is part of memory/
-            pass
-        else:
-            provider = with_tracing(provider, _trace)
-        pool = Pool(provider, llm, settings)
+        provider = with_tracing(provider, _trace)
+        locks = SessionLocks(engine)
+        pool = Pool(provider, llm, settings, locks=locks)
     except BaseException:
         await engine.dispose()
         raise
     log.info("memory provider %s on %s", settings.memory.provider, engine.dialect.name)
-    return Services(settings=settings, engine=engine, provider=provider, llm=llm, pool=pool)
+    return Services(settings=settings, engine=engine, provider=provider, llm=llm, pool=pool,
+                    locks=locks)

@@ -33,24 +33,25 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bot.config import Settings
 from bot.llm import LLMError, OnDelta
 from bot.prompt import build_system_prompt, read_memory, snapshot_version
 from bot.runner import Completer, Tool, run_turn
 from memory.capabilities import (
+    ChangelogReader,
     Compactor,
     ProfileStore,
     SessionManager,
-    SessionSnapshotStore,
 )
 from memory.context import with_agent_id, with_change_source, with_session_id, with_user_id
 from memory.errors import NotFound, Unsupported
+from memory.identity import seed_identity
 from memory.tokens import estimate_tokens
 from memory.types import (
     ChangeSource,
@@ -66,12 +67,6 @@ log = logging.getLogger(__name__)
 
 GENERATION_SEP = "#"
 DEFAULT_IDLE_S = 900.0
-# Memory-tool actions that only read: any other action may write, so the session's
-# snapshot is advanced after it (advancing when nothing changed is harmless).
-READ_ONLY_ACTIONS = frozenset({
-    "status", "search", "describe", "expand", "profile_get", "soul_get", "profile_history",
-    "constraint_list", "note_get", "note_list", "note_search",
-})
 # The history never gets less than this, whatever the system prompt costs.
 MIN_HISTORY_BUDGET = 256
 
@@ -94,12 +89,20 @@ class _Slot:
 ToolFactory = Callable[[Any, Session], list[Tool]]
 
 
+class TurnLocks(Protocol):
+    """Whole-turn locks per session, e.g. `memory.session_lock.SessionLocks`, which also
+    serialises one session's turns across replicas on PostgreSQL."""
+
+    def hold(self, session_id: str) -> AbstractAsyncContextManager[None]: ...
+
+
 def memory_tools(provider: Any, session: Session) -> list[Tool]:
     """The `memory` tool for `session`, from `memory.tool` (every write tagged `agent`)."""
     from memory import tool as memory_tool
 
-    schema = memory_tool.build_tool(provider)
-    if not schema:
+    try:
+        schema = memory_tool.build_tool(provider)
+    except ValueError:  # a provider with no tool actions at all
         return []
 
     async def handler(args: dict[str, Any]) -> str:
@@ -141,9 +144,13 @@ def apology(reason: str) -> str:
 
 class Pool:
     def __init__(self, provider: Any, llm: Completer, settings: Settings, *,
-                 idle_s: float = DEFAULT_IDLE_S, tools: ToolFactory | None = memory_tools,
+                 locks: TurnLocks | None = None, idle_s: float = DEFAULT_IDLE_S,
+                 tools: ToolFactory | None = memory_tools,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """`locks`: shared turn locks (the app passes `SessionLocks`); without them the
+        pool keeps in-process locks, one slot per session, reaped after `idle_s`."""
         self.provider = provider
+        self._locks = locks
         self.llm = llm
         self.settings = settings
         self.idle_s = idle_s
@@ -184,6 +191,17 @@ class Pool:
             slot.users -= 1
             slot.last_used = self._clock()
 
+    @asynccontextmanager
+    async def _hold(self, session_id: str) -> AsyncIterator[None]:
+        """The session's turn lock: turns of one session never interleave."""
+        if self._locks is not None:
+            async with self._locks.hold(session_id):
+                yield
+            return
+        with self._slot(session_id) as slot:
+            async with slot.lock:
+                yield
+
     # --- turns ----------------------------------------------------------------------
 
     async def chat(self, session: Session, text: str, *, on_delta: OnDelta | None = None) -> Reply:
@@ -193,10 +211,9 @@ class Pool:
             raise RuntimeError("the pool is closed")
         if not text.strip():
             return Reply("There is nothing to answer: the message is empty.", error=True)
-        with self._slot(session.id) as slot:
-            async with slot.lock:
-                with bind_session(session):
-                    reply = await self._turn(session, text, on_delta)
+        async with self._hold(session.id):
+            with bind_session(session):
+                reply = await self._turn(session, text, on_delta)
         if not reply.error:
             self._schedule_compaction(session)
         return reply
@@ -231,10 +248,8 @@ class Pool:
                         session.id, exc.attempts, exc.reason)
             return Reply(apology(exc.reason), error=True)
         try:
+            # (memory.tool advanced the snapshot after each of its writes already)
             await provider.append(session, *result.messages)
-            if any(_may_write(c.arguments) for c in result.tool_calls) and isinstance(
-                    provider, SessionSnapshotStore):
-                await provider.advance_snapshot(session.id, session.user_id, session.agent_id)
         except Exception as exc:
             log.exception("could not store the answer of session %s", session.id)
             return Reply(f"Sorry, my memory store failed while saving the answer "
@@ -243,16 +258,13 @@ class Pool:
 
     async def _seed_identity(self, session: Session) -> None:
         key = (session.user_id, session.agent_id)
-        if key in self._seeded or not isinstance(self.provider, ProfileStore):
+        if key in self._seeded:
             return
-        try:
-            from memory.identity import seed_identity
-        except ImportError:  # pragma: no cover - identity seeding not installed
-            self._seeded.add(key)
-            return
-        with with_change_source(ChangeSource.SYSTEM):
-            await seed_identity(self.provider, Path(self.settings.data_dir),
-                                session.user_id, session.agent_id)
+        if not (isinstance(self.provider, ProfileStore)
+                and isinstance(self.provider, ChangelogReader)):
+            return  # seeding needs the changelog to tell "never set" from "cleared"
+        await seed_identity(self.provider, Path(self.settings.data_dir),
+                            session.user_id, session.agent_id)
         self._seeded.add(key)
 
     # --- compaction ------------------------------------------------------------------
@@ -345,18 +357,17 @@ class Pool:
         """Archive the live session of `base` and return the next one (`/new`)."""
         current = await self.current_session(base)
         gen = generation_of(base.id, current.id) or 0
-        with self._slot(current.id) as slot:
-            async with slot.lock:  # never archive under a running turn
-                manager = self._manager()
-                if manager is not None:
-                    try:
-                        info = await manager.load_info(current.id)
-                    except NotFound:
-                        info = SessionInfo(id=current.id, agent_id=current.agent_id,
-                                           user_id=current.user_id, channel=current.channel)
-                    await manager.save_info(dataclasses.replace(info, archived=True))
-                nxt = with_generation(base, gen + 1)
-                self._current[base.id] = nxt
+        async with self._hold(current.id):  # never archive under a running turn
+            manager = self._manager()
+            if manager is not None:
+                try:
+                    info = await manager.load_info(current.id)
+                except NotFound:
+                    info = SessionInfo(id=current.id, agent_id=current.agent_id,
+                                       user_id=current.user_id, channel=current.channel)
+                await manager.save_info(dataclasses.replace(info, archived=True))
+            nxt = with_generation(base, gen + 1)
+            self._current[base.id] = nxt
         return nxt
 
     # --- lifecycle -------------------------------------------------------------------
@@ -372,12 +383,4 @@ class Pool:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-
-
-def _may_write(arguments: str) -> bool:
-    try:
-        action = json.loads(arguments or "{}").get("action", "")
-    except (ValueError, AttributeError):
-        return False
-    return isinstance(action, str) and action not in READ_ONLY_ACTIONS
 

@@ -40,16 +40,20 @@ async def read_memory(provider: object, session: Session, version: int | None) -
     the provider can read versions, else current."""
     view = MemoryView(version=version)
     uid, aid = session.user_id, session.agent_id
+    # Version 0 = nothing was stored yet when the session froze its view (versions start
+    # at 1); the stores read a version <= 0 as "current", so it must not reach them.
     if isinstance(provider, ProfileStore):
         if version is not None and isinstance(provider, VersionedProfileStore):
-            view.soul = await provider.get_soul_at(uid, aid, version)
-            view.profile = await provider.get_profile_at(uid, aid, version)
+            if version > 0:
+                view.soul = await provider.get_soul_at(uid, aid, version)
+                view.profile = await provider.get_profile_at(uid, aid, version)
         else:
             view.soul = await provider.get_soul(uid, aid)
             view.profile = await provider.get_profile(uid, aid)
     if isinstance(provider, ConstraintStore):
         if version is not None and isinstance(provider, VersionedConstraintStore):
-            view.constraints = await provider.get_constraints_at(uid, aid, version)
+            if version > 0:
+                view.constraints = await provider.get_constraints_at(uid, aid, version)
         else:
             view.constraints = await provider.get_constraints(uid, aid)
     return view
