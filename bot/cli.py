@@ -136,6 +136,26 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return _run_async(go())
 
 
+def cmd_memory(args: argparse.Namespace) -> int:
+    """`mnemo memory ACTION`: the operator commands live in bot/operator.py."""
+    from bot import operator
+
+    settings = _settings(args)
+    action = args.memory_command
+    if action == "backup":
+        return operator.backup(settings, args.path)
+    runs = {
+        "status": lambda: operator.status(settings, args.session),
+        "sessions": lambda: operator.sessions(settings),
+        "search": lambda: operator.search(settings, args.session, args.text),
+        "export": lambda: operator.export(settings, args.session, args.format),
+        "import": lambda: operator.import_(settings, args.path),
+        "compact": lambda: operator.compact(settings, args.session, args.all),
+        "doctor": lambda: operator.doctor(settings),
+    }
+    return _run_async(runs[action]())
+
+
 # --- parser -------------------------------------------------------------------------
 
 
@@ -175,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def madd(name: str, helptext: str, issue: int) -> argparse.ArgumentParser:
         p = msub.add_parser(name, help=helptext, description=helptext, parents=[common])
-        p.set_defaults(func=_not_yet(f"mnemo memory {name}", issue))
+        p.set_defaults(func=cmd_memory)
         return p
 
     status = madd("status", "memory statistics of one session", 6)

@@ -1,0 +1,401 @@
+"""`mnemo memory ...`: the operator's commands over a live database.
+
+Every command opens the configured database (migrating it, as every start does) and the
+configured provider through the registry. Only `compact` builds the full services (it
+needs the LLM for summaries); the others give the provider a summarizer that refuses, so
+`doctor`, `export` or `backup` never need an API key.
+
+Output goes to stdout; progress and diagnostics to stderr. Exit codes: 0 done, 1 a fault
+or failure (named on stderr), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bot.config import Settings
+from memory.capabilities import Compactor, ProviderContext, Searcher
+from memory.errors import MemoryError_
+from memory.types import (
+    CompactionMode,
+    CompactionResult,
+    ListOptions,
+    SearchQuery,
+    Session,
+    SummarizeOptions,
+)
+
+EXIT_OK, EXIT_FAULT, EXIT_USAGE = 0, 1, 2
+
+
+class _NoSummarizer:
+    """Read-only commands must never reach the LLM; if a provider tries, say so."""
+
+    async def summarize(self, text: str, opts: SummarizeOptions) -> str:
+        raise RuntimeError("this operator command does not summarize (use `mnemo memory compact`)")
+
+
+@dataclass
+class Opened:
+    settings: Settings
+    engine: AsyncEngine
+    provider: Any
+
+
+@asynccontextmanager
+async def open_memory(settings: Settings, *, with_llm: bool = False) -> AsyncIterator[Opened]:
+    """The migrated database and the configured provider; closed on exit."""
+    if with_llm:
+        from bot.app import build_services
+
+        services = await build_services(settings)
+        try:
+            yield Opened(settings, services.engine, services.provider)
+        finally:
+            await services.close()
+        return
+    from memory.db import create_engine, migrate
+    from memory.registry import create_provider
+
+    engine = create_engine(settings.database.url)
+    try:
+        await migrate(engine)
+        ctx = ProviderContext(
+            engine=engine, summarizer=_NoSummarizer(), agent_id=settings.agent.id,
+            data_dir=Path(settings.data_dir), config=settings.provider_config(),
+        )
+        provider = create_provider(settings.memory.provider, ctx)
+        try:
+            yield Opened(settings, engine, provider)
+        finally:
+            await provider.close()
+    finally:
+        await engine.dispose()
+
+
+def _err(message: str) -> None:
+    print(f"mnemo: {message}", file=sys.stderr)
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+async def _session(engine: AsyncEngine, session_id: str) -> Session | None:
+    from memory.errors import NotFound
+    from memory.history import HistoryStore
+
+    try:
+        info = await HistoryStore(engine).load_info(session_id)
+    except NotFound:
+        return None
+    return Session(info.id, info.agent_id, info.user_id, info.channel)
+
+
+# --- status / sessions / search -------------------------------------------------------
+
+
+async def status(settings: Settings, session_id: str, out: TextIO = sys.stdout) -> int:
+    from memory.history import HistoryStore
+    from memory.stores import snapshot_table, state_table
+
+    async with open_memory(settings) as m:
+        try:
+            info = await HistoryStore(m.engine).load_info(session_id)
+        except MemoryError_:
+            _err(f"no session {session_id!r} (see `mnemo memory sessions`)")
+            return EXIT_FAULT
+        stats = await m.provider.stats(Session(info.id, info.agent_id, info.user_id, info.channel))
+        async with m.engine.connect() as conn:
+            snap = await conn.scalar(sa.select(snapshot_table.c.version)
+                                     .where(snapshot_table.c.session_id == session_id))
+            current = await conn.scalar(sa.select(state_table.c.version).where(
+                state_table.c.user_id == info.user_id, state_table.c.agent_id == info.agent_id))
+    rows = [
+        ("session", f"{info.id} (agent {info.agent_id}, user {info.user_id}, channel {info.channel})"),
+        ("title", info.title or "-"),
+        ("provider", m.provider.name),
+        ("messages", f"{stats.message_count} ({stats.token_count} tokens), "
+                     f"{_when(stats.oldest_at)} .. {_when(stats.newest_at)}"),
+        ("summaries", str(stats.summary_count)),
+        ("context", f"{stats.context_tokens} tokens"),
+        ("memory", f"snapshot version {snap if snap is not None else '-'}, "
+                   f"current version {current or 0}"),
+        ("created", _when(info.created_at)),
+        ("active", _when(info.last_active)),
+        ("archived", "yes" if info.archived else "no"),
+    ]
+    for key, value in rows:
+        print(f"{key:<10} {value}", file=out)
+    return EXIT_OK
+
+
+async def sessions(settings: Settings, out: TextIO = sys.stdout) -> int:
+    from memory.history import HistoryStore, conversations, messages
+
+    async with open_memory(settings) as m:
+        infos = await HistoryStore(m.engine).list_info(ListOptions(include_archived=True))
+        async with m.engine.connect() as conn:
+            counts = dict((await conn.execute(
+                sa.select(conversations.c.session_id, sa.func.count(messages.c.id))
+                .select_from(conversations.outerjoin(messages, messages.c.conversation_id == conversations.c.id))
+                .group_by(conversations.c.session_id)
+            )).all())
+        lines = []
+        for info in infos:
+            stats = await m.provider.stats(Session(info.id, info.agent_id, info.user_id, info.channel))
+            lines.append((info.id, str(info.user_id), str(counts.get(info.id, 0)),
+                          str(stats.summary_count), _when(info.last_active),
+                          ("[archived] " if info.archived else "") + info.title))
+    if not lines:
+        print("no sessions", file=out)
+        return EXIT_OK
+    header = ("SESSION", "USER", "MESSAGES", "SUMMARIES", "LAST ACTIVE", "TITLE")
+    widths = [max(len(r[i]) for r in [header, *lines]) for i in range(5)]
+    for row in [header, *lines]:
+        print("  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)) + "  " + row[5], file=out)
+    return EXIT_OK
+
+
+async def search(settings: Settings, session_id: str, text: str, out: TextIO = sys.stdout) -> int:
+    from memory.tracing import unwrap
+
+    async with open_memory(settings) as m:
+        if not isinstance(unwrap(m.provider), Searcher):
+            _err(f"the {m.provider.name} provider cannot search")
+            return EXIT_FAULT
+        session = await _session(m.engine, session_id)
+        if session is None:
+            _err(f"no session {session_id!r}")
+            return EXIT_FAULT
+        try:
+            hits = await m.provider.search(session, SearchQuery(text=text))
+        except MemoryError_ as exc:
+            _err(str(exc))
+            return EXIT_FAULT
+    for hit in hits:
+        snippet = " ".join(hit.content.split())
+        print(f"[{hit.source_type} {hit.source_id}] {_when(hit.timestamp)}  {snippet}", file=out)
+    print(f"{len(hits)} result(s)", file=sys.stderr)
+    return EXIT_OK
+
+
+# --- export / import ------------------------------------------------------------------
+
+
+async def export(settings: Settings, session_id: str, fmt: str, out: TextIO = sys.stdout) -> int:
+    from memory.errors import NotFound
+    from memory.session_export import export_session, render_markdown
+
+    async with open_memory(settings) as m:
+        try:
+            doc = await export_session(m.engine, session_id, m.provider)
+        except NotFound:
+            _err(f"no session {session_id!r} (see `mnemo memory sessions`)")
+            return EXIT_FAULT
+        if fmt == "markdown":
+            out.write(render_markdown(doc, m.provider))
+        else:
+            json.dump(doc, out, indent=2, ensure_ascii=False)
+            out.write("\n")
+    return EXIT_OK
+
+
+def _read_text(path: str) -> str:
+    return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+
+
+async def import_(settings: Settings, path: str) -> int:
+    from memory.session_export import import_session
+
+    try:
+        raw = await asyncio.to_thread(_read_text, path)
+        doc = json.loads(raw)
+    except OSError as exc:
+        _err(f"cannot read {path}: {exc.strerror or exc}")
+        return EXIT_FAULT
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        _err(f"{path} is not a JSON export: {exc}")
+        return EXIT_FAULT
+    async with open_memory(settings) as m:
+        try:
+            report = await import_session(m.engine, doc, m.provider)
+        except MemoryError_ as exc:
+            _err(f"import refused, nothing was written: {exc}")
+            return EXIT_FAULT
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"imported session {report.session_id} ({report.messages} messages)")
+    return EXIT_OK
+
+
+# --- compact --------------------------------------------------------------------------
+
+
+class ProgressBar:
+    """A plain-text bar on stderr: redrawn in place on a terminal, one line per step
+    otherwise (logs and pipes get readable lines, not carriage returns)."""
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr, width: int = 30) -> None:
+        self.total, self.stream, self.width = max(total, 0), stream, width
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+
+    def show(self, done: int, label: str = "") -> None:
+        filled = self.width if self.total == 0 else self.width * done // self.total
+        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total} {label}".rstrip()
+        if self.tty:
+            self.stream.write("\r\x1b[K" + line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+async def compact(settings: Settings, session_id: str | None, everything: bool) -> int:
+    from bot.metrics import record_compaction, record_compaction_failure
+    from memory.context import with_change_source
+    from memory.history import HistoryStore
+    from memory.tracing import unwrap
+    from memory.types import ChangeSource
+
+    if bool(session_id) == everything:
+        _err("give one SESSION or --all")
+        return EXIT_USAGE
+    async with open_memory(settings, with_llm=True) as m:
+        if not isinstance(unwrap(m.provider), Compactor):
+            _err(f"the {m.provider.name} provider does not compact")
+            return EXIT_FAULT
+        if everything:
+            infos = await HistoryStore(m.engine).list_info(ListOptions(include_archived=True))
+            targets = [Session(i.id, i.agent_id, i.user_id, i.channel) for i in reversed(infos)]
+        else:
+            one = await _session(m.engine, session_id or "")
+            if one is None:
+                _err(f"no session {session_id!r}")
+                return EXIT_FAULT
+            targets = [one]
+        bar = ProgressBar(len(targets))
+        total, failed = CompactionResult(), []
+        bar.show(0)
+        for n, session in enumerate(targets, 1):
+            started = time.monotonic()
+            try:
+                with with_change_source(ChangeSource.SYSTEM):
+                    result = await m.provider.compact(session, CompactionMode.FULL)
+            except Exception as exc:  # one broken session must not stop the others
+                record_compaction_failure(m.provider.name, CompactionMode.FULL)
+                failed.append(f"{session.id}: {type(exc).__name__}: {exc}")
+            else:
+                record_compaction(m.provider.name, CompactionMode.FULL, result)
+                total.leaf_summaries_created += result.leaf_summaries_created
+                total.condensed_summaries_created += result.condensed_summaries_created
+                total.messages_compacted += result.messages_compacted
+                total.tokens_before += result.tokens_before if result.changed else 0
+                total.tokens_after += result.tokens_after if result.changed else 0
+            total.duration_s += time.monotonic() - started
+            bar.show(n, session.id)
+        bar.close()
+    print(f"compacted {len(targets) - len(failed)}/{len(targets)} session(s): "
+          f"{total.messages_compacted} messages into {total.leaf_summaries_created} leaf and "
+          f"{total.condensed_summaries_created} condensed summaries, "
+          f"{total.tokens_before} -> {total.tokens_after} tokens in {total.duration_s:.1f}s")
+    for line in failed:
+        _err(f"compaction failed (session unchanged): {line}")
+    return EXIT_FAULT if failed else EXIT_OK
+
+
+# --- doctor ---------------------------------------------------------------------------
+
+
+async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
+    from memory.integrity import check_shared
+    from memory.maintenance import IntegrityChecker
+    from memory.tracing import unwrap
+
+    async with open_memory(settings) as m:
+        faults = await check_shared(m.engine)
+        checked = ["shared tables"]
+        inner = unwrap(m.provider)
+        if isinstance(inner, IntegrityChecker):
+            faults += await inner.check_integrity()
+            checked.append(f"{m.provider.name} provider data")
+        else:
+            print(f"note: the {m.provider.name} provider offers no integrity checks of its own",
+                  file=sys.stderr)
+    for fault in faults:
+        print(f"FAULT {fault}", file=out)
+    if faults:
+        codes = sorted({f.code for f in faults})
+        _err(f"doctor found {len(faults)} fault(s): {', '.join(codes)}")
+        return EXIT_FAULT
+    print(f"ok: no faults ({', '.join(checked)} checked)", file=out)
+    return EXIT_OK
+
+
+# --- backup ---------------------------------------------------------------------------
+
+
+def pg_dump_command(url: str, path: str) -> str:
+    """The documented PostgreSQL backup: a custom-format pg_dump of the same database
+    (the password, if any, is left to PGPASSWORD or ~/.pgpass, never printed)."""
+    parsed = make_url(url).set(drivername="postgresql", password=None)
+    return f"pg_dump --format=custom --no-owner --file {path} '{parsed.render_as_string(hide_password=False)}'"
+
+
+def backup(settings: Settings, path: str) -> int:
+    url = make_url(settings.database.url)
+    if url.get_backend_name() != "sqlite":
+        _err("PostgreSQL is backed up with its own tools; run (see docs/OPERATIONS.md):")
+        print(pg_dump_command(settings.database.url, path))
+        return EXIT_FAULT
+    source = url.database
+    if not source or source == ":memory:" or not Path(source).exists():
+        _err(f"no SQLite database at {source!r}")
+        return EXIT_FAULT
+    target = Path(path)
+    if target.exists():
+        _err(f"{target} exists; choose a new path (a backup never overwrites)")
+        return EXIT_FAULT
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    started = time.monotonic()
+    try:
+        # sqlite3's online backup copies a consistent snapshot page by page while the
+        # bot keeps writing (WAL); the copy appears under its name only when complete.
+        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        dst = sqlite3.connect(partial)
+        try:
+            src.backup(dst, pages=1024)
+            ok = dst.execute("PRAGMA integrity_check").fetchone()[0]
+            dst.execute("PRAGMA journal_mode=DELETE")  # a single self-contained file
+        finally:
+            dst.close()
+            src.close()
+        if ok != "ok":
+            raise sqlite3.DatabaseError(f"integrity check of the copy failed: {ok}")
+        os.replace(partial, target)
+    except (sqlite3.Error, OSError) as exc:
+        partial.unlink(missing_ok=True)
+        _err(f"backup failed, nothing written to {target}: {exc}")
+        return EXIT_FAULT
+    size = target.stat().st_size
+    print(f"backed up {source} to {target} ({size} bytes, {time.monotonic() - started:.1f}s)")
+    return EXIT_OK

@@ -1,0 +1,63 @@
+"""Optional maintenance capabilities a provider offers to the operator commands
+(`mnemo memory export|import|doctor`).
+
+The shared tables (history, stores, snapshots) are exported, imported and checked by
+`memory.session_export` and `memory.integrity` for every provider. What only a provider
+knows (lcm's summary DAG and context items, simple's compaction markers) it exposes
+through these protocols, so the bot never reads a plugin's tables itself (DESIGN §1).
+
+References between a provider's rows and the history use the message's `seq` within its
+conversation, never database ids: ids differ after an import, seqs do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One integrity fault: a stable `code` (what scripts match on), where it is, and
+    what is wrong in words."""
+
+    code: str
+    where: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.where}: {self.detail}"
+
+
+@runtime_checkable
+class Exporter(Protocol):
+    async def export_overlay(self, session_id: str) -> dict[str, Any] | None:
+        """The provider's own data about the session as JSON-ready values (None when it
+        has none). Must be deterministic: export -> import -> export is compared."""
+        ...
+
+    async def import_overlay(
+        self,
+        conn: AsyncConnection,
+        conversation_id: int,
+        data: dict[str, Any],
+        message_ids: Mapping[int, int],
+    ) -> None:
+        """Write `data` (as `export_overlay` produced it) inside the importer's
+        transaction; `message_ids` maps each message seq to its new row id. Raise
+        `memory.errors.InvalidArgument` for data that does not fit: nothing is kept."""
+        ...
+
+    def overlay_markdown(self, data: dict[str, Any]) -> str:
+        """The overlay as Markdown for `export --format markdown`."""
+        ...
+
+
+@runtime_checkable
+class IntegrityChecker(Protocol):
+    async def check_integrity(self) -> list[Fault]:
+        """Faults in the provider's own rows across the whole database (empty = clean)."""
+        ...

@@ -1,0 +1,411 @@
+"""Export and import of one session, lossless (`mnemo memory export|import`).
+
+The JSON document holds every stored row of the session, as stored: the conversation,
+its messages with their parts (tool calls, tool results, reasoning) and token counts,
+the session's snapshot, the memory of its (user, agent) (profile, soul, constraints,
+version and the whole changelog), and the provider's own data (`Exporter`: lcm's
+summary DAG and context items, simple's markers). Database ids are left out (messages
+are referred to by seq), so export -> import into another database -> export gives the
+same document.
+
+Import is one transaction: a session that already exists is refused and nothing is
+written; the (user, agent) memory is written only when the target has none for them
+(an existing one is kept and the report says so: two sessions of one user carry the
+same memory, and we never overwrite memory with an older copy).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from memory.db import lock_for_transaction, write_transaction
+from memory.errors import Conflict, InvalidArgument, NotFound
+from memory.history import conversations, messages, parts
+from memory.maintenance import Exporter
+from memory.stores import changelog_table, snapshot_table, state_table
+from memory.tracing import unwrap
+
+FORMAT = "mnemo.session-export"
+VERSION = 1
+
+_CHANGELOG_FIELDS = ("session_id", "scope", "action", "source", "version_before",
+                     "version_after", "before_text", "after_text", "created_at")
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:  # SQLite hands back naive UTC datetimes
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat()
+
+
+def _exporter(provider: Any) -> Exporter | None:
+    inner = unwrap(provider) if provider is not None else None
+    return inner if isinstance(inner, Exporter) else None
+
+
+# --- export ---------------------------------------------------------------------------
+
+
+async def export_session(engine: AsyncEngine, session_id: str, provider: Any = None) -> dict[str, Any]:
+    """The session as a JSON-ready document. Raises NotFound for an unknown session."""
+    async with engine.connect() as conn:
+        conv = (await conn.execute(
+            sa.select(conversations).where(conversations.c.session_id == session_id)
+        )).mappings().first()
+        if conv is None:
+            raise NotFound(f"session {session_id!r} not found")
+        doc: dict[str, Any] = {
+            "format": FORMAT,
+            "version": VERSION,
+            "session": {
+                "id": conv["session_id"], "agent_id": conv["agent_id"],
+                "user_id": conv["user_id"], "channel": conv["channel"], "title": conv["title"],
+                "archived": bool(conv["archived"]), "created_at": _iso(conv["created_at"]),
+                "updated_at": _iso(conv["updated_at"]),
+            },
+            "messages": await _export_messages(conn, conv["id"]),
+            "snapshot": await _export_snapshot(conn, session_id),
+            "user_memory": await _export_user_memory(conn, conv["user_id"], conv["agent_id"]),
+        }
+    exporter = _exporter(provider)
+    overlay = await exporter.export_overlay(session_id) if exporter is not None else None
+    doc["provider"] = None if overlay is None else {"name": provider.name, "data": overlay}
+    return doc
+
+
+async def _export_messages(conn: AsyncConnection, conv_id: int) -> list[dict[str, Any]]:
+    rows = (await conn.execute(
+        sa.select(messages).where(messages.c.conversation_id == conv_id).order_by(messages.c.seq)
+    )).mappings().all()
+    part_rows = (await conn.execute(
+        sa.select(parts, messages.c.seq)
+        .join(messages, parts.c.message_id == messages.c.id)
+        .where(messages.c.conversation_id == conv_id)
+        .order_by(messages.c.seq, parts.c.ordinal)
+    )).mappings().all()
+    by_seq: dict[int, list[dict[str, Any]]] = {}
+    for p in part_rows:
+        by_seq.setdefault(p["seq"], []).append({
+            "ordinal": p["ordinal"], "kind": p["kind"], "tool_call_id": p["tool_call_id"],
+            "tool_name": p["tool_name"], "content": p["content"],
+        })
+    return [
+        {
+            "seq": r["seq"], "role": r["role"], "content": r["content"],
+            "token_count": r["token_count"], "created_at": _iso(r["created_at"]),
+            "parts": by_seq.get(r["seq"], []),
+        }
+        for r in rows
+    ]
+
+
+async def _export_snapshot(conn: AsyncConnection, session_id: str) -> dict[str, Any] | None:
+    row = (await conn.execute(
+        sa.select(snapshot_table).where(snapshot_table.c.session_id == session_id)
+    )).mappings().first()
+    if row is None:
+        return None
+    return {"user_id": row["user_id"], "agent_id": row["agent_id"], "version": row["version"],
+            "updated_at": _iso(row["updated_at"])}
+
+
+async def _export_user_memory(conn: AsyncConnection, user_id: int, agent_id: str) -> dict[str, Any]:
+    owner = sa.and_(state_table.c.user_id == user_id, state_table.c.agent_id == agent_id)
+    state = (await conn.execute(sa.select(state_table).where(owner))).mappings().first()
+    log_rows = (await conn.execute(
+        sa.select(changelog_table)
+        .where(changelog_table.c.user_id == user_id, changelog_table.c.agent_id == agent_id)
+        .order_by(changelog_table.c.id)
+    )).mappings().all()
+    return {
+        "state": None if state is None else {
+            "profile": state["profile"], "soul": state["soul"],
+            "constraints": state["constraints"], "version": state["version"],
+            "updated_at": _iso(state["updated_at"]),
+        },
+        "changelog": [
+            {k: (_iso(r[k]) if k == "created_at" else r[k]) for k in _CHANGELOG_FIELDS}
+            for r in log_rows
+        ],
+    }
+
+
+# --- validation -----------------------------------------------------------------------
+
+
+class _Reader:
+    """Typed access to an untrusted document; every error names the JSON path."""
+
+    def __init__(self, obj: Any, path: str) -> None:
+        if not isinstance(obj, dict):
+            raise InvalidArgument(f"{path or 'document'}: expected an object")
+        self.obj, self.path = obj, path
+
+    def _get(self, key: str) -> Any:
+        if key not in self.obj:
+            raise InvalidArgument(f"{self.path}.{key}: missing")
+        return self.obj[key]
+
+    def _fail(self, key: str, expected: str) -> InvalidArgument:
+        return InvalidArgument(f"{self.path}.{key}: expected {expected}, got {self.obj.get(key)!r:.60}")
+
+    def text(self, key: str, *, optional: bool = False) -> str | None:
+        value = self._get(key)
+        if isinstance(value, str) or (optional and value is None):
+            return value
+        raise self._fail(key, "a string")
+
+    def integer(self, key: str, *, optional: bool = False) -> int | None:
+        value = self._get(key)
+        if (isinstance(value, int) and not isinstance(value, bool)) or (optional and value is None):
+            return value
+        raise self._fail(key, "an integer")
+
+    def flag(self, key: str) -> bool:
+        value = self._get(key)
+        if isinstance(value, bool):
+            return value
+        raise self._fail(key, "true or false")
+
+    def timestamp(self, key: str) -> datetime:
+        raw = self.text(key)
+        try:
+            value = datetime.fromisoformat(raw or "")
+        except ValueError:
+            raise self._fail(key, "an ISO-8601 timestamp") from None
+        if value.tzinfo is None:
+            raise self._fail(key, "a timestamp with a UTC offset")
+        return value
+
+    def items(self, key: str) -> list[Any]:
+        value = self._get(key)
+        if isinstance(value, list):
+            return value
+        raise self._fail(key, "a list")
+
+    def child(self, key: str, *, optional: bool = False) -> _Reader | None:
+        value = self._get(key)
+        if optional and value is None:
+            return None
+        return _Reader(value, f"{self.path}.{key}")
+
+
+def _check_header(doc: Any) -> _Reader:
+    top = _Reader(doc, "")
+    if doc.get("format") != FORMAT:
+        raise InvalidArgument(f"not a mnemo session export (format is {doc.get('format')!r}, expected {FORMAT!r})")
+    if doc.get("version") != VERSION:
+        raise InvalidArgument(f"export version {doc.get('version')!r} is not supported (this mnemo reads {VERSION})")
+    return top
+
+
+# --- import ---------------------------------------------------------------------------
+
+
+@dataclass
+class ImportReport:
+    session_id: str
+    messages: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+async def import_session(engine: AsyncEngine, doc: Any, provider: Any = None) -> ImportReport:
+    """Write an exported session into `engine`'s database, all or nothing.
+
+    Raises InvalidArgument for a malformed document or provider data the configured
+    provider cannot take, Conflict when the session already exists.
+    """
+    top = _check_header(doc)
+    session = top.child("session")
+    assert session is not None
+    session_id = session.text("id") or ""
+    if not session_id:
+        raise InvalidArgument(".session.id: must not be empty")
+    overlay = top.child("provider", optional=True)
+    exporter = _exporter(provider)
+    if overlay is not None:
+        name = overlay.text("name")
+        if exporter is None or name != provider.name:
+            configured = getattr(provider, "name", "none")
+            raise InvalidArgument(
+                f"the export carries {name!r} provider data but the configured provider is "
+                f"{configured!r}; set memory.provider: {name} to import it"
+            )
+    report = ImportReport(session_id)
+    async with write_transaction(engine) as conn:
+        await lock_for_transaction(conn, f"session:{session_id}")
+        exists = await conn.scalar(
+            sa.select(conversations.c.id).where(conversations.c.session_id == session_id)
+        )
+        if exists is not None:
+            raise Conflict(f"session {session_id!r} already exists; nothing was imported")
+        conv_id = await conn.scalar(
+            sa.insert(conversations).values(
+                session_id=session_id, agent_id=session.text("agent_id"),
+                user_id=session.integer("user_id"), channel=session.text("channel"),
+                title=session.text("title"), archived=session.flag("archived"),
+                created_at=session.timestamp("created_at"), updated_at=session.timestamp("updated_at"),
+            ).returning(conversations.c.id)
+        )
+        ids = await _import_messages(conn, conv_id, top.items("messages"))
+        report.messages = len(ids)
+        await _import_snapshot(conn, session_id, top.child("snapshot", optional=True))
+        memory = top.child("user_memory")
+        assert memory is not None
+        note = await _import_user_memory(
+            conn, session.integer("user_id") or 0, session.text("agent_id") or "", memory
+        )
+        if note:
+            report.notes.append(note)
+        if overlay is not None and exporter is not None:
+            data = overlay.obj.get("data")
+            if not isinstance(data, dict):
+                raise InvalidArgument(".provider.data: expected an object")
+            await exporter.import_overlay(conn, conv_id, data, ids)
+    return report
+
+
+async def _import_messages(conn: AsyncConnection, conv_id: int, items: list[Any]) -> dict[int, int]:
+    ids: dict[int, int] = {}
+    for i, item in enumerate(items):
+        m = _Reader(item, f".messages[{i}]")
+        seq = m.integer("seq")
+        assert seq is not None
+        if seq in ids:
+            raise InvalidArgument(f".messages[{i}].seq: {seq} appears twice")
+        msg_id = await conn.scalar(
+            sa.insert(messages).values(
+                conversation_id=conv_id, seq=seq, role=m.text("role"), content=m.text("content"),
+                token_count=m.integer("token_count"), created_at=m.timestamp("created_at"),
+            ).returning(messages.c.id)
+        )
+        ids[seq] = msg_id
+        rows = []
+        for j, raw in enumerate(m.items("parts")):
+            p = _Reader(raw, f".messages[{i}].parts[{j}]")
+            rows.append({
+                "message_id": msg_id, "ordinal": p.integer("ordinal"), "kind": p.text("kind"),
+                "tool_call_id": p.text("tool_call_id", optional=True),
+                "tool_name": p.text("tool_name", optional=True), "content": p.text("content"),
+            })
+        if rows:
+            await conn.execute(sa.insert(parts), rows)
+    return ids
+
+
+async def _import_snapshot(conn: AsyncConnection, session_id: str, snap: _Reader | None) -> None:
+    if snap is None:
+        return
+    taken = await conn.scalar(
+        sa.select(snapshot_table.c.session_id).where(snapshot_table.c.session_id == session_id)
+    )
+    if taken is not None:
+        raise Conflict(f"session {session_id!r} already has a memory snapshot; nothing was imported")
+    await conn.execute(sa.insert(snapshot_table).values(
+        session_id=session_id, user_id=snap.integer("user_id"), agent_id=snap.text("agent_id"),
+        version=snap.integer("version"), updated_at=snap.timestamp("updated_at"),
+    ))
+
+
+async def _import_user_memory(conn: AsyncConnection, user_id: int, agent_id: str, memory: _Reader) -> str:
+    state = memory.child("state", optional=True)
+    changelog = memory.items("changelog")
+    if state is None and not changelog:
+        return ""
+    existing = await conn.scalar(
+        sa.select(state_table.c.version)
+        .where(state_table.c.user_id == user_id, state_table.c.agent_id == agent_id)
+    )
+    has_log = await conn.scalar(
+        sa.select(changelog_table.c.id)
+        .where(changelog_table.c.user_id == user_id, changelog_table.c.agent_id == agent_id)
+        .limit(1)
+    )
+    if existing is not None or has_log is not None:
+        return (f"kept the existing memory of user {user_id} agent {agent_id!r} "
+                f"(version {existing or 0}); the export's copy was not imported")
+    if state is not None:
+        await conn.execute(sa.insert(state_table).values(
+            user_id=user_id, agent_id=agent_id, profile=state.text("profile"),
+            soul=state.text("soul"), constraints=state.text("constraints"),
+            version=state.integer("version"), updated_at=state.timestamp("updated_at"),
+        ))
+    rows = []
+    for i, raw in enumerate(changelog):
+        c = _Reader(raw, f".user_memory.changelog[{i}]")
+        rows.append({
+            "user_id": user_id, "agent_id": agent_id, "session_id": c.text("session_id"),
+            "scope": c.text("scope"), "action": c.text("action"), "source": c.text("source"),
+            "version_before": c.integer("version_before", optional=True),
+            "version_after": c.integer("version_after", optional=True),
+            "before_text": c.text("before_text"), "after_text": c.text("after_text"),
+            "created_at": c.timestamp("created_at"),
+        })
+    # One row at a time keeps ids in export order (executemany order is not promised).
+    for row in rows:
+        await conn.execute(sa.insert(changelog_table).values(**row))
+    return ""
+
+
+# --- Markdown -------------------------------------------------------------------------
+
+
+def render_markdown(doc: dict[str, Any], provider: Any = None) -> str:
+    """A readable rendering of an export document (JSON stays the lossless format)."""
+    s = doc["session"]
+    out = [
+        f"# Session `{s['id']}`",
+        "",
+        f"- agent: `{s['agent_id']}`, user: `{s['user_id']}`, channel: `{s['channel']}`",
+        f"- title: {s['title'] or '(none)'}",
+        f"- created: {s['created_at']}, last active: {s['updated_at']}"
+        + (", archived" if s["archived"] else ""),
+        "",
+        f"## Messages ({len(doc['messages'])})",
+    ]
+    for m in doc["messages"]:
+        out += ["", f"### #{m['seq']} · {m['role']} · {m['created_at']} · {m['token_count']} tokens", ""]
+        if m["content"]:
+            out.append(m["content"])
+        for p in m["parts"]:
+            if p["kind"] == "reasoning":
+                out += ["", "> reasoning: " + p["content"].replace("\n", "\n> ")]
+            elif p["kind"] == "tool_call":
+                out += ["", f"tool call `{p['tool_name']}` (id `{p['tool_call_id']}`):", "",
+                        "```json", p["content"], "```"]
+            elif p["kind"] == "tool_result":
+                out += ["", f"(result of tool call `{p['tool_call_id']}`, `{p['tool_name']}`)"]
+    mem = doc["user_memory"]
+    state = mem["state"]
+    if state is not None or mem["changelog"]:
+        out += ["", f"## Memory of user `{s['user_id']}` (version {state['version'] if state else 0})"]
+        if state is not None:
+            constraints = json.loads(state["constraints"] or "[]")
+            out += ["", "### Profile", "", state["profile"] or "(empty)",
+                    "", "### Soul", "", state["soul"] or "(empty)", "", "### Constraints", ""]
+            out += [f"- `{c.get('id')}` {c.get('text')}" for c in constraints] or ["(none)"]
+        if mem["changelog"]:
+            out += ["", "### Changelog", "", "| versions | scope | action | source | session | at |",
+                    "| --- | --- | --- | --- | --- | --- |"]
+            out += [
+                f"| {c['version_before']} -> {c['version_after']} | {c['scope']} | {c['action']} "
+                f"| {c['source']} | {c['session_id']} | {c['created_at']} |"
+                for c in mem["changelog"]
+            ]
+    overlay = doc.get("provider")
+    if overlay is not None:
+        out += ["", f"## Provider data ({overlay['name']})", ""]
+        exporter = _exporter(provider)
+        if exporter is not None and getattr(provider, "name", None) == overlay["name"]:
+            out.append(exporter.overlay_markdown(overlay["data"]).rstrip())
+        else:
+            out += ["```json", json.dumps(overlay["data"], indent=2, ensure_ascii=False), "```"]
+    return "\n".join(out) + "\n"
