@@ -494,3 +494,43 @@ async def test_calls_through_tracing_are_recorded() -> None:
     assert out == "profile updated (version 1)"
     assert [e.operation for e in events] == ["set_profile", "advance_snapshot"]
     assert events[0].session_id == "s-ana"
+
+
+# --- against the real shared stores (SQLite and PostgreSQL) -------------------------
+
+
+async def test_tool_writes_through_shared_stores(engine: Any) -> None:
+    from memory.stores import SharedStores
+
+    class StoreBacked(Core, SharedStores):
+        name = "stores"
+
+        def __init__(self, engine: Any) -> None:
+            super().__init__()
+            self.engine = engine
+
+    provider = StoreBacked(engine)
+    assert (await provider.get_or_create_snapshot("s-ana-other", 1, "bot")).version == 0
+    assert {"profile_update", "profile_rollback", "constraint_add"} <= set(tool_actions(provider))
+    with with_change_source("reflect"):
+        assert await call(provider, {"action": "profile_update", "content": "Ana, Lisbon"}) == \
+            "profile updated (version 1)"
+    out = await call(provider, {"action": "constraint_add", "text": "No emoji"})
+    constraint_id = out.splitlines()[-1].split("]")[0].removeprefix("[")
+    assert out.endswith(f"[{constraint_id}] No emoji")
+    # The session's own writes move its snapshot; another session of Ana's stays frozen.
+    assert (await provider.get_or_create_snapshot("s-ana", 1, "bot")).version == 2
+    assert (await provider.get_or_create_snapshot("s-ana-other", 1, "bot")).version == 0
+    rows = await provider.read_changelog(1, "bot")
+    assert [(r.scope, r.source, r.session_id) for r in rows] == [
+        ("constraint", "agent", "s-ana"), ("profile", "reflect", "s-ana")]
+    out = await call(provider, {"action": "constraint_remove", "id": constraint_id})
+    assert out == f"constraint {constraint_id} removed; constraints now:\nno constraints"
+    out = await call(provider, {"action": "profile_rollback", "scope": "constraint", "version": 2})
+    assert out == "constraint restored to version 2 (now version 4)"
+    assert await call(provider, {"action": "constraint_list"}) == f"[{constraint_id}] No emoji"
+    assert await call(provider, {"action": "profile_get"}, BOB) == "the profile is empty"
+    history = await call(provider, {"action": "profile_history", "scope": "profile"})
+    assert history.startswith("v0->v1 ") and "profile create by reflect" in history
+    assert (await call(provider, {"action": "profile_rollback", "scope": "soul",
+                                  "version": 99})).startswith("error: no version 99")
