@@ -1,0 +1,46 @@
+"""Fixtures of the reflect tests: a fake OpenAI server, the bot's LLM client and tool
+loop (the real ones, as `mnemo run` wires them), and a provider to reflect on."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bot.config import LLMSettings
+from bot.llm import LLMClient
+from bot.reflect import reflect_turn_runner
+from memory.testing.reference import provider_class
+from plugins.reflect import ReflectConfig, Reflector
+from tests.fakes.openai_server import FakeOpenAI, text
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeOpenAI]:
+    # Unscripted requests get a plain "no changes" answer (a review that writes nothing).
+    async with FakeOpenAI(responder=lambda body: text("no changes")) as server:
+        yield server
+
+
+@pytest.fixture
+async def llm(fake_llm: FakeOpenAI) -> AsyncIterator[LLMClient]:
+    client = LLMClient(LLMSettings(base_url=fake_llm.base_url, api_key="test", max_retries=0))
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+def provider(engine: AsyncEngine):
+    return provider_class(False, False)(engine)
+
+
+def make_reflector(engine: AsyncEngine, provider, llm: LLMClient, *, batch: int = 5,
+                   interval_s: float = 3600, replica_id: str | None = None) -> Reflector:
+    return Reflector(engine, provider, reflect_turn_runner(llm, max_rounds=4),
+                     ReflectConfig(batch=batch, interval_s=interval_s), replica_id=replica_id)
+
+
+@pytest.fixture
+def reflector(engine: AsyncEngine, provider, llm: LLMClient) -> Reflector:
+    return make_reflector(engine, provider, llm)
