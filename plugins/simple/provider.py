@@ -30,7 +30,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.capabilities import ProviderContext, Summarizer
 from memory.errors import Conflict, InvalidArgument
-from memory.history import HistoryStore, SessionHistory, StoredMessage, messages
+from memory.history import (
+    HistoryStore,
+    SessionHistory,
+    StoredMessage,
+    conversations,
+    messages,
+)
 from memory.sanitize import storable
 from memory.stores import SharedStores
 from memory.summarizer import SummarizerError
@@ -327,12 +333,14 @@ class SimpleProvider(SharedStores, SessionHistory):
     # ---- Searcher ------------------------------------------------------------------
 
     async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]:
-        """Notes and archives (BM25 in `full_text` mode, substring otherwise) and the
-        session's messages (substring, newest first; they have no BM25 index here).
-        Scope `summaries` means the archives, `messages` the history."""
-        text = query.text.strip() if isinstance(query.text, str) else ""
+        """Notes and archives (BM25 in `full_text` mode, substring otherwise), then the
+        user's messages (substring, newest first: simple keeps no message index).
+        Scope `summaries` means the archives, `messages` the history. The scope is the
+        session's user (DESIGN §4), across their sessions with this agent; blank text
+        finds nothing."""
+        text = storable(query.text).strip() if isinstance(query.text, str) else ""
         if not text:
-            raise InvalidArgument("search text must not be empty")
+            return []
         limit = max(1, min(int(query.limit or 20), 100))
         try:
             scope, mode = SearchScope(query.scope), SearchMode(query.mode)
@@ -373,23 +381,19 @@ class SimpleProvider(SharedStores, SessionHistory):
         ][:limit]
 
     async def _search_messages(self, session: Session, text: str, limit: int) -> list[SearchResult]:
+        query = (
+            sa.select(messages.c.id, messages.c.content, messages.c.created_at)
+            .join(conversations, conversations.c.id == messages.c.conversation_id)
+            .where(
+                conversations.c.user_id == session.user_id,
+                conversations.c.agent_id == session.agent_id,
+                messages.c.content.ilike(like_pattern(text), escape="\\"),
+            )
+            .order_by(messages.c.created_at.desc(), messages.c.id.desc())
+            .limit(limit)
+        )
         async with self.engine.connect() as conn:
-            conv_id = await self.history.conversation_id(session.id, conn)
-            if conv_id is None:
-                return []
-            rows = (
-                await conn.execute(
-                    sa.select(
-                        messages.c.id, messages.c.content, messages.c.created_at, messages.c.seq
-                    )
-                    .where(
-                        messages.c.conversation_id == conv_id,
-                        messages.c.content.ilike(like_pattern(text), escape="\\"),
-                    )
-                    .order_by(messages.c.seq.desc())
-                    .limit(limit)
-                )
-            ).all()
+            rows = (await conn.execute(query)).all()
         return [
             SearchResult(
                 source_type="message",

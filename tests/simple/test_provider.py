@@ -220,8 +220,9 @@ async def test_search_notes_archives_and_messages(engine: AsyncEngine, tmp_path:
         assert [h.content for h in found] == ["100% sure: use snake_case for C++ files"]
     assert await provider.search(S, SearchQuery("%", scope=SearchScope.MESSAGES)) != []
     assert await provider.search(S, SearchQuery("50%", scope=SearchScope.MESSAGES)) == []
+    assert await provider.search(S, SearchQuery("   ")) == []
     with pytest.raises(InvalidArgument):
-        await provider.search(S, SearchQuery("   "))
+        await provider.search(S, SearchQuery("x", mode="fuzzy"))  # type: ignore[arg-type]
 
 
 async def test_users_never_see_each_others_notes_archives_or_messages(
@@ -240,6 +241,12 @@ async def test_users_never_see_each_others_notes_archives_or_messages(
     for name in ("diary", "archive-telegram-42-1"):
         with pytest.raises(NotFound):
             await provider.note_get(OTHER, name)
+    # Search spans the user's sessions with this agent (DESIGN §4), nobody else's.
+    later = Session("telegram:42:new", "bot", 42, "telegram")
+    found = await provider.search(later, SearchQuery("message 0", mode=SearchMode.SUBSTRING))
+    assert [h.source_type for h in found] == ["message"]
+    other_agent = Session("x", "other-bot", 42, "telegram")
+    assert await provider.search(other_agent, SearchQuery("lisbon")) == []
     # The same name is free in the other user's memory.
     await provider.note_add(OTHER, "diary", "their own")
     assert (await provider.note_get(S, "diary")).content == "secret Lisbon plans"
