@@ -1,0 +1,135 @@
+"""The Telegram application, built in one place, and its lifecycle.
+
+- `build_application(settings, pool)`: python-telegram-bot `Application` with our
+  handlers; `telegram.base_url` points it at a self-hosted Bot API server (or a test
+  double); `telegram.concurrent_updates` updates are handled at once (the pool serialises
+  turns per session itself), with an HTTP pool sized to match.
+- `running(app, settings)`: start it (getMe, setMyCommands, then polling, or a webhook
+  when `telegram.webhook.url` is set) and stop it cleanly; used by `mnemo run` and by
+  in-process tests alike.
+- `run_bot(settings)`: `mnemo run`, until SIGINT/SIGTERM.
+
+Webhook mode: python-telegram-bot serves `telegram.webhook.listen:port` at the URL's path
+and rejects any request without the secret token (403). With no
+`telegram.webhook.secret_token` configured, a random one is generated at each start and
+registered with Telegram, so the endpoint is never open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import signal
+from collections.abc import AsyncIterator
+from urllib.parse import urlparse
+
+from telegram import BotCommand
+from telegram.ext import Application, ApplicationBuilder
+
+from bot.config import Settings
+from bot.pool import Pool
+from bot.telegram.delivery import with_retry
+from bot.telegram.handlers import COMMANDS, TelegramChannel
+
+log = logging.getLogger(__name__)
+
+ALLOWED_UPDATES = ["message", "edited_message"]
+POLL_TIMEOUT_S = 30  # long-poll length; Telegram answers at once when updates wait
+
+
+class MissingToken(RuntimeError):
+    """No bot token configured; the message names the variable to set."""
+
+
+def require_token(settings: Settings) -> str:
+    token = settings.telegram.token.strip()
+    if not token:
+        raise MissingToken("no Telegram bot token: set TELEGRAM_BOT_TOKEN "
+                           "(or telegram.token in the config)")
+    return token
+
+
+def build_application(settings: Settings, pool: Pool) -> Application:
+    """The Application with every handler registered. Raises MissingToken."""
+    tg = settings.telegram
+    builder: ApplicationBuilder = (
+        Application.builder()
+        .token(require_token(settings))
+        .concurrent_updates(tg.concurrent_updates)
+        # Each update may hold two connections at once (typing indicator + reply).
+        .connection_pool_size(2 * tg.concurrent_updates + 4)
+        # Wait for a free connection under load rather than fail the call after 1 s.
+        .pool_timeout(30.0)
+    )
+    if tg.base_url:
+        base = tg.base_url.rstrip("/")
+        builder = builder.base_url(f"{base}/bot").base_file_url(f"{base}/file/bot")
+    app = builder.build()
+    TelegramChannel(pool, settings).register(app)
+    return app
+
+
+def bot_commands() -> list[BotCommand]:
+    return [BotCommand(name, description) for name, description in COMMANDS]
+
+
+@contextlib.asynccontextmanager
+async def running(app: Application, settings: Settings, *,
+                  poll_timeout: int = POLL_TIMEOUT_S) -> AsyncIterator[Application]:
+    """Run `app` (polling or webhook) for the duration of the block."""
+    webhook = settings.telegram.webhook
+    async with app:  # initialize (getMe) ... shutdown
+        await with_retry(lambda: app.bot.set_my_commands(bot_commands()), what="setMyCommands")
+        await app.start()
+        assert app.updater is not None
+        try:
+            if webhook.url:
+                secret = webhook.secret_token or secrets.token_urlsafe(32)
+                if not webhook.secret_token:
+                    log.info("telegram.webhook.secret_token is empty: using a random one")
+                await app.updater.start_webhook(
+                    listen=webhook.listen, port=webhook.port,
+                    url_path=urlparse(webhook.url).path.lstrip("/"),
+                    webhook_url=webhook.url, secret_token=secret,
+                    allowed_updates=ALLOWED_UPDATES)
+                log.info("receiving updates by webhook on %s:%d", webhook.listen, webhook.port)
+            else:
+                await app.updater.start_polling(timeout=poll_timeout,
+                                                allowed_updates=ALLOWED_UPDATES)
+                log.info("receiving updates by long polling")
+            yield app
+        finally:
+            if app.updater.running:
+                await app.updater.stop()
+            if app.running:
+                await app.stop()
+
+
+async def run_bot(settings: Settings) -> int:
+    """`mnemo run`: serve until SIGINT or SIGTERM; 0 on a clean stop."""
+    from bot.app import build_services
+    from bot.health import start_health_server
+
+    require_token(settings)
+    services = await build_services(settings)
+    health = None
+    try:
+        app = build_application(settings, services.pool)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        health = await start_health_server(services.engine, settings.health,
+                                           provider=settings.memory.provider)
+        async with running(app, settings):
+            me = app.bot.username
+            log.info("@%s is up (memory provider %s)", me, settings.memory.provider)
+            await stop.wait()
+            log.info("stopping")
+    finally:
+        if health is not None:
+            await health.stop()
+        await services.close()
+    return 0

@@ -1,0 +1,144 @@
+"""Sending and editing messages: retries on flood control, plain-text fallback.
+
+python-telegram-bot does not retry by itself. A `RetryAfter` (HTTP 429) is honoured and
+retried, a bounded number of times; a 5xx or a connection failure is retried with a short
+backoff (Telegram did not take the message). A timeout is not retried for a send, since
+the message may have arrived. When Telegram refuses the formatting (400 "can't parse
+entities"), the piece goes again as plain text, its Markdown source, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from telegram import Bot, Message, ReplyParameters
+from telegram.error import BadRequest, NetworkError, RetryAfter, TimedOut
+
+from bot.telegram.formatting import Piece
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MAX_ATTEMPTS = 4
+MAX_RETRY_AFTER_S = 60.0  # beyond this, give up rather than hold a reply for minutes
+BACKOFF_S = (0.5, 1.0, 2.0)
+
+
+def retry_after_seconds(exc: RetryAfter) -> float:
+    value = exc.retry_after
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+async def with_retry(call: Callable[[], Awaitable[T]], *, what: str,
+                     attempts: int = MAX_ATTEMPTS) -> T:
+    """Run `call`, retrying flood control and transient server errors (bounded)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await call()
+        except RetryAfter as exc:
+            wait = retry_after_seconds(exc)
+            if attempt == attempts or wait > MAX_RETRY_AFTER_S:
+                raise
+            log.info("%s: flood control, retrying in %.0f s (attempt %d/%d)",
+                     what, wait, attempt, attempts)
+            await asyncio.sleep(wait)
+        except (BadRequest, TimedOut):
+            raise
+        except NetworkError as exc:  # 5xx or no connection: Telegram has not got it
+            if attempt == attempts:
+                raise
+            wait = BACKOFF_S[min(attempt - 1, len(BACKOFF_S) - 1)]
+            log.info("%s: %s, retrying in %.1f s", what, exc, wait)
+            await asyncio.sleep(wait)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def is_formatting_error(exc: BadRequest) -> bool:
+    """Telegram's 400s about entities / parse mode ("can't parse entities", "can't find
+    end of the entity", "entity beginning ...")."""
+    message = exc.message.lower()
+    return "entit" in message or "parse mode" in message
+
+
+def is_not_modified(exc: BadRequest) -> bool:
+    return "message is not modified" in exc.message.lower()
+
+
+def is_gone(exc: BadRequest) -> bool:
+    return "message to edit not found" in exc.message.lower()
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where replies go: a chat, a forum topic in it, and the message answered."""
+
+    chat_id: int
+    thread_id: int | None = None
+    reply_to: int | None = None  # set in groups, so the reply names whom it answers
+
+
+def reply_parameters(target: Target) -> ReplyParameters | None:
+    if target.reply_to is None:
+        return None
+    return ReplyParameters(message_id=target.reply_to, allow_sending_without_reply=True)
+
+
+async def send_text(bot: Bot, target: Target, text: str) -> Message:
+    """One plain-text message."""
+    return await with_retry(
+        lambda: bot.send_message(target.chat_id, text, message_thread_id=target.thread_id,
+                                 reply_parameters=reply_parameters(target)),
+        what="sendMessage")
+
+
+async def send_piece(bot: Bot, target: Target, piece: Piece) -> Message:
+    """One formatted message; plain text if Telegram refuses the formatting."""
+    if not piece.entities:
+        return await send_text(bot, target, piece.text)
+    try:
+        return await with_retry(
+            lambda: bot.send_message(target.chat_id, piece.text, entities=piece.entities,
+                                     message_thread_id=target.thread_id,
+                                     reply_parameters=reply_parameters(target)),
+            what="sendMessage")
+    except BadRequest as exc:
+        if not is_formatting_error(exc):
+            raise
+        log.warning("Telegram refused the formatting (%s); sending plain text", exc.message)
+        return await send_text(bot, target, piece.fallback)
+
+
+async def edit_text(bot: Bot, chat_id: int, message_id: int, text: str) -> None:
+    """Replace a message's text with plain text; "not modified" is success."""
+    try:
+        await with_retry(lambda: bot.edit_message_text(text, chat_id, message_id),
+                         what="editMessageText")
+    except BadRequest as exc:
+        if not is_not_modified(exc):
+            raise
+
+
+async def edit_piece(bot: Bot, chat_id: int, message_id: int, piece: Piece) -> None:
+    """Replace a message with a formatted piece; plain text if the formatting is refused."""
+    if not piece.entities:
+        await edit_text(bot, chat_id, message_id, piece.text)
+        return
+    try:
+        await with_retry(
+            lambda: bot.edit_message_text(piece.text, chat_id, message_id, entities=piece.entities),
+            what="editMessageText")
+    except BadRequest as exc:
+        if is_not_modified(exc):
+            return
+        if not is_formatting_error(exc):
+            raise
+        log.warning("Telegram refused the formatting (%s); using plain text", exc.message)
+        await edit_text(bot, chat_id, message_id, piece.fallback)

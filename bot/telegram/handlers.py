@@ -1,0 +1,225 @@
+"""What the bot does with each kind of update.
+
+Decisions (README "Telegram" repeats them for operators):
+- Text: one turn of the conversation (see `sessions` for which one). In a group the
+  stored text is prefixed with the sender's name, `[Alice] ...`, so the model can tell
+  members apart; the bot's @handle is removed.
+- Group mode `mention` (default): a group message is answered, and stored, only when it
+  @mentions the bot or replies to one of its messages; `always`: every message;
+  `disabled`: the bot stays silent in groups, commands included.
+- Commands: /start /help /new /compact /memory, answered in one plain-text message. An
+  unknown command gets a short help line (in a group only when addressed to this bot by
+  `/cmd@bot`, since plain `/cmd` may be meant for another bot).
+- Not allowed (`telegram.allowed_ids`): one polite line, and nothing of the message is
+  stored (the pool is never called).
+- Photos, stickers, voice, documents and other media: "I only read text for now";
+  nothing is stored.
+- Edited messages are ignored, without a reply: the original already had its answer,
+  and answering the edit would store a second turn the user did not send as one. To ask
+  again, send a new message.
+- A message over `MAX_INPUT_CHARS` (only a self-hosted Bot API server lets one through)
+  is refused with one line; nothing is stored.
+- Two messages in one conversation are answered in the order they arrived, one after
+  the other; different conversations are answered in parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from telegram import Message, Update, User
+from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
+
+from bot.commands import handle_command
+from bot.config import Settings
+from bot.pool import Pool
+from bot.telegram.delivery import Target
+from bot.telegram.replies import EditPacer, ReplyStream, send_plain_reply, typing
+from bot.telegram.sessions import (
+    Place,
+    base_session,
+    is_addressed,
+    is_admin,
+    is_allowed,
+    strip_mention,
+)
+
+log = logging.getLogger(__name__)
+
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("start", "introduction"),
+    ("help", "list the commands"),
+    ("new", "start a new conversation (memory stays)"),
+    ("compact", "compact this conversation's history now"),
+    ("memory", "what I remember: /memory help"),
+)
+COMMAND_NAMES = tuple(name for name, _ in COMMANDS)
+
+MAX_INPUT_CHARS = 65_536
+EDIT_MIN_GAP_S = 1.0  # Telegram: about one message per second per chat
+
+NOT_ALLOWED = "Sorry, this is a private bot and I can't talk with you. Ask its operator for access."
+TEXT_ONLY = "I only read text for now: please send your message as text."
+TOO_LONG = ("That message is too long for me ({n} characters; the limit is {limit}). "
+            "Please send a shorter one.")
+ONLY_MENTION = "Yes? Write your question after the mention."
+UNKNOWN = "I don't know /{name}. Commands: " + " ".join("/" + n for n in COMMAND_NAMES)
+
+MEDIA = (filters.PHOTO | filters.Sticker.ALL | filters.VOICE | filters.AUDIO | filters.VIDEO
+         | filters.VIDEO_NOTE | filters.ANIMATION | filters.Document.ALL | filters.LOCATION
+         | filters.VENUE | filters.CONTACT | filters.POLL | filters.Dice.ALL)
+
+
+class _Turns:
+    """One FIFO lock per conversation, taken before anything else is awaited, so turns
+    of one conversation run in arrival order; entries go when nobody holds them."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def turn(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users <= 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+def _sender_name(message: Message) -> str:
+    if message.sender_chat is not None:
+        return message.sender_chat.title or "anonymous"
+    user = message.from_user
+    return user.full_name if user else "someone"
+
+
+class TelegramChannel:
+    """The handlers, bound to one pool and one config."""
+
+    def __init__(self, pool: Pool, settings: Settings) -> None:
+        self.pool = pool
+        self.settings = settings
+        self.tg = settings.telegram
+        self.pacer = EditPacer(EDIT_MIN_GAP_S)
+        self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
+        self._turns = _Turns()
+
+    def register(self, app: Application) -> None:
+        new = filters.UpdateType.MESSAGE  # edited messages have their own handler
+        app.add_handler(CommandHandler(COMMAND_NAMES, self.on_command, filters=new))
+        app.add_handler(MessageHandler(new & filters.COMMAND, self.on_unknown_command))
+        app.add_handler(MessageHandler(new & filters.TEXT, self.on_text))
+        app.add_handler(MessageHandler(new & MEDIA, self.on_media))
+        app.add_handler(MessageHandler(filters.UpdateType.EDITED_MESSAGE, self.on_edited))
+        app.add_error_handler(self.on_error)
+
+    # --- gatekeeping -----------------------------------------------------------------
+
+    async def _admit(self, update: Update, context: ContextTypes.DEFAULT_TYPE, *,
+                     command: bool = False) -> tuple[Message, Place, User | None] | None:
+        """The message, its place and sender when the bot should act on it; None (after
+        a refusal line, where one is due) otherwise."""
+        message = update.effective_message
+        if message is None:
+            return None
+        place = Place.of(message)
+        user = message.from_user
+        if place.is_group:
+            mode = self.tg.group_mode
+            if mode == "disabled":
+                return None
+            if mode == "mention" and not command and not is_addressed(
+                    message, context.bot.id, context.bot.username):
+                return None
+        if not is_allowed(self.tg, user.id if user else None, place.chat_id):
+            log.info("refused a message from user %s in chat %s (not in allowed_ids)",
+                     user.id if user else "?", place.chat_id)
+            await send_plain_reply(context.bot, self._target(message, place), NOT_ALLOWED)
+            return None
+        return message, place, user
+
+    @staticmethod
+    def _target(message: Message, place: Place) -> Target:
+        return Target(place.chat_id, place.thread_id,
+                      message.message_id if place.is_group else None)
+
+    # --- handlers --------------------------------------------------------------------
+
+    async def on_text(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        admitted = await self._admit(update, context)
+        if admitted is None:
+            return
+        message, place, user = admitted
+        target = self._target(message, place)
+        text = message.text or ""
+        if place.is_group:
+            text = strip_mention(text, context.bot.username)
+            if not text:
+                await send_plain_reply(context.bot, target, ONLY_MENTION)
+                return
+        if len(text) > MAX_INPUT_CHARS:
+            await send_plain_reply(context.bot, target,
+                                   TOO_LONG.format(n=len(text), limit=MAX_INPUT_CHARS))
+            return
+        if place.is_group:
+            text = f"[{_sender_name(message)}] {text}"
+        base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
+        async with self._turns.turn(base.id):
+            session = await self.pool.current_session(base)
+            stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
+            async with typing(context.bot, target):
+                reply = await self.pool.chat(session, text, on_delta=stream.on_delta)
+            await stream.finish(reply.text)
+
+    async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        admitted = await self._admit(update, context, command=True)
+        if admitted is None:
+            return
+        message, place, user = admitted
+        head, _, args = (message.text or "").partition(" ")
+        name = head.lstrip("/").split("@", 1)[0].lower()
+        base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
+        target = self._target(message, place)
+        async with typing(context.bot, target):
+            answer = await handle_command(self.pool, base, name, args.strip(),
+                                          is_admin=is_admin(self.tg, user.id if user else None))
+        await send_plain_reply(context.bot, target, answer)
+
+    async def on_unknown_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.effective_message
+        if message is None or not message.text:
+            return
+        head = message.text.split(maxsplit=1)[0]
+        name, _, addressee = head.lstrip("/").partition("@")
+        if addressee and addressee.lower() != context.bot.username.lower():
+            return  # another bot's command
+        if Place.of(message).is_group and not addressee:
+            return  # plain /cmd in a group may be meant for another bot
+        if await self._admit(update, context, command=True) is None:
+            return
+        await send_plain_reply(context.bot, self._target(message, Place.of(message)),
+                               UNKNOWN.format(name=name))
+
+    async def on_media(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        admitted = await self._admit(update, context)
+        if admitted is None:
+            return
+        message, place, _ = admitted
+        await send_plain_reply(context.bot, self._target(message, place), TEXT_ONLY)
+
+    async def on_edited(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        log.debug("ignored an edited message in chat %s (see bot.telegram.handlers)",
+                  update.effective_chat.id if update.effective_chat else "?")
+
+    async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        update_id = update.update_id if isinstance(update, Update) else None
+        log.error("update %s failed: %s", update_id, context.error, exc_info=context.error)

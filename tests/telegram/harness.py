@@ -1,0 +1,72 @@
+"""The real bot, in-process, against the fake Bot API and the fake OpenAI server.
+
+    async with running_bot(tg, llm, tmp_path, allowed_ids=[42]) as bot:
+        tg.private(42).send("hi")
+        await tg.wait_for_message(42, contains="echo: hi")
+        await bot.provider.stats(...)          # what was stored
+
+Memory: the conformance kit's reference provider (history in RAM, shared stores in a
+throwaway SQLite database), reached through the same Pool the bot uses in production.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from telegram.ext import Application
+
+from bot.config import Settings
+from bot.llm import LLMClient
+from bot.pool import Pool
+from bot.telegram.channel import build_application, running
+from memory.capabilities import ProviderContext
+from memory.summarizer import StaticSummarizer
+from memory.testing.databases import temp_engine
+from memory.testing.reference import create as create_reference
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram
+
+
+@dataclass
+class RunningBot:
+    app: Application
+    pool: Pool
+    provider: Any
+    settings: Settings
+
+
+def make_settings(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, **telegram: Any) -> Settings:
+    return Settings.model_validate({
+        "data_dir": str(tmp_path / "data"),
+        "llm": {"base_url": llm.base_url, "api_key": "test-key", "timeout_s": 5,
+                "max_retries": 1},
+        "telegram": {"token": tg.token, "base_url": tg.base_url, "concurrent_updates": 16,
+                     **telegram},
+        "compaction": {"max_tokens": -1, "keep_tail": 2},
+        "memory": {"fresh_tail": 4},
+    })
+
+
+@asynccontextmanager
+async def running_bot(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path,
+                      **telegram: Any) -> AsyncIterator[RunningBot]:
+    settings = make_settings(tg, llm, tmp_path, **telegram)
+    async with temp_engine("sqlite", tmp_path) as engine:
+        provider = create_reference(ProviderContext(
+            engine=engine, summarizer=StaticSummarizer("a short summary"),
+            agent_id=settings.agent.id, data_dir=Path(settings.data_dir),
+            config={"keep_tail": settings.compaction.keep_tail}))
+        client = LLMClient(settings.llm, backoff_s=0.01)
+        pool = Pool(provider, client, settings)
+        app = build_application(settings, pool)
+        try:
+            async with running(app, settings, poll_timeout=1):
+                yield RunningBot(app, pool, provider, settings)
+        finally:
+            await pool.close()
+            await provider.close()
+            await client.close()
