@@ -156,6 +156,20 @@ def cmd_memory(args: argparse.Namespace) -> int:
     return _run_async(runs[action]())
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from bot.llm import MissingApiKey, require_api_key
+    from bot.telegram.channel import MissingToken, require_token, run_bot
+
+    settings = _settings(args)
+    try:
+        require_token(settings)
+        require_api_key(settings.llm)
+    except (MissingToken, MissingApiKey) as exc:
+        print(f"mnemo: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return _run_async(run_bot(settings))
+
+
 # --- parser -------------------------------------------------------------------------
 
 
@@ -180,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("run", "run the Telegram bot (polling, or webhook when telegram.webhook.url is set)",
-        _not_yet("mnemo run", 4))
+        cmd_run)
     chat = add("chat", "chat with the bot from this terminal (same memory as Telegram)",
                cmd_chat)
     chat.add_argument("--session", default="main", help="session name (default: main)")
