@@ -4,6 +4,7 @@ loop (the real ones, as `mnemo run` wires them), and a provider to reflect on.""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -11,6 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.config import LLMSettings
 from bot.llm import LLMClient
 from bot.reflect import reflect_turn_runner
+from memory.capabilities import ProviderContext
+from memory.registry import get_factory
+from memory.summarizer import StaticSummarizer
 from memory.testing.reference import provider_class
 from plugins.reflect import ReflectConfig, Reflector
 from tests.fakes.openai_server import FakeOpenAI, text
@@ -30,9 +34,20 @@ async def llm(fake_llm: FakeOpenAI) -> AsyncIterator[LLMClient]:
     await client.close()
 
 
-@pytest.fixture
-def provider(engine: AsyncEngine):
-    return provider_class(False, False)(engine)
+# reference: history in RAM, sessions found through SessionManager.list_info;
+# simple: history in the shared SQL tables, sessions found by one query.
+PROVIDERS = ["reference", "simple"]
+
+
+@pytest.fixture(params=PROVIDERS)
+def provider(request: pytest.FixtureRequest, engine: AsyncEngine, tmp_path: Path):
+    if request.param == "reference":
+        return provider_class(False, False)(engine)
+    # Through the registry, exactly as the bot creates it.
+    return get_factory(request.param)(ProviderContext(
+        engine=engine, summarizer=StaticSummarizer(), data_dir=tmp_path,
+        config={"store_dir": str(tmp_path / "notes")},
+    ))
 
 
 def make_reflector(engine: AsyncEngine, provider, llm: LLMClient, *, batch: int = 5,
