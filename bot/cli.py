@@ -170,6 +170,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _run_async(run_bot(settings))
 
 
+def cmd_reflect(args: argparse.Namespace) -> int:
+    from bot.llm import MissingApiKey, require_api_key
+    from bot.reflect import reflect_command
+
+    settings = _settings(args)
+    try:
+        require_api_key(settings.llm)
+    except MissingApiKey as exc:
+        print(f"mnemo: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return _run_async(reflect_command(settings, args.once))
+
+
 # --- parser -------------------------------------------------------------------------
 
 
@@ -200,8 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--session", default="main", help="session name (default: main)")
     add("providers", "list installed memory providers and their capabilities", cmd_providers)
     add("migrate", "apply database migrations", cmd_migrate)
-    reflect = add("reflect", "run the reflect job that updates profiles, souls and constraints",
-                  _not_yet("mnemo reflect", 5))
+    reflect = add("reflect", "run the reflect job that updates profiles, souls and constraints "
+                  "(a worker on the reflect.interval schedule; --once: one cycle now)", cmd_reflect)
     reflect.add_argument("--once", action="store_true", help="run one cycle and exit")
 
     memory = add("memory", "inspect and maintain stored memory", lambda a: memory.print_help() or 2)

@@ -1,14 +1,29 @@
 """Wiring of the reflect job (plugins/reflect) into the bot: the plugin takes its LLM
 conversation as an injected callable, and this is where the bot's own tool loop
-(`bot.runner.run_turn`) is handed to it, so the project has one tool loop."""
+(`bot.runner.run_turn`) is handed to it, so the project has one tool loop.
+
+- `start_reflect(job_queue, services)`: schedule it on PTB's JobQueue (`mnemo run`).
+- `reflect_command(settings, once)`: `mnemo reflect --once` (one cycle, printed), or
+  `mnemo reflect` (a worker running the schedule until SIGINT/SIGTERM).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from typing import Any
 
+from bot.config import Settings
 from bot.runner import Tool, run_turn
 from memory.types import Message
-from plugins.reflect import ReflectConfig, Reflector, TurnRunner
+from plugins.reflect import (
+    CycleReport,
+    ReflectConfig,
+    Reflector,
+    TurnRunner,
+    run_forever,
+    schedule_reflect,
+)
 
 
 def reflect_turn_runner(llm: Any, max_rounds: int) -> TurnRunner:
@@ -30,3 +45,43 @@ def build_reflector(services: Any) -> Reflector:
         reflect_turn_runner(services.llm, settings.llm.max_tool_rounds),
         ReflectConfig.from_settings(settings),
     )
+
+
+def start_reflect(job_queue: Any, services: Any) -> Any | None:
+    """Schedule reflect on the bot's JobQueue; None (one log line) when disabled."""
+    return schedule_reflect(job_queue, build_reflector(services))
+
+
+def render_report(report: CycleReport) -> str:
+    lines = [report.summary()]
+    for s in report.sessions:
+        what = {"changed": f"{s.changes} change(s)", "unchanged": "no changes",
+                "nothing_new": "nothing new", "busy": "skipped, being reviewed elsewhere",
+                "failed": "FAILED"}.get(s.status, s.status)
+        detail = f": {s.detail}" if s.detail and s.status in ("failed", "changed") else ""
+        lines.append(f"  {s.session_id}: {what}{detail}")
+    return "\n".join(lines)
+
+
+async def reflect_command(settings: Settings, once: bool) -> int:
+    """`mnemo reflect [--once]`. Exit 1 when a review failed (for cron and alerts)."""
+    from bot.app import build_services
+
+    if not settings.reflect.enabled:
+        print("reflect is disabled (reflect.enabled: false): nothing to do")
+        return 0
+    services = await build_services(settings)
+    try:
+        reflector = build_reflector(services)
+        if once:
+            report = await reflector.run_cycle()
+            print(render_report(report))
+            return 1 if report.failed else 0
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_forever(reflector, stop)
+        return 0
+    finally:
+        await services.close()
