@@ -210,9 +210,11 @@ async def _status(pool: Pool, session: Session, rest: str) -> str:
     ]
     if stats.oldest_at:
         lines.append(f"Span: {_when(stats.oldest_at)} → {_when(stats.newest_at)}")
-    if isinstance(p, SessionSnapshotStore):
-        snap = await p.get_or_create_snapshot(session.id, session.user_id, session.agent_id)
-        lines.append(f"Memory version seen by this conversation: {snap.version}")
+    if isinstance(p, VersionedProfileStore):
+        # The current version, not the session's snapshot: reading that would create the
+        # snapshot, freezing the session's view before its first turn.
+        version = await p.memory_version(session.user_id, session.agent_id)
+        lines.append(f"Memory version (profile, soul, rules): {version}")
     lines.append("Capabilities: " + (", ".join(capabilities_of(unwrap(p))) or "none"))
     return "\n".join(lines)
 

@@ -1,0 +1,87 @@
+"""`mnemo chat` as a subprocess, fed through stdin, against the fake OpenAI server and the
+`simple` provider on a SQLite file (so a second run sees the first one's history)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.openai_server import FakeOpenAI, error
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_config(tmp_path: Path, base_url: str) -> Path:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        f"""
+database: {{url: "sqlite+aiosqlite:///{tmp_path / 'mnemo.db'}"}}
+llm: {{base_url: "{base_url}", api_key: "${{OPENAI_API_KEY:-}}", max_retries: 1, timeout_s: 5}}
+memory: {{provider: simple, simple: {{store_dir: "{tmp_path / 'notes'}"}}}}
+data_dir: "{tmp_path / 'data'}"
+reflect: {{enabled: false}}
+""",
+        encoding="utf-8",
+    )
+    return cfg
+
+
+async def mnemo_chat(cfg: Path, stdin: str, *args: str,
+                     api_key: str | None = "test-key") -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "MNEMO_CONFIG")}
+    if api_key is not None:
+        env["OPENAI_API_KEY"] = api_key
+    # asyncio's subprocess keeps this loop (and the fake server on it) running meanwhile.
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot.cli", "chat", "--config", str(cfg), *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=REPO, env=env,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout=60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+@pytest.fixture
+async def server():
+    async with FakeOpenAI() as srv:
+        yield srv
+
+
+async def test_chat_commands_rotation_and_restart(server: FakeOpenAI, tmp_path: Path):
+    cfg = write_config(tmp_path, server.base_url)
+    rc, out, err = await mnemo_chat(
+        cfg, "hello there\n/memory status\n\n/new\nsecond conversation\n",
+        "--session", "work")
+    assert rc == 0, err
+    blocks = out.strip().split("\n\n")
+    assert blocks[0] == "echo: hello there"
+    assert "Conversation: default:cli:0:work\n" in blocks[1] and "Messages: 2 " in blocks[1]
+    assert blocks[-2].startswith("Started a new conversation")
+    assert blocks[-1] == "echo: second conversation"
+    assert len(server.requests) == 2
+
+    # A second run: the rotation and the history survived; /quit stops reading.
+    rc, out, err = await mnemo_chat(cfg, "/memory status\n/quit\nnot sent\n", "--session", "work")
+    assert rc == 0, err
+    assert "Conversation: default:cli:0:work#1\n" in out and "Messages: 2 " in out
+    assert len(server.requests) == 2
+
+
+async def test_llm_failure_is_one_plain_line(server: FakeOpenAI, tmp_path: Path):
+    server.push(error(500), error(500))  # max_retries: 1 -> two attempts
+    rc, out, _ = await mnemo_chat(write_config(tmp_path, server.base_url), "hi\n")
+    assert rc == 0
+    assert out.strip().startswith("Sorry, I couldn't answer: the language model answered HTTP 500")
+    assert "\n" not in out.strip()
+
+
+async def test_missing_api_key_names_the_variable(server: FakeOpenAI, tmp_path: Path):
+    rc, out, err = await mnemo_chat(write_config(tmp_path, server.base_url), "hi\n",
+                                    api_key=None)
+    assert rc == 2 and out == ""
+    assert "OPENAI_API_KEY" in err and "Traceback" not in err
+    assert not server.requests
