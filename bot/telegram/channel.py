@@ -111,12 +111,14 @@ async def run_bot(settings: Settings) -> int:
     """`mnemo run`: serve until SIGINT or SIGTERM; 0 on a clean stop."""
     from bot.app import build_services
     from bot.health import start_health_server
+    from bot.reflect import start_reflect
 
     require_token(settings)
     services = await build_services(settings)
     health = None
     try:
         app = build_application(settings, services.pool)
+        start_reflect(app.job_queue, services)  # runs once app.start() starts the JobQueue
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
