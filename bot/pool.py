@@ -242,7 +242,7 @@ class Pool:
         try:
             result = await run_turn(self.llm, [Message(role="system", content=system), *history],
                                     tools, max_rounds=self.settings.llm.max_tool_rounds,
-                                    on_delta=on_delta)
+                                    on_delta=_guarded(on_delta, session))
         except LLMError as exc:
             log.warning("turn of session %s failed after %d attempt(s): %s",
                         session.id, exc.attempts, exc.reason)
@@ -384,3 +384,24 @@ class Pool:
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
 
+
+def _guarded(on_delta: OnDelta | None, session: Session) -> OnDelta | None:
+    """Streaming is cosmetic: a channel callback that fails (a rejected message edit) is
+    logged once and then left alone; the turn itself goes on and the final reply is
+    still delivered whole."""
+    if on_delta is None:
+        return None
+    failed = False
+
+    async def call(text: str) -> None:
+        nonlocal failed
+        if failed:
+            return
+        try:
+            await on_delta(text)
+        except Exception as exc:
+            failed = True
+            log.warning("streaming to the channel failed for %s (the reply still comes): %s",
+                        session.id, exc)
+
+    return call

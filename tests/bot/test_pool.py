@@ -248,3 +248,20 @@ async def test_empty_message_is_refused_and_nothing_stored(
     reply = await pool.chat(ALICE, "   ")
     assert reply.error and not llm_server.requests
     assert await pool.provider.load_history(ALICE.id) == []
+
+
+async def test_a_failing_stream_callback_does_not_break_the_turn(
+        sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI):
+    pool = make_pool(sqlite_engine)
+    calls = 0
+
+    async def broken(_text: str) -> None:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("message to edit not found")
+
+    llm_server.push(text("a reply long enough to stream in several deltas"))
+    reply = await pool.chat(ALICE, "hi", on_delta=broken)
+    assert reply.text == "a reply long enough to stream in several deltas" and not reply.error
+    assert calls == 1  # given up after the first failure
+    assert roles(await pool.provider.load_history(ALICE.id)) == ["user", "assistant"]
