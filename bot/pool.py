@@ -33,6 +33,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ log = logging.getLogger(__name__)
 
 GENERATION_SEP = "#"
 DEFAULT_IDLE_S = 900.0
+CURRENT_CACHE_SIZE = 10_000
 # The history never gets less than this, whatever the system prompt costs.
 MIN_HISTORY_BUDGET = 256
 
@@ -158,7 +160,8 @@ class Pool:
         self._clock = clock
         self._slots: dict[str, _Slot] = {}
         self._seeded: set[tuple[int, str]] = set()
-        self._current: dict[str, Session] = {}
+        # base id -> live session, most recently used last (bounded: see current_session)
+        self._current: OrderedDict[str, Session] = OrderedDict()
         self._compacting: dict[str, asyncio.Task[None]] = {}
         self.background_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -331,10 +334,17 @@ class Pool:
         """The live session of the conversation `base` stands for (see module doc)."""
         cached = self._current.get(base.id)
         if cached is not None:
+            self._current.move_to_end(base.id)
             return cached
         session = await self._resolve_current(base)
-        self._current[base.id] = session
+        self._remember(base.id, session)
         return session
+
+    def _remember(self, base_id: str, session: Session) -> None:
+        self._current[base_id] = session
+        self._current.move_to_end(base_id)
+        while len(self._current) > CURRENT_CACHE_SIZE:
+            self._current.popitem(last=False)  # resolved again from the store when needed
 
     async def _resolve_current(self, base: Session) -> Session:
         manager = self._manager()
@@ -367,7 +377,7 @@ class Pool:
                                        user_id=current.user_id, channel=current.channel)
                 await manager.save_info(dataclasses.replace(info, archived=True))
             nxt = with_generation(base, gen + 1)
-            self._current[base.id] = nxt
+            self._remember(base.id, nxt)
         return nxt
 
     # --- lifecycle -------------------------------------------------------------------

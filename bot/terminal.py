@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from typing import TextIO
 
 from bot.commands import handle_command
@@ -44,6 +45,32 @@ class _Printer:
         self.out.flush()
 
 
+async def _read_line(loop: asyncio.AbstractEventLoop, stream: TextIO) -> str:
+    """One line, read in a daemon thread: the event loop (background compaction) runs on
+    meanwhile, and Ctrl-C does not have to wait for the blocked read to finish, as it
+    would with the loop's default executor."""
+    future: asyncio.Future[str] = loop.create_future()
+
+    def deliver(line: str | None, exc: BaseException | None) -> None:
+        if future.done():
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(line or "")
+
+    def work() -> None:
+        try:
+            line = stream.readline()
+        except BaseException as exc:  # handed to the awaiting coroutine
+            loop.call_soon_threadsafe(deliver, None, exc)
+        else:
+            loop.call_soon_threadsafe(deliver, line, None)
+
+    threading.Thread(target=work, name="mnemo-stdin", daemon=True).start()
+    return await future
+
+
 async def run_terminal(pool: Pool, base: Session, *, stdin: TextIO = sys.stdin,
                        stdout: TextIO = sys.stdout) -> int:
     interactive = stdin.isatty() and stdout.isatty()
@@ -54,8 +81,7 @@ async def run_terminal(pool: Pool, base: Session, *, stdin: TextIO = sys.stdin,
         if interactive:
             stdout.write("you> ")
             stdout.flush()
-        # A thread read keeps the event loop (background compaction) running meanwhile.
-        line = await loop.run_in_executor(None, stdin.readline)
+        line = await _read_line(loop, stdin)
         if not line:
             break
         text = line.strip()
