@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from telegram import Bot, Message, ReplyParameters
 from telegram.error import BadRequest, NetworkError, RetryAfter, TimedOut
+from telegram.warnings import PTBDeprecationWarning
 
 from bot.telegram.formatting import Piece
 
@@ -31,7 +33,10 @@ BACKOFF_S = (0.5, 1.0, 2.0)
 
 
 def retry_after_seconds(exc: RetryAfter) -> float:
-    value = exc.retry_after
+    with warnings.catch_warnings():
+        # PTB 22.2+ warns that the int will become a timedelta: both are handled here.
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        value = exc.retry_after
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     return float(value)

@@ -25,7 +25,7 @@ bot's or does not exist, an edit that changes nothing ("message is not modified"
 
 Users and chats (the user side):
   tg.private(user_id, first_name=)             -> Chat (private)
-  tg.group(chat_id, title=, forum=False)       -> Chat (supergroup); .topic(thread_id) -> Chat
+  tg.group(chat_id, title=, forum=False)       -> Chat (supergroup); .topic(thread_id, by_bot=)
   chat.send(text, user=, reply_to=)            a text message; a leading /command gets its
                                                bot_command entity, each @name a mention
   chat.send_photo / send_sticker / send_voice / send_document(user=, caption=)
@@ -150,16 +150,17 @@ class Chat:
             out["is_forum"] = True
         return out
 
-    def topic(self, thread_id: int, name: str = "Topic") -> Chat:
+    def topic(self, thread_id: int, name: str = "Topic", *, by_bot: bool = False) -> Chat:
         """A forum topic of this group: messages carry message_thread_id and, as in
-        Telegram, reply to the topic's creation message."""
+        Telegram, reply to the topic's creation message (sent by the bot if `by_bot`)."""
         if not self.is_forum:
             raise ValueError("topics exist only in forum groups (group(..., forum=True))")
+        creator = self.server.bot_user if by_bot else (self.default_user or User(1)).to_dict()
         created = {
             "message_id": thread_id,
             "date": int(time.time()),
             "chat": self.to_dict(),
-            "from": (self.default_user or User(1)).to_dict(),
+            "from": creator,
             "message_thread_id": thread_id,
             "is_topic_message": True,
             "forum_topic_created": {"name": name, "icon_color": 7322096},

@@ -3,27 +3,18 @@ fake Bot API and the fake OpenAI server."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
 from pathlib import Path
 
-import pytest
-
 from memory.types import Session
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot
 
 
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        yield server
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
+def private_session(user_id: int, generation: int = 0) -> Session:
+    sid = f"default:telegram:{user_id}" + (f"#{generation}" if generation else "")
+    return Session(id=sid, user_id=user_id, channel="telegram")
 
 
 async def test_round_trip_and_startup(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
@@ -34,8 +25,78 @@ async def test_round_trip_and_startup(tg: FakeTelegram, llm: FakeOpenAI, tmp_pat
         reply = await tg.wait_for_message(42, contains="echo: hello there")
         assert reply.reply_to is None  # private chats need no quoting
         assert tg.calls_to("sendChatAction", chat_id=42)[0].params["action"] == "typing"
-        stats = await bot.provider.stats(Session(id="default:telegram:42", user_id=42,
-                                                 channel="telegram"))
+        stats = await bot.provider.stats(private_session(42))
         assert stats.message_count == 2
-    # the model saw the user's text
-    assert llm.requests[-1]["messages"][-1]["content"] == "hello there"
+        # the next turn sees the history
+        alice.send("second")
+        await tg.wait_for_message(42, contains="echo: second")
+    sent = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] != "system"]
+    assert sent == ["hello there", "echo: hello there", "second"]
+
+
+async def test_markdown_is_sent_as_entities(tg: FakeTelegram, llm: FakeOpenAI,
+                                            tmp_path: Path) -> None:
+    llm.push(text("Some **bold** and `code`"))
+    async with running_bot(tg, llm, tmp_path):
+        tg.private(42).send("format please")
+        msg = await tg.wait_for_message(42, contains="Some bold and code")
+    kinds = {e["type"] for e in msg.entities}
+    assert kinds == {"bold", "code"}
+
+
+async def test_two_chats_are_answered_in_parallel(tg: FakeTelegram, llm: FakeOpenAI,
+                                                  tmp_path: Path) -> None:
+    gate = asyncio.Event()
+    llm.push(gated(gate, text("first answer")), gated(gate, text("second answer")))
+    async with running_bot(tg, llm, tmp_path):
+        tg.private(1).send("one")
+        tg.private(2).send("two")
+        # both turns reach the model before either is answered: they run side by side
+        await asyncio.wait_for(llm.wait_for_requests(2), 10)
+        assert tg.bot_messages(1) == [] and tg.bot_messages(2) == []
+        gate.set()
+        answers = {(await tg.wait_for_message(1, contains="answer")).text,
+                   (await tg.wait_for_message(2, contains="answer")).text}
+    assert answers == {"first answer", "second answer"}
+
+
+async def test_one_chat_is_answered_in_order(tg: FakeTelegram, llm: FakeOpenAI,
+                                             tmp_path: Path) -> None:
+    async with running_bot(tg, llm, tmp_path) as bot:
+        chat = tg.private(42)
+        for i in range(4):
+            chat.send(f"message {i}")
+        await tg.wait_for(lambda: len(tg.bot_messages(42)) == 4)
+        assert [m.text for m in tg.bot_messages(42)] == [f"echo: message {i}" for i in range(4)]
+        stats = await bot.provider.stats(private_session(42))
+        assert stats.message_count == 8
+
+
+async def test_new_rotates_the_session(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    async with running_bot(tg, llm, tmp_path) as bot:
+        chat = tg.private(42)
+        chat.send("before")
+        await tg.wait_for_message(42, contains="echo: before")
+        chat.send("/new")
+        await tg.wait_for_message(42, contains="Started a new conversation")
+        chat.send("after")
+        await tg.wait_for_message(42, contains="echo: after")
+        old = await bot.provider.stats(private_session(42))
+        new = await bot.provider.stats(private_session(42, generation=1))
+    assert (old.message_count, new.message_count) == (2, 2)
+    # the new conversation does not carry the old one's history to the model
+    sent = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] != "system"]
+    assert sent == ["after"]
+
+
+async def test_model_failure_is_told_plainly(tg: FakeTelegram, llm: FakeOpenAI,
+                                             tmp_path: Path) -> None:
+    from tests.fakes.openai_server import error
+
+    llm.push(error(500), error(500), error(500))
+    async with running_bot(tg, llm, tmp_path) as bot:
+        tg.private(42).send("are you there?")
+        msg = await tg.wait_for_message(42, contains="Sorry")
+        stats = await bot.provider.stats(private_session(42))
+    assert "saved" in msg.text
+    assert stats.message_count == 1  # the user's message, and no half answer
