@@ -1,0 +1,665 @@
+"""The conformance kit: the contract of DESIGN §2 as pytest tests any provider runs.
+
+Use it by subclassing `ProviderConformance` in a test module (the class name must start
+with `Test`) and overriding the `provider` fixture::
+
+    from memory.testing.conformance import ProviderConformance
+
+    class TestLcm(ProviderConformance):
+        @pytest.fixture
+        async def provider(self, engine, tmp_path, summarizer):
+            p = create(ProviderContext(engine=engine, summarizer=summarizer,
+                                       data_dir=tmp_path, config={"keep_tail": 4}))
+            yield p
+            await p.close()
+
+`engine` is the fixture of tests/conftest.py (SQLite and PostgreSQL); `summarizer` is the
+kit's deterministic summarizer (override it to pass your own). Capability tests skip when
+the provider lacks the capability. Compaction tests append `compaction_messages`
+messages of about 60 tokens each: configure the provider (keep_tail, chunk sizes) so
+that this is enough to compact.
+
+Search scope: per DESIGN §4 a session searches its user's memory, so the kit asserts that
+another *user's* messages never come back, not that another session of the same user's
+are hidden.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+
+from memory.capabilities import (
+    ChangelogReader,
+    ChangelogWriter,
+    Compactor,
+    ConstraintStore,
+    Explorer,
+    NoteStore,
+    ProfileStore,
+    Provider,
+    Reviewer,
+    Searcher,
+    SessionManager,
+    SessionSnapshotStore,
+    Summarizer,
+    VersionedConstraintStore,
+    VersionedProfileStore,
+)
+from memory.context import with_change_source, with_session_id
+from memory.errors import Conflict, InvalidArgument, NotFound
+from memory.summarizer import TruncatingSummarizer
+from memory.tokens import message_tokens
+from memory.tracing import unwrap
+from memory.types import (
+    ChangeEntry,
+    ChangeSource,
+    CompactionMode,
+    ListOptions,
+    Message,
+    SearchMode,
+    SearchQuery,
+    SearchScope,
+    Session,
+    SessionInfo,
+    SummarizeOptions,
+    ToolCall,
+    utcnow,
+)
+
+# The word every summary of the kit's summarizer starts with: how the kit finds summaries.
+SUMMARY_MARKER = "kitsummary"
+
+HOSTILE_PATTERNS = [
+    '"',
+    "'",
+    "%",
+    "_",
+    "*",
+    "-",
+    "C++",
+    "NEAR",
+    "AND OR NOT",
+    '"unbalanced',
+    "a AND (b OR",
+    "col:value",
+    "^start$",
+    "\\",
+    "🙂 emoji 🎉",
+    "x" * 10_000,
+    "nul\x00byte",
+    "",
+    "   ",
+]
+
+
+class KitSummarizer:
+    """Deterministic: the source cut to its target, prefixed with `SUMMARY_MARKER`."""
+
+    def __init__(self) -> None:
+        self._inner = TruncatingSummarizer()
+        self.calls = 0
+
+    async def summarize(self, text: str, opts: SummarizeOptions) -> str:
+        self.calls += 1
+        return f"{SUMMARY_MARKER} {await self._inner.summarize(text, opts)}"
+
+
+def shape(msg: Message) -> tuple[Any, ...]:
+    """What must survive a round trip exactly (timestamps may be re-stamped)."""
+    calls = tuple((c.id, c.name, c.arguments) for c in msg.tool_calls)
+    return (str(msg.role), msg.content, calls, msg.tool_call_id, msg.name)
+
+
+def shapes(msgs: Sequence[Message]) -> list[tuple[Any, ...]]:
+    return [shape(m) for m in msgs]
+
+
+def tool_exchange(tag: str) -> list[Message]:
+    """A user turn with two tool calls answered, then the final answer."""
+    return [
+        Message(role="user", content=f"{tag}: weather in Paris and Rome?"),
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=[
+                ToolCall(id=f"{tag}-1", name="weather", arguments='{"city": "Paris"}'),
+                ToolCall(id=f"{tag}-2", name="weather", arguments='{"city": "Rome", "u": "°C"}'),
+            ],
+        ),
+        Message(role="tool", content='{"t": 12}', tool_call_id=f"{tag}-1", name="weather"),
+        Message(role="tool", content='{"t": 19}', tool_call_id=f"{tag}-2", name="weather"),
+        Message(role="assistant", content=f"{tag}: Paris 12 °C, Rome 19 °C."),
+    ]
+
+
+def filler(i: int, word: str = "") -> Message:
+    """A message of about 60 tokens, distinct per `i`."""
+    body = f"message {i} {word} " + " ".join(f"w{i}x{j}" for j in range(40))
+    return Message(role="user" if i % 2 == 0 else "assistant", content=body[:240])
+
+
+def assert_no_orphan_tool_results(msgs: Sequence[Message]) -> None:
+    answered: set[str] = set()
+    for m in msgs:
+        answered.update(c.id for c in m.tool_calls)
+        if m.role == "tool":
+            assert m.tool_call_id in answered, (
+                f"tool result {m.tool_call_id!r} without its assistant tool call: "
+                "OpenAI-compatible APIs reject such a context"
+            )
+
+
+class ProviderConformance:
+    """Base class of a provider's conformance tests; see the module docstring."""
+
+    compaction_messages = 40
+    agent_id = "default"
+    user_id = 1001
+    other_user_id = 2002
+
+    # -- fixtures ---------------------------------------------------------------
+
+    @pytest.fixture
+    def summarizer(self) -> Summarizer:
+        return KitSummarizer()
+
+    @pytest.fixture
+    async def provider(self) -> AsyncIterator[Provider]:
+        raise NotImplementedError(f"{type(self).__name__} must override the `provider` fixture")
+        yield  # pragma: no cover - makes this an async generator like the overrides
+
+    # -- helpers ----------------------------------------------------------------
+
+    def session(self, user_id: int | None = None, label: str = "s") -> Session:
+        return Session(
+            id=f"{label}-{uuid.uuid4().hex[:10]}",
+            agent_id=self.agent_id,
+            user_id=self.user_id if user_id is None else user_id,
+            channel="test",
+        )
+
+    @staticmethod
+    def require(provider: Provider, capability: type) -> Any:
+        if not isinstance(unwrap(provider), capability):
+            pytest.skip(f"provider is not a {capability.__name__}")
+        return provider
+
+    async def everything(self, provider: Provider, session: Session) -> list[Message]:
+        return await provider.assemble(session, 10**9, 10**6)
+
+    async def summary_ids(self, provider: Provider, session: Session) -> list[str]:
+        """Ids of the summaries of `session`'s user; found through search by default
+        (the kit's summarizer marks every summary). Override if that cannot work."""
+        if not isinstance(unwrap(provider), Searcher):
+            pytest.skip("finding a summary id needs Searcher (or override summary_ids)")
+        hits = await provider.search(  # type: ignore[attr-defined]
+            session, SearchQuery(SUMMARY_MARKER, scope=SearchScope.SUMMARIES, limit=50)
+        )
+        return [h.source_id for h in hits if h.source_type == "summary"]
+
+    async def compacted_session(self, provider: Provider, word: str = "") -> Session:
+        s = self.session(label="compact")
+        await provider.bootstrap(s)
+        await provider.append(s, *(filler(i, word) for i in range(self.compaction_messages)))
+        result = await provider.compact(s, CompactionMode.FULL)  # type: ignore[attr-defined]
+        assert result.changed, f"{self.compaction_messages} messages gave nothing to compact"
+        return s
+
+    # == core contract ==========================================================
+
+    async def test_bootstrap_twice_is_fine(self, provider: Provider) -> None:
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.bootstrap(s)
+        await provider.append(s, Message(role="user", content="hello"))
+        await provider.bootstrap(s)
+        assert shapes(await self.everything(provider, s)) == shapes(
+            [Message(role="user", content="hello")]
+        )
+
+    async def test_append_order_and_tool_calls_round_trip(self, provider: Provider) -> None:
+        s = self.session()
+        await provider.bootstrap(s)
+        first, second = tool_exchange("a"), tool_exchange("b")
+        await provider.append(s, *first)
+        await provider.append(s, *second[:2])
+        await provider.append(s, *second[2:])
+        assert shapes(await self.everything(provider, s)) == shapes(first + second)
+        if isinstance(unwrap(provider), SessionManager):
+            history = await provider.load_history(s.id)  # type: ignore[attr-defined]
+            assert shapes(history) == shapes(first + second)
+
+    async def test_assemble_fills_budget_newest_first(self, provider: Provider) -> None:
+        s = self.session()
+        await provider.bootstrap(s)
+        msgs = [filler(i) for i in range(10)]
+        await provider.append(s, *msgs)
+        budget = sum(message_tokens(m) for m in msgs[-4:]) + message_tokens(msgs[0]) // 2
+        out = await provider.assemble(s, budget, 2)
+        assert sum(message_tokens(m) for m in out) <= budget
+        k = len(out)
+        assert k >= 3, "older messages that fit the budget were left out"
+        assert shapes(out) == shapes(msgs[-k:]), "not the newest messages, in order"
+
+    async def test_fresh_tail_is_kept_over_budget(self, provider: Provider) -> None:
+        s = self.session()
+        await provider.bootstrap(s)
+        msgs = [filler(i) for i in range(8)]
+        await provider.append(s, *msgs)
+        assert shapes(await provider.assemble(s, 10, 3)) == shapes(msgs[-3:])
+        assert shapes(await provider.assemble(s, 0, 1)) == shapes(msgs[-1:])
+
+    async def test_assemble_never_orphans_tool_results(self, provider: Provider) -> None:
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(s, *[filler(i) for i in range(4)], *tool_exchange("t"))
+        for tail in (1, 2, 3, 4):
+            out = await provider.assemble(s, 1, tail)
+            assert_no_orphan_tool_results(out)
+            assert shapes(out[-tail:]) == shapes(tool_exchange("t")[-tail:])
+
+    async def test_stats_of_unknown_session_are_zero(self, provider: Provider) -> None:
+        stats = await provider.stats(self.session(label="never-seen"))
+        assert (stats.message_count, stats.token_count, stats.summary_count) == (0, 0, 0)
+
+    async def test_stats_count_messages(self, provider: Provider) -> None:
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(s, *tool_exchange("x"))
+        stats = await provider.stats(s)
+        assert stats.message_count == 5
+        assert stats.token_count > 0
+        assert stats.oldest_at is not None and stats.newest_at is not None
+        assert stats.oldest_at <= stats.newest_at
+
+    async def test_close_is_idempotent(self, provider: Provider) -> None:
+        await provider.close()
+        await provider.close()
+
+    async def test_concurrent_appends_all_land_in_call_order(self, provider: Provider) -> None:
+        s = self.session()
+        await provider.bootstrap(s)
+
+        async def writer(t: int) -> None:
+            for call in range(3):
+                await provider.append(
+                    s,
+                    Message(role="user", content=f"t{t} c{call} m0"),
+                    Message(role="assistant", content=f"t{t} c{call} m1"),
+                )
+
+        await asyncio.gather(*(writer(t) for t in range(8)))
+        contents = [m.content for m in await self.everything(provider, s)]
+        assert len(contents) == 8 * 3 * 2
+        for t in range(8):
+            mine = [c for c in contents if c.startswith(f"t{t} ")]
+            assert mine == [f"t{t} c{c} m{m}" for c in range(3) for m in range(2)]
+        # One call is one transaction: its two messages are adjacent.
+        for i, c in enumerate(contents):
+            if c.endswith(" m0"):
+                assert contents[i + 1] == c[:-1] + "1"
+
+    async def test_sessions_are_isolated(self, provider: Provider) -> None:
+        a, b = self.session(label="a"), self.session(label="b")
+        await provider.bootstrap(a)
+        await provider.bootstrap(b)
+        await provider.append(a, Message(role="user", content="only in a"))
+        await provider.append(b, Message(role="user", content="only in b"))
+        assert [m.content for m in await self.everything(provider, a)] == ["only in a"]
+        assert [m.content for m in await self.everything(provider, b)] == ["only in b"]
+        assert (await provider.stats(a)).message_count == 1
+
+    # == Compactor ==============================================================
+
+    async def test_compaction_with_nothing_to_do_reports_zero(self, provider: Provider) -> None:
+        self.require(provider, Compactor)
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(s, Message(role="user", content="hi"))
+        result = await provider.compact(s, CompactionMode.FULL)  # type: ignore[attr-defined]
+        assert not result.changed
+        assert (result.leaf_summaries_created, result.messages_compacted) == (0, 0)
+        assert result.tokens_after <= result.tokens_before
+
+    async def test_compaction_shrinks_context_and_loses_nothing(self, provider: Provider) -> None:
+        self.require(provider, Compactor)
+        s = self.session()
+        await provider.bootstrap(s)
+        msgs = [filler(i) for i in range(self.compaction_messages)]
+        await provider.append(s, *msgs)
+        assert await provider.needs_compaction(s, 100)  # type: ignore[attr-defined]
+        result = await provider.compact(s, CompactionMode.FULL)  # type: ignore[attr-defined]
+        assert result.changed
+        assert result.messages_compacted > 0
+        assert 0 < result.tokens_after < result.tokens_before
+        out = await self.everything(provider, s)
+        assert shape(out[-1]) == shape(msgs[-1])
+        assert sum(message_tokens(m) for m in out) < sum(message_tokens(m) for m in msgs)
+        if isinstance(unwrap(provider), SessionManager):
+            history = await provider.load_history(s.id)  # type: ignore[attr-defined]
+            assert shapes(history) == shapes(msgs)
+        stats = await provider.stats(s)
+        assert stats.message_count == len(msgs)
+
+    async def test_needs_compaction_follows_threshold(self, provider: Provider) -> None:
+        self.require(provider, Compactor)
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(s, *(filler(i) for i in range(6)))
+        assert await provider.needs_compaction(s, 50)  # type: ignore[attr-defined]
+        assert not await provider.needs_compaction(s, 10**9)  # type: ignore[attr-defined]
+
+    # == Searcher ===============================================================
+
+    async def test_search_finds_an_appended_word(self, provider: Provider) -> None:
+        self.require(provider, Searcher)
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(
+            s,
+            Message(role="user", content="the quokka smiled at the camera"),
+            Message(role="assistant", content="cute animal"),
+        )
+        for mode, text in ((SearchMode.FULL_TEXT, "quokka"), (SearchMode.SUBSTRING, "uokk")):
+            hits = await provider.search(s, SearchQuery(text, mode=mode))  # type: ignore[attr-defined]
+            assert any("quokka" in h.content for h in hits), mode
+            assert all(h.source_type in {"message", "summary", "note", "archive"} for h in hits)
+
+    async def test_substring_search_is_literal(self, provider: Provider) -> None:
+        self.require(provider, Searcher)
+        s = self.session()
+        await provider.bootstrap(s)
+        texts = ["I am 100% sure", "I am 100x sure", "snake_case name", "snakeXcase name"]
+        texts += ["I write C++ daily", "I write C daily"]
+        await provider.append(s, *(Message(role="user", content=t) for t in texts))
+
+        async def found(pattern: str) -> set[str]:
+            q = SearchQuery(pattern, scope=SearchScope.MESSAGES, mode=SearchMode.SUBSTRING)
+            hits = await provider.search(s, q)  # type: ignore[attr-defined]
+            return {t for t in texts for h in hits if t in h.content}
+
+        assert await found("0% s") == {"I am 100% sure"}
+        assert await found("e_c") == {"snake_case name"}
+        assert await found("C++") == {"I write C++ daily"}
+
+    async def test_hostile_patterns_never_raise(self, provider: Provider) -> None:
+        self.require(provider, Searcher)
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(
+            s,
+            Message(role="user", content='she said "hi" -- 50% off_C++ NEAR AND OR NOT 🙂'),
+        )
+        for mode in SearchMode:
+            for pattern in HOSTILE_PATTERNS:
+                hits = await provider.search(s, SearchQuery(pattern, mode=mode))  # type: ignore[attr-defined]
+                assert isinstance(hits, list), (mode, pattern[:20])
+
+    async def test_search_never_returns_another_users_messages(self, provider: Provider) -> None:
+        self.require(provider, Searcher)
+        mine, theirs = self.session(), self.session(self.other_user_id)
+        for s in (mine, theirs):
+            await provider.bootstrap(s)
+        await provider.append(theirs, Message(role="user", content="secret platypus plans"))
+        await provider.append(mine, Message(role="user", content="nothing to see"))
+        for mode, text in ((SearchMode.FULL_TEXT, "platypus"), (SearchMode.SUBSTRING, "platyp")):
+            assert await provider.search(mine, SearchQuery(text, mode=mode)) == []  # type: ignore[attr-defined]
+        hits = await provider.search(theirs, SearchQuery("platypus"))  # type: ignore[attr-defined]
+        assert hits, "the owner finds their own message"
+
+    async def test_search_respects_limit(self, provider: Provider) -> None:
+        self.require(provider, Searcher)
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(s, *(Message(role="user", content=f"wombat {i}") for i in range(6)))
+        for mode in SearchMode:
+            hits = await provider.search(s, SearchQuery("wombat", limit=2, mode=mode))  # type: ignore[attr-defined]
+            assert len(hits) == 2, mode
+
+    # == Explorer ===============================================================
+
+    async def test_explorer_unknown_id_is_not_found(self, provider: Provider) -> None:
+        self.require(provider, Explorer)
+        s = self.session()
+        await provider.bootstrap(s)
+        for sid in ("no-such-summary", "sum_ffffffffffff", "", "' OR 1=1 --"):
+            with pytest.raises(NotFound):
+                await provider.describe(sid, s)  # type: ignore[attr-defined]
+            with pytest.raises(NotFound):
+                await provider.expand(sid, 1000, s)  # type: ignore[attr-defined]
+
+    async def test_explorer_hides_other_users_summaries(self, provider: Provider) -> None:
+        self.require(provider, Explorer)
+        self.require(provider, Compactor)
+        owner = await self.compacted_session(provider)
+        ids = await self.summary_ids(provider, owner)
+        assert ids, "compaction made no summary the kit can find"
+        stranger = self.session(self.other_user_id, label="stranger")
+        await provider.bootstrap(stranger)
+        for sid in ids:
+            described = await provider.describe(sid, owner)  # type: ignore[attr-defined]
+            assert described.summary_id == sid and described.content
+            expanded = await provider.expand(sid, 10**6, owner)  # type: ignore[attr-defined]
+            assert expanded.messages or expanded.children
+            with pytest.raises(NotFound):
+                await provider.describe(sid, stranger)  # type: ignore[attr-defined]
+            with pytest.raises(NotFound):
+                await provider.expand(sid, 10**6, stranger)  # type: ignore[attr-defined]
+
+    # == shared stores ==========================================================
+
+    async def test_profile_and_soul_round_trip(self, provider: Provider) -> None:
+        p = self.require(provider, ProfileStore)
+        u, a = self.user_id, self.agent_id
+        v1 = await p.set_profile(u, a, "likes tea")
+        v2 = await p.set_soul(u, a, "patient")
+        assert v2 > v1 > 0
+        assert await p.get_profile(u, a) == "likes tea"
+        assert await p.get_soul(u, a) == "patient"
+        assert await p.get_profile(self.other_user_id, a) == ""
+        await p.set_profile(u, a, "")
+        assert await p.get_profile(u, a) == ""
+
+    async def test_constraints_round_trip(self, provider: Provider) -> None:
+        p = self.require(provider, ConstraintStore)
+        u, a = self.user_id, self.agent_id
+        listed = await p.add_constraint(u, a, "never use emoji")
+        listed = await p.add_constraint(u, a, "answer in French")
+        assert [c.text for c in listed] == ["never use emoji", "answer in French"]
+        assert len({c.id for c in listed}) == 2 and all(c.created_at for c in listed)
+        left = await p.remove_constraint(u, a, listed[0].id)
+        assert [c.text for c in left] == ["answer in French"]
+        assert [c.text for c in await p.get_constraints(u, a)] == ["answer in French"]
+        assert await p.get_constraints(self.other_user_id, a) == []
+        with pytest.raises(NotFound):
+            await p.remove_constraint(u, a, listed[0].id)
+        for bad in ("", "   ", "x" * 2001):
+            with pytest.raises(InvalidArgument):
+                await p.add_constraint(u, a, bad)
+        assert len(await p.get_constraints(u, a)) == 1
+
+    async def test_versioned_reads_and_rollback(self, provider: Provider) -> None:
+        p = self.require(provider, VersionedProfileStore)
+        self.require(provider, ProfileStore)
+        u, a = self.user_id, self.agent_id
+        assert await p.memory_version(u, a) == 0
+        v1 = await p.set_profile(u, a, "first")
+        v2 = await p.set_soul(u, a, "soul")
+        v3 = await p.set_profile(u, a, "second")
+        assert await p.memory_version(u, a) == v3
+        assert await p.get_profile_at(u, a, v1) == "first"
+        assert await p.get_profile_at(u, a, v2) == "first"
+        assert await p.get_soul_at(u, a, v1) == ""
+        assert await p.get_profile_at(u, a, 0) == "second"  # <= 0: current
+        v4 = await p.rollback(u, a, "profile", v1)
+        assert v4 == v3 + 1
+        assert await p.get_profile(u, a) == "first"
+        assert await p.get_profile_at(u, a, v3) == "second"
+
+    async def test_versioned_constraints(self, provider: Provider) -> None:
+        p = self.require(provider, VersionedConstraintStore)
+        self.require(provider, ConstraintStore)
+        self.require(provider, VersionedProfileStore)
+        u, a = self.user_id, self.agent_id
+        await p.add_constraint(u, a, "rule one")
+        v1 = await p.memory_version(u, a)
+        await p.add_constraint(u, a, "rule two")
+        assert [c.text for c in await p.get_constraints_at(u, a, v1)] == ["rule one"]
+        assert len(await p.get_constraints_at(u, a, 0)) == 2
+
+    async def test_changelog_rows_carry_source_and_session(self, provider: Provider) -> None:
+        p = self.require(provider, ChangelogReader)
+        self.require(provider, ProfileStore)
+        u, a = self.user_id, self.agent_id
+        await p.set_profile(u, a, "by the agent")
+        with with_change_source(ChangeSource.REFLECT), with_session_id("sess-42"):
+            await p.set_profile(u, a, "by reflect")
+        rows = await p.read_changelog(u, a, "profile", 10)
+        assert [r.after_text for r in rows] == ["by reflect", "by the agent"]
+        assert (rows[0].source, rows[0].session_id) == ("reflect", "sess-42")
+        assert (rows[0].before_text, rows[0].scope) == ("by the agent", "profile")
+        assert rows[1].source == "agent"
+        assert rows[0].version_after == (rows[0].version_before or 0) + 1
+        assert await p.read_changelog(self.other_user_id, a) == []
+        assert len(await p.read_changelog(u, a, "profile", 1)) == 1
+
+    async def test_changelog_writer_does_not_bump_version(self, provider: Provider) -> None:
+        p = self.require(provider, ChangelogWriter)
+        self.require(provider, ChangelogReader)
+        self.require(provider, VersionedProfileStore)
+        u, a = self.user_id, self.agent_id
+        before = await p.memory_version(u, a)
+        await p.write_changelog(
+            ChangeEntry(
+                user_id=u, agent_id=a, scope="compaction", action="compact", source="system",
+                after_text="compacted",
+            )
+        )  # fmt: skip
+        assert await p.memory_version(u, a) == before
+        rows = await p.read_changelog(u, a, "compaction", 5)
+        assert any(r.after_text == "compacted" and r.source == "system" for r in rows)
+
+    async def test_snapshots_are_frozen_per_session(self, provider: Provider) -> None:
+        p = self.require(provider, SessionSnapshotStore)
+        self.require(provider, ProfileStore)
+        self.require(provider, VersionedProfileStore)
+        u, a = self.user_id, self.agent_id
+        await p.set_profile(u, a, "old")
+        snap_a = await p.get_or_create_snapshot("session-a", u, a)
+        await p.set_profile(u, a, "new")
+        again = await p.get_or_create_snapshot("session-a", u, a)
+        assert again.version == snap_a.version
+        assert await p.get_profile_at(u, a, again.version) == "old"
+        snap_b = await p.get_or_create_snapshot("session-b", u, a)
+        assert await p.get_profile_at(u, a, snap_b.version) == "new"
+        await p.advance_snapshot("session-a", u, a)
+        advanced = await p.get_or_create_snapshot("session-a", u, a)
+        assert await p.get_profile_at(u, a, advanced.version) == "new"
+
+    # == SessionManager =========================================================
+
+    async def test_session_manager_info_and_history(self, provider: Provider) -> None:
+        p = self.require(provider, SessionManager)
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(s, *tool_exchange("h"))
+        info = SessionInfo(
+            id=s.id, agent_id=s.agent_id, user_id=s.user_id, channel=s.channel,
+            title="weather talk", created_at=utcnow(), last_active=utcnow(),
+        )  # fmt: skip
+        await p.save_info(info)
+        loaded = await p.load_info(s.id)
+        assert (loaded.id, loaded.user_id, loaded.agent_id, loaded.title) == (
+            s.id, s.user_id, s.agent_id, "weather talk",
+        )  # fmt: skip
+        listed = await p.list_info(ListOptions(user_id=s.user_id))
+        assert s.id in [i.id for i in listed]
+        assert s.id not in [i.id for i in await p.list_info(ListOptions(user_id=-5))]
+        await p.save_info(SessionInfo(id=s.id, agent_id=s.agent_id, user_id=s.user_id,
+                                      channel=s.channel, title="archived", archived=True))  # fmt: skip
+        assert s.id not in [i.id for i in await p.list_info(ListOptions(user_id=s.user_id))]
+        assert s.id in [
+            i.id for i in await p.list_info(ListOptions(user_id=s.user_id, include_archived=True))
+        ]
+        assert shapes(await p.load_history(s.id)) == shapes(tool_exchange("h"))
+        with pytest.raises(NotFound):
+            await p.load_info("no-such-session")
+
+    # == Reviewer ===============================================================
+
+    async def test_reviewer(self, provider: Provider) -> None:
+        p = self.require(provider, Reviewer)
+        s = self.session()
+        await provider.bootstrap(s)
+        assert await p.build_review_context(s, None) == ""
+        await provider.append(s, Message(role="user", content="my cat is called Miso"))
+        since = utcnow()
+        await asyncio.sleep(0.01)  # distinct timestamps even on a coarse clock
+        await provider.append(s, Message(role="user", content="I moved to Oslo"))
+        assert "Miso" in await p.build_review_context(s, None)
+        recent = await p.build_review_context(s, since)
+        assert "Oslo" in recent and "Miso" not in recent
+        assert await p.build_review_context(s, utcnow()) == ""
+
+    # == NoteStore ==============================================================
+
+    async def test_notes_operations(self, provider: Provider) -> None:
+        p = self.require(provider, NoteStore)
+        s = self.session()
+        added = await p.note_add(s, "groceries", "milk, eggs, saffron")
+        assert (added.name, added.content) == ("groceries", "milk, eggs, saffron")
+        await p.note_alias(s, "groceries", "shopping")
+        assert (await p.note_get(s, "shopping")).name == "groceries"
+        renamed = await p.note_rename(s, "groceries", "errands")
+        assert renamed.name == "errands" and renamed.id == added.id
+        with pytest.raises(NotFound):
+            await p.note_get(s, "groceries")
+        assert (await p.note_get(s, "shopping")).name == "errands"
+        await p.note_write(s, "shopping", "milk, eggs, saffron, rice")
+        assert (await p.note_get(s, "errands")).content.endswith("rice")
+        hits = await p.note_search(s, "saffron")
+        assert [h.entry.name for h in hits] == ["errands"] and hits[0].score > 0
+        assert [e.name for e in await p.note_list(s)] == ["errands"]
+        await p.note_remove(s, "errands")
+        for name in ("errands", "shopping"):
+            with pytest.raises(NotFound):
+                await p.note_get(s, name)
+        assert await p.note_list(s) == []
+
+    async def test_notes_conflicts_and_unknown_names(self, provider: Provider) -> None:
+        p = self.require(provider, NoteStore)
+        s = self.session()
+        await p.note_add(s, "plan", "step one")
+        await p.note_add(s, "ideas", "a rocket")
+        with pytest.raises(Conflict):
+            await p.note_add(s, "plan", "again")
+        with pytest.raises(Conflict):
+            await p.note_alias(s, "ideas", "plan")
+        with pytest.raises(Conflict):
+            await p.note_rename(s, "ideas", "plan")
+        for op in (
+            p.note_get(s, "nope"),
+            p.note_write(s, "nope", "x"),
+            p.note_rename(s, "nope", "other"),
+            p.note_alias(s, "nope", "other"),
+            p.note_remove(s, "nope"),
+        ):
+            with pytest.raises(NotFound):
+                await op
+        assert (await p.note_get(s, "plan")).content == "step one"
+
+    async def test_notes_are_private_to_their_user(self, provider: Provider) -> None:
+        p = self.require(provider, NoteStore)
+        mine, theirs = self.session(), self.session(self.other_user_id)
+        await p.note_add(theirs, "diary", "secret narwhal")
+        with pytest.raises(NotFound):
+            await p.note_get(mine, "diary")
+        assert await p.note_search(mine, "narwhal") == []
+        assert await p.note_list(mine) == []
+        await p.note_add(mine, "diary", "my own")  # same name, other user: no conflict
+        assert (await p.note_get(theirs, "diary")).content == "secret narwhal"
