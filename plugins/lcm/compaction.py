@@ -1,0 +1,452 @@
+"""Compaction: messages -> leaf summaries -> condensed summaries, without holding the
+session's lock while the summarizer thinks.
+
+Passes (seed "Compaction"):
+- leaf: contiguous runs of message items outside the protected tail, cut into chunks of
+  `leaf_chunk_size` messages (oldest first; a remainder shorter than that waits for more)
+  -> one leaf summary each, depth 0, target a third of the source tokens;
+- condensed: contiguous runs of >= `condensed_min` summaries of the same depth, cut into
+  groups of at most CONDENSED_MAX_CHILDREN -> one condensed summary each, depth + 1,
+  target half of the source tokens. The cap keeps a summarizer's input bounded however
+  long the backlog.
+`incremental` is one leaf pass then one condensed pass; `full` repeats both until a round
+changes nothing (at most `max_full_rounds`).
+
+Protected tail: the newest `keep_tail` message items and everything after the oldest of
+them. A chunk never separates an assistant's tool calls from their results (the tail is
+widened backwards, a chunk forwards), so no assembled window ever starts at an orphaned
+tool result.
+
+Concurrency: the whole plan (which items, the summarizer calls, even condensing the new
+leaves) is made from short read transactions, without the session's lock. Only then does
+`apply` take `session_transaction` and, in one short transaction, replay the plan against
+the items actually there: every summary whose inputs are still consecutive context items
+replaces them; one whose inputs moved (another compaction got there first) is skipped,
+and so is everything built on it. Appends only ever add items after the last one, so they
+never invalidate a plan, never wait for a summarizer, and are never lost.
+
+Failure: a summarizer error propagates before anything is written, so the session is left
+exactly as it was (the caller logs it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from memory.capabilities import Summarizer
+from memory.history import HistoryStore
+from memory.sanitize import storable
+from memory.summarizer import SummarizerError, condensed_target, leaf_target
+from memory.tokens import estimate_tokens
+from memory.transcript import render_transcript
+from memory.types import CompactionMode, CompactionResult, Role, Session, SummarizeOptions, utcnow
+from plugins.lcm import context_items as ci
+from plugins.lcm.dag import (
+    CONDENSED,
+    LEAF,
+    SummaryRecord,
+    insert_summaries,
+    load_summaries,
+    new_summary_id,
+)
+from plugins.lcm.models import context_items
+from plugins.lcm.render import condensed_source
+
+CONDENSED_MAX_CHILDREN = 4
+_IN_CHUNK = 500  # ids per IN (...) list: far below every database's parameter limit
+
+Key = tuple[str, int | str]
+
+
+@dataclass
+class Settings:
+    keep_tail: int = 20
+    leaf_chunk_size: int = 10
+    condensed_min: int = 2
+    max_full_rounds: int = 10
+
+
+@dataclass
+class _Node:
+    """An item of the planned context: an existing item or a planned summary."""
+
+    key: Key
+    first_ordinal: int  # of the oldest existing item it stands for
+    tokens: int
+    role: str | None = None  # messages
+    depth: int = -1  # summaries
+    record: SummaryRecord | None = None  # summaries (existing or planned)
+
+    @property
+    def is_message(self) -> bool:
+        return self.key[0] == "m"
+
+
+@dataclass
+class _Planned:
+    record: SummaryRecord
+    sources: list  # leaf: message ids; condensed: child summary ids (in order)
+    inputs: list[Key]  # the context items it replaces, in order
+
+
+@dataclass
+class _Plan:
+    summaries: list[_Planned] = field(default_factory=list)
+    # Ordinal of every existing item the plan was made from, by key.
+    ordinals: dict[Key, int] = field(default_factory=dict)
+
+
+class Compaction:
+    def __init__(
+        self, engine: AsyncEngine, history: HistoryStore, summarizer: Summarizer, settings: Settings
+    ) -> None:
+        self.engine = engine
+        self.history = history
+        self.summarizer = summarizer
+        self.settings = settings
+
+    # -- public -------------------------------------------------------------------
+
+    async def needs_compaction(self, session: Session, threshold: int) -> bool:
+        if threshold < 0:
+            return False
+        conv_id = await self.history.conversation_id(session.id)
+        if conv_id is None:
+            return False
+        async with self.engine.connect() as conn:
+            return await ci.context_tokens(conn, conv_id) > threshold
+
+    async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult:
+        mode = CompactionMode(mode)
+        started = time.monotonic()
+        conv_id = await self.history.conversation_id(session.id)
+        if conv_id is None:
+            return CompactionResult()
+        nodes = await self._read_compactable(conv_id)
+        plan = _Plan(ordinals={n.key: n.first_ordinal for n in nodes})
+        rounds = 1 if mode == CompactionMode.INCREMENTAL else self.settings.max_full_rounds
+        for _ in range(rounds):
+            before = len(plan.summaries)
+            nodes = await self._leaf_pass(conv_id, nodes, plan)
+            nodes = await self._condensed_pass(conv_id, nodes, plan)
+            if len(plan.summaries) == before:
+                break
+        if not plan.summaries:
+            return CompactionResult()
+        result = await self._apply(session, plan)
+        if result.changed:
+            result.duration_s = time.monotonic() - started
+        return result
+
+    # -- reading (no lock) ----------------------------------------------------------
+
+    async def _read_compactable(self, conv_id: int) -> list[_Node]:
+        """The items outside the protected tail, oldest first."""
+        async with self.engine.connect() as conn:
+            boundary = await ci.nth_newest_message_ordinal(conn, conv_id, self.settings.keep_tail)
+            items = await ci.items_up_to(conn, conv_id, boundary)
+            if boundary is not None:
+                # The protected tail starts at `boundary`, widened back past tool results
+                # so that it also holds the assistant message that called them.
+                first = items.pop()
+                while items and first.role == Role.TOOL:
+                    first = items.pop()
+            records = await load_summaries(conn, [i.summary_id for i in items if i.summary_id])
+        nodes = []
+        for item in items:
+            record = records.get(item.summary_id) if item.summary_id else None
+            nodes.append(
+                _Node(
+                    key=item.key,
+                    first_ordinal=item.ordinal,
+                    tokens=item.token_count,
+                    role=item.role,
+                    depth=item.depth if item.depth is not None else -1,
+                    record=record,
+                )
+            )
+        return nodes
+
+    # -- planning (no lock; the summarizer runs here) ---------------------------------
+
+    def _leaf_chunks(self, nodes: Sequence[_Node]) -> list[tuple[int, int]]:
+        size = self.settings.leaf_chunk_size
+        chunks: list[tuple[int, int]] = []
+        i = 0
+        while i < len(nodes):
+            if not nodes[i].is_message:
+                i += 1
+                continue
+            end = i
+            while end < len(nodes) and nodes[end].is_message:
+                end += 1
+            start = i
+            while end - start >= size:
+                stop = start + size
+                # Tool results stay with the call that asked for them.
+                while stop < end and nodes[stop].role == Role.TOOL:
+                    stop += 1
+                chunks.append((start, stop))
+                start = stop
+            i = end
+        return chunks
+
+    def _condensed_groups(self, nodes: Sequence[_Node]) -> list[tuple[int, int]]:
+        least = self.settings.condensed_min
+        groups: list[tuple[int, int]] = []
+        i = 0
+        while i < len(nodes):
+            if nodes[i].is_message:
+                i += 1
+                continue
+            depth = nodes[i].depth
+            end = i
+            while end < len(nodes) and not nodes[end].is_message and nodes[end].depth == depth:
+                end += 1
+            start = i
+            while end - start >= least:
+                stop = min(start + max(CONDENSED_MAX_CHILDREN, least), end)
+                groups.append((start, stop))
+                start = stop
+            i = end
+        return groups
+
+    async def _leaf_pass(self, conv_id: int, nodes: list[_Node], plan: _Plan) -> list[_Node]:
+        chunks = self._leaf_chunks(nodes)
+        if not chunks:
+            return nodes
+        out: list[_Node] = []
+        pos = 0
+        for start, stop in chunks:
+            out.extend(nodes[pos:start])
+            out.append(await self._summarize_leaf(conv_id, nodes[start:stop], _previous(out), plan))
+            pos = stop
+        out.extend(nodes[pos:])
+        return out
+
+    async def _condensed_pass(self, conv_id: int, nodes: list[_Node], plan: _Plan) -> list[_Node]:
+        groups = self._condensed_groups(nodes)
+        if not groups:
+            return nodes
+        out: list[_Node] = []
+        pos = 0
+        for start, stop in groups:
+            out.extend(nodes[pos:start])
+            out.append(
+                await self._summarize_condensed(conv_id, nodes[start:stop], _previous(out), plan)
+            )
+            pos = stop
+        out.extend(nodes[pos:])
+        return out
+
+    async def _summarize_leaf(
+        self, conv_id: int, chunk: Sequence[_Node], previous: str, plan: _Plan
+    ) -> _Node:
+        ids = [int(n.key[1]) for n in chunk]
+        async with self.engine.connect() as conn:
+            loaded = await self.history.load_messages(conn, ids=ids)
+        source_tokens = sum(s.token_count for s, _ in loaded)
+        opts = SummarizeOptions(
+            is_condensed=False, depth=0, previous=previous, target_tokens=leaf_target(source_tokens)
+        )
+        content = await self._summarize(render_transcript([m for _, m in loaded]), opts)
+        record = SummaryRecord(
+            id=new_summary_id(),
+            conversation_id=conv_id,
+            kind=LEAF,
+            depth=0,
+            content=content,
+            token_count=estimate_tokens(content),
+            earliest_at=min(s.created_at for s, _ in loaded),
+            latest_at=max(s.created_at for s, _ in loaded),
+            descendant_count=len(loaded),
+            descendant_token_count=source_tokens,
+            created_at=utcnow(),
+        )
+        plan.summaries.append(_Planned(record, [s.id for s, _ in loaded], [n.key for n in chunk]))
+        return _Node(
+            ("s", record.id), chunk[0].first_ordinal, record.token_count, depth=0, record=record
+        )
+
+    async def _summarize_condensed(
+        self, conv_id: int, group: Sequence[_Node], previous: str, plan: _Plan
+    ) -> _Node:
+        children = [n.record for n in group]
+        assert all(c is not None for c in children)
+        kids: list[SummaryRecord] = [c for c in children if c is not None]
+        depth = group[0].depth
+        source_tokens = sum(c.token_count for c in kids)
+        opts = SummarizeOptions(
+            is_condensed=True,
+            depth=depth,
+            previous=previous,
+            target_tokens=condensed_target(source_tokens),
+        )
+        content = await self._summarize(condensed_source(kids), opts)
+        stamps_lo = [c.earliest_at for c in kids if c.earliest_at is not None]
+        stamps_hi = [c.latest_at for c in kids if c.latest_at is not None]
+        record = SummaryRecord(
+            id=new_summary_id(),
+            conversation_id=conv_id,
+            kind=CONDENSED,
+            depth=depth + 1,
+            content=content,
+            token_count=estimate_tokens(content),
+            earliest_at=min(stamps_lo) if stamps_lo else None,
+            latest_at=max(stamps_hi) if stamps_hi else None,
+            descendant_count=sum(c.descendant_count for c in kids),
+            descendant_token_count=sum(c.descendant_token_count for c in kids),
+            created_at=utcnow(),
+        )
+        plan.summaries.append(_Planned(record, [c.id for c in kids], [n.key for n in group]))
+        return _Node(
+            ("s", record.id),
+            group[0].first_ordinal,
+            record.token_count,
+            depth=depth + 1,
+            record=record,
+        )
+
+    async def _summarize(self, text: str, opts: SummarizeOptions) -> str:
+        content = storable(await self.summarizer.summarize(text, opts) or "").strip()
+        if not content:
+            raise SummarizerError("the summarizer returned an empty summary")
+        return content
+
+    # -- applying (one short transaction under the session's lock) ----------------------
+
+    async def _apply(self, session: Session, plan: _Plan) -> CompactionResult:
+        async with self.history.session_transaction(session) as (conn, conv_id):
+            window = _Window(await self._current_items(conn, conv_id, plan))
+            applied = [p for p in plan.summaries if window.replace(p.inputs, p.record)]
+            if not applied:
+                return CompactionResult()
+            await insert_summaries(
+                conn, [p.record for p in applied], {p.record.id: p.sources for p in applied}
+            )
+            removed = [it for it in window.original if it.key not in window.keys]
+            added = window.new_top_level()
+            await _delete_items(conn, conv_id, [it.ordinal for it in removed])
+            if added:
+                await conn.execute(
+                    sa.insert(context_items),
+                    [
+                        {
+                            "conversation_id": conv_id,
+                            "ordinal": ordinal,
+                            "message_id": None,
+                            "summary_id": record.id,
+                            "token_count": record.token_count,
+                        }
+                        for ordinal, record in added
+                    ],
+                )
+            after = await ci.context_tokens(conn, conv_id)
+        before = (
+            after + sum(it.token_count for it in removed) - sum(r.token_count for _, r in added)
+        )
+        return CompactionResult(
+            leaf_summaries_created=sum(1 for p in applied if p.record.kind == LEAF),
+            condensed_summaries_created=sum(1 for p in applied if p.record.kind == CONDENSED),
+            messages_compacted=sum(len(p.sources) for p in applied if p.record.kind == LEAF),
+            tokens_before=before,
+            tokens_after=after,
+        )
+
+    async def _current_items(
+        self, conn: AsyncConnection, conv_id: int, plan: _Plan
+    ) -> list[ci.Item]:
+        """The items now in the ordinal range the plan was made from."""
+        ordinals = [
+            plan.ordinals[k] for p in plan.summaries for k in p.inputs if k in plan.ordinals
+        ]
+        if not ordinals:
+            return []
+        return await ci.items_between(conn, conv_id, min(ordinals), max(ordinals))
+
+
+def _previous(nodes: Sequence[_Node]) -> str:
+    """The summary just before a chunk, for the summarizer's continuity."""
+    if nodes and nodes[-1].record is not None:
+        return nodes[-1].record.content
+    return ""
+
+
+async def _delete_items(conn: AsyncConnection, conv_id: int, ordinals: list[int]) -> None:
+    for i in range(0, len(ordinals), _IN_CHUNK):
+        await conn.execute(
+            sa.delete(context_items).where(
+                context_items.c.conversation_id == conv_id,
+                context_items.c.ordinal.in_(ordinals[i : i + _IN_CHUNK]),
+            )
+        )
+
+
+@dataclass
+class _Link:
+    key: Key
+    first_ordinal: int
+    record: SummaryRecord | None = None  # set for summaries created by this plan
+    prev: _Link | None = None
+    next: _Link | None = None
+
+
+class _Window:
+    """The current context items of the plan's range as a linked list, on which the
+    planned replacements are replayed (each O(its inputs))."""
+
+    def __init__(self, items: list[ci.Item]) -> None:
+        self.original = items
+        self._by_key: dict[Key, _Link] = {}
+        self.head: _Link | None = None
+        prev: _Link | None = None
+        for it in items:
+            link = _Link(it.key, it.ordinal, prev=prev)
+            if prev is None:
+                self.head = link
+            else:
+                prev.next = link
+            self._by_key[it.key] = link
+            prev = link
+
+    @property
+    def keys(self) -> set[Key]:
+        return set(self._by_key)
+
+    def replace(self, inputs: Sequence[Key], record: SummaryRecord) -> bool:
+        """Swap `inputs` for `record` if they are still consecutive items, in order."""
+        first = self._by_key.get(inputs[0])
+        if first is None:
+            return False
+        link: _Link | None = first
+        for key in inputs:
+            if link is None or link.key != key:
+                return False
+            last = link
+            link = link.next
+        new = _Link(("s", record.id), first.first_ordinal, record, prev=first.prev, next=last.next)
+        if first.prev is None:
+            self.head = new
+        else:
+            first.prev.next = new
+        if last.next is not None:
+            last.next.prev = new
+        for key in inputs:
+            del self._by_key[key]
+        self._by_key[new.key] = new
+        return True
+
+    def new_top_level(self) -> list[tuple[int, SummaryRecord]]:
+        """(ordinal, summary) of every planned summary that ended up in the context."""
+        out = []
+        link = self.head
+        while link is not None:
+            if link.record is not None:
+                out.append((link.first_ordinal, link.record))
+            link = link.next
+        return out

@@ -1,0 +1,160 @@
+"""Reads and writes of the ordered context window (`context_items`).
+
+Ordering design: ordinals are sparse and never renumbered. An append takes max+1 (one
+index seek); a compaction deletes a contiguous run and inserts its summary at the run's
+first ordinal, so the order of everything else is untouched and no write ever costs more
+than the items it replaces. Reads walk the primary key (conversation_id, ordinal)
+backwards in pages, so the assembler touches only the window it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from memory.history import StoredMessage, messages
+from plugins.lcm.models import context_items, summaries
+
+
+@dataclass(frozen=True)
+class Item:
+    """One context item with what ordering and budgeting need to know about it."""
+
+    ordinal: int
+    message_id: int | None
+    summary_id: str | None
+    token_count: int
+    role: str | None = None  # messages
+    kind: str | None = None  # summaries
+    depth: int | None = None  # summaries
+
+    @property
+    def key(self) -> tuple[str, int | str]:
+        """("m", message id) or ("s", summary id): identity independent of position."""
+        if self.message_id is not None:
+            return ("m", self.message_id)
+        assert self.summary_id is not None
+        return ("s", self.summary_id)
+
+    @property
+    def is_message(self) -> bool:
+        return self.message_id is not None
+
+
+_COLUMNS = (
+    context_items.c.ordinal,
+    context_items.c.message_id,
+    context_items.c.summary_id,
+    context_items.c.token_count,
+    messages.c.role,
+    summaries.c.kind,
+    summaries.c.depth,
+)
+
+
+def _select() -> sa.Select:
+    return (
+        sa.select(*_COLUMNS)
+        .select_from(context_items)
+        .outerjoin(messages, messages.c.id == context_items.c.message_id)
+        .outerjoin(summaries, summaries.c.id == context_items.c.summary_id)
+    )
+
+
+def _items(rows: Sequence[sa.Row]) -> list[Item]:
+    return [Item(*row) for row in rows]
+
+
+async def append_items(
+    conn: AsyncConnection, conv_id: int, stored: Sequence[StoredMessage]
+) -> None:
+    """Context items for freshly inserted messages, after the current last item."""
+    if not stored:
+        return
+    last = await conn.scalar(
+        sa.select(sa.func.max(context_items.c.ordinal)).where(
+            context_items.c.conversation_id == conv_id
+        )
+    )
+    first = (last or 0) + 1
+    await conn.execute(
+        sa.insert(context_items),
+        [
+            {
+                "conversation_id": conv_id,
+                "ordinal": first + i,
+                "message_id": s.id,
+                "summary_id": None,
+                "token_count": s.token_count,
+            }
+            for i, s in enumerate(stored)
+        ],
+    )
+
+
+async def page_before(
+    conn: AsyncConnection, conv_id: int, before: int | None, limit: int
+) -> list[Item]:
+    """Up to `limit` items with ordinal < `before` (None: from the end), newest first."""
+    query = _select().where(context_items.c.conversation_id == conv_id)
+    if before is not None:
+        query = query.where(context_items.c.ordinal < before)
+    query = query.order_by(context_items.c.ordinal.desc()).limit(limit)
+    return _items((await conn.execute(query)).all())
+
+
+async def items_between(conn: AsyncConnection, conv_id: int, lo: int, hi: int) -> list[Item]:
+    """Items with lo <= ordinal <= hi, oldest first."""
+    query = (
+        _select()
+        .where(
+            context_items.c.conversation_id == conv_id,
+            context_items.c.ordinal >= lo,
+            context_items.c.ordinal <= hi,
+        )
+        .order_by(context_items.c.ordinal)
+    )
+    return _items((await conn.execute(query)).all())
+
+
+async def items_up_to(conn: AsyncConnection, conv_id: int, hi: int | None) -> list[Item]:
+    """Items with ordinal <= `hi` (None: all), oldest first."""
+    query = _select().where(context_items.c.conversation_id == conv_id)
+    if hi is not None:
+        query = query.where(context_items.c.ordinal <= hi)
+    return _items((await conn.execute(query.order_by(context_items.c.ordinal))).all())
+
+
+async def nth_newest_message_ordinal(conn: AsyncConnection, conv_id: int, n: int) -> int | None:
+    """Ordinal of the `n`-th newest message item (1 = the last), or of the oldest message
+    item when there are fewer; None when there is no message item or n < 1."""
+    if n < 1:
+        return None
+    rows = (
+        (
+            await conn.execute(
+                sa.select(context_items.c.ordinal)
+                .where(
+                    context_items.c.conversation_id == conv_id,
+                    context_items.c.message_id.is_not(None),
+                )
+                .order_by(context_items.c.ordinal.desc())
+                .limit(n)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    return rows[-1] if rows else None
+
+
+async def context_tokens(conn: AsyncConnection, conv_id: int) -> int:
+    total = await conn.scalar(
+        sa.select(sa.func.coalesce(sa.func.sum(context_items.c.token_count), 0)).where(
+            context_items.c.conversation_id == conv_id
+        )
+    )
+    return int(total or 0)

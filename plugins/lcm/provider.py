@@ -1,0 +1,180 @@
+"""The lcm provider: Lossless Context Management over SQL (DESIGN §3, seed "LCM").
+
+Every message is kept (the shared history tables); the context window is an ordered list
+of items, each a message or a summary; compaction swaps runs of items for summaries that
+form a DAG the model can drill back into; nothing is ever deleted, so expanding every
+summary recovers exactly the original message sequence.
+
+Capabilities: Provider, Compactor, Searcher, Explorer, Reviewer, SessionManager (shared
+history) and, through `SharedStores`, ProfileStore, ConstraintStore, the versioned
+stores, the changelog and session snapshots.
+
+Config (`memory.lcm` plus `compaction.keep_tail`): `keep_tail` (newest messages no
+compaction touches, default 20), `leaf_chunk_size` (messages per leaf summary, 10),
+`condensed_min` (summaries per condensed one, 2), `max_full_rounds` (10).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from memory.capabilities import ProviderContext
+from memory.errors import InvalidArgument
+from memory.history import HistoryStore, SessionHistory
+from memory.stores import SharedStores
+from memory.types import (
+    Action,
+    ChangeEntry,
+    CompactionMode,
+    CompactionResult,
+    DescribeResult,
+    ExpandResult,
+    Message,
+    Scope,
+    SearchQuery,
+    SearchResult,
+    Session,
+    SessionStats,
+)
+from plugins.lcm import context_items as ci
+from plugins.lcm.assembler import assemble_window
+from plugins.lcm.compaction import Compaction, Settings
+from plugins.lcm.explorer import Explorer
+from plugins.lcm.models import summaries
+from plugins.lcm.retrieval import Retrieval
+from plugins.lcm.review import build_review_context
+
+log = logging.getLogger(__name__)
+
+_LIMITS = {"keep_tail": 0, "leaf_chunk_size": 2, "condensed_min": 2, "max_full_rounds": 1}
+
+
+def settings_from(config: dict[str, Any]) -> Settings:
+    """The compaction settings in `config`; a bad value is an error naming the key.
+    Keys this provider does not use are left to the config loader to judge."""
+    values: dict[str, int] = {}
+    for key, least in _LIMITS.items():
+        if key not in config:
+            continue
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise InvalidArgument(f"memory.lcm.{key} must be an integer >= {least}, got {value!r}")
+        values[key] = value
+    return Settings(**values)
+
+
+class LcmProvider(SharedStores, SessionHistory):
+    name = "lcm"
+
+    def __init__(self, ctx: ProviderContext) -> None:
+        self.engine = ctx.engine
+        self.history = HistoryStore(ctx.engine)
+        self.settings = settings_from(ctx.config)
+        self._compaction = Compaction(ctx.engine, self.history, ctx.summarizer, self.settings)
+        self._retrieval = Retrieval(ctx.engine)
+        self._explorer = Explorer(ctx.engine, self.history)
+        self._closed = False
+
+    # -- Provider -------------------------------------------------------------------
+
+    async def bootstrap(self, session: Session) -> None:
+        await self.history.bootstrap(session)
+
+    async def append(self, session: Session, *msgs: Message) -> None:
+        """The messages and their context items, in one transaction under the session's
+        lock (concurrent appends of one session are serialised, in call order)."""
+        if not msgs:
+            await self.history.bootstrap(session)
+            return
+        async with self.history.session_transaction(session) as (conn, conv_id):
+            stored = await self.history.insert_messages(conn, conv_id, msgs)
+            await ci.append_items(conn, conv_id, stored)
+
+    async def assemble(self, session: Session, budget: int, fresh_tail: int) -> list[Message]:
+        conv_id = await self.history.conversation_id(session.id)
+        if conv_id is None:
+            return []
+        async with self.engine.connect() as conn:
+            return await assemble_window(conn, self.history, conv_id, budget, fresh_tail)
+
+    async def stats(self, session: Session) -> SessionStats:
+        count, tokens, oldest, newest = await self.history.message_stats(session)
+        conv_id = await self.history.conversation_id(session.id)
+        if conv_id is None:
+            return SessionStats()
+        async with self.engine.connect() as conn:
+            summary_count = await conn.scalar(
+                sa.select(sa.func.count()).where(summaries.c.conversation_id == conv_id)
+            )
+            context = await ci.context_tokens(conn, conv_id)
+        return SessionStats(
+            message_count=count,
+            token_count=tokens,
+            summary_count=int(summary_count or 0),
+            context_tokens=context,
+            oldest_at=oldest,
+            newest_at=newest,
+        )
+
+    async def close(self) -> None:
+        # The engine belongs to whoever created the context; nothing else is held.
+        self._closed = True
+
+    # -- Compactor --------------------------------------------------------------------
+
+    async def needs_compaction(self, session: Session, threshold: int) -> bool:
+        return await self._compaction.needs_compaction(session, threshold)
+
+    async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult:
+        result = await self._compaction.compact(session, mode)
+        if result.changed:
+            await self._record_compaction(session, result)
+        return result
+
+    async def _record_compaction(self, session: Session, result: CompactionResult) -> None:
+        entry = ChangeEntry(
+            user_id=session.user_id,
+            agent_id=session.agent_id,
+            scope=Scope.COMPACTION,
+            action=Action.COMPACT,
+            source="",
+            session_id=session.id,
+            before_text=f"{result.tokens_before} context tokens",
+            after_text=(
+                f"{result.tokens_after} context tokens: {result.leaf_summaries_created} leaf + "
+                f"{result.condensed_summaries_created} condensed summaries, "
+                f"{result.messages_compacted} messages compacted"
+            ),
+        )
+        try:
+            await self.write_changelog(entry)
+        except Exception:  # the compaction itself is committed; the log line is a courtesy
+            log.warning(
+                "compaction of %s done but not recorded in the changelog", session.id, exc_info=True
+            )
+
+    # -- Searcher / Explorer ---------------------------------------------------------------
+
+    async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]:
+        return await self._retrieval.search(session, query)
+
+    async def describe(self, summary_id: str, session: Session | None) -> DescribeResult:
+        return await self._explorer.describe(summary_id, session)
+
+    async def expand(
+        self, summary_id: str, token_cap: int, session: Session | None
+    ) -> ExpandResult:
+        return await self._explorer.expand(summary_id, token_cap, session)
+
+    # -- Reviewer ---------------------------------------------------------------------------
+
+    async def build_review_context(self, session: Session, since: datetime | None) -> str:
+        conv_id = await self.history.conversation_id(session.id)
+        if conv_id is None:
+            return ""
+        async with self.engine.connect() as conn:
+            return await build_review_context(conn, self.history, conv_id, since)
