@@ -1,0 +1,46 @@
+"""Slash commands through Telegram: each answered in one plain-text message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram
+from tests.telegram.harness import running_bot
+
+
+async def ask(tg: FakeTelegram, command: str, expect: str) -> str:
+    before = len(tg.bot_messages(42))
+    tg.private(42).send(command)
+    await tg.wait_for(lambda: len(tg.bot_messages(42)) > before)
+    [answer] = tg.bot_messages(42)[before:]  # exactly one message per command
+    assert expect in answer.text, answer.text
+    assert answer.entities == []  # plain: "<text>" in a usage line is not markup
+    return answer.text
+
+
+async def test_commands(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    async with running_bot(tg, llm, tmp_path, admin_ids=[7]) as bot:
+        await ask(tg, "/start", "I'm mnemo")
+        await ask(tg, "/help", "/compact")
+        await ask(tg, "/compact", "Nothing to compact")
+        for i in range(6):
+            tg.private(42).send(f"note number {i} about zebras" if i == 1 else f"note number {i}")
+            await tg.wait_for_message(42, contains=f"echo: note number {i}")
+        status = await ask(tg, "/memory status", "Messages: 12")
+        assert "default:telegram:42" in status
+        await ask(tg, "/memory search zebras", "zebras")
+        await ask(tg, "/memory search", "Usage: /memory search <text>")
+        await ask(tg, "/memory bogus", "Unknown sub-command")
+        compacted = await ask(tg, "/compact", "Compacted")
+        assert "summar" in compacted
+        await ask(tg, "/memory status", "Summaries: 1")
+        await ask(tg, "/memory rollback profile 1", "operators only")  # 42 is no admin
+        await ask(tg, f"/help@{tg.username}", "/new")
+        tg.private(7).send("/memory rollback profile 1")
+        admin_answer = await tg.wait_for(lambda: tg.bot_messages(7))
+        assert "operators only" not in admin_answer[0].text
+        await bot.pool.drain()
+    # commands never reach the model
+    assert all(not m["content"].startswith("/") for r in llm.requests for m in r["messages"]
+               if m["role"] == "user")
