@@ -80,6 +80,7 @@ MAX_SUMMARY_TOKENS = 4000
 # Reflect reads the review context in one LLM call: keep its newest part within this.
 MAX_REVIEW_TOKENS = 24000
 PAGE = 256
+MAX_SEARCH_CHARS = 4096
 
 SUMMARY_INTRO = (
     "The earlier part of this conversation was compacted. Its handoff summary follows "
@@ -341,6 +342,11 @@ class SimpleProvider(SharedStores, SessionHistory):
         text = storable(query.text).strip() if isinstance(query.text, str) else ""
         if not text:
             return []
+        if len(text) > MAX_SEARCH_CHARS:
+            # SQLite refuses LIKE patterns over 50,000 bytes; a pasted page is no query.
+            raise InvalidArgument(
+                f"search text is too long ({len(text)} characters; at most {MAX_SEARCH_CHARS})"
+            )
         limit = max(1, min(int(query.limit or 20), 100))
         try:
             scope, mode = SearchScope(query.scope), SearchMode(query.mode)
