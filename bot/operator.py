@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import Settings
@@ -250,8 +250,9 @@ class ProgressBar:
     """A plain-text bar on stderr: redrawn in place on a terminal, one line per step
     otherwise (logs and pipes get readable lines, not carriage returns)."""
 
-    def __init__(self, total: int, stream: TextIO = sys.stderr, width: int = 30) -> None:
-        self.total, self.stream, self.width = max(total, 0), stream, width
+    def __init__(self, total: int, stream: TextIO | None = None, width: int = 30) -> None:
+        self.total, self.width = max(total, 0), width
+        self.stream = stream if stream is not None else sys.stderr
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
 
     def show(self, done: int, label: str = "") -> None:
@@ -356,8 +357,10 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
 def pg_dump_command(url: str, path: str) -> str:
     """The documented PostgreSQL backup: a custom-format pg_dump of the same database
     (the password, if any, is left to PGPASSWORD or ~/.pgpass, never printed)."""
-    parsed = make_url(url).set(drivername="postgresql", password=None)
-    return f"pg_dump --format=custom --no-owner --file {path} '{parsed.render_as_string(hide_password=False)}'"
+    u = make_url(url)
+    bare = URL.create("postgresql", username=u.username, host=u.host, port=u.port,
+                      database=u.database, query=u.query)
+    return f"pg_dump --format=custom --no-owner --file {path} '{bare.render_as_string(hide_password=False)}'"
 
 
 def backup(settings: Settings, path: str) -> int:
