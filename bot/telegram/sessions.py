@@ -13,7 +13,6 @@ message is addressed to it (DESIGN §4).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from telegram import Chat, Message, MessageEntity
@@ -113,5 +112,7 @@ def strip_mention(text: str, username: str) -> str:
             out.append(text[i:end])  # a longer handle that merely starts like ours
         else:
             out.append(text[i:j])
+            if end < len(text) and text[end] == " " and (j == 0 or text[j - 1] in " \n"):
+                end += 1  # the space that separated the handle from the words
         i = end
-    return re.sub(r"[ \t]{2,}", " ", "".join(out)).strip()
+    return "".join(out).strip()
