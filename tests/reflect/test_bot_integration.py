@@ -1,0 +1,69 @@
+"""Reflect inside the real app (`bot.app.build_services`, the pool, the slash commands):
+what reflect learns reaches the session's next system prompt, `/memory history` shows
+it with its source, and `/memory rollback` undoes it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bot.app import Services, build_services
+from bot.commands import handle_command
+from bot.config import Settings
+from bot.reflect import build_reflector
+from memory.types import Session
+from tests.fakes.openai_server import FakeOpenAI, text, tool_call
+
+
+@pytest.fixture
+async def services(tmp_path: Path, fake_llm: FakeOpenAI) -> AsyncIterator[Services]:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "USER.md").write_text("Likes gliders.", encoding="utf-8")  # seeds version 1
+    settings = Settings.model_validate({
+        "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'mnemo.db'}"},
+        "llm": {"base_url": fake_llm.base_url, "api_key": "test", "max_retries": 0},
+        "data_dir": str(data),
+        "memory": {"provider": "simple", "simple": {"store_dir": str(data / "notes")}},
+        "compaction": {"max_tokens": -1},
+    })
+    app = await build_services(settings)
+    yield app
+    await app.close()
+
+
+def system_prompt(request: dict) -> str:
+    return request["messages"][0]["content"]
+
+
+async def test_reflect_through_the_app(services: Services, fake_llm: FakeOpenAI) -> None:
+    pool = services.pool
+    base = Session("tg:9", "default", 9, "telegram")
+    session = await pool.current_session(base)
+    assert not (await pool.chat(session, "Hi, I'm Zoe and I fly planes for a living.")).error
+    assert "Name: Zoe" not in system_prompt(fake_llm.requests[-1])
+
+    fake_llm.push(
+        tool_call("memory", {"action": "profile_update",
+                             "content": "Likes gliders.\nName: Zoe\nJob: airline pilot"}),
+        text("profile updated"),
+    )
+    report = await build_reflector(services).run_cycle()
+    assert [(s.session_id, s.status, s.changes) for s in report.sessions] == [
+        (session.id, "changed", 1)]
+
+    # The session's own (reflect) write advanced its snapshot: the next turn sees it.
+    await pool.chat(session, "What do I do for a living?")
+    assert "Job: airline pilot" in system_prompt(fake_llm.requests[-1])
+
+    history = await handle_command(pool, base, "memory", "history", is_admin=False)
+    assert "profile update by reflect v1→v2" in history
+    assert "by system" in history  # the USER.md seed, version 1
+
+    undone = await handle_command(pool, base, "memory", "rollback profile 1", is_admin=True)
+    assert "now version 3" in undone
+    assert await services.provider.get_profile(9, "default") == "Likes gliders."
+    history = await handle_command(pool, base, "memory", "history", is_admin=False)
+    assert history.index("by user v2→v3") < history.index("by reflect v1→v2")  # newest first
