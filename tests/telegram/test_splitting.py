@@ -93,7 +93,7 @@ def test_one_huge_line_is_cut_at_spaces() -> None:
 
 
 _alphabet = st.sampled_from(list("ab \n`~😀é#*_") + ["```", "```py\n", "\n```\n", "~~~\n"])
-_texts = st.lists(_alphabet, min_size=300, max_size=3000).map("".join)
+_texts = st.lists(_alphabet, min_size=300, max_size=1500).map("".join)
 
 
 @settings(max_examples=40, deadline=None)
