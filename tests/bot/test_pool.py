@@ -265,3 +265,21 @@ async def test_a_failing_stream_callback_does_not_break_the_turn(
     assert reply.text == "a reply long enough to stream in several deltas" and not reply.error
     assert calls == 1  # given up after the first failure
     assert roles(await pool.provider.load_history(ALICE.id)) == ["user", "assistant"]
+
+
+async def test_build_services_wires_a_registered_provider(llm_server: FakeOpenAI, tmp_path: Path):
+    from bot.app import build_services
+    from tests.bot.conftest import make_settings
+
+    settings = make_settings(llm_server, tmp_path / "data", memory={"provider": "lcm"},
+                             database={"url": f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"})
+    services = await build_services(settings)
+    try:
+        assert services.provider.name == "lcm"
+        for i in range(3):
+            assert (await services.pool.chat(ALICE, f"message {i}")).text == f"echo: message {i}"
+        history = await services.provider.load_history(ALICE.id)
+        assert [m.content for m in history][-2:] == ["message 2", "echo: message 2"]
+    finally:
+        await services.close()
+        await services.close()  # idempotent
