@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import Settings
 from bot.llm import LLMClient
+from bot.metrics import instrument_engine, trace_hook
 from bot.pool import Pool
 from memory.capabilities import ProviderContext, Summarizer
 from memory.db import create_engine, migrate
@@ -44,6 +45,7 @@ class Services:
 
 
 def _trace(event: Any) -> None:
+    trace_hook(event)  # Prometheus: memory operations by provider, operation, outcome
     trace_log.debug("%s.%s %.1f ms in=%d out=%d%s", event.provider, event.operation,
                     event.duration_s * 1000, event.arg_size, event.result_size,
                     f" error={event.error}" if event.error else "")
@@ -65,6 +67,7 @@ async def build_services(settings: Settings, *, llm: LLMClient | None = None,
     """Build everything from `settings`. `llm` and `summarizer` may be injected (tests,
     benchmarks); by default they come from `settings.llm`."""
     engine = create_engine(settings.database.url)
+    instrument_engine(engine)  # count database errors for /metrics
     try:
         await migrate(engine)
         llm = llm or LLMClient(settings.llm)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from bot.config import LLMSettings
+from bot.metrics import record_llm_call
 from memory.types import Message, ToolCall
 
 log = logging.getLogger(__name__)
@@ -168,9 +170,11 @@ class LLMClient:
 
     async def complete(self, messages: list[Message] | list[dict[str, Any]],
                        tools: list[dict[str, Any]] | None = None, *,
-                       on_delta: OnDelta | None = None, model: str | None = None) -> AssistantTurn:
+                       on_delta: OnDelta | None = None, model: str | None = None,
+                       kind: str = "chat") -> AssistantTurn:
         """One streamed model turn. `on_delta` receives the whole text so far after each
-        text delta (a retry starts the text over). Raises LLMError."""
+        text delta (a retry starts the text over). Raises LLMError. `kind` labels the
+        latency/error metrics (chat | summary)."""
         payload = [m.to_openai() if isinstance(m, Message) else m for m in messages]
         kwargs: dict[str, Any] = {
             "model": model or self.settings.model,
@@ -187,12 +191,21 @@ class LLMClient:
             stream = await self._client.chat.completions.create(**kwargs)
             return await _collect(stream, on_delta)
 
-        return await self._with_retries(call)
+        started = time.monotonic()
+        try:
+            turn = await self._with_retries(call)
+        except LLMError as exc:
+            cause = exc.__cause__ or exc
+            record_llm_call(time.monotonic() - started, kind=kind, error=type(cause).__name__)
+            raise
+        record_llm_call(time.monotonic() - started, kind=kind)
+        return turn
 
     async def generate(self, prompt: str, model: str | None = None) -> str:
         """One prompt, one answer, no tools (the summarizer's `generate`)."""
         turn = await self.complete([Message(role="user", content=prompt)],
-                                   model=model or self.settings.summary_model or None)
+                                   model=model or self.settings.summary_model or None,
+                                   kind="summary")
         return turn.content
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from sqlalchemy import event
@@ -65,7 +66,9 @@ COMPACTION_TOKENS_AFTER = Histogram(
     ["provider"], buckets=_TOKEN_BUCKETS, registry=REGISTRY,
 )
 REFLECT_RUNS = Counter(
-    "mnemo_reflect_runs", "Reflect runs over one session, by outcome (ok|skipped|error).",
+    "mnemo_reflect_runs",
+    "Reflect reviews of one session, by outcome (changed|unchanged|nothing_new|busy|failed; "
+    "error: the whole cycle raised).",
     ["outcome"], registry=REGISTRY,
 )
 DB_ERRORS = Counter(
@@ -114,8 +117,15 @@ def record_compaction_failure(provider: str, mode: str) -> None:
 
 
 def record_reflect_run(outcome: str) -> None:
-    """One reflect pass over one session: `ok`, `skipped` (nothing new) or `error`."""
+    """One reflect review of one session (its outcome status), or `error` for a cycle
+    that raised."""
     REFLECT_RUNS.labels(outcome).inc()
+
+
+def record_reflect_report(report: Any) -> None:
+    """Every session outcome of one reflect cycle (`plugins.reflect.CycleReport`)."""
+    for outcome in report.sessions:
+        record_reflect_run(outcome.status)
 
 
 def record_db_error(error: str) -> None:

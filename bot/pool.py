@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from bot.config import Settings
 from bot.llm import LLMError, OnDelta
+from bot.metrics import record_compaction, record_compaction_failure, record_turn
 from bot.prompt import build_system_prompt, read_memory, snapshot_version
 from bot.runner import Completer, Tool, run_turn
 from memory.capabilities import (
@@ -214,9 +215,11 @@ class Pool:
             raise RuntimeError("the pool is closed")
         if not text.strip():
             return Reply("There is nothing to answer: the message is empty.", error=True)
+        started = time.monotonic()
         async with self._hold(session.id):
             with bind_session(session):
                 reply = await self._turn(session, text, on_delta)
+        record_turn(time.monotonic() - started, ok=not reply.error)
         if not reply.error:
             self._schedule_compaction(session)
         return reply
@@ -302,11 +305,13 @@ class Pool:
                         session, self.settings.compaction.max_tokens):
                     return
                 result = await self.provider.compact(session, CompactionMode.INCREMENTAL)
+            record_compaction(self.provider.name, CompactionMode.INCREMENTAL, result)
             log.info("auto-compacted %s: %d messages, %d -> %d tokens", session.id,
                      result.messages_compacted, result.tokens_before, result.tokens_after)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            record_compaction_failure(self.provider.name, CompactionMode.INCREMENTAL)
             log.warning("automatic compaction of %s failed (nothing changed): %s: %s",
                         session.id, type(exc).__name__, exc)
 
@@ -318,7 +323,13 @@ class Pool:
         if running is not None:
             await asyncio.wait([running])  # its result is logged by the task itself
         with bind_session(session), with_change_source(ChangeSource.USER):
-            return await self.provider.compact(session, CompactionMode.FULL)
+            try:
+                result = await self.provider.compact(session, CompactionMode.FULL)
+            except Exception:
+                record_compaction_failure(self.provider.name, CompactionMode.FULL)
+                raise
+        record_compaction(self.provider.name, CompactionMode.FULL, result)
+        return result
 
     async def drain(self) -> None:
         """Wait for every background task (tests, shutdown)."""

@@ -14,6 +14,7 @@ import signal
 from typing import Any
 
 from bot.config import Settings
+from bot.metrics import record_reflect_report, record_reflect_run
 from bot.runner import Tool, run_turn
 from memory.types import Message
 from plugins.reflect import (
@@ -36,10 +37,23 @@ def reflect_turn_runner(llm: Any, max_rounds: int) -> TurnRunner:
     return run
 
 
+class CountedReflector(Reflector):
+    """A Reflector whose cycles are counted in the Prometheus metrics (bot.metrics)."""
+
+    async def run_cycle(self, *, slot: int | None = None) -> CycleReport:
+        try:
+            report = await super().run_cycle(slot=slot)
+        except Exception:
+            record_reflect_run("error")
+            raise
+        record_reflect_report(report)
+        return report
+
+
 def build_reflector(services: Any) -> Reflector:
     """The Reflector of a running app (`bot.app.Services`)."""
     settings = services.settings
-    return Reflector(
+    return CountedReflector(
         services.engine,
         services.provider,
         reflect_turn_runner(services.llm, settings.llm.max_tool_rounds),
