@@ -51,32 +51,28 @@ async def server():
         yield srv
 
 
-async def test_chat_commands_rotation_and_restart(server: FakeOpenAI, tmp_path: Path):
+async def test_chat_failure_commands_rotation_and_restart(server: FakeOpenAI, tmp_path: Path):
     cfg = write_config(tmp_path, server.base_url)
+    server.push(error(500), error(500))  # the first message fails (max_retries: 1)
     rc, out, err = await mnemo_chat(
-        cfg, "hello there\n/memory status\n\n/new\nsecond conversation\n",
+        cfg, "this one fails\nhello there\n/memory status\n\n/new\nsecond conversation\n",
         "--session", "work")
     assert rc == 0, err
     blocks = out.strip().split("\n\n")
-    assert blocks[0] == "echo: hello there"
-    assert "Conversation: default:cli:0:work\n" in blocks[1] and "Messages: 2 " in blocks[1]
+    assert blocks[0].startswith("Sorry, I couldn't answer: the language model answered HTTP 500")
+    assert "\n" not in blocks[0]
+    assert blocks[1] == "echo: hello there"
+    # The failed turn kept its user message, and nothing else.
+    assert "Conversation: default:cli:0:work\n" in blocks[2] and "Messages: 3 " in blocks[2]
     assert blocks[-2].startswith("Started a new conversation")
     assert blocks[-1] == "echo: second conversation"
-    assert len(server.requests) == 2
+    assert len(server.requests) == 4
 
     # A second run: the rotation and the history survived; /quit stops reading.
     rc, out, err = await mnemo_chat(cfg, "/memory status\n/quit\nnot sent\n", "--session", "work")
     assert rc == 0, err
     assert "Conversation: default:cli:0:work#1\n" in out and "Messages: 2 " in out
-    assert len(server.requests) == 2
-
-
-async def test_llm_failure_is_one_plain_line(server: FakeOpenAI, tmp_path: Path):
-    server.push(error(500), error(500))  # max_retries: 1 -> two attempts
-    rc, out, _ = await mnemo_chat(write_config(tmp_path, server.base_url), "hi\n")
-    assert rc == 0
-    assert out.strip().startswith("Sorry, I couldn't answer: the language model answered HTTP 500")
-    assert "\n" not in out.strip()
+    assert len(server.requests) == 4
 
 
 async def test_missing_api_key_names_the_variable(server: FakeOpenAI, tmp_path: Path):
