@@ -64,6 +64,8 @@ class WatermarkRow:
     watermark: datetime | None
     attempted_at: datetime | None
     lease_until: datetime | None
+    failures: int = 0
+    last_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -110,13 +112,13 @@ class ReflectState:
     async def watermark_rows(self) -> dict[str, WatermarkRow]:
         """Every watermark row of this agent, by session id."""
         w = watermarks
-        query = sa.select(w.c.session_id, w.c.watermark, w.c.attempted_at, w.c.lease_until
-                          ).where(w.c.agent_id == self.agent_id)
+        query = sa.select(w.c.session_id, w.c.watermark, w.c.attempted_at, w.c.lease_until,
+                          w.c.failures, w.c.last_error).where(w.c.agent_id == self.agent_id)
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return {
             r.session_id: WatermarkRow(_as_utc(r.watermark), _as_utc(r.attempted_at),
-                                       _as_utc(r.lease_until))
+                                       _as_utc(r.lease_until), r.failures, r.last_error)
             for r in rows
         }
 

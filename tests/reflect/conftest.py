@@ -35,8 +35,9 @@ async def llm(fake_llm: FakeOpenAI) -> AsyncIterator[LLMClient]:
 
 
 # reference: history in RAM, sessions found through SessionManager.list_info;
-# simple: history in the shared SQL tables, sessions found by one query.
-PROVIDERS = ["reference", "simple"]
+# lcm: history in the shared SQL tables, sessions found by one query (simple, which
+# shares those tables, is used by the replica, entry-point and app tests).
+PROVIDERS = ["reference", "lcm"]
 
 
 @pytest.fixture(params=PROVIDERS)

@@ -34,7 +34,7 @@ async def replicas(tmp_path: Path, llm) -> AsyncIterator[tuple]:
         try:
             out = []
             for name, engine in (("a", engine_a), ("b", engine_b)):
-                provider = get_factory("simple")(ProviderContext(
+                provider = get_factory("lcm")(ProviderContext(
                     engine=engine, summarizer=StaticSummarizer(),
                     config={"store_dir": str(tmp_path / name)}))
                 out.append((engine, provider, make_reflector(
