@@ -280,6 +280,8 @@ class SharedStores:
         return text or ""
 
     async def _versioned_text(self, user_id: int, agent_id: str, scope: Scope, version: int) -> str:
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise InvalidArgument(f"version must be an integer, got {version!r}")
         if version <= 0:
             return await self._current_text(user_id, agent_id, scope)
         _check_owner(user_id, agent_id)
@@ -444,7 +446,7 @@ class SharedStores:
                     version_after=current if entry.version_after is None else entry.version_after,
                     before_text=storable(entry.before_text),
                     after_text=storable(entry.after_text),
-                    created_at=entry.created_at or utcnow(),
+                    created_at=_as_utc(entry.created_at) or utcnow(),
                 )
             )
 

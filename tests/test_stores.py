@@ -185,6 +185,8 @@ async def test_versioned_reads_reconstruct_each_version(stores: Stores) -> None:
     assert await stores.get_profile_at(U, A, 0) == "p2"
     assert await stores.get_soul_at(U, A, -1) == "s1"
     assert await stores.get_profile_at(U, A, 99) == "p2"
+    with pytest.raises(InvalidArgument):
+        await stores.get_profile_at(U, A, "3")  # type: ignore[arg-type]
 
 
 async def test_rollback_writes_a_new_version(stores: Stores) -> None:

@@ -106,7 +106,8 @@ class KitSummarizer:
 
     async def summarize(self, text: str, opts: SummarizeOptions) -> str:
         self.calls += 1
-        return f"{SUMMARY_MARKER} {await self._inner.summarize(text, opts)}"
+        # On a line of its own, so a structured (handoff) summary keeps its headings.
+        return f"{SUMMARY_MARKER}\n{await self._inner.summarize(text, opts)}"
 
 
 def shape(msg: Message) -> tuple[Any, ...]:
