@@ -75,9 +75,8 @@ class Message:
             if not self.content:
                 out["content"] = None
         if self.role == Role.TOOL:
+            # `name` stays in storage only: strict OpenAI-compatible servers reject it here.
             out["tool_call_id"] = self.tool_call_id or ""
-            if self.name:
-                out["name"] = self.name
         return out
 
     def text(self) -> str:
