@@ -10,12 +10,16 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot import metrics
+from bot.app import build_services
 from bot.config import HealthSettings
 from bot.health import HealthServer, start_health_server
 from memory.db import create_engine
+from memory.testing.databases import temp_database_url
 from memory.testing.reference import ReferenceProvider
 from memory.tracing import with_tracing
 from memory.types import CompactionResult, Message, Session
+from tests.fakes.openai_server import FakeOpenAI
+from tests.ops.conftest import make_settings
 
 # Port 0 (any free port) is for tests only: the config itself insists on a real port.
 LOCAL = HealthSettings.model_construct(enabled=True, listen="127.0.0.1", port=0)
@@ -109,3 +113,27 @@ async def test_disabled_endpoint_is_not_started(engine: AsyncEngine) -> None:
         assert (await _get(server, "/healthz"))[0] == 200
     finally:
         await server.stop()
+
+
+async def test_a_real_turn_and_compaction_are_counted(tmp_path) -> None:
+    turns = ("mnemo_turns_total", {"outcome": "ok"})
+    chat = ("mnemo_llm_request_duration_seconds_count", {"kind": "chat"})
+    appends = ("mnemo_memory_operations_total",
+               {"provider": "simple", "operation": "append", "outcome": "ok"})
+    compactions = ("mnemo_compactions_total",
+                   {"provider": "simple", "mode": "full", "outcome": "changed"})
+    before = {name: metrics.sample(*key) for name, key in
+              {"turns": turns, "chat": chat, "appends": appends, "compactions": compactions}.items()}
+    async with temp_database_url("sqlite", tmp_path) as url, FakeOpenAI() as llm:
+        services = await build_services(make_settings(url, tmp_path, llm_url=llm.base_url))
+        try:
+            session = Session("tg:counted", "default", 77, "telegram")
+            for i in range(3):
+                assert not (await services.pool.chat(session, f"hello {i}")).error
+            await services.pool.compact(session)
+        finally:
+            await services.close()
+    assert metrics.sample(*turns) == before["turns"] + 3
+    assert metrics.sample(*chat) == before["chat"] + 3
+    assert metrics.sample(*appends) == before["appends"] + 6  # user message, then the reply
+    assert metrics.sample(*compactions) == before["compactions"] + 1
