@@ -342,11 +342,9 @@ class SimpleProvider(SharedStores, SessionHistory):
         text = storable(query.text).strip() if isinstance(query.text, str) else ""
         if not text:
             return []
-        if len(text) > MAX_SEARCH_CHARS:
-            # SQLite refuses LIKE patterns over 50,000 bytes; a pasted page is no query.
-            raise InvalidArgument(
-                f"search text is too long ({len(text)} characters; at most {MAX_SEARCH_CHARS})"
-            )
+        # SQLite refuses LIKE patterns over 50,000 bytes; a pasted page is no query, and
+        # search never raises for user text (conformance): its head is what we look for.
+        text = text[:MAX_SEARCH_CHARS]
         limit = max(1, min(int(query.limit or 20), 100))
         try:
             scope, mode = SearchScope(query.scope), SearchMode(query.mode)
