@@ -36,6 +36,8 @@ watermarks = ReflectWatermark.__table__
 slots = ReflectSlot.__table__
 
 MAX_ERROR_CHARS = 500
+# Slot rows kept per agent: enough to see recent history; older slots never recur.
+KEEP_SLOTS = 1000
 
 
 def _as_utc(value: datetime | None) -> datetime | None:
@@ -105,6 +107,10 @@ class ReflectState:
                 sa.update(slots)
                 .where(slots.c.agent_id == self.agent_id, slots.c.slot == slot)
                 .values(finished_at=utcnow(), reviewed=reviewed, changes=changes, failed=failed)
+            )
+            await conn.execute(
+                sa.delete(slots).where(slots.c.agent_id == self.agent_id,
+                                       slots.c.slot <= slot - KEEP_SLOTS)
             )
 
     # -- watermarks -----------------------------------------------------------------

@@ -19,7 +19,7 @@ from memory.registry import get_factory
 from memory.summarizer import StaticSummarizer
 from memory.testing.databases import temp_engine
 from memory.types import Message, Session
-from plugins.reflect import ReflectConfig, Reflector, schedule_reflect
+from plugins.reflect import ReflectConfig, Reflector, run_forever, schedule_reflect
 from plugins.reflect.models import ReflectSlot
 from tests.fakes.openai_server import text, tool_call
 from tests.reflect.conftest import make_reflector
@@ -122,3 +122,25 @@ async def test_mnemo_reflect_once(tmp_path: Path, fake_llm, capsys) -> None:
         assert "reflect is disabled" in capsys.readouterr().out
     finally:
         await engine.dispose()
+
+
+async def test_worker_runs_until_stopped(tmp_path: Path, llm, fake_llm) -> None:
+    """`mnemo reflect` without --once: its own APScheduler, until the stop event."""
+    async with temp_engine("sqlite", tmp_path) as engine:
+        provider = simple_provider(engine, tmp_path)
+        await provider.append(Session("s1", "default", 1, "cli"), Message("user", "I row."))
+        reflector = make_reflector(engine, provider, llm, interval_s=0.2)
+        reports, stop = [], asyncio.Event()
+        scheduled = reflector.run_scheduled
+
+        async def observed(now=None):
+            reports.append(await scheduled(now))
+            if len(reports) >= 2:
+                stop.set()
+            return reports[-1]
+
+        reflector.run_scheduled = observed
+        async with asyncio.timeout(20):
+            await run_forever(reflector, stop)
+        assert await _slots(engine) == sorted(r.slot for r in reports if not r.skipped)
+    assert len(fake_llm.requests) == 1

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import sqlalchemy as sa
+
 from memory.types import Session
+from plugins.reflect.models import ReflectSlot
 from plugins.reflect.reflector import slot_of
 from plugins.reflect.schedule import first_delay
 from plugins.reflect.state import Candidate, ReflectState
@@ -22,6 +25,17 @@ async def test_a_slot_is_claimed_once_per_agent(engine) -> None:
     assert await a.claim_slot(5) is False  # not even by its winner, twice
     assert await other_agent.claim_slot(5) is True  # slots are per agent
     assert await b.claim_slot(6) is True
+
+
+async def test_old_slot_rows_are_pruned(engine) -> None:
+    state = ReflectState(engine, "default", "a")
+    for slot in (1, 2, 1001, 1002):
+        assert await state.claim_slot(slot)
+        await state.finish_slot(slot, reviewed=1, changes=0, failed=0)
+    table = ReflectSlot.__table__
+    async with engine.connect() as conn:
+        kept = sorted((await conn.execute(sa.select(table.c.slot))).scalars())
+    assert kept == [1001, 1002]  # 1 and 2 are KEEP_SLOTS behind
 
 
 async def test_lease_excludes_others_until_released_or_expired(engine) -> None:
