@@ -90,7 +90,7 @@ async def test_tool_round_trip(server: FakeOpenAI, client: LLMClient):
     second = server.requests[1]["messages"]
     assert second[-2]["tool_calls"][0]["id"] == call.id
     assert second[-1] == {"role": "tool", "content": "weather in Oslo: sunny",
-                          "tool_call_id": call.id, "name": "weather"}
+                          "tool_call_id": call.id}
     assert server.requests[0]["tools"][0]["function"]["name"] == "weather"
 
 
