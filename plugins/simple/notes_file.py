@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -43,6 +44,7 @@ from plugins.simple.bm25 import BM25Index, tokenize
 FORMAT = "mnemo-notes"
 VERSION = 1
 MAX_NAME_LEN = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ def clean_name(name: str) -> str:
         raise InvalidArgument("a note name must not be empty")
     if len(cleaned) > MAX_NAME_LEN:
         raise InvalidArgument(f"a note name is at most {MAX_NAME_LEN} characters")
-    if any(ord(c) < 32 or ord(c) == 127 for c in cleaned):
+    if _CONTROL.search(cleaned):
         raise InvalidArgument("a note name must not contain control characters")
     return storable(cleaned)
 
