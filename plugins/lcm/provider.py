@@ -44,6 +44,7 @@ from plugins.lcm import context_items as ci
 from plugins.lcm.assembler import assemble_window
 from plugins.lcm.compaction import Compaction, Settings
 from plugins.lcm.explorer import Explorer
+from plugins.lcm.maintenance import LcmMaintenance
 from plugins.lcm.models import summaries
 from plugins.lcm.retrieval import Retrieval
 from plugins.lcm.review import build_review_context
@@ -67,7 +68,7 @@ def settings_from(config: dict[str, Any]) -> Settings:
     return Settings(**values)
 
 
-class LcmProvider(SharedStores, SessionHistory):
+class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
     name = "lcm"
 
     def __init__(self, ctx: ProviderContext) -> None:

@@ -1,0 +1,451 @@
+"""lcm's part of the operator commands: export/import of the summary DAG and context
+window (`memory.maintenance.Exporter`) and the DAG's integrity checks
+(`memory.maintenance.IntegrityChecker`). Mixed into `LcmProvider`.
+
+Export refers to messages by their seq (ids change on import) and keeps summary ids
+(they are public: the model and users quote them). Checks, per conversation:
+- `context_item_invalid`: an item that is neither exactly one message nor one summary
+  of this conversation;
+- `summary_link_foreign`: a leaf pointing at a message of another conversation, or a
+  condensed summary at a summary of another conversation;
+- `summary_kind_mismatch`: a leaf with children or no messages, a condensed summary with
+  messages or no children;
+- `summary_depth_mismatch`: a leaf not at depth 0, a condensed summary whose children
+  are not all at its depth - 1;
+- `summary_cycle`: a summary that contains itself;
+- `summary_unreachable`: a summary neither in the context nor inside another summary;
+- `message_unreachable` / `message_duplicated`: every message is covered exactly once
+  by the context (directly or through summaries);
+- `context_order`: the context items, in ordinal order, cover ever later messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from memory.errors import InvalidArgument
+from memory.history import conversations, messages
+from memory.maintenance import Fault
+from plugins.lcm.dag import CONDENSED, LEAF
+from plugins.lcm.models import context_items, summaries, summary_messages, summary_parents
+
+_SUMMARY_FIELDS = (
+    "id",
+    "kind",
+    "depth",
+    "content",
+    "token_count",
+    "earliest_at",
+    "latest_at",
+    "descendant_count",
+    "descendant_token_count",
+    "created_at",
+)
+_TIMES = ("earliest_at", "latest_at", "created_at")
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat()
+
+
+def _parse_time(value: Any, where: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise InvalidArgument(
+            f"{where}: expected an ISO-8601 timestamp with offset, got {value!r:.60}"
+        )
+    return parsed
+
+
+class LcmMaintenance:
+    engine: AsyncEngine
+
+    # -- Exporter ----------------------------------------------------------------------
+
+    async def export_overlay(self, session_id: str) -> dict[str, Any] | None:
+        async with self.engine.connect() as conn:
+            conv_id = await conn.scalar(
+                sa.select(conversations.c.id).where(conversations.c.session_id == session_id)
+            )
+            if conv_id is None:
+                return None
+            rows = (
+                (
+                    await conn.execute(
+                        sa.select(summaries)
+                        .where(summaries.c.conversation_id == conv_id)
+                        .order_by(summaries.c.pk)
+                    )
+                )
+                .mappings()
+                .all()
+            )
+            leaf_seqs: dict[str, list[int]] = {}
+            for sid, seq in (
+                await conn.execute(
+                    sa.select(summary_messages.c.summary_id, messages.c.seq)
+                    .join(messages, messages.c.id == summary_messages.c.message_id)
+                    .join(summaries, summaries.c.id == summary_messages.c.summary_id)
+                    .where(summaries.c.conversation_id == conv_id)
+                    .order_by(summary_messages.c.summary_id, summary_messages.c.ordinal)
+                )
+            ).all():
+                leaf_seqs.setdefault(sid, []).append(seq)
+            children: dict[str, list[str]] = {}
+            for sid, child in (
+                await conn.execute(
+                    sa.select(summary_parents.c.summary_id, summary_parents.c.child_id)
+                    .join(summaries, summaries.c.id == summary_parents.c.summary_id)
+                    .where(summaries.c.conversation_id == conv_id)
+                    .order_by(summary_parents.c.summary_id, summary_parents.c.ordinal)
+                )
+            ).all():
+                children.setdefault(sid, []).append(child)
+            items = (
+                await conn.execute(
+                    sa.select(
+                        context_items.c.ordinal,
+                        messages.c.seq,
+                        context_items.c.summary_id,
+                        context_items.c.token_count,
+                    )
+                    .outerjoin(messages, messages.c.id == context_items.c.message_id)
+                    .where(context_items.c.conversation_id == conv_id)
+                    .order_by(context_items.c.ordinal)
+                )
+            ).all()
+        return {
+            "summaries": [
+                {
+                    **{k: (_iso(r[k]) if k in _TIMES else r[k]) for k in _SUMMARY_FIELDS},
+                    "message_seqs": leaf_seqs.get(r["id"], []),
+                    "child_ids": children.get(r["id"], []),
+                }
+                for r in rows
+            ],
+            "context_items": [
+                {"ordinal": o, "message_seq": seq, "summary_id": sid, "token_count": tokens}
+                for o, seq, sid, tokens in items
+            ],
+        }
+
+    async def import_overlay(
+        self,
+        conn: AsyncConnection,
+        conversation_id: int,
+        data: dict[str, Any],
+        message_ids: Mapping[int, int],
+    ) -> None:
+        raw_summaries = data.get("summaries")
+        raw_items = data.get("context_items")
+        if not isinstance(raw_summaries, list) or not isinstance(raw_items, list):
+            raise InvalidArgument(".provider.data: expected lists `summaries` and `context_items`")
+        known: set[str] = set()
+        rows, leaf_rows, parent_rows = [], [], []
+        for i, s in enumerate(raw_summaries):
+            where = f".provider.data.summaries[{i}]"
+            if not isinstance(s, dict) or any(k not in s for k in _SUMMARY_FIELDS):
+                raise InvalidArgument(
+                    f"{where}: expected an object with {', '.join(_SUMMARY_FIELDS)}"
+                )
+            if (
+                s["kind"] not in (LEAF, CONDENSED)
+                or not isinstance(s["id"], str)
+                or s["id"] in known
+            ):
+                raise InvalidArgument(f"{where}: bad or repeated summary id/kind")
+            known.add(s["id"])
+            row = {k: s[k] for k in _SUMMARY_FIELDS}
+            for k in _TIMES:
+                row[k] = _parse_time(s[k], f"{where}.{k}")
+            rows.append({**row, "conversation_id": conversation_id})
+            for n, seq in enumerate(s.get("message_seqs") or []):
+                if seq not in message_ids:
+                    raise InvalidArgument(f"{where}.message_seqs: no message with seq {seq!r}")
+                leaf_rows.append(
+                    {"summary_id": s["id"], "ordinal": n, "message_id": message_ids[seq]}
+                )
+            parent_rows += [
+                {"summary_id": s["id"], "ordinal": n, "child_id": c}
+                for n, c in enumerate(s.get("child_ids") or [])
+            ]
+        for p in parent_rows:
+            if p["child_id"] not in known:
+                raise InvalidArgument(
+                    f".provider.data: summary {p['summary_id']} has unknown child {p['child_id']!r}"
+                )
+        item_rows = []
+        for i, it in enumerate(raw_items):
+            where = f".provider.data.context_items[{i}]"
+            if not isinstance(it, dict) or not isinstance(it.get("ordinal"), int):
+                raise InvalidArgument(f"{where}: expected an object with an integer ordinal")
+            seq, sid = it.get("message_seq"), it.get("summary_id")
+            if (
+                (seq is None) == (sid is None)
+                or (seq is not None and seq not in message_ids)
+                or (sid is not None and sid not in known)
+            ):
+                raise InvalidArgument(f"{where}: must name one existing message seq or summary id")
+            item_rows.append(
+                {
+                    "conversation_id": conversation_id,
+                    "ordinal": it["ordinal"],
+                    "message_id": message_ids[seq] if seq is not None else None,
+                    "summary_id": sid,
+                    "token_count": it.get("token_count", 0),
+                }
+            )
+        # One row at a time: `pk` order must follow export order (it orders the next export).
+        for row in rows:
+            await conn.execute(sa.insert(summaries).values(**row))
+        for table, batch in (
+            (summary_messages, leaf_rows),
+            (summary_parents, parent_rows),
+            (context_items, item_rows),
+        ):
+            if batch:
+                await conn.execute(sa.insert(table), batch)
+
+    def overlay_markdown(self, data: dict[str, Any]) -> str:
+        out = [f"### Context window ({len(data['context_items'])} items, oldest first)", ""]
+        for n, it in enumerate(data["context_items"], 1):
+            what = (
+                f"message #{it['message_seq']}"
+                if it["message_seq"] is not None
+                else f"summary `{it['summary_id']}`"
+            )
+            out.append(f"{n}. {what} ({it['token_count']} tokens)")
+        out += ["", f"### Summaries ({len(data['summaries'])})"]
+        for s in data["summaries"]:
+            built = (
+                f"messages {', '.join(f'#{q}' for q in s['message_seqs'])}"
+                if s["kind"] == LEAF
+                else f"summaries {', '.join(f'`{c}`' for c in s['child_ids'])}"
+            )
+            out += [
+                "",
+                f"#### `{s['id']}` · {s['kind']} · depth {s['depth']} · {s['token_count']} tokens",
+                "",
+                f"built from {built}; {s['earliest_at']} .. {s['latest_at']}",
+                "",
+                s["content"],
+            ]
+        return "\n".join(out) + "\n"
+
+    # -- IntegrityChecker --------------------------------------------------------------
+
+    async def check_integrity(self) -> list[Fault]:
+        faults: list[Fault] = []
+        async with self.engine.connect() as conn:
+            convs = (
+                await conn.execute(
+                    sa.select(conversations.c.id, conversations.c.session_id).order_by(
+                        conversations.c.id
+                    )
+                )
+            ).all()
+            for conv_id, session_id in convs:
+                faults += await _check_conversation(conn, conv_id, f"session {session_id}")
+        return faults
+
+
+async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -> list[Fault]:
+    faults: list[Fault] = []
+    seq_of = dict(
+        (
+            await conn.execute(
+                sa.select(messages.c.id, messages.c.seq).where(
+                    messages.c.conversation_id == conv_id
+                )
+            )
+        ).all()
+    )
+    nodes = {
+        r.id: r
+        for r in (
+            await conn.execute(
+                sa.select(summaries.c.id, summaries.c.kind, summaries.c.depth).where(
+                    summaries.c.conversation_id == conv_id
+                )
+            )
+        ).all()
+    }
+    leaf_msgs: dict[str, list[int]] = {}
+    for sid, mid, owner in (
+        await conn.execute(
+            sa.select(
+                summary_messages.c.summary_id,
+                summary_messages.c.message_id,
+                messages.c.conversation_id,
+            )
+            .join(summaries, summaries.c.id == summary_messages.c.summary_id)
+            .outerjoin(messages, messages.c.id == summary_messages.c.message_id)
+            .where(summaries.c.conversation_id == conv_id)
+            .order_by(summary_messages.c.summary_id, summary_messages.c.ordinal)
+        )
+    ).all():
+        if owner != conv_id:
+            faults.append(
+                Fault(
+                    "summary_link_foreign",
+                    f"{where} summary {sid}",
+                    f"leaf points at message id {mid} of another conversation",
+                )
+            )
+            continue
+        leaf_msgs.setdefault(sid, []).append(mid)
+    kids: dict[str, list[str]] = {}
+    for sid, child in (
+        await conn.execute(
+            sa.select(summary_parents.c.summary_id, summary_parents.c.child_id)
+            .join(summaries, summaries.c.id == summary_parents.c.summary_id)
+            .where(summaries.c.conversation_id == conv_id)
+            .order_by(summary_parents.c.summary_id, summary_parents.c.ordinal)
+        )
+    ).all():
+        if child not in nodes:
+            faults.append(
+                Fault(
+                    "summary_link_foreign",
+                    f"{where} summary {sid}",
+                    f"condensed summary contains {child} of another conversation",
+                )
+            )
+            continue
+        kids.setdefault(sid, []).append(child)
+
+    for sid, node in nodes.items():
+        at = f"{where} summary {sid}"
+        if node.kind == LEAF:
+            if sid in kids or sid not in leaf_msgs:
+                faults.append(Fault("summary_kind_mismatch", at, "a leaf must cover messages only"))
+            if node.depth != 0:
+                faults.append(Fault("summary_depth_mismatch", at, f"leaf at depth {node.depth}"))
+        elif node.kind == CONDENSED:
+            if sid in leaf_msgs or sid not in kids:
+                faults.append(
+                    Fault(
+                        "summary_kind_mismatch",
+                        at,
+                        "a condensed summary must contain summaries only",
+                    )
+                )
+            wrong = [c for c in kids.get(sid, []) if nodes[c].depth != node.depth - 1]
+            if wrong:
+                faults.append(
+                    Fault(
+                        "summary_depth_mismatch",
+                        at,
+                        f"depth {node.depth} contains {', '.join(wrong)} not at depth {node.depth - 1}",
+                    )
+                )
+        else:
+            faults.append(Fault("summary_kind_mismatch", at, f"unknown kind {node.kind!r}"))
+
+    # Messages each summary covers, in order (memoised; a cycle is a fault, not a hang).
+    covered: dict[str, list[int]] = {}
+    in_progress: set[str] = set()
+
+    def cover(sid: str) -> list[int]:
+        if sid in covered:
+            return covered[sid]
+        if sid in in_progress:
+            faults.append(Fault("summary_cycle", f"{where} summary {sid}", "contains itself"))
+            return []
+        in_progress.add(sid)
+        out = list(leaf_msgs.get(sid, []))
+        for child in kids.get(sid, []):
+            out += cover(child)
+        in_progress.discard(sid)
+        covered[sid] = out
+        return out
+
+    items = (
+        await conn.execute(
+            sa.select(
+                context_items.c.ordinal, context_items.c.message_id, context_items.c.summary_id
+            )
+            .where(context_items.c.conversation_id == conv_id)
+            .order_by(context_items.c.ordinal)
+        )
+    ).all()
+    seen: dict[int, int] = {}
+    reached: set[str] = set()
+    last_seq, last_ordinal = 0, None
+    for ordinal, mid, sid in items:
+        at = f"{where} context item {ordinal}"
+        if (
+            (mid is None) == (sid is None)
+            or (mid is not None and mid not in seq_of)
+            or (sid is not None and sid not in nodes)
+        ):
+            faults.append(
+                Fault(
+                    "context_item_invalid",
+                    at,
+                    "must be exactly one message or summary of this conversation",
+                )
+            )
+            continue
+        mids = [mid] if mid is not None else cover(sid)
+        if sid is not None:
+            stack = [sid]
+            while stack:
+                s = stack.pop()
+                if s not in reached:
+                    reached.add(s)
+                    stack += kids.get(s, [])
+        seqs = sorted(seq_of[m] for m in mids if m in seq_of)
+        if seqs and seqs[0] <= last_seq:
+            faults.append(
+                Fault(
+                    "context_order",
+                    at,
+                    f"covers message #{seqs[0]} after item {last_ordinal} covered #{last_seq}",
+                )
+            )
+        if seqs:
+            last_seq, last_ordinal = max(last_seq, seqs[-1]), ordinal
+        for m in mids:
+            seen[m] = seen.get(m, 0) + 1
+    for sid in sorted(set(nodes) - reached):
+        faults.append(
+            Fault(
+                "summary_unreachable",
+                f"{where} summary {sid}",
+                "neither in the context nor inside another summary",
+            )
+        )
+    for mid, seq in sorted(seq_of.items(), key=lambda kv: kv[1]):
+        count = seen.get(mid, 0)
+        if count == 0:
+            faults.append(
+                Fault(
+                    "message_unreachable",
+                    f"{where} message #{seq}",
+                    "not reachable from the context items",
+                )
+            )
+        elif count > 1:
+            faults.append(
+                Fault(
+                    "message_duplicated",
+                    f"{where} message #{seq}",
+                    f"covered {count} times by the context",
+                )
+            )
+    return faults
