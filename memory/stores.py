@@ -45,9 +45,9 @@ from memory.types import (
     utcnow,
 )
 
-state_table = MemoryState.__table__
-changelog_table = MemoryChangelog.__table__
-snapshot_table = SessionSnapshotRow.__table__
+state_table: sa.Table = MemoryState.__table__  # type: ignore[attr-defined]
+changelog_table: sa.Table = MemoryChangelog.__table__  # type: ignore[attr-defined]
+snapshot_table: sa.Table = SessionSnapshotRow.__table__  # type: ignore[attr-defined]
 
 MAX_CONSTRAINT_CHARS = 2000
 # Profile and soul go into every system prompt; anything near this is a mistake.

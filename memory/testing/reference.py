@@ -139,7 +139,7 @@ class ReferenceProvider(SharedStores):
         self._conversations: dict[str, _Conversation] = {}
         self._summaries: dict[str, _Summary] = {}
         self._infos: dict[str, SessionInfo] = {}
-        # (agent_id, user_id) -> notes book; used only when NotesMixin is mixed in.
+        # (agent_id, user_id) -> notes book; used only by NotesReference.
         self._notes: dict[tuple[str, int], dict[str, Any]] = {}
         self.closed = False
 
@@ -331,20 +331,16 @@ class ReferenceProvider(SharedStores):
         return "\n".join(parts)
 
 
-class CompactionMixin:
+class CompactingReference(ReferenceProvider):
     """Compactor + Explorer: the messages outside the kept tail (after the last
     summary) become one leaf summary; the history itself is never touched."""
 
-    _conversations: dict[str, _Conversation]
-    _summaries: dict[str, _Summary]
-    summarizer: Summarizer | None
-    keep_tail: int
     _ids = itertools.count(1)
 
     async def needs_compaction(self, session: Session, threshold: int) -> bool:
         if threshold < 0:  # -1 disables automatic compaction
             return False
-        return (await self.stats(session)).context_tokens > threshold  # type: ignore[attr-defined]
+        return (await self.stats(session)).context_tokens > threshold
 
     async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult:
         # `mode` makes no difference: one pass already compacts everything compactable.
@@ -352,7 +348,7 @@ class CompactionMixin:
         if conv is None:
             return CompactionResult()
         async with conv.compaction_lock:
-            context = self._context(conv)  # type: ignore[attr-defined]
+            context = self._context(conv)
             before = sum(message_tokens(m) for m in context)
             first = next((i for i, it in enumerate(conv.items) if isinstance(it, int)), None)
             end = _tail_start(context, self.keep_tail)
@@ -377,8 +373,8 @@ class CompactionMixin:
             # Appends only add at the end, so the run is still where it was.
             self._summaries[summary.id] = summary
             conv.items[first:end] = [summary.id]
-            after = sum(message_tokens(m) for m in self._context(conv))  # type: ignore[attr-defined]
-        await self.write_changelog(  # type: ignore[attr-defined]
+            after = sum(message_tokens(m) for m in self._context(conv))
+        await self.write_changelog(
             ChangeEntry(
                 user_id=session.user_id,
                 agent_id=session.agent_id,
@@ -452,11 +448,9 @@ class CompactionMixin:
         return result
 
 
-class NotesMixin:
+class NotesReference(ReferenceProvider):
     """An in-memory NoteStore per (agent, user): names and aliases compared
     case-insensitively, search by shared words (not BM25: a reference, not a ranker)."""
-
-    _notes: dict[tuple[str, int], dict[str, Any]]
 
     def _book(self, session: Session) -> dict[str, Any]:
         return self._notes.setdefault(
@@ -555,14 +549,16 @@ class NotesMixin:
 def provider_class(compactor: bool, notes: bool) -> type[ReferenceProvider]:
     """The reference provider with the chosen optional capabilities (capabilities are
     discovered by method presence, so each combination is its own class)."""
-    bases: list[type] = []
+    bases: list[type[ReferenceProvider]] = []
     if compactor:
-        bases.append(CompactionMixin)
+        bases.append(CompactingReference)
     if notes:
-        bases.append(NotesMixin)
+        bases.append(NotesReference)
+    if len(bases) == 1:
+        return bases[0]
     if not bases:
         return ReferenceProvider
-    return type("ReferenceProvider", (*bases, ReferenceProvider), {})
+    return type("FullReference", tuple(bases), {})
 
 
 def create(ctx: ProviderContext) -> ReferenceProvider:
