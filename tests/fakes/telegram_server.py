@@ -41,6 +41,7 @@ Observing the bot:
   await tg.wait_for(predicate, within=)    returns predicate's first truthy value
   await tg.wait_for_message(chat_id, contains=, thread_id=)  a bot message with that text
   tg.commands               the last setMyCommands list
+  tg.subscribe(callback)    callback(ApiCall) for every call as it arrives (benchmarks)
 
 Faults on demand (each taken by the next matching call):
   tg.fail(method, status=429, retry_after=1, description=, times=1, when=params->bool)
@@ -272,6 +273,8 @@ class FakeTelegram:
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}
         self._bot_messages: dict[tuple[int, int], BotMessage] = {}
         self._faults: list[_Fault] = []
+        self._chats: dict[int, dict[str, Any]] = {}
+        self._subscribers: list[Callable[[ApiCall], None]] = []
         self._changed = asyncio.Event()
         self._closing = False
         self._runner: web.AppRunner | None = None
@@ -335,6 +338,7 @@ class FakeTelegram:
         msg = update.get("message") or update.get("edited_message")
         if msg:
             self._messages[(msg["chat"]["id"], msg["message_id"])] = msg
+            self._chats[msg["chat"]["id"]] = msg["chat"]
         if self.webhook:
             task = asyncio.get_running_loop().create_task(self._deliver(update))
             self._delivery.add(task)
@@ -367,6 +371,10 @@ class FakeTelegram:
             raise ValueError(f"no message {message_id} in chat {chat_id}") from None
 
     # --- observing -------------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[ApiCall], None]) -> None:
+        """Call `callback(call)` for every API call as it arrives (before it is answered)."""
+        self._subscribers.append(callback)
 
     def calls_to(self, method: str, chat_id: int | None = None) -> list[ApiCall]:
         return [c for c in self.calls
@@ -466,7 +474,10 @@ class FakeTelegram:
     async def _handle(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         params = await self._params(request)
-        self.calls.append(ApiCall(method, params, time.monotonic()))
+        call = ApiCall(method, params, time.monotonic())
+        self.calls.append(call)
+        for callback in self._subscribers:
+            callback(call)
         try:
             if request.match_info["token"] != self.token:
                 return _error(401, "Unauthorized")
@@ -573,9 +584,8 @@ class FakeTelegram:
         return out
 
     def _chat_dict(self, chat_id: int) -> dict[str, Any]:
-        for (cid, _), msg in self._messages.items():
-            if cid == chat_id:
-                return msg["chat"]
+        if chat_id in self._chats:
+            return self._chats[chat_id]
         kind = "private" if chat_id > 0 else "supergroup"
         return {"id": chat_id, "type": kind, "first_name": "Test"} if kind == "private" else \
             {"id": chat_id, "type": kind, "title": "Group"}

@@ -1,0 +1,254 @@
+"""Bot throughput and bot-added latency (issue 4, benchmark (a)).
+
+Both fake servers run in this process on loopback: the fake Bot API
+(tests/fakes/telegram_server.py) and the fake OpenAI server answering instantly (an echo,
+streamed). Two bots run in turn as subprocesses against the same fake Bot API:
+
+- `mnemo run` with a fresh config: the real bot, lcm on SQLite, reflect off;
+- a bare python-telegram-bot echo bot (this file, `--echo-bot`), same
+  `concurrent_updates` and HTTP pool size: the reference;
+- our Telegram channel alone (`--channel-bot`): `build_application` with a pool that
+  answers at once, no memory and no LLM: what the channel itself costs.
+
+`--chats` chats each send `--rounds` messages one after the other (the next once the
+previous is answered), all chats at once, after one warm-up round that is not measured
+(it creates the sessions). Latency = update injected -> the final sendMessage for it
+reaching the fake server; throughput = measured updates / wall time of the rounds.
+Target: mnemo at least half the echo bot's throughput.
+
+    .venv/bin/python bench/bot_throughput.py [--chats 200] [--rounds 5]
+        [--concurrency 64] [--provider lcm] [--append-results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
+from tests.fakes.telegram_server import ApiCall, FakeTelegram  # noqa: E402
+
+# --- the reference echo bot (runs in its own process) -----------------------------------
+
+def echo_bot_main(token: str, base_url: str, concurrency: int) -> None:
+    from telegram import Update
+    from telegram.ext import Application, ContextTypes, MessageHandler, filters
+
+    async def echo(update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+        assert update.message is not None and update.message.text is not None
+        await update.message.reply_text("echo: " + update.message.text)
+
+    app = (Application.builder().token(token)
+           .base_url(f"{base_url}/bot").base_file_url(f"{base_url}/file/bot")
+           .concurrent_updates(concurrency).connection_pool_size(2 * concurrency + 4)
+           .pool_timeout(30.0).build())
+    app.add_handler(MessageHandler(filters.TEXT, echo))
+    app.run_polling(allowed_updates=["message"], timeout=30)
+
+
+class InstantPool:
+    """Stands in for bot.pool.Pool: echoes at once (streams the answer first, as a model
+    would), so only the Telegram channel's own work is measured."""
+
+    async def current_session(self, base: object) -> object:
+        return base
+
+    async def chat(self, session: object, text: str, *, on_delta: object = None) -> object:
+        from bot.pool import Reply
+
+        if on_delta is not None:
+            await on_delta("echo: " + text)  # type: ignore[operator]
+        return Reply("echo: " + text)
+
+
+def channel_bot_main(token: str, base_url: str, concurrency: int) -> None:
+    from bot.config import Settings
+    from bot.telegram.channel import build_application, running
+
+    settings = Settings.model_validate({"telegram": {
+        "token": token, "base_url": base_url, "concurrent_updates": concurrency}})
+
+    async def serve() -> None:
+        import signal as sig
+
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(sig.SIGTERM, stop.set)
+        app = build_application(settings, InstantPool())  # type: ignore[arg-type]
+        async with running(app, settings):
+            await stop.wait()
+
+    asyncio.run(serve())
+
+
+# --- measurement ------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    name: str
+    updates: int
+    wall_s: float
+    latencies_s: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.updates / self.wall_s
+
+    def pct(self, q: float) -> float:
+        ordered = sorted(self.latencies_s)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+class Driver:
+    """Sends each chat's messages and times the answers, from the fake server's side."""
+
+    def __init__(self, tg: FakeTelegram) -> None:
+        self.tg = tg
+        self.waiting: dict[int, tuple[float, asyncio.Future[float]]] = {}
+        tg.subscribe(self._on_call)
+
+    def _on_call(self, call: ApiCall) -> None:
+        if call.method != "sendMessage":
+            return
+        entry = self.waiting.pop(int(call.params["chat_id"]), None)
+        if entry is not None and not entry[1].done():
+            entry[1].set_result(call.at - entry[0])
+
+    async def ask(self, chat_id: int, text: str) -> float:
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self.waiting[chat_id] = (time.monotonic(), future)
+        self.tg.private(chat_id).send(text)
+        return await asyncio.wait_for(future, 120)
+
+    async def run(self, chats: int, rounds: int, first_chat: int) -> tuple[float, list[float]]:
+        ids = range(first_chat, first_chat + chats)
+        await asyncio.gather(*(self.ask(c, "warm up") for c in ids))
+        latencies: list[float] = []
+
+        async def chat(c: int) -> None:
+            for r in range(rounds):
+                latencies.append(await self.ask(c, f"message {r} from {c}"))
+
+        start = time.monotonic()
+        await asyncio.gather(*(chat(c) for c in ids))
+        return time.monotonic() - start, latencies
+
+
+async def wait_until_polling(tg: FakeTelegram, proc: asyncio.subprocess.Process) -> None:
+    before = len(tg.calls_to("getUpdates"))
+    deadline = time.monotonic() + 120
+    while len(tg.calls_to("getUpdates")) <= before:
+        if proc.returncode is not None or time.monotonic() > deadline:
+            raise RuntimeError("the bot did not start")
+        await asyncio.sleep(0.1)
+
+
+async def measure(name: str, argv: list[str], tg: FakeTelegram, args: argparse.Namespace,
+                  first_chat: int) -> Result:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = await asyncio.create_subprocess_exec(*argv, cwd=REPO, env=env,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        await wait_until_polling(tg, proc)
+        wall, latencies = await Driver(tg).run(args.chats, args.rounds, first_chat)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = await proc.communicate()
+    if proc.returncode not in (0, -signal.SIGTERM):
+        print(err.decode()[-2000:], file=sys.stderr)
+    return Result(name, len(latencies), wall, latencies)
+
+
+def write_config(tmp: Path, tg: FakeTelegram, llm: FakeOpenAI, args: argparse.Namespace) -> Path:
+    path = tmp / "config.yaml"
+    path.write_text(f"""
+database: {{url: "sqlite+aiosqlite:///{tmp}/mnemo.db"}}
+data_dir: {tmp}/data
+llm: {{base_url: "{llm.base_url}", api_key: bench, max_retries: 0}}
+telegram: {{token: "{tg.token}", base_url: "{tg.base_url}", concurrent_updates: {args.concurrency}}}
+memory: {{provider: {args.provider}, simple: {{store_dir: "{tmp}/data/memory"}}}}
+reflect: {{enabled: false}}
+log_level: WARNING
+""")
+    return path
+
+
+async def main(args: argparse.Namespace) -> list[Result]:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bot-bench-") as tmp:
+        async with FakeTelegram() as tg, FakeOpenAI() as llm:
+            config = write_config(Path(tmp), tg, llm, args)
+            results.append(await measure(
+                f"mnemo run ({args.provider}, SQLite)",
+                [sys.executable, "-m", "bot.cli", "run", "--config", str(config)],
+                tg, args, first_chat=1))
+            results.append(await measure(
+                "our Telegram channel, instant pool (no memory, no LLM)",
+                [sys.executable, __file__, "--channel-bot", tg.token, tg.base_url,
+                 str(args.concurrency)],
+                tg, args, first_chat=50_001))
+            results.append(await measure(
+                "bare PTB echo bot",
+                [sys.executable, __file__, "--echo-bot", tg.token, tg.base_url,
+                 str(args.concurrency)],
+                tg, args, first_chat=100_001))
+    return results
+
+
+def report(results: list[Result], args: argparse.Namespace) -> str:
+    mnemo, channel, echo = results
+    lines = [
+        f"## Bot throughput vs a bare PTB echo bot ({datetime.now(UTC):%Y-%m-%d})",
+        "",
+        f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}",
+        f"- command: `.venv/bin/python bench/bot_throughput.py --chats {args.chats} "
+        f"--rounds {args.rounds} --concurrency {args.concurrency} --provider {args.provider}`",
+        f"- {args.chats} private chats sending concurrently, {args.rounds} messages each "
+        f"(after one unmeasured warm-up round); fake Bot API and instant fake OpenAI server "
+        f"on loopback in the driver process; `concurrent_updates` {args.concurrency} for both",
+        "",
+        "| bot | updates | updates/s | p50 ms | p95 ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(f"| {r.name} | {r.updates} | {r.rate:.1f} | {r.pct(0.5):.1f} | "
+                     f"{r.pct(0.95):.1f} |")
+    ratio = mnemo.rate / echo.rate
+    lines += ["", f"mnemo / echo throughput: **{ratio:.2f}x** (target >= 0.5x); channel "
+                  f"alone / echo: {channel.rate / echo.rate:.2f}x; "
+                  f"mean latency {statistics.mean(mnemo.latencies_s) * 1000:.1f} ms vs "
+                  f"{statistics.mean(echo.latencies_s) * 1000:.1f} ms.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] in ("--echo-bot", "--channel-bot"):
+        main_of = echo_bot_main if sys.argv[1] == "--echo-bot" else channel_bot_main
+        main_of(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        sys.exit(0)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chats", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--provider", default="lcm")
+    parser.add_argument("--append-results", action="store_true",
+                        help="append the figures to bench/RESULTS.md")
+    ns = parser.parse_args()
+    text = report(asyncio.run(main(ns)), ns)
+    print(text)
+    if ns.append_results:
+        with open(REPO / "bench" / "RESULTS.md", "a", encoding="utf-8") as f:
+            f.write("\n" + text)
