@@ -29,7 +29,17 @@ def setup_logging(level: str = "INFO") -> None:
 
 
 def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Settings:
-    return load_settings(getattr(args, "config", None), check_provider=check_provider)
+    from sqlalchemy.engine import make_url
+
+    from bot.redact import install_redaction
+
+    settings = load_settings(getattr(args, "config", None), check_provider=check_provider)
+    token = settings.telegram.token
+    install_redaction(token, token.partition(":")[2], settings.llm.api_key,
+                      settings.telegram.webhook.secret_token,
+                      make_url(settings.database.url).password)
+    logging.getLogger().setLevel(settings.log_level)  # the config's `log_level`
+    return settings
 
 
 def _not_yet(what: str, issue: int) -> Callable[[argparse.Namespace], int]:
