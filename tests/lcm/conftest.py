@@ -97,10 +97,10 @@ def summary_id_of(msg: Message) -> str | None:
 
 
 async def context_view(provider: LcmProvider, s: Session) -> list[str]:
-    """The whole context window: summary ids and message contents, in order."""
+    """The whole context window: summary ids and message texts, in order."""
     out = []
     for msg in await provider.assemble(s, 10**9, 10**6):
-        out.append(summary_id_of(msg) or msg.content)
+        out.append(summary_id_of(msg) or msg.text())
     return out
 
 
