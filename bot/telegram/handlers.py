@@ -65,6 +65,7 @@ NOT_ALLOWED = "Sorry, this is a private bot and I can't talk with you. Ask its o
 TEXT_ONLY = "I only read text for now: please send your message as text."
 TOO_LONG = ("That message is too long for me ({n} characters; the limit is {limit}). "
             "Please send a shorter one.")
+FAILED = "Sorry, something went wrong on my side. Please try again."
 ONLY_MENTION = "Yes? Write your question after the mention."
 UNKNOWN = "I don't know /{name}. Commands: " + " ".join("/" + n for n in COMMAND_NAMES)
 
@@ -177,18 +178,26 @@ class TelegramChannel:
             session = await self.pool.current_session(base)
             stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
             async with typing(context.bot, target):
-                reply = await self.pool.chat(session, text, on_delta=stream.on_delta)
-            await stream.finish(reply.text)
+                try:
+                    answer = (await self.pool.chat(session, text, on_delta=stream.on_delta)).text
+                except Exception:  # the pool reports its own failures; this is a bug
+                    log.exception("turn of %s failed", session.id)
+                    answer = FAILED
+            await stream.finish(answer)
 
     async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         admitted = await self._admit(update, context, command=True)
         if admitted is None:
             return
         message, place, user = admitted
+        target = self._target(message, place)
+        if len(message.text or "") > MAX_INPUT_CHARS:
+            await send_plain_reply(context.bot, target,
+                                   TOO_LONG.format(n=len(message.text or ""), limit=MAX_INPUT_CHARS))
+            return
         head, _, args = (message.text or "").partition(" ")
         name = head.lstrip("/").split("@", 1)[0].lower()
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
-        target = self._target(message, place)
         async with typing(context.bot, target):
             answer = await handle_command(self.pool, base, name, args.strip(),
                                           is_admin=is_admin(self.tg, user.id if user else None))

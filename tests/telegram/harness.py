@@ -54,6 +54,7 @@ def make_settings(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, **telegram:
 @asynccontextmanager
 async def running_bot(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path,
                       **telegram: Any) -> AsyncIterator[RunningBot]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     settings = make_settings(tg, llm, tmp_path, **telegram)
     async with temp_engine("sqlite", tmp_path) as engine:
         provider = create_reference(ProviderContext(
