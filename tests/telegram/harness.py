@@ -6,7 +6,8 @@
         await bot.provider.stats(...)          # what was stored
 
 Memory: the conformance kit's reference provider (history in RAM, shared stores in a
-throwaway SQLite database), reached through the same Pool the bot uses in production.
+throwaway SQLite database), or an installed provider by name (`provider="lcm"`), reached
+through the same Pool the bot uses in production.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from bot.llm import LLMClient
 from bot.pool import Pool
 from bot.telegram.channel import build_application, running
 from memory.capabilities import ProviderContext
+from memory.registry import create_provider
 from memory.summarizer import StaticSummarizer
 from memory.testing.databases import temp_engine
 from memory.testing.reference import create as create_reference
@@ -40,6 +42,7 @@ class RunningBot:
 
 
 def make_settings(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, **telegram: Any) -> Settings:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     return Settings.model_validate({
         "data_dir": str(tmp_path / "data"),
         "llm": {"base_url": llm.base_url, "api_key": "test-key", "timeout_s": 5,
@@ -52,22 +55,26 @@ def make_settings(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, **telegram:
 
 
 @asynccontextmanager
-async def running_bot(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path,
-                      **telegram: Any) -> AsyncIterator[RunningBot]:
-    tmp_path.mkdir(parents=True, exist_ok=True)
+async def running_bot(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, *,
+                      provider: str = "reference", **telegram: Any) -> AsyncIterator[RunningBot]:
     settings = make_settings(tg, llm, tmp_path, **telegram)
     async with temp_engine("sqlite", tmp_path) as engine:
-        provider = create_reference(ProviderContext(
+        ctx = ProviderContext(
             engine=engine, summarizer=StaticSummarizer("a short summary"),
             agent_id=settings.agent.id, data_dir=Path(settings.data_dir),
-            config={"keep_tail": settings.compaction.keep_tail}))
+            config={"keep_tail": settings.compaction.keep_tail})
+        if provider == "reference":
+            memory = create_reference(ctx)
+        else:
+            ctx.config = {**settings.memory.section(provider), **ctx.config}
+            memory = create_provider(provider, ctx)
         client = LLMClient(settings.llm, backoff_s=0.01)
-        pool = Pool(provider, client, settings)
+        pool = Pool(memory, client, settings)
         app = build_application(settings, pool)
         try:
             async with running(app, settings, poll_timeout=1):
-                yield RunningBot(app, pool, provider, settings)
+                yield RunningBot(app, pool, memory, settings)
         finally:
             await pool.close()
-            await provider.close()
+            await memory.close()
             await client.close()

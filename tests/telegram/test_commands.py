@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot
@@ -19,8 +21,9 @@ async def ask(tg: FakeTelegram, command: str, expect: str) -> str:
     return answer.text
 
 
-async def test_commands(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
-    async with running_bot(tg, llm, tmp_path, admin_ids=[7]) as bot:
+@pytest.mark.parametrize("provider", ["reference", "lcm"])
+async def test_commands(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provider: str) -> None:
+    async with running_bot(tg, llm, tmp_path, provider=provider, admin_ids=[7]) as bot:
         await ask(tg, "/start", "I'm mnemo")
         await ask(tg, "/help", "/compact")
         await ask(tg, "/compact", "Nothing to compact")
