@@ -1,0 +1,115 @@
+"""simple's part of the operator commands: export/import of its compact markers
+(`memory.maintenance.Exporter`) and their integrity checks
+(`memory.maintenance.IntegrityChecker`). Mixed into `SimpleProvider`.
+
+Markers refer to the history by `through_seq`, which survives an import unchanged. The
+Archive entries the markers name live in the per-user notes file
+(`memory.simple.store_dir`), not in the database: back that directory up with it.
+
+Checks, per conversation:
+- `marker_beyond_history`: a marker covering a seq past the last message;
+- `marker_order`: markers, in the order they were written, cover ever more messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from memory.errors import InvalidArgument
+from memory.history import conversations, messages
+from memory.maintenance import Fault
+from plugins.simple.markers import markers
+
+_FIELDS = ("through_seq", "summary", "archive_name", "archived_at", "messages_compacted",
+           "source_tokens")
+_INTS = ("through_seq", "messages_compacted", "source_tokens")
+
+
+def _iso(value: datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat()
+
+
+class SimpleMaintenance:
+    engine: AsyncEngine
+
+    async def export_overlay(self, session_id: str) -> dict[str, Any] | None:
+        async with self.engine.connect() as conn:
+            conv_id = await conn.scalar(
+                sa.select(conversations.c.id).where(conversations.c.session_id == session_id)
+            )
+            if conv_id is None:
+                return None
+            rows = (await conn.execute(
+                sa.select(markers).where(markers.c.conversation_id == conv_id).order_by(markers.c.id)
+            )).mappings().all()
+        return {"markers": [
+            {k: (_iso(r[k]) if k == "archived_at" else r[k]) for k in _FIELDS} for r in rows
+        ]}
+
+    async def import_overlay(
+        self, conn: AsyncConnection, conversation_id: int, data: dict[str, Any],
+        message_ids: Mapping[int, int],
+    ) -> None:
+        raw = data.get("markers")
+        if not isinstance(raw, list):
+            raise InvalidArgument(".provider.data.markers: expected a list")
+        last = max(message_ids, default=0)
+        rows = []
+        for i, m in enumerate(raw):
+            where = f".provider.data.markers[{i}]"
+            if not isinstance(m, dict) or any(k not in m for k in _FIELDS):
+                raise InvalidArgument(f"{where}: expected an object with {', '.join(_FIELDS)}")
+            if any(isinstance(m[k], bool) or not isinstance(m[k], int) for k in _INTS) \
+                    or not isinstance(m["summary"], str) or not isinstance(m["archive_name"], str):
+                raise InvalidArgument(f"{where}: wrong value types")
+            if not 0 < m["through_seq"] <= last:
+                raise InvalidArgument(f"{where}.through_seq: {m['through_seq']} is not a message of this session")
+            try:
+                archived = datetime.fromisoformat(m["archived_at"])
+            except (TypeError, ValueError):
+                archived = None
+            if archived is None or archived.tzinfo is None:
+                raise InvalidArgument(f"{where}.archived_at: expected an ISO-8601 timestamp with offset")
+            rows.append({**{k: m[k] for k in _FIELDS}, "archived_at": archived,
+                         "conversation_id": conversation_id})
+        for row in rows:  # one at a time: ids (and so marker order) follow export order
+            await conn.execute(sa.insert(markers).values(**row))
+
+    def overlay_markdown(self, data: dict[str, Any]) -> str:
+        out = [f"### Compactions ({len(data['markers'])})"]
+        for m in data["markers"]:
+            out += ["", f"#### through message #{m['through_seq']} · archive `{m['archive_name']}` · "
+                        f"{m['archived_at']}", "", m["summary"]]
+        return "\n".join(out) + "\n"
+
+    async def check_integrity(self) -> list[Fault]:
+        faults: list[Fault] = []
+        query = (
+            sa.select(conversations.c.session_id, markers.c.id, markers.c.through_seq,
+                      sa.select(sa.func.max(messages.c.seq))
+                      .where(messages.c.conversation_id == markers.c.conversation_id)
+                      .scalar_subquery())
+            .join(conversations, conversations.c.id == markers.c.conversation_id)
+            .order_by(markers.c.conversation_id, markers.c.id)
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        previous: dict[str, int] = {}
+        for session_id, marker_id, through, last in rows:
+            where = f"session {session_id} marker {marker_id}"
+            if through > (last or 0):
+                faults.append(Fault("marker_beyond_history", where,
+                                    f"covers through #{through} but the last message is #{last or 0}"))
+            if through <= previous.get(session_id, 0):
+                faults.append(Fault("marker_order", where,
+                                    f"covers through #{through}, not past the previous marker's "
+                                    f"#{previous[session_id]}"))
+            previous[session_id] = max(through, previous.get(session_id, 0))
+        return faults
