@@ -25,8 +25,14 @@ from memory.history import conversations, messages
 from memory.maintenance import Fault
 from plugins.simple.markers import markers
 
-_FIELDS = ("through_seq", "summary", "archive_name", "archived_at", "messages_compacted",
-           "source_tokens")
+_FIELDS = (
+    "through_seq",
+    "summary",
+    "archive_name",
+    "archived_at",
+    "messages_compacted",
+    "source_tokens",
+)
 _INTS = ("through_seq", "messages_compacted", "source_tokens")
 
 
@@ -46,15 +52,28 @@ class SimpleMaintenance:
             )
             if conv_id is None:
                 return None
-            rows = (await conn.execute(
-                sa.select(markers).where(markers.c.conversation_id == conv_id).order_by(markers.c.id)
-            )).mappings().all()
-        return {"markers": [
-            {k: (_iso(r[k]) if k == "archived_at" else r[k]) for k in _FIELDS} for r in rows
-        ]}
+            rows = (
+                (
+                    await conn.execute(
+                        sa.select(markers)
+                        .where(markers.c.conversation_id == conv_id)
+                        .order_by(markers.c.id)
+                    )
+                )
+                .mappings()
+                .all()
+            )
+        return {
+            "markers": [
+                {k: (_iso(r[k]) if k == "archived_at" else r[k]) for k in _FIELDS} for r in rows
+            ]
+        }
 
     async def import_overlay(
-        self, conn: AsyncConnection, conversation_id: int, data: dict[str, Any],
+        self,
+        conn: AsyncConnection,
+        conversation_id: int,
+        data: dict[str, Any],
         message_ids: Mapping[int, int],
     ) -> None:
         raw = data.get("markers")
@@ -66,36 +85,57 @@ class SimpleMaintenance:
             where = f".provider.data.markers[{i}]"
             if not isinstance(m, dict) or any(k not in m for k in _FIELDS):
                 raise InvalidArgument(f"{where}: expected an object with {', '.join(_FIELDS)}")
-            if any(isinstance(m[k], bool) or not isinstance(m[k], int) for k in _INTS) \
-                    or not isinstance(m["summary"], str) or not isinstance(m["archive_name"], str):
+            if (
+                any(isinstance(m[k], bool) or not isinstance(m[k], int) for k in _INTS)
+                or not isinstance(m["summary"], str)
+                or not isinstance(m["archive_name"], str)
+            ):
                 raise InvalidArgument(f"{where}: wrong value types")
             if not 0 < m["through_seq"] <= last:
-                raise InvalidArgument(f"{where}.through_seq: {m['through_seq']} is not a message of this session")
+                raise InvalidArgument(
+                    f"{where}.through_seq: {m['through_seq']} is not a message of this session"
+                )
             try:
                 archived = datetime.fromisoformat(m["archived_at"])
             except (TypeError, ValueError):
                 archived = None
             if archived is None or archived.tzinfo is None:
-                raise InvalidArgument(f"{where}.archived_at: expected an ISO-8601 timestamp with offset")
-            rows.append({**{k: m[k] for k in _FIELDS}, "archived_at": archived,
-                         "conversation_id": conversation_id})
+                raise InvalidArgument(
+                    f"{where}.archived_at: expected an ISO-8601 timestamp with offset"
+                )
+            rows.append(
+                {
+                    **{k: m[k] for k in _FIELDS},
+                    "archived_at": archived,
+                    "conversation_id": conversation_id,
+                }
+            )
         for row in rows:  # one at a time: ids (and so marker order) follow export order
             await conn.execute(sa.insert(markers).values(**row))
 
     def overlay_markdown(self, data: dict[str, Any]) -> str:
         out = [f"### Compactions ({len(data['markers'])})"]
         for m in data["markers"]:
-            out += ["", f"#### through message #{m['through_seq']} · archive `{m['archive_name']}` · "
-                        f"{m['archived_at']}", "", m["summary"]]
+            out += [
+                "",
+                f"#### through message #{m['through_seq']} · archive `{m['archive_name']}` · "
+                f"{m['archived_at']}",
+                "",
+                m["summary"],
+            ]
         return "\n".join(out) + "\n"
 
     async def check_integrity(self) -> list[Fault]:
         faults: list[Fault] = []
         query = (
-            sa.select(conversations.c.session_id, markers.c.id, markers.c.through_seq,
-                      sa.select(sa.func.max(messages.c.seq))
-                      .where(messages.c.conversation_id == markers.c.conversation_id)
-                      .scalar_subquery())
+            sa.select(
+                conversations.c.session_id,
+                markers.c.id,
+                markers.c.through_seq,
+                sa.select(sa.func.max(messages.c.seq))
+                .where(messages.c.conversation_id == markers.c.conversation_id)
+                .scalar_subquery(),
+            )
             .join(conversations, conversations.c.id == markers.c.conversation_id)
             .order_by(markers.c.conversation_id, markers.c.id)
         )
@@ -105,11 +145,21 @@ class SimpleMaintenance:
         for session_id, marker_id, through, last in rows:
             where = f"session {session_id} marker {marker_id}"
             if through > (last or 0):
-                faults.append(Fault("marker_beyond_history", where,
-                                    f"covers through #{through} but the last message is #{last or 0}"))
+                faults.append(
+                    Fault(
+                        "marker_beyond_history",
+                        where,
+                        f"covers through #{through} but the last message is #{last or 0}",
+                    )
+                )
             if through <= previous.get(session_id, 0):
-                faults.append(Fault("marker_order", where,
-                                    f"covers through #{through}, not past the previous marker's "
-                                    f"#{previous[session_id]}"))
+                faults.append(
+                    Fault(
+                        "marker_order",
+                        where,
+                        f"covers through #{through}, not past the previous marker's "
+                        f"#{previous[session_id]}",
+                    )
+                )
             previous[session_id] = max(through, previous.get(session_id, 0))
         return faults

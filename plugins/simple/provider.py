@@ -77,6 +77,9 @@ DEFAULT_KEEP_TAIL = 20
 # sources still get room for the seven headings, long ones stay readable.
 MIN_SUMMARY_TOKENS = 256
 MAX_SUMMARY_TOKENS = 4000
+# One compaction summarises at most this much source: a backlog larger than a model's
+# context is compacted oldest-first over several compactions.
+DEFAULT_MAX_SOURCE_TOKENS = 60_000
 # Reflect reads the review context in one LLM call: keep its newest part within this.
 MAX_REVIEW_TOKENS = 24000
 PAGE = 256
@@ -108,6 +111,7 @@ class SimpleProvider(SharedStores, SessionHistory):
         *,
         store_dir: Path | str = DEFAULT_STORE_DIR,
         keep_tail: int = DEFAULT_KEEP_TAIL,
+        max_source_tokens: int = DEFAULT_MAX_SOURCE_TOKENS,
     ) -> None:
         if isinstance(keep_tail, bool) or not isinstance(keep_tail, int) or keep_tail < 0:
             raise InvalidArgument(f"memory.simple keep_tail must be >= 0, got {keep_tail!r}")
@@ -115,6 +119,7 @@ class SimpleProvider(SharedStores, SessionHistory):
         self.summarizer: Summarizer = ctx.summarizer
         self.agent_id = ctx.agent_id
         self.keep_tail = keep_tail
+        self.max_source_tokens = max(1, int(max_source_tokens))
         self.history = HistoryStore(ctx.engine)
         self.notes = NotesStore(Path(store_dir))
         # One compaction per session at a time in this process (a second /compact waits
@@ -235,7 +240,7 @@ class SimpleProvider(SharedStores, SessionHistory):
             sum(estimate_tokens(m.text()) for m in _summary_pair(marker)) if marker else 0
         )
         tokens_before = prefix_tokens + sum(s.token_count for s, _ in rows)
-        cut = safe_start([m for _, m in rows], len(rows) - self.keep_tail)
+        cut = _source_cut(rows, len(rows) - self.keep_tail, self.max_source_tokens)
         if cut <= 0:
             return CompactionResult(tokens_before=tokens_before, tokens_after=tokens_before)
         chosen, tail = rows[:cut], rows[cut:]
@@ -419,7 +424,11 @@ class SimpleProvider(SharedStores, SessionHistory):
     async def note_add(
         self, session: Session, name: str, content: str, kind: NoteKind = NoteKind.NOTE
     ) -> NoteEntry:
-        return await self._apply(session, Add(name, content, NoteKind(kind)))
+        try:
+            note_kind = NoteKind(kind)
+        except ValueError as exc:
+            raise InvalidArgument(f"note kind must be Note or Archive, not {kind!r}") from exc
+        return await self._apply(session, Add(name, content, note_kind))
 
     async def note_rename(self, session: Session, name: str, new_name: str) -> NoteEntry:
         return await self._apply(session, Rename(name, new_name))
@@ -524,6 +533,21 @@ class SimpleProvider(SharedStores, SessionHistory):
         )
         prefix = sum(estimate_tokens(m.text()) for m in _summary_pair(marker)) if marker else 0
         return int(live or 0) + prefix
+
+
+def _source_cut(rows: list[tuple[StoredMessage, Message]], cut: int, max_tokens: int) -> int:
+    """How many of `rows` (oldest first) one compaction summarises: at most `cut` (the
+    start of the kept tail), at most `max_tokens` of source so the summarizer's prompt
+    stays within a model's context (at least one message, whatever its size; the rest
+    waits for the next compaction), and never leaving a tool result without its call."""
+    used = 0
+    for i, (stored, _) in enumerate(rows[: max(cut, 0)]):
+        used += stored.token_count
+        if used > max_tokens and i > 0:
+            cut = i
+            break
+    msgs = [m for _, m in rows]
+    return safe_start(msgs, cut)
 
 
 def _summary_pair(marker: Marker) -> list[Message]:

@@ -281,3 +281,21 @@ async def test_review_context(engine: AsyncEngine, tmp_path: Path) -> None:
     since = msgs[-1].created_at - timedelta(microseconds=1)
     assert "message 4 " in await provider.build_review_context(S, since)
     assert await provider.build_review_context(S, msgs[-1].created_at + timedelta(seconds=1)) == ""
+
+
+async def test_a_large_backlog_is_compacted_in_bounded_steps(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    summarizer = StaticSummarizer(SUMMARY)
+    ctx = ProviderContext(engine=engine, summarizer=summarizer, agent_id="bot")
+    provider = SimpleProvider(ctx, store_dir=tmp_path / "mem", keep_tail=2, max_source_tokens=120)
+    await provider.append(S, *_msgs(10))  # 50 tokens each
+    first = await provider.compact(S)
+    assert first.messages_compacted == 2  # 100 tokens fit, a third would not
+    assert "message 1 " in summarizer.calls[-1][0] and "message 2 " not in summarizer.calls[-1][0]
+    steps = [first.messages_compacted]
+    while (result := await provider.compact(S)).changed:
+        steps.append(result.messages_compacted)
+    assert steps == [2, 2, 2, 2]  # 8 summarised, the kept tail of 2 untouched
+    context = await provider.assemble(S, 10_000, 0)
+    assert [m.content for m in context[2:]] == [m.content for m in _msgs(2, start=8)]
