@@ -64,6 +64,7 @@ from memory.types import (
     utcnow,
 )
 from plugins.simple import markers
+from plugins.simple.maintenance import SimpleMaintenance
 from plugins.simple.markers import Marker, utc
 from plugins.simple.notes_file import Add, Alias, Remove, Rename, Write
 from plugins.simple.notes_store import NotesStore
@@ -99,9 +100,10 @@ def _session_slug(session_id: str) -> str:
     return slug[:48].rstrip("-") or "session"
 
 
-class SimpleProvider(SharedStores, SessionHistory):
-    """Provider, Compactor, Searcher, NoteStore, SessionManager, Reviewer and the shared
-    stores (profile, soul, constraints, versions, changelog, snapshots)."""
+class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
+    """Provider, Compactor, Searcher, NoteStore, SessionManager, Reviewer, the shared
+    stores (profile, soul, constraints, versions, changelog, snapshots) and the operator's
+    Exporter/IntegrityChecker for the compact markers."""
 
     name = "simple"
 
