@@ -51,6 +51,9 @@ async def test_export_import_round_trip_is_exact(db_url: str, other_db_url: str,
         kinds = {p["kind"] for m in doc["messages"] for p in m["parts"]}
         assert kinds == {"reasoning", "tool_call", "tool_result"}
         assert doc["user_memory"]["changelog"] and doc["snapshot"] is not None
+        if session is ALICE:  # compacted by the fixture: simple's marker travels too
+            assert doc["provider"]["name"] == "simple"
+            assert doc["provider"]["data"]["markers"][0]["through_seq"] > 0
         path = tmp_path / f"{session.user_id}.json"
         path.write_text(exported, encoding="utf-8")
         assert await operator.import_(target, str(path)) == 0
@@ -232,3 +235,14 @@ async def test_compact_all_with_progress(db_url: str, tmp_path: Path, capsys) ->
         assert await operator.compact(settings, None, False) == 2
         code, out = await _doctor(settings)
         assert code == 0, out
+
+
+async def test_doctor_names_a_simple_marker_past_the_history(db_url: str, tmp_path: Path) -> None:
+    from plugins.simple.markers import markers
+
+    settings = make_settings(db_url, tmp_path)
+    await populate(settings, tmp_path)
+    await _execute(db_url, sa.update(markers).values(through_seq=999))
+    code, out = await _doctor(settings)
+    assert code == 1
+    assert f"FAULT marker_beyond_history: session {ALICE.id} marker" in out
