@@ -39,6 +39,15 @@ class AgentSettings(_Section):
         "Use the memory tool to look up earlier parts of the conversation when they matter."
     )
 
+    @field_validator("id")
+    @classmethod
+    def _storable_id(cls, v: str) -> str:
+        # The id is part of every stored key: PostgreSQL refuses NUL, neither database
+        # encodes a lone surrogate, so such an id would fail every turn, not at startup.
+        if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in v):
+            raise ValueError("expected printable text (no control characters or lone surrogates)")
+        return v
+
 
 class DatabaseSettings(_Section):
     url: str = "sqlite+aiosqlite:///data/mnemo.db"
