@@ -18,7 +18,11 @@ from tests.reliability.conftest import ask
 from tests.reliability.corpus import CORPUS, looks_like_traceback
 from tests.reliability.harness import live_bot, session_id, stored_history
 
-DB_KINDS = [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
+# Each test covers both providers and both databases between its two runs.
+CHAT_CASES = [pytest.param("sqlite", "lcm"),
+              pytest.param("postgres", "simple", marks=pytest.mark.postgres)]
+COMMAND_CASES = [pytest.param("sqlite", "simple"),
+                 pytest.param("postgres", "lcm", marks=pytest.mark.postgres)]
 
 COMMAND_LINES = [
     "/memory {x}",
@@ -38,10 +42,10 @@ COMMAND_LINES = [
 ]
 
 
-@pytest.mark.parametrize("db_kind", DB_KINDS)
-async def test_chat_text_corpus(db_kind: str, tg: FakeTelegram, llm: FakeOpenAI,
+@pytest.mark.parametrize(("db_kind", "provider"), CHAT_CASES)
+async def test_chat_text_corpus(db_kind: str, provider: str, tg: FakeTelegram, llm: FakeOpenAI,
                                 tmp_path: Path) -> None:
-    async with live_bot(tmp_path, tg, llm, db_kind=db_kind) as bot:
+    async with live_bot(tmp_path, tg, llm, db_kind=db_kind, provider=provider) as bot:
 
         async def one(i: int, label: str, value: str) -> None:
             uid = 5000 + i
@@ -69,11 +73,11 @@ async def test_chat_text_corpus(db_kind: str, tg: FakeTelegram, llm: FakeOpenAI,
         await asyncio.gather(*(one(i, label, value) for i, (label, value) in enumerate(CORPUS)))
 
 
-@pytest.mark.parametrize("db_kind", DB_KINDS)
-async def test_command_argument_corpus(db_kind: str, tg: FakeTelegram, llm: FakeOpenAI,
-                                       tmp_path: Path) -> None:
+@pytest.mark.parametrize(("db_kind", "provider"), COMMAND_CASES)
+async def test_command_argument_corpus(db_kind: str, provider: str, tg: FakeTelegram,
+                                       llm: FakeOpenAI, tmp_path: Path) -> None:
     # Admin, so rollback parses its arguments instead of refusing early.
-    async with live_bot(tmp_path, tg, llm, db_kind=db_kind,
+    async with live_bot(tmp_path, tg, llm, db_kind=db_kind, provider=provider,
                         telegram={"admin_ids": list(range(7000, 7100))}) as bot:
         uid_base = 7000
 
