@@ -7,8 +7,9 @@ rows because the conversation ids are part of the index lookup itself.
 Modes and indexes:
 - `full_text`, BM25-ranked. SQLite: FTS5 porter/unicode61 (`bm25()`); the query is the
   user's words, each quoted, so `AND`, `NEAR`, `-`, `*`, quotes or `col:x` are searched as
-  words and never parsed. PostgreSQL: GIN on `to_tsvector('english', content)`,
-  `websearch_to_tsquery` (accepts any input) and `ts_rank`.
+  words and never parsed. PostgreSQL: stored `to_tsvector('english', content)` in side
+  tables (lcm_0002) with a GIN index, `websearch_to_tsquery` (accepts any input) and
+  `ts_rank`.
 - `substring`, literal and case-insensitive, newest first. SQLite: FTS5 trigram phrase
   query; PostgreSQL: pg_trgm GIN serving `ILIKE` with `%`, `_` and `\\` escaped.
   Patterns shorter than 3 characters have no trigram: they fall back to `LIKE` over the
@@ -215,14 +216,17 @@ async def _sqlite_trigram(
 async def _pg_full_text(
     conn: AsyncConnection, source: _Source, conv_ids: list[int], text: str, limit: int
 ) -> list[_Hit]:
-    # The expression must be the indexed one, character for character.
-    tsv = "to_tsvector('english'::regconfig, content)"
+    side, key = (
+        ("lcm_messages_tsv", "message_id")
+        if source is _Source.MESSAGES
+        else ("lcm_summaries_tsv", "summary_pk")
+    )
     rows = await conn.execute(
         sa.text(
-            f"SELECT {source.rowid} AS rowid, ts_rank({tsv}, q) AS rank "
-            f"FROM {source.table}, websearch_to_tsquery('english'::regconfig, :text) AS q "
-            f"WHERE conversation_id IN :convs AND {tsv} @@ q "
-            f"ORDER BY rank DESC, {source.rowid} DESC LIMIT :limit"
+            f"SELECT {key} AS rowid, ts_rank(tsv, q) AS rank "
+            f"FROM {side}, websearch_to_tsquery('english'::regconfig, :text) AS q "
+            f"WHERE conversation_id IN :convs AND tsv @@ q "
+            f"ORDER BY rank DESC, {key} DESC LIMIT :limit"
         ).bindparams(sa.bindparam("convs", expanding=True)),
         {"text": text, "convs": conv_ids, "limit": limit},
     )
@@ -239,11 +243,13 @@ async def _like(
     ilike: bool,
 ) -> list[_Hit]:
     op = "ILIKE" if ilike else "LIKE"
+    # Materialized first, sorted after: with `ORDER BY id DESC LIMIT n` alone PostgreSQL
+    # may walk the primary key backwards through every user's rows looking for n matches.
     rows = await conn.execute(
         sa.text(
-            f"SELECT {source.rowid} AS rowid FROM {source.table} "
-            f"WHERE conversation_id IN :convs AND content {op} :pattern ESCAPE '\\' "
-            f"ORDER BY {source.rowid} DESC LIMIT :limit"
+            f"WITH hits AS MATERIALIZED (SELECT {source.rowid} AS rowid FROM {source.table} "
+            f"WHERE conversation_id IN :convs AND content {op} :pattern ESCAPE '\\') "
+            f"SELECT rowid FROM hits ORDER BY rowid DESC LIMIT :limit"
         ).bindparams(sa.bindparam("convs", expanding=True)),
         {"convs": conv_ids, "pattern": like_pattern(text), "limit": limit},
     )
