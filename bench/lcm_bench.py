@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import platform
 import random
 import shlex
@@ -46,16 +47,17 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 BUDGET, FRESH_TAIL = 80_000, 20
 
 rng = random.Random(42)
-# A Zipf-ish vocabulary: a few very common words, a long tail of rare ones.
-VOCAB = [f"{syl1}{syl2}{i}" for i, (syl1, syl2) in enumerate(
-    (a, b) for a in ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi") for b in ("ba", "de", "fu", "go", "hi", "jo", "ku", "le")
-)] * 1
-VOCAB = [w for w in VOCAB] + [f"word{i:05d}" for i in range(20_000)]
-WEIGHTS = [1.0 / (rank + 1) for rank in range(len(VOCAB))]
+# A Zipf vocabulary of 20k words: a few very common, a long tail of rare ones.
+_SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ba", "de", "fu", "go", "hi"]
+VOCAB = [
+    rng.choice(_SYLLABLES) + rng.choice(_SYLLABLES) + rng.choice(_SYLLABLES) + str(i)
+    for i in range(20_000)
+]
+CUM_WEIGHTS = list(itertools.accumulate(1.0 / (rank + 1) for rank in range(len(VOCAB))))
 
 
 def sentence(lo: int = 5, hi: int = 40) -> str:
-    return " ".join(rng.choices(VOCAB, WEIGHTS, k=rng.randint(lo, hi)))
+    return " ".join(rng.choices(VOCAB, cum_weights=CUM_WEIGHTS, k=rng.randint(lo, hi)))
 
 
 def p50(values: list[float]) -> float:
@@ -66,16 +68,14 @@ def msg(role: str, i: int) -> Message:
     return Message(role=role, content=f"{i} {sentence()}")
 
 
-class Counting(TruncatingSummarizer):
-    pass
-
-
 async def bench_db(kind: str, args: argparse.Namespace, out: list[str]) -> None:
     out.append(f"\n### {kind}\n")
     with tempfile.TemporaryDirectory() as tmp:
         async with temp_engine(kind, Path(tmp)) as engine:
-            summarizer = Counting()
-            p = create(ProviderContext(engine=engine, summarizer=summarizer, config={"keep_tail": 20}))
+            summarizer = TruncatingSummarizer()
+            p = create(
+                ProviderContext(engine=engine, summarizer=summarizer, config={"keep_tail": 20})
+            )
             await bench_append_and_sessions(p, summarizer, args, out)
             await bench_search(engine, p, args, out)
             await p.close()
@@ -85,7 +85,13 @@ async def build_session(p, label: str, n: int) -> Session:  # noqa: ANN001
     s = Session(id=f"{label}-{uuid.uuid4().hex[:6]}", user_id=rng.randint(1, 10**9))
     batch = 200
     for start in range(0, n, batch):
-        await p.append(s, *(msg("user" if i % 2 == 0 else "assistant", i) for i in range(start, min(n, start + batch))))
+        await p.append(
+            s,
+            *(
+                msg("user" if i % 2 == 0 else "assistant", i)
+                for i in range(start, min(n, start + batch))
+            ),
+        )
     return s
 
 
@@ -101,9 +107,11 @@ async def bench_append_and_sessions(p, summarizer, args, out) -> None:  # noqa: 
         await p.append(s, *pair)
         times.append(time.perf_counter() - t0)
     wall = time.perf_counter() - started
-    out.append(f"- append: {turns} turns ({2 * turns} messages) into one session: "
-               f"p50 **{p50(times):.2f} ms**/turn, p95 {statistics.quantiles(times, n=20)[-1] * 1000:.2f} ms, "
-               f"throughput **{2 * turns / wall:.0f} messages/s** ({wall:.1f} s)")
+    out.append(
+        f"- append: {turns} turns ({2 * turns} messages) into one session: "
+        f"p50 **{p50(times):.2f} ms**/turn, p95 {statistics.quantiles(times, n=20)[-1] * 1000:.2f} ms, "
+        f"throughput **{2 * turns / wall:.0f} messages/s** ({wall:.1f} s)"
+    )
     print(out[-1], flush=True)
 
     sessions = {}
@@ -119,10 +127,12 @@ async def bench_append_and_sessions(p, summarizer, args, out) -> None:  # noqa: 
         result = await p.compact(sess, CompactionMode.FULL)
         wall = time.perf_counter() - t0
         calls = summarizer.calls - calls0
-        out.append(f"- full compaction of a {size}-message session: **{wall:.2f} s**, "
-                   f"**{calls} summarizer calls** ({result.leaf_summaries_created} leaf + "
-                   f"{result.condensed_summaries_created} condensed), context "
-                   f"{result.tokens_before} -> {result.tokens_after} tokens")
+        out.append(
+            f"- full compaction of a {size}-message session: **{wall:.2f} s**, "
+            f"**{calls} summarizer calls** ({result.leaf_summaries_created} leaf + "
+            f"{result.condensed_summaries_created} condensed), context "
+            f"{result.tokens_before} -> {result.tokens_after} tokens"
+        )
         print(out[-1], flush=True)
         window = await p.assemble(sess, BUDGET, FRESH_TAIL)
         times = []
@@ -131,11 +141,15 @@ async def bench_append_and_sessions(p, summarizer, args, out) -> None:  # noqa: 
             await p.assemble(sess, BUDGET, FRESH_TAIL)
             times.append(time.perf_counter() - t0)
         rows.append((size, p50(times), len(window)))
-    out.append("\n| session messages | assemble p50 ms (budget 80k, tail 20) | items in window |\n|---:|---:|---:|")
+    out.append(
+        "\n| session messages | assemble p50 ms (budget 80k, tail 20) | items in window |\n|---:|---:|---:|"
+    )
     out += [f"| {size} | {ms:.2f} | {n} |" for size, ms, n in rows]
     ratio = rows[-1][1] / rows[0][1]
-    out.append(f"\nassemble p50 ratio {rows[-1][0]}/{rows[0][0]} messages: **{ratio:.2f}** (target < 2)\n")
-    print("\n".join(out[-len(rows) - 3:]), flush=True)
+    out.append(
+        f"\nassemble p50 ratio {rows[-1][0]}/{rows[0][0]} messages: **{ratio:.2f}** (target < 2)\n"
+    )
+    print("\n".join(out[-len(rows) - 3 :]), flush=True)
 
 
 async def bench_search(engine, p, args, out) -> None:  # noqa: ANN001
@@ -146,13 +160,28 @@ async def bench_search(engine, p, args, out) -> None:  # noqa: ANN001
     users = []
     async with engine.begin() as conn:
         conv_rows = [
-            {"session_id": f"search-{i}", "agent_id": "default", "user_id": 10_000 + i, "channel": "bench",
-             "title": "", "archived": False, "created_at": base, "updated_at": base}
+            {
+                "session_id": f"search-{i}",
+                "agent_id": "default",
+                "user_id": 10_000 + i,
+                "channel": "bench",
+                "title": "",
+                "archived": False,
+                "created_at": base,
+                "updated_at": base,
+            }
             for i in range(k)
         ]
         await conn.execute(sa.insert(conversations), conv_rows)
-        ids = dict((await conn.execute(sa.select(conversations.c.session_id, conversations.c.id)
-                                       .where(conversations.c.session_id.like("search-%")))).all())
+        ids = dict(
+            (
+                await conn.execute(
+                    sa.select(conversations.c.session_id, conversations.c.id).where(
+                        conversations.c.session_id.like("search-%")
+                    )
+                )
+            ).all()
+        )
     batch = []
     done = 0
     for i in range(k):
@@ -160,33 +189,52 @@ async def bench_search(engine, p, args, out) -> None:  # noqa: ANN001
         users.append(Session(id=f"search-{i}", user_id=10_000 + i))
         for j in range(per):
             text = sentence()
-            batch.append({"conversation_id": conv, "seq": j + 1, "role": "user", "content": text,
-                          "token_count": (len(text) + 3) // 4, "created_at": base + timedelta(seconds=j)})
+            batch.append(
+                {
+                    "conversation_id": conv,
+                    "seq": j + 1,
+                    "role": "user",
+                    "content": text,
+                    "token_count": (len(text) + 3) // 4,
+                    "created_at": base + timedelta(seconds=j),
+                }
+            )
             if len(batch) >= 20_000:
                 async with engine.begin() as conn:
                     await conn.execute(sa.insert(messages), batch)
                 done += len(batch)
                 batch = []
-                print(f"  search data: {done}/{n} messages, {time.perf_counter() - t0:.0f} s", flush=True)
+                print(
+                    f"  search data: {done}/{n} messages, {time.perf_counter() - t0:.0f} s",
+                    flush=True,
+                )
     if batch:
         async with engine.begin() as conn:
             await conn.execute(sa.insert(messages), batch)
     build = time.perf_counter() - t0
     if engine.dialect.name == "postgresql":
         async with engine.connect() as conn:
-            await (await conn.execution_options(isolation_level="AUTOCOMMIT")).execute(sa.text("VACUUM ANALYZE messages"))
+            await (await conn.execution_options(isolation_level="AUTOCOMMIT")).execute(
+                sa.text("VACUUM ANALYZE messages")
+            )
     else:
         async with engine.begin() as conn:
             await conn.execute(sa.text("ANALYZE"))
 
     # Queries: words of real messages (so frequent words are asked more often, as people do).
     async with engine.connect() as conn:
-        sample = list((await conn.execute(sa.text("SELECT content FROM messages ORDER BY random() LIMIT 400"))).scalars())
+        sample = list(
+            (
+                await conn.execute(
+                    sa.text("SELECT content FROM messages ORDER BY random() LIMIT 400")
+                )
+            ).scalars()
+        )
     words = [rng.choice(t.split()) for t in sample]
     subs = []
     for w in words:
         start = rng.randint(0, max(0, len(w) - 4))
-        subs.append(w[start:start + 4])
+        subs.append(w[start : start + 4])
 
     async def timed(mode: SearchMode, texts: list[str]) -> tuple[float, float]:
         times, hits = [], 0
@@ -204,15 +252,26 @@ async def bench_search(engine, p, args, out) -> None:  # noqa: ANN001
     async with engine.connect() as conn:
         for text in subs[: args.like_queries]:
             t0 = time.perf_counter()
-            await conn.execute(sa.text("SELECT id, content FROM messages WHERE content LIKE :p"), {"p": f"%{text}%"})
+            await conn.execute(
+                sa.text("SELECT id, content FROM messages WHERE content LIKE :p"),
+                {"p": f"%{text}%"},
+            )
             like_times.append(time.perf_counter() - t0)
     like = p50(like_times)
-    out.append(f"- search data: {n} messages in {k} sessions (one user each, {per} messages), "
-               f"bulk-built in {build:.0f} s")
+    out.append(
+        f"- search data: {n} messages in {k} sessions (one user each, {per} messages), "
+        f"bulk-built in {build:.0f} s"
+    )
     out.append("\n| query | p50 ms | vs LIKE scan |\n|---|---:|---:|")
-    out.append(f"| full_text (bm25, limit 20; {ft_hits:.1f} hits avg) | {ft:.2f} | {like / ft:.0f}x |")
-    out.append(f"| substring, 4 chars (trigram, limit 20; {sub_hits:.1f} hits avg) | {sub:.2f} | {like / sub:.0f}x |")
-    out.append(f"| plain `LIKE '%x%'` over the table ({len(like_times)} queries) | {like:.1f} | 1x |")
+    out.append(
+        f"| full_text (bm25, limit 20; {ft_hits:.1f} hits avg) | {ft:.2f} | {like / ft:.0f}x |"
+    )
+    out.append(
+        f"| substring, 4 chars (trigram, limit 20; {sub_hits:.1f} hits avg) | {sub:.2f} | {like / sub:.0f}x |"
+    )
+    out.append(
+        f"| plain `LIKE '%x%'` over the table ({len(like_times)} queries) | {like:.1f} | 1x |"
+    )
     print("\n".join(out[-5:]), flush=True)
 
 
