@@ -266,6 +266,26 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:  # the environment: a path that cannot be made, a port in use
+        print(f"mnemo: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except Exception as exc:
+        reason = _database_unavailable(exc)
+        if reason is None:
+            raise
+        print(f"mnemo: the database is unavailable: {reason}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+
+def _database_unavailable(exc: BaseException) -> str | None:
+    """One line for a database that cannot be reached or opened (the operator's fix is
+    outside mnemo: start it, fix the URL); None for anything else."""
+    from sqlalchemy.exc import OperationalError
+
+    if not isinstance(exc, OperationalError):
+        return None
+    text = str(exc.orig if exc.orig is not None else exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 if __name__ == "__main__":
