@@ -57,13 +57,13 @@ def tool_text(args: dict[str, Any] | str) -> str:
     return TOOL_MARK + (args if isinstance(args, str) else json.dumps(args))
 
 
-def bot_settings(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, db_url: str, *,
+def bot_settings(tmp_path: Path, tg: FakeTelegram, model: FakeOpenAI, db_url: str, *,
                  provider: str = "simple", **sections: dict[str, Any]) -> Settings:
     data = tmp_path / "data"
     raw: dict[str, Any] = {
         "database": {"url": db_url},
         "data_dir": str(data),
-        "llm": {"base_url": llm.base_url, "api_key": API_KEY, "timeout_s": 3,
+        "llm": {"base_url": model.base_url, "api_key": API_KEY, "timeout_s": 3,
                 "max_retries": 2},
         "telegram": {"token": tg.token, "base_url": tg.base_url, "concurrent_updates": 32,
                      "stream_edit_interval_s": 0.2},
@@ -94,12 +94,12 @@ class LiveBot:
 
 
 @asynccontextmanager
-async def live_bot(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, *,
+async def live_bot(tmp_path: Path, tg: FakeTelegram, model: FakeOpenAI, *,
                    db_kind: str = "sqlite", db_url: str | None = None,
                    provider: str = "simple", summarizer: Any = None,
                    **sections: dict[str, Any]) -> AsyncIterator[LiveBot]:
     async with _url(db_kind, tmp_path, db_url) as url:
-        settings = bot_settings(tmp_path, tg, llm, url, provider=provider, **sections)
+        settings = bot_settings(tmp_path, tg, model, url, provider=provider, **sections)
         client = LLMClient(settings.llm, backoff_s=0.01, backoff_cap_s=0.05)
         services = await build_services(
             settings, llm=client,
