@@ -24,6 +24,7 @@ from aiohttp import ClientError, ClientSession, web
 from memory.db import create_engine
 from memory.history import conversations, messages
 from memory.testing.databases import temp_database_url
+from plugins.lcm.models import summaries
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -159,6 +160,8 @@ async def test_two_webhook_replicas_on_postgres(tmp_path: Path) -> None:
                     .join(messages, messages.c.conversation_id == conversations.c.id)
                     .order_by(conversations.c.id, messages.c.seq)
                 )).all()
+                # Background compactions ran on the replicas while turns went on.
+                assert await conn.scalar(sa.select(sa.func.count()).select_from(summaries)) > 0
         finally:
             await engine.dispose()
         by_session: dict[str, list[tuple[str, str]]] = {}
