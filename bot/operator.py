@@ -280,6 +280,13 @@ async def compact(settings: Settings, session_id: str | None, everything: bool) 
     if bool(session_id) == everything:
         _err("give one SESSION or --all")
         return EXIT_USAGE
+    from bot.llm import MissingApiKey, require_api_key
+
+    try:
+        require_api_key(settings.llm)  # summaries need the model: say so before starting
+    except MissingApiKey as exc:
+        _err(str(exc))
+        return EXIT_USAGE
     async with open_memory(settings, with_llm=True) as m:
         if not isinstance(unwrap(m.provider), Compactor):
             _err(f"the {m.provider.name} provider does not compact")
