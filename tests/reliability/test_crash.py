@@ -1,0 +1,196 @@
+"""Crash consistency: `mnemo run` (lcm provider, automatic and /compact compaction) is
+killed with SIGKILL at random moments while chats stream messages, then restarted.
+
+After every kill, with the bot dead:
+- every message the bot had acknowledged to Telegram (its reply was sent, or a later
+  getUpdates carried an offset past its update) is in the history, exactly once;
+- `mnemo memory doctor` finds no fault;
+- the summary DAG is lossless: expanding every summary in the context, in order,
+  followed by the context's raw messages, gives back the whole history;
+and after the restart the bot answers again (unacknowledged updates are redelivered).
+
+Seeded: a failure names its seed and trial, and reruns identically up to timing."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from bot.config import load_settings
+from bot.operator import doctor, open_memory
+from memory.history import conversations, messages
+from memory.testing.databases import temp_database_url
+from memory.types import Session
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_server import FakeTelegram
+from tests.reliability.harness import API_KEY, session_id, stored_history
+from tests.reliability.process import BotProcess
+
+SEED = 20261126
+TRIALS = {"sqlite": 15, "postgres": 15}
+KILL_WITHIN_S = 1.5
+CHATS = (11, 12, 13)
+
+
+@dataclass
+class Sent:
+    update_id: int
+    chat: int
+    text: str
+
+
+@dataclass
+class Ledger:
+    """What the test sent, in update_id order (the fake numbers updates 1, 2, ...)."""
+
+    sent: list[Sent] = field(default_factory=list)
+    next_id: int = 1
+
+    def send(self, tg: FakeTelegram, chat: int, text: str) -> None:
+        tg.private(chat).send(text)
+        self.sent.append(Sent(self.next_id, chat, text))
+        self.next_id += 1
+
+
+def acknowledged(tg: FakeTelegram, ledger: Ledger) -> tuple[list[Sent], list[Sent]]:
+    """(answered, offset-only): messages whose reply was sent, and messages only
+    acknowledged by a getUpdates offset past them."""
+    offsets = [int(c.params.get("offset") or 0) for c in tg.calls_to("getUpdates")]
+    committed = max(offsets, default=0)
+    replied = {(m.chat_id, m.text) for c in CHATS for m in tg.bot_messages(c)}
+    texts = [s for s in ledger.sent if not s.text.startswith("/")]
+    answered = [s for s in texts if (s.chat, f"echo: {s.text}") in replied]
+    return answered, [s for s in texts if s.update_id < committed and s not in answered]
+
+
+def config(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, url: str) -> dict[str, Any]:
+    return {
+        "database": {"url": url},
+        "data_dir": str(tmp_path / "data"),
+        "llm": {"base_url": llm.base_url, "api_key": API_KEY, "timeout_s": 5, "max_retries": 1},
+        "telegram": {"token": tg.token, "base_url": tg.base_url, "concurrent_updates": 8,
+                     "stream_edit_interval_s": 0.2},
+        "memory": {"provider": "lcm", "budget_tokens": 2000, "fresh_tail": 2,
+                   "lcm": {"leaf_chunk_size": 2}},
+        # Tiny thresholds: automatic compaction runs after nearly every turn.
+        "compaction": {"max_tokens": 40, "keep_tail": 2},
+        "reflect": {"enabled": False},
+    }
+
+
+async def lossless(provider: Any, engine: Any) -> list[str]:
+    """Sessions whose expanded context differs from their history (empty = lossless)."""
+    from plugins.lcm.models import context_items
+
+    bad = []
+    async with engine.connect() as conn:
+        convs = (await conn.execute(sa.select(conversations))).all()
+    for conv in convs:
+        session = Session(id=conv.session_id, agent_id=conv.agent_id, user_id=conv.user_id,
+                          channel=conv.channel)
+        async with engine.connect() as conn:
+            items = (await conn.execute(
+                sa.select(context_items.c.message_id, context_items.c.summary_id)
+                .where(context_items.c.conversation_id == conv.id)
+                .order_by(context_items.c.ordinal))).all()
+            history = list((await conn.execute(
+                sa.select(messages.c.id).where(messages.c.conversation_id == conv.id)
+                .order_by(messages.c.seq))).scalars())
+        recovered: list[int] = []
+
+        async def expand(summary_id: str, session: Session, into: list[int]) -> None:
+            result = await provider.expand(summary_id, 10**9, session)
+            assert not result.truncated
+            for child in result.children:
+                await expand(child.summary_id, session, into)
+            into.extend(int(m.message_id) for m in result.messages)
+
+        for message_id, summary_id in items:
+            if summary_id is not None:
+                await expand(summary_id, session, recovered)
+            else:
+                recovered.append(message_id)
+        if recovered != history:
+            bad.append(f"{conv.session_id}: {recovered} != {history}")
+    return bad
+
+
+async def check_after_kill(config_path: Path, tg: FakeTelegram, ledger: Ledger,
+                           where: str) -> list[Sent]:
+    """Assert the guarantees; returns the offset-acknowledged messages that were lost
+    (see the module's last test: python-telegram-bot acknowledges at fetch time)."""
+    settings = load_settings(config_path)
+    out = io.StringIO()
+    assert await doctor(settings, out) == 0, f"{where}: doctor: {out.getvalue()}"
+    lost = []
+    async with open_memory(settings) as opened:
+        answered, offset_only = acknowledged(tg, ledger)
+        for s in answered + offset_only:
+            stored = [c for r, c in await stored_history(opened.engine, session_id(s.chat))
+                      if r == "user"]
+            if s in offset_only and s.text not in stored:
+                lost.append(s)
+                continue
+            assert stored.count(s.text) == 1, f"{where}: acknowledged {s} stored {stored}"
+        for chat in CHATS:
+            stored = [c for r, c in await stored_history(opened.engine, session_id(chat))
+                      if r == "user"]
+            assert len(stored) == len(set(stored)), f"{where}: duplicates in {stored}"
+        assert await lossless(opened.provider, opened.engine) == [], where
+    return lost
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db_kind", [
+    pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_kill_nine_at_random_moments(db_kind: str, tmp_path: Path) -> None:
+    rng = random.Random(f"{SEED}-{db_kind}")
+    async with FakeTelegram() as tg, FakeOpenAI() as llm, \
+            temp_database_url(db_kind, tmp_path) as url:
+        bot = BotProcess(tmp_path, config(tmp_path, tg, llm, url), tg)
+        ledger = Ledger()
+        lost: list[tuple[str, Sent]] = []
+        await bot.start()
+        try:
+            for trial in range(TRIALS[db_kind]):
+                where = f"seed {SEED} {db_kind} trial {trial}"
+                kill_at = rng.uniform(0, KILL_WITHIN_S)
+                started = asyncio.get_running_loop().time()
+                for k in range(rng.randint(2, 6)):
+                    chat = rng.choice(CHATS)
+                    text = "/compact" if rng.random() < 0.2 else f"t{trial} m{k} {rng.random():.6f}"
+                    ledger.send(tg, chat, text)
+                    await asyncio.sleep(rng.uniform(0, 0.25))
+                left = kill_at - (asyncio.get_running_loop().time() - started)
+                if left > 0:
+                    await asyncio.sleep(left)
+                bot.kill()
+                await bot.wait()
+                lost += [(where, s) for s in
+                         await check_after_kill(bot.config_path, tg, ledger, where)
+                         if all(s != seen for _, seen in lost)]
+                await bot.start()
+                # It resumes: redelivered updates are handled and a new message answered.
+                probe = f"probe {trial}"
+                ledger.send(tg, CHATS[0], probe)
+                await tg.wait_for_message(CHATS[0], contains=f"echo: {probe}", within=30)
+        finally:
+            bot.kill()
+            if bot.proc is not None:
+                await bot.wait()
+        await check_after_kill(bot.config_path, tg, ledger, "final")
+        assert bot.starts == TRIALS[db_kind] + 1
+    if lost:
+        # Known bug (docs/RELIABILITY.md, "Known gaps"): python-telegram-bot's Updater
+        # commits the getUpdates offset as soon as it has *fetched* an update, before the
+        # handler stores the message; a kill in between loses a message Telegram will
+        # never send again. Everything else above holds; this part flips to a pass once
+        # the bot acknowledges only stored updates.
+        pytest.xfail(f"{len(lost)} offset-acknowledged message(s) lost: {lost[:3]}")
