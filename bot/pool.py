@@ -216,9 +216,20 @@ class Pool:
         if not text.strip():
             return Reply("There is nothing to answer: the message is empty.", error=True)
         started = time.monotonic()
-        async with self._hold(session.id):
-            with bind_session(session):
-                reply = await self._turn(session, text, on_delta)
+        entered = False
+        try:
+            async with self._hold(session.id):
+                entered = True
+                with bind_session(session):
+                    reply = await self._turn(session, text, on_delta)
+        except Exception as exc:
+            if entered:
+                raise
+            # The turn lock lives in the database on PostgreSQL: a database that is down
+            # fails here, before anything was stored.
+            log.exception("could not take the turn lock of session %s", session.id)
+            reply = Reply(f"Sorry, my memory store failed ({type(exc).__name__}); your "
+                          "message was NOT saved. Please try again.", error=True)
         record_turn(time.monotonic() - started, ok=not reply.error)
         if not reply.error:
             self._schedule_compaction(session)
