@@ -5,6 +5,13 @@ count, the backoff and the Retry-After cap are ours and the retries never multip
 client is built with `max_retries=0`. Retried: 429, 5xx, 408/409, timeouts, connection
 errors and bodies that are not JSON (a proxy's HTML error page; openai raises a plain
 JSON error for those, not an `APIError`). Anything else (400, 401, 403, 404) fails at once.
+
+Requests go through the client's generic `post` rather than `chat.completions.create`:
+`create` walks the whole request (every message, every tool schema) through openai's
+TypedDict transformer, which changes nothing for plain JSON like ours and cost about
+2 ms per call here, half of the call's CPU. Chunks likewise stay the JSON dicts they
+arrive as instead of being built into models (openai's stream still turns an `error`
+event into an `APIError`).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import openai
+from openai import AsyncStream
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from bot.config import LLMSettings
@@ -29,6 +37,10 @@ log = logging.getLogger(__name__)
 OnDelta = Callable[[str], Awaitable[None]]
 
 RETRY_AFTER_CAP_S = 30.0
+# `object`: openai hands each chunk over as parsed JSON, unconverted.
+_CHUNKS = AsyncStream[object]
+# What `create` sends: bearer auth only (the client's default would also try admin keys).
+_OPTIONS: dict[str, Any] = {"security": {"bearer_auth": True}}
 _RETRY_STATUS = {408, 409, 429}
 
 
@@ -188,7 +200,9 @@ class LLMClient:
             kwargs["temperature"] = self.settings.temperature
 
         async def call() -> AssistantTurn:
-            stream = await self._client.chat.completions.create(**kwargs)
+            stream = await self._client.post("/chat/completions", body=kwargs, cast_to=object,
+                                             options=_OPTIONS,  # type: ignore[arg-type]
+                                             stream=True, stream_cls=_CHUNKS)
             return await _collect(stream, on_delta)
 
         started = time.monotonic()
@@ -209,6 +223,19 @@ class LLMClient:
         return turn.content
 
 
+def _malformed() -> LLMError:
+    return LLMError("the language model sent a malformed answer", retryable=True)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """A JSON object of a chunk, {} for null; anything else is a malformed answer."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _malformed()
+    return value
+
+
 async def _collect(stream: Any, on_delta: OnDelta | None) -> AssistantTurn:
     text: list[str] = []
     reasoning: list[str] = []
@@ -216,37 +243,44 @@ async def _collect(stream: Any, on_delta: OnDelta | None) -> AssistantTurn:
     turn = AssistantTurn()
     chunks = 0
     async with stream:
-        async for chunk in stream:
+        async for raw in stream:
             chunks += 1
-            if chunk.usage is not None:
-                turn.usage = chunk.usage.model_dump(exclude_none=True)
-            if not chunk.choices:  # the final usage chunk has `choices: []`
+            chunk = _dict(raw)
+            usage = chunk.get("usage")
+            if usage is not None:
+                turn.usage = {k: v for k, v in _dict(usage).items() if v is not None}
+            choices = chunk.get("choices")
+            if not choices:  # the final usage chunk has `choices: []`
                 continue
-            choice = chunk.choices[0]
-            if choice.finish_reason:
-                turn.finish_reason = choice.finish_reason
-            delta = choice.delta
-            if delta is None:
-                continue
-            extra = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+            if not isinstance(choices, list):
+                raise _malformed()
+            choice = _dict(choices[0])
+            if choice.get("finish_reason"):
+                turn.finish_reason = str(choice["finish_reason"])
+            delta = _dict(choice.get("delta"))
+            extra = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(extra, str) and extra:
                 reasoning.append(extra)
-            for tc in delta.tool_calls or []:
-                slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                if tc.id:
-                    slot["id"] = tc.id
-                if tc.function is not None:
-                    if tc.function.name:
-                        slot["name"] += tc.function.name
-                    if tc.function.arguments:
-                        slot["arguments"] += tc.function.arguments
-            if delta.content:
-                text.append(delta.content)
+            for tc in delta.get("tool_calls") or []:
+                tc = _dict(tc)
+                index = tc.get("index")
+                slot = calls.setdefault(index if isinstance(index, int) else 0,
+                                        {"id": "", "name": "", "arguments": ""})
+                if tc.get("id"):
+                    slot["id"] = str(tc["id"])
+                function = _dict(tc.get("function"))
+                if function.get("name"):
+                    slot["name"] += str(function["name"])
+                if function.get("arguments"):
+                    slot["arguments"] += str(function["arguments"])
+            content = delta.get("content")
+            if content:
+                text.append(str(content))
                 if on_delta is not None:
                     await on_delta("".join(text))
     if not chunks:
         # Not one SSE event: an error page or other non-stream body (a proxy in between).
-        raise LLMError("the language model sent a malformed answer", retryable=True)
+        raise _malformed()
     turn.content = "".join(text)
     turn.reasoning = "".join(reasoning) or None
     turn.tool_calls = [
