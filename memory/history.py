@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from memory.append_hook import run_append_hook
 from memory.db import lock_for_transaction, write_transaction
 from memory.errors import NotFound
 from memory.history_models import Conversation, MessagePart, MessageRow
@@ -212,6 +213,7 @@ class HistoryStore:
                 .where(conversations.c.id == conv_id, conversations.c.title == "")
                 .values(title=title)
             )
+        await run_append_hook(conn)  # a channel's delivery record, same transaction
         return stored
 
     async def append(self, session: Session, *msgs: Message) -> list[StoredMessage]:
