@@ -40,11 +40,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from bot.config import Settings
 from bot.llm import LLMError, OnDelta
 from bot.metrics import record_compaction, record_compaction_failure, record_turn
 from bot.prompt import build_system_prompt, read_memory, snapshot_version
 from bot.runner import Completer, Tool, run_turn
+from memory.append_hook import AppendHook, with_append_hook
 from memory.capabilities import (
     ChangelogReader,
     Compactor,
@@ -90,6 +93,17 @@ class _Slot:
 
 
 ToolFactory = Callable[[Any, Session], list[Tool]]
+
+
+class Receipt(Protocol):
+    """A channel's record that a user message is stored (Telegram: its update id, so a
+    redelivered update is neither stored nor answered twice)."""
+
+    async def write(self, conn: AsyncConnection) -> None:
+        """Inside the append's own transaction (providers on `memory.history`)."""
+
+    async def stored(self, atomic: bool) -> None:
+        """After the append committed; `atomic`: `write` ran in its transaction."""
 
 
 class TurnLocks(Protocol):
@@ -208,9 +222,11 @@ class Pool:
 
     # --- turns ----------------------------------------------------------------------
 
-    async def chat(self, session: Session, text: str, *, on_delta: OnDelta | None = None) -> Reply:
+    async def chat(self, session: Session, text: str, *, on_delta: OnDelta | None = None,
+                   receipt: Receipt | None = None) -> Reply:
         """One user message in, one reply out. Never raises for model or memory failures:
-        those become `Reply(error=True)` with a plain line naming the problem."""
+        those become `Reply(error=True)` with a plain line naming the problem. `receipt`
+        is written with the user's message (see `Receipt`)."""
         if self._closed:
             raise RuntimeError("the pool is closed")
         if not text.strip():
@@ -221,7 +237,7 @@ class Pool:
             async with self._hold(session.id):
                 entered = True
                 with bind_session(session):
-                    reply = await self._turn(session, text, on_delta)
+                    reply = await self._turn(session, text, on_delta, receipt)
         except Exception as exc:
             if entered:
                 raise
@@ -235,15 +251,20 @@ class Pool:
             self._schedule_compaction(session)
         return reply
 
-    async def _turn(self, session: Session, text: str, on_delta: OnDelta | None) -> Reply:
+    async def _turn(self, session: Session, text: str, on_delta: OnDelta | None,
+                    receipt: Receipt | None) -> Reply:
         provider = self.provider
         kept = False
         try:
             await provider.bootstrap(session)
             await self._seed_identity(session)
             version = await snapshot_version(provider, session)
-            await provider.append(session, Message(role="user", content=text))
+            hook = AppendHook(receipt.write) if receipt is not None else None
+            with with_append_hook(hook):
+                await provider.append(session, Message(role="user", content=text))
             kept = True
+            if receipt is not None and hook is not None:
+                await receipt.stored(atomic=hook.ran)
             system = build_system_prompt(self.settings.agent.system_prompt,
                                          await read_memory(provider, session, version))
             tools = self._tools(provider, session) if self._tools else []
