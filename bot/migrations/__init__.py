@@ -1,0 +1,1 @@
+"""Alembic revisions of the bot's own branch `bot` (depends on core 0002_history)."""
