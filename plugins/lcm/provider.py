@@ -100,6 +100,11 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
         if conv_id is None:
             return []
         async with self.engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                # One snapshot for every page: a compaction committing between two pages
+                # would otherwise show a summary beside items it replaced. (SQLite's read
+                # transaction is a snapshot already.)
+                conn = await conn.execution_options(isolation_level="REPEATABLE READ")
             return await assemble_window(conn, self.history, conv_id, budget, fresh_tail)
 
     async def stats(self, session: Session) -> SessionStats:
