@@ -458,10 +458,23 @@ class SharedStores:
         """The session's frozen version; the first call freezes the current one."""
         _check_session_id(session_id)
         _check_owner(user_id, agent_id)
-        async with write_transaction(self.engine) as conn:
-            query = sa.select(snapshot_table).where(snapshot_table.c.session_id == session_id)
+        query = sa.select(snapshot_table).where(snapshot_table.c.session_id == session_id)
+        # Every turn asks, and only a session's first turn creates: read first, so the
+        # common case takes no write lock (SQLite has one writer for everything).
+        async with self.engine.connect() as conn:
             row = (await conn.execute(query)).one_or_none()
-            if row is None:
+        if row is None:
+            row = await self._create_snapshot(query, session_id, user_id, agent_id)
+        if row.user_id != user_id or row.agent_id != agent_id:
+            raise Conflict(f"session {session_id!r} belongs to another user or agent")
+        return _snapshot(row)
+
+    async def _create_snapshot(
+        self, query: sa.Select, session_id: str, user_id: int, agent_id: str
+    ) -> sa.Row:
+        async with write_transaction(self.engine) as conn:
+            row = (await conn.execute(query)).one_or_none()
+            if row is None:  # (another writer may have created it since our read)
                 version = await _current_version(conn, user_id, agent_id)
                 await conn.execute(
                     _insert_ignore(conn, snapshot_table)
@@ -475,9 +488,7 @@ class SharedStores:
                     .on_conflict_do_nothing(index_elements=["session_id"])
                 )
                 row = (await conn.execute(query)).one()
-        if row.user_id != user_id or row.agent_id != agent_id:
-            raise Conflict(f"session {session_id!r} belongs to another user or agent")
-        return _snapshot(row)
+        return row
 
     async def advance_snapshot(self, session_id: str, user_id: int, agent_id: str) -> None:
         """Move the session's snapshot to the current version (creating it if needed)."""
