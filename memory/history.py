@@ -104,6 +104,22 @@ def _as_utc(value: datetime | None) -> datetime | None:
     return value
 
 
+def _insert_next(conv_id: int, row: dict) -> sa.Insert:
+    """Insert one message at the conversation's next seq, returning (id, seq)."""
+    columns = ["conversation_id", "seq", *row]
+    values = [
+        sa.literal(conv_id, messages.c.conversation_id.type),
+        sa.func.coalesce(sa.func.max(messages.c.seq), 0) + 1,
+        *(sa.literal(value, messages.c[key].type) for key, value in row.items()),
+    ]
+    source = sa.select(*values).where(messages.c.conversation_id == conv_id)
+    return (
+        sa.insert(messages)
+        .from_select(columns, source)
+        .returning(messages.c.id, messages.c.seq)
+    )
+
+
 class HistoryStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -167,54 +183,61 @@ class HistoryStore:
         self, conn: AsyncConnection, conv_id: int, msgs: Sequence[Message]
     ) -> list[StoredMessage]:
         """Insert `msgs` after the conversation's last seq, inside the caller's
-        session transaction. Returns what was stored, in order."""
+        session transaction. Returns what was stored, in order.
+
+        Every turn appends twice, so statements are few: the first message's insert
+        reads the next seq itself (INSERT ... SELECT max(seq) + 1), any others go in one
+        multi-row insert, their parts in one more, and one update of the conversation.
+        """
         if not msgs:
             return []
-        last = await conn.scalar(
-            sa.select(sa.func.max(messages.c.seq)).where(messages.c.conversation_id == conv_id)
-        )
-        seq = (last or 0) + 1
-        stored: list[StoredMessage] = []
-        title = None
-        for raw in msgs:
-            msg = _clean(raw)
-            tokens = message_tokens(msg)
-            created = msg.created_at or utcnow()
-            msg_id = await conn.scalar(
-                sa.insert(messages)
-                .values(
-                    conversation_id=conv_id,
-                    seq=seq,
-                    role=msg.role,
-                    content=msg.content,
-                    token_count=tokens,
-                    created_at=created,
-                )
-                .returning(messages.c.id)
-            )
-            # Every row carries every key: executemany takes its columns from the first.
-            rows = [
-                {"message_id": msg_id, "ordinal": i, "tool_call_id": None, "tool_name": None, **p}
-                for i, p in enumerate(_parts_of(msg))
+        cleaned = [_clean(raw) for raw in msgs]
+        rows = [
+            {
+                "role": msg.role,
+                "content": msg.content,
+                "token_count": message_tokens(msg),
+                "created_at": msg.created_at or utcnow(),
+            }
+            for msg in cleaned
+        ]
+        first_id, first_seq = (await conn.execute(_insert_next(conv_id, rows[0]))).one()
+        ids = [first_id]
+        if len(rows) > 1:
+            rest = [
+                {"conversation_id": conv_id, "seq": first_seq + i, **row}
+                for i, row in enumerate(rows[1:], 1)
             ]
-            if rows:
-                await conn.execute(sa.insert(parts), rows)
-            stored.append(StoredMessage(msg_id, seq, tokens, created))
-            if title is None and msg.role == "user" and msg.content.strip():
-                title = " ".join(msg.content.split())[:TITLE_CHARS]
-            seq += 1
-        update = {"updated_at": utcnow()}
-        await conn.execute(
-            sa.update(conversations).where(conversations.c.id == conv_id).values(**update)
-        )
-        if title:
-            await conn.execute(
-                sa.update(conversations)
-                .where(conversations.c.id == conv_id, conversations.c.title == "")
-                .values(title=title)
+            result = await conn.execute(
+                sa.insert(messages).returning(messages.c.id, messages.c.seq), rest
             )
+            by_seq = {seq: msg_id for msg_id, seq in result}
+            ids += [by_seq[first_seq + i] for i in range(1, len(rows))]
+        # Every row carries every key: executemany takes its columns from the first.
+        part_rows = [
+            {"message_id": msg_id, "ordinal": i, "tool_call_id": None, "tool_name": None, **p}
+            for msg_id, msg in zip(ids, cleaned, strict=True)
+            for i, p in enumerate(_parts_of(msg))
+        ]
+        if part_rows:
+            await conn.execute(sa.insert(parts), part_rows)
+        values: dict = {"updated_at": utcnow()}
+        title = next(
+            (m.content for m in cleaned if m.role == "user" and m.content.strip()), None
+        )
+        if title:  # the first user message names the conversation; later ones keep it
+            values["title"] = sa.case(
+                (conversations.c.title == "", " ".join(title.split())[:TITLE_CHARS]),
+                else_=conversations.c.title,
+            )
+        await conn.execute(
+            sa.update(conversations).where(conversations.c.id == conv_id).values(**values)
+        )
         await run_append_hook(conn)  # a channel's delivery record, same transaction
-        return stored
+        return [
+            StoredMessage(msg_id, first_seq + i, row["token_count"], row["created_at"])
+            for i, (msg_id, row) in enumerate(zip(ids, rows, strict=True))
+        ]
 
     async def append(self, session: Session, *msgs: Message) -> list[StoredMessage]:
         async with self.session_transaction(session) as (conn, conv_id):
