@@ -71,28 +71,34 @@ def _items(rows: Sequence[sa.Row]) -> list[Item]:
 async def append_items(
     conn: AsyncConnection, conv_id: int, stored: Sequence[StoredMessage]
 ) -> None:
-    """Context items for freshly inserted messages, after the current last item."""
+    """Context items for freshly inserted messages (consecutive seqs, as
+    `HistoryStore.insert_messages` stores them), after the current last item.
+
+    One statement: the items are selected from those message rows, numbered from the
+    current last ordinal (a subquery of the same statement). Both databases evaluate the
+    SELECT before inserting its rows, so every row sees the same last ordinal.
+    """
     if not stored:
         return
-    last = await conn.scalar(
-        sa.select(sa.func.max(context_items.c.ordinal)).where(
-            context_items.c.conversation_id == conv_id
-        )
+    first, last = stored[0].seq, stored[-1].seq
+    base = (
+        sa.select(sa.func.coalesce(sa.func.max(context_items.c.ordinal), 0))
+        .where(context_items.c.conversation_id == conv_id)
+        .scalar_subquery()
     )
-    first = (last or 0) + 1
-    await conn.execute(
-        sa.insert(context_items),
-        [
-            {
-                "conversation_id": conv_id,
-                "ordinal": first + i,
-                "message_id": s.id,
-                "summary_id": None,
-                "token_count": s.token_count,
-            }
-            for i, s in enumerate(stored)
-        ],
+    source = sa.select(
+        messages.c.conversation_id,
+        base + messages.c.seq - (first - 1),
+        messages.c.id,
+        sa.null(),
+        messages.c.token_count,
+    ).where(
+        messages.c.conversation_id == conv_id,
+        messages.c.seq >= first,
+        messages.c.seq <= last,
     )
+    columns = ["conversation_id", "ordinal", "message_id", "summary_id", "token_count"]
+    await conn.execute(sa.insert(context_items).from_select(columns, source))
 
 
 async def page_before(
