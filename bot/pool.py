@@ -29,10 +29,12 @@ returns to the base session; its history is never lost either way).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager, contextmanager
@@ -45,7 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from bot.config import Settings
 from bot.llm import LLMError, OnDelta
 from bot.metrics import record_compaction, record_compaction_failure, record_turn
-from bot.prompt import build_system_prompt, read_memory, snapshot_version
+from bot.prompt import MemoryReader, build_system_prompt
 from bot.runner import Completer, Tool, run_turn
 from memory.append_hook import AppendHook, with_append_hook
 from memory.capabilities import (
@@ -113,13 +115,33 @@ class TurnLocks(Protocol):
     def hold(self, session_id: str) -> AbstractAsyncContextManager[None]: ...
 
 
+# provider -> its tool schema (None: no actions). The schema depends only on the
+# provider's capabilities, and building it runs many Protocol isinstance checks.
+_schemas: weakref.WeakKeyDictionary[Any, dict[str, Any] | None] = weakref.WeakKeyDictionary()
+
+
+def _tool_schema(provider: Any) -> dict[str, Any] | None:
+    from memory import tool as memory_tool
+
+    try:
+        return _schemas[provider]
+    except (KeyError, TypeError):  # TypeError: a provider that takes no weak reference
+        pass
+    try:
+        schema: dict[str, Any] | None = memory_tool.build_tool(provider)
+    except ValueError:  # a provider with no tool actions at all
+        schema = None
+    with contextlib.suppress(TypeError):
+        _schemas[provider] = schema
+    return schema
+
+
 def memory_tools(provider: Any, session: Session) -> list[Tool]:
     """The `memory` tool for `session`, from `memory.tool` (every write tagged `agent`)."""
     from memory import tool as memory_tool
 
-    try:
-        schema = memory_tool.build_tool(provider)
-    except ValueError:  # a provider with no tool actions at all
+    schema = _tool_schema(provider)
+    if schema is None:
         return []
 
     async def handler(args: dict[str, Any]) -> str:
@@ -175,6 +197,12 @@ class Pool:
         self._clock = clock
         self._slots: dict[str, _Slot] = {}
         self._seeded: set[tuple[int, str]] = set()
+        # Capability checks are Protocol isinstance calls: made once, not every turn.
+        self._memory = MemoryReader(provider)
+        self._compactor = isinstance(provider, Compactor)
+        self._can_seed = (isinstance(provider, ProfileStore)
+                          and isinstance(provider, ChangelogReader))
+        self._tool_tokens: tuple[tuple[Any, ...], int] | None = None
         # base id -> live session, most recently used last (bounded: see current_session)
         self._current: OrderedDict[str, Session] = OrderedDict()
         self._compacting: dict[str, asyncio.Task[None]] = {}
@@ -258,7 +286,7 @@ class Pool:
         try:
             await provider.bootstrap(session)
             await self._seed_identity(session)
-            version = await snapshot_version(provider, session)
+            version = await self._memory.snapshot_version(session)
             hook = AppendHook(receipt.write) if receipt is not None else None
             with with_append_hook(hook):
                 await provider.append(session, Message(role="user", content=text))
@@ -266,10 +294,9 @@ class Pool:
             if receipt is not None and hook is not None:
                 await receipt.stored(atomic=hook.ran)
             system = build_system_prompt(self.settings.agent.system_prompt,
-                                         await read_memory(provider, session, version))
+                                         await self._memory.read(session, version))
             tools = self._tools(provider, session) if self._tools else []
-            overhead = estimate_tokens(system) + estimate_tokens(
-                json.dumps([t.schema for t in tools]))
+            overhead = estimate_tokens(system) + self._schema_tokens(tools)
             budget = max(MIN_HISTORY_BUDGET, self.settings.memory.budget_tokens - overhead)
             history = await provider.assemble(session, budget, self.settings.memory.fresh_tail)
         except Exception as exc:
@@ -294,12 +321,24 @@ class Pool:
                          f"({type(exc).__name__}). Please try again.", error=True)
         return Reply(result.text)
 
+    def _schema_tokens(self, tools: list[Tool]) -> int:
+        """What the tool schemas cost in the prompt; counted again only when the tool
+        factory hands out other schema objects (the default one reuses them)."""
+        schemas = tuple(t.schema for t in tools)
+        if self._tool_tokens is not None:
+            known, tokens = self._tool_tokens
+            if len(known) == len(schemas) and all(
+                    a is b for a, b in zip(known, schemas, strict=True)):
+                return tokens
+        tokens = estimate_tokens(json.dumps(list(schemas)))
+        self._tool_tokens = (schemas, tokens)  # holding them keeps their identity valid
+        return tokens
+
     async def _seed_identity(self, session: Session) -> None:
         key = (session.user_id, session.agent_id)
         if key in self._seeded:
             return
-        if not (isinstance(self.provider, ProfileStore)
-                and isinstance(self.provider, ChangelogReader)):
+        if not self._can_seed:
             return  # seeding needs the changelog to tell "never set" from "cleared"
         await seed_identity(self.provider, Path(self.settings.data_dir),
                             session.user_id, session.agent_id)
@@ -309,8 +348,7 @@ class Pool:
 
     @property
     def auto_compaction(self) -> bool:
-        return (isinstance(self.provider, Compactor)
-                and self.settings.compaction.max_tokens != -1)
+        return self._compactor and self.settings.compaction.max_tokens != -1
 
     def _schedule_compaction(self, session: Session) -> None:
         if not self.auto_compaction or self._closed:

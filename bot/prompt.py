@@ -8,6 +8,7 @@ run elsewhere does not change the prompt under a conversation's feet).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from memory.capabilities import (
@@ -57,6 +58,52 @@ async def read_memory(provider: object, session: Session, version: int | None) -
         else:
             view.constraints = await provider.get_constraints(uid, aid)
     return view
+
+
+VIEW_CACHE_SIZE = 4096
+
+
+class MemoryReader:
+    """`snapshot_version` and `read_memory` for one provider, for every turn.
+
+    A view read at a snapshot version V > 0 never changes (the changelog only grows, and
+    every version's rows commit with the version itself), so views are kept per
+    (user, agent, version) in a bounded LRU: a session re-reads soul, profile and
+    constraints only when its snapshot moves. Current reads (a provider without
+    versions) are never cached. The capability checks are made once.
+    """
+
+    def __init__(self, provider: object, max_views: int = VIEW_CACHE_SIZE) -> None:
+        self.provider = provider
+        self.max_views = max_views
+        self._snapshots = isinstance(provider, SessionSnapshotStore)
+        # Cacheable only when every store the provider has reads at a version.
+        self._versioned = (
+            not isinstance(provider, ProfileStore) or isinstance(provider, VersionedProfileStore)
+        ) and (
+            not isinstance(provider, ConstraintStore)
+            or isinstance(provider, VersionedConstraintStore)
+        )
+        self._views: OrderedDict[tuple[int, str, int], MemoryView] = OrderedDict()
+
+    async def snapshot_version(self, session: Session) -> int | None:
+        if not self._snapshots:
+            return None
+        return await snapshot_version(self.provider, session)
+
+    async def read(self, session: Session, version: int | None) -> MemoryView:
+        if version is None or not self._versioned:
+            return await read_memory(self.provider, session, version)
+        key = (session.user_id, session.agent_id, version)
+        view = self._views.get(key)
+        if view is not None:
+            self._views.move_to_end(key)
+            return view
+        view = await read_memory(self.provider, session, version)
+        self._views[key] = view
+        while len(self._views) > self.max_views:
+            self._views.popitem(last=False)
+        return view
 
 
 def build_system_prompt(base: str, view: MemoryView) -> str:
