@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.history import StoredMessage, messages
-from plugins.lcm.models import context_items, summaries
+from plugins.lcm.models import context_items, summaries, summary_messages
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,42 @@ async def append_items(
     )
     columns = ["conversation_id", "ordinal", "message_id", "summary_id", "token_count"]
     await conn.execute(sa.insert(context_items).from_select(columns, source))
+
+
+async def adopt_uncovered(conn: AsyncConnection, conv_id: int) -> int:
+    """Give context items to messages no item or summary covers yet; returns how many.
+
+    Such messages exist when another provider (simple) appended to this conversation
+    while lcm was not configured. They all come after the newest message lcm covers
+    (lcm saw none of them), so appending their items in seq order keeps the context
+    chronological. Cost: one pass over the conversation's items and leaf links, paid once
+    per session per process (the provider remembers which sessions it checked).
+    """
+    direct = (
+        sa.select(sa.func.max(messages.c.seq))
+        .select_from(context_items.join(messages, messages.c.id == context_items.c.message_id))
+        .where(context_items.c.conversation_id == conv_id)
+    )
+    summarised = (
+        sa.select(sa.func.max(messages.c.seq))
+        .select_from(
+            summaries.join(summary_messages, summary_messages.c.summary_id == summaries.c.id)
+            .join(messages, messages.c.id == summary_messages.c.message_id)
+        )
+        .where(summaries.c.conversation_id == conv_id)
+    )
+    covered = max((await conn.scalar(direct)) or 0, (await conn.scalar(summarised)) or 0)
+    rows = (
+        await conn.execute(
+            sa.select(
+                messages.c.id, messages.c.seq, messages.c.token_count, messages.c.created_at
+            )
+            .where(messages.c.conversation_id == conv_id, messages.c.seq > covered)
+            .order_by(messages.c.seq)
+        )
+    ).all()
+    await append_items(conn, conv_id, [StoredMessage(*row) for row in rows])
+    return len(rows)
 
 
 async def page_before(

@@ -79,11 +79,21 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
         self._retrieval = Retrieval(ctx.engine)
         self._explorer = Explorer(ctx.engine, self.history)
         self._closed = False
+        self._adopted: set[str] = set()  # sessions whose uncovered messages were adopted
 
     # -- Provider -------------------------------------------------------------------
 
     async def bootstrap(self, session: Session) -> None:
-        await self.history.bootstrap(session)
+        """Create the conversation and, once per process, adopt messages another
+        provider stored in it while lcm was not configured (see ci.adopt_uncovered)."""
+        if session.id in self._adopted:
+            return
+        async with self.history.session_transaction(session) as (conn, conv_id):
+            adopted = await ci.adopt_uncovered(conn, conv_id)
+        if adopted:
+            log.info("lcm adopted %d message(s) of session %s stored by another provider",
+                     adopted, session.id)
+        self._adopted.add(session.id)
 
     async def append(self, session: Session, *msgs: Message) -> None:
         """The messages and their context items, in one transaction under the session's
