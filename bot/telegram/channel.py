@@ -7,6 +7,11 @@
 - `running(app, settings)`: start it (getMe, setMyCommands, then polling, or a webhook
   when `telegram.webhook.url` is set) and stop it cleanly; used by `mnemo run` and by
   in-process tests alike.
+
+Updates are acknowledged to Telegram only once durable (`bot.telegram.inflight`): in
+polling mode by our own loop (`bot.telegram.polling`; python-telegram-bot's Updater
+acknowledges at fetch time), in webhook mode by answering the POST only then. With the
+database `engine`, handled update ids are recorded so a redelivery is skipped.
 - `run_bot(settings)`: `mnemo run`, until SIGINT/SIGTERM.
 
 Webhook mode: python-telegram-bot serves `telegram.webhook.listen:port` at the URL's path
@@ -25,6 +30,7 @@ import signal
 from collections.abc import AsyncIterator
 from urllib.parse import urlparse
 
+from sqlalchemy.ext.asyncio import AsyncEngine
 from telegram import BotCommand
 from telegram.ext import Application, ApplicationBuilder
 
@@ -32,11 +38,15 @@ from bot.config import Settings
 from bot.pool import Pool
 from bot.telegram.delivery import with_retry
 from bot.telegram.handlers import COMMANDS, TelegramChannel
+from bot.telegram.inflight import Inflight, WebhookQueue
+from bot.telegram.polling import Poller, prune_handled
 
 log = logging.getLogger(__name__)
 
 ALLOWED_UPDATES = ["message", "edited_message"]
 POLL_TIMEOUT_S = 30  # long-poll length; Telegram answers at once when updates wait
+DRAIN_S = 8.0  # at a stop, handlers in flight get this long (docker stop waits 10 s)
+INFLIGHT = "mnemo.inflight"  # bot_data key of the app's Inflight
 
 
 class MissingToken(RuntimeError):
@@ -51,8 +61,10 @@ def require_token(settings: Settings) -> str:
     return token
 
 
-def build_application(settings: Settings, pool: Pool) -> Application:
-    """The Application with every handler registered. Raises MissingToken."""
+def build_application(settings: Settings, pool: Pool, *,
+                      engine: AsyncEngine | None = None) -> Application:
+    """The Application with every handler registered. Raises MissingToken. `engine`:
+    where handled update ids are recorded (without it, redeliveries are not recognised)."""
     tg = settings.telegram
     builder: ApplicationBuilder = (
         Application.builder()
@@ -62,12 +74,16 @@ def build_application(settings: Settings, pool: Pool) -> Application:
         .connection_pool_size(2 * tg.concurrent_updates + 4)
         # Wait for a free connection under load rather than fail the call after 1 s.
         .pool_timeout(30.0)
+        .update_queue(WebhookQueue())
     )
     if tg.base_url:
         base = tg.base_url.rstrip("/")
         builder = builder.base_url(f"{base}/bot").base_file_url(f"{base}/file/bot")
     app = builder.build()
-    TelegramChannel(pool, settings).register(app)
+    inflight = Inflight(app, engine)
+    app.bot_data[INFLIGHT] = inflight
+    app.update_queue.inflight = inflight  # type: ignore[attr-defined]
+    TelegramChannel(pool, settings, inflight).register(app)
     return app
 
 
@@ -77,10 +93,15 @@ def bot_commands() -> list[BotCommand]:
 
 @contextlib.asynccontextmanager
 async def running(app: Application, settings: Settings, *,
-                  poll_timeout: int = POLL_TIMEOUT_S) -> AsyncIterator[Application]:
-    """Run `app` (polling or webhook) for the duration of the block."""
+                  poll_timeout: int = POLL_TIMEOUT_S,
+                  drain_s: float = DRAIN_S) -> AsyncIterator[Application]:
+    """Run `app` (polling or webhook) for the duration of the block; at its end, updates
+    in flight get `drain_s` seconds to finish."""
     webhook = settings.telegram.webhook
+    inflight: Inflight = app.bot_data[INFLIGHT]
+    poller: Poller | None = None
     async with app:  # initialize (getMe) ... shutdown
+        inflight.bind(app.bot.id)
         await with_retry(lambda: app.bot.set_my_commands(bot_commands()), what="setMyCommands")
         await app.start()
         assert app.updater is not None
@@ -95,14 +116,19 @@ async def running(app: Application, settings: Settings, *,
                     webhook_url=webhook.url, secret_token=secret,
                     allowed_updates=ALLOWED_UPDATES)
                 log.info("receiving updates by webhook on %s:%d", webhook.listen, webhook.port)
+                await prune_handled(inflight)
             else:
-                await app.updater.start_polling(timeout=poll_timeout,
-                                                allowed_updates=ALLOWED_UPDATES)
+                poller = Poller(app, inflight, timeout=poll_timeout,
+                                allowed_updates=ALLOWED_UPDATES)
+                await poller.start()
                 log.info("receiving updates by long polling")
             yield app
         finally:
+            if poller is not None:
+                await poller.stop(drain_s)
             if app.updater.running:
                 await app.updater.stop()
+            await inflight.drain(drain_s)
             if app.running:
                 await app.stop()
 
@@ -117,7 +143,7 @@ async def run_bot(settings: Settings) -> int:
     services = await build_services(settings)
     health = None
     try:
-        app = build_application(settings, services.pool)
+        app = build_application(settings, services.pool, engine=services.engine)
         start_reflect(app.job_queue, services)  # runs once app.start() starts the JobQueue
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -21,6 +21,11 @@ Decisions (README "Telegram" repeats them for operators):
   is refused with one line; nothing is stored.
 - Two messages in one conversation are answered in the order they arrived, one after
   the other; different conversations are answered in parallel.
+- Redelivered updates (the bot died after storing a message, before Telegram heard so):
+  a text message or command recorded as handled is skipped silently (the record is
+  written with the user's message, or right after the command ran). Refusals and the
+  one-line answers to media, unknown commands or over-long text are not recorded (a
+  disallowed user leaves no row): after a crash they may be said twice.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from bot.commands import handle_command
 from bot.config import Settings
 from bot.pool import Pool
 from bot.telegram.delivery import Target
+from bot.telegram.inflight import Inflight, UpdateReceipt
 from bot.telegram.replies import EditPacer, ReplyStream, send_plain_reply, typing
 from bot.telegram.sessions import (
     Place,
@@ -106,8 +112,9 @@ def _sender_name(message: Message) -> str:
 class TelegramChannel:
     """The handlers, bound to one pool and one config."""
 
-    def __init__(self, pool: Pool, settings: Settings) -> None:
+    def __init__(self, pool: Pool, settings: Settings, inflight: Inflight | None = None) -> None:
         self.pool = pool
+        self.inflight = inflight
         self.settings = settings
         self.tg = settings.telegram
         self.pacer = EditPacer(EDIT_MIN_GAP_S)
@@ -148,6 +155,9 @@ class TelegramChannel:
             return None
         return message, place, user
 
+    def _receipt(self, update: Update) -> UpdateReceipt | None:
+        return self.inflight.receipt(update) if self.inflight is not None else None
+
     @staticmethod
     def _target(message: Message, place: Place) -> Target:
         return Target(place.chat_id, place.thread_id,
@@ -174,15 +184,23 @@ class TelegramChannel:
         if place.is_group:
             text = f"[{_sender_name(message)}] {text}"
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
+        receipt = self._receipt(update)
         async with self._turns.turn(base.id):
+            # Checked in turn order: an earlier redelivered update of this conversation
+            # has been recognised (or stored) by now.
+            if receipt is not None and await receipt.seen_before():
+                return
             session = await self.pool.current_session(base)
             stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
             async with typing(context.bot, target):
                 try:
-                    answer = (await self.pool.chat(session, text, on_delta=stream.on_delta)).text
+                    answer = (await self.pool.chat(session, text, on_delta=stream.on_delta,
+                                                   receipt=receipt)).text
                 except Exception:  # the pool reports its own failures; this is a bug
                     log.exception("turn of %s failed", session.id)
                     answer = FAILED
+            if receipt is not None and receipt.duplicate:
+                return  # another replica had it: that one answers
             await stream.finish(answer)
 
     async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -195,12 +213,17 @@ class TelegramChannel:
             await send_plain_reply(context.bot, target,
                                    TOO_LONG.format(n=len(message.text or ""), limit=MAX_INPUT_CHARS))
             return
+        receipt = self._receipt(update)
+        if receipt is not None and await receipt.seen_before():
+            return
         head, _, args = (message.text or "").partition(" ")
         name = head.lstrip("/").split("@", 1)[0].lower()
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         async with typing(context.bot, target):
             answer = await handle_command(self.pool, base, name, args.strip(),
                                           is_admin=is_admin(self.tg, user.id if user else None))
+        if receipt is not None:
+            await receipt.record()  # its effect happened: never run it twice
         await send_plain_reply(context.bot, target, answer)
 
     async def on_unknown_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:

@@ -478,6 +478,8 @@ class FakeTelegram:
         self.calls.append(call)
         for callback in self._subscribers:
             callback(call)
+        # Wake waiters on arrival too: a long-polling getUpdates answers only much later.
+        self._notify()
         try:
             if request.match_info["token"] != self.token:
                 return _error(401, "Unauthorized")

@@ -1,0 +1,195 @@
+"""Updates being handled, and when each becomes *durable*: safe to acknowledge to
+Telegram, because a crash from then on loses nothing.
+
+An update is durable once the handler says so (`UpdateReceipt`): a text message when
+its append committed (the pool calls `UpdateReceipt.stored`), a command once it ran and
+was recorded; and in any case when its handling ended, however it ended (a `finally`:
+a handler that raised must not pin the acknowledgement forever). Only cancellation at
+shutdown leaves an update undurable, so Telegram sends it again to the next process.
+
+Redeliveries: `UpdateReceipt.seen_before()` asks `HandledUpdates` whether a previous
+process handled the update already; `write` records it in the user message's own
+transaction, and refuses (`DuplicateDelivery`, which rolls that append back) if another
+replica recorded it meanwhile.
+
+Both ways of receiving updates go through `Inflight.accept`: the polling loop
+(`bot.telegram.polling`) and the webhook, whose `WebhookQueue` answers Telegram's POST
+only once the update is durable (a failure or a timeout answers an error, and Telegram
+sends the update again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from telegram import Update
+from telegram.ext import Application
+
+from bot.telegram.handled import HandledUpdates
+
+log = logging.getLogger(__name__)
+
+WEBHOOK_WAIT_S = 50.0  # answer Telegram's POST before its own timeout (about a minute)
+
+
+class DuplicateDelivery(RuntimeError):
+    """The update was recorded as handled by someone else while we handled it too."""
+
+
+class UpdateReceipt:
+    """One update in flight: what its handler reports (implements `bot.pool.Receipt`)."""
+
+    def __init__(self, update_id: int, inflight: Inflight) -> None:
+        self.update_id = update_id
+        self._inflight = inflight
+        self.durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.recorded = False
+        self.duplicate = False
+
+    async def seen_before(self) -> bool:
+        """Handled already (by an earlier process, or a replica): skip it."""
+        store = self._inflight.handled
+        if store is None:
+            return False
+        try:
+            seen = await store.seen(self.update_id)
+        except Exception as exc:  # the turn then reports the database itself
+            log.warning("could not check whether update %s was handled: %s",
+                        self.update_id, exc)
+            return False
+        if seen:
+            log.info("update %s was handled before (redelivered): skipped", self.update_id)
+            self.recorded = True
+        return seen
+
+    async def write(self, conn: AsyncConnection) -> None:
+        store = self._inflight.handled
+        if store is not None and not await store.insert(conn, self.update_id):
+            self.duplicate = True
+            raise DuplicateDelivery(f"update {self.update_id} was handled elsewhere")
+        self.recorded = True
+
+    async def stored(self, atomic: bool) -> None:
+        if not atomic:  # a provider outside memory.history: the record comes right after
+            await self.record()
+        self.mark_durable()
+
+    async def record(self) -> None:
+        """Record the update as handled in its own transaction (commands); durable then."""
+        store = self._inflight.handled
+        if store is not None and not self.recorded:
+            try:
+                await store.record(self.update_id)
+            except Exception as exc:  # at worst the update is handled again after a crash
+                log.warning("could not record update %s as handled: %s", self.update_id, exc)
+        self.recorded = True
+        self.mark_durable()
+
+    def mark_durable(self) -> None:
+        if not self.durable.done():
+            self.durable.set_result(None)
+            self._inflight.notify()
+
+
+class Inflight:
+    """The updates this process is handling, each through `app` as python-telegram-bot's
+    own update fetcher would (same concurrency limit, same handler groups). Without an
+    `engine` nothing is recorded, so redeliveries are not recognised."""
+
+    def __init__(self, app: Application, engine: AsyncEngine | None = None) -> None:
+        self.app = app
+        self.engine = engine
+        self.handled: HandledUpdates | None = None
+        self._receipts: dict[int, UpdateReceipt] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._progress = asyncio.Event()
+
+    def bind(self, bot_id: int) -> None:
+        """Known once the bot has its identity (getMe): update ids are numbered per bot."""
+        if self.engine is not None:
+            self.handled = HandledUpdates(self.engine, bot_id)
+
+    def receipt(self, update: Update) -> UpdateReceipt | None:
+        """The receipt of `update` while it is handled (None if it came another way)."""
+        return self._receipts.get(update.update_id)
+
+    def accept(self, update: Update) -> asyncio.Future[None]:
+        """Start handling `update` (unless it is in flight already: a webhook retry);
+        returns the future that is done once it is durable."""
+        known = self._receipts.get(update.update_id)
+        if known is not None:
+            return known.durable
+        receipt = self._receipts[update.update_id] = UpdateReceipt(update.update_id, self)
+        task = asyncio.create_task(self._handle(update, receipt),
+                                   name=f"telegram-update:{update.update_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return receipt.durable
+
+    async def _handle(self, update: Update, receipt: UpdateReceipt) -> None:
+        cancelled = False
+        try:
+            await self.app.update_processor.process_update(update, self.app.process_update(update))
+        except asyncio.CancelledError:
+            cancelled = True  # stopped before it was durable: Telegram must send it again
+            raise
+        except Exception:  # process_update hands handler errors to the error handler
+            log.exception("update %s could not be processed", update.update_id)
+        finally:
+            if not cancelled:
+                receipt.mark_durable()
+                del self._receipts[update.update_id]
+                self.notify()
+
+    def undurable(self) -> list[int]:
+        """Ids of accepted updates not durable yet (pinned for good if cancelled)."""
+        return [uid for uid, r in self._receipts.items() if not r.durable.done()]
+
+    @property
+    def busy(self) -> int:
+        return len(self._tasks)
+
+    def notify(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    async def wait_progress(self, within_s: float) -> None:
+        """Until some update becomes durable or finishes, or `within_s` seconds."""
+        try:
+            await asyncio.wait_for(self._progress.wait(), within_s)
+        except TimeoutError:
+            pass
+
+    async def drain(self, within_s: float) -> int:
+        """Let in-flight handlers finish for up to `within_s` seconds, then cancel the rest
+        (they stay undurable). Returns how many were cancelled."""
+        tasks = list(self._tasks)
+        if not tasks:
+            return 0
+        _done, pending = await asyncio.wait(tasks, timeout=within_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+            log.warning("%d update(s) still being handled at shutdown were cancelled; "
+                        "Telegram will send them again", len(pending))
+        return len(pending)
+
+
+class WebhookQueue(asyncio.Queue[Any]):
+    """The Application's update queue, for webhook mode: python-telegram-bot's webhook
+    handler answers 200 as soon as `put` returns, so `put` hands the update to
+    `Inflight` and returns only once it is durable. Anything else (the Application's
+    stop signal) is queued as usual."""
+
+    inflight: Inflight | None = None
+
+    async def put(self, item: Any) -> None:
+        if not isinstance(item, Update) or self.inflight is None:
+            await super().put(item)
+            return
+        # shield: a request the client gave up on must not cancel the handling itself
+        await asyncio.wait_for(asyncio.shield(self.inflight.accept(item)), WEBHOOK_WAIT_S)

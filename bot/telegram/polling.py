@@ -1,0 +1,151 @@
+"""Long polling that acknowledges an update only once it is durable.
+
+Telegram confirms every update below the `offset` of a getUpdates call and never sends
+those again. python-telegram-bot's Updater advances the offset as soon as it *fetched*
+updates, so a crash before the handler stored the message lost it. Here the offset sent
+is the lowest update id not yet durable (see `bot.telegram.inflight`), or one past the
+highest fetched when all are: a crash at any moment loses nothing, and what Telegram
+sends again is recognised as handled (`HandledUpdates`) and skipped.
+
+The cost: Telegram answers a getUpdates at once while any update at or above its offset
+waits, so while an update is not durable yet (queued behind its conversation's running
+turn, or behind `telegram.concurrent_updates`) the loop cannot long-poll. It then polls
+with timeout 0, waking when some update becomes durable or after `PENDING_POLL_S`: new
+updates wait at most that long, and Telegram's `limit` (100) bounds how far past the
+oldest undurable update one poll can see.
+
+Errors, as python-telegram-bot's own loop treats them: RetryAfter waits what Telegram
+asks (+0.5 s); a timeout retries at once; other errors (network, 5xx, Conflict with
+another poller or a webhook) back off from 1 s by x1.5 up to 30 s; an invalid token
+stops the loop. A clean stop lets in-flight handlers finish (up to a timeout) and sends
+one last getUpdates that acknowledges what became durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from telegram import Update
+from telegram.error import InvalidToken, RetryAfter, TelegramError, TimedOut
+from telegram.ext import Application
+
+from bot.telegram.delivery import retry_after_seconds, with_retry
+from bot.telegram.inflight import Inflight
+
+log = logging.getLogger(__name__)
+
+PENDING_POLL_S = 0.5
+LIMIT = 100  # Telegram's maximum per getUpdates
+BACKOFF_MAX_S = 30.0
+PRUNE_EVERY_S = 3600.0
+
+
+class Poller:
+    def __init__(self, app: Application, inflight: Inflight, *, timeout: int,
+                 allowed_updates: Sequence[str], pending_poll_s: float = PENDING_POLL_S) -> None:
+        self.app = app
+        self.inflight = inflight
+        self.timeout = timeout
+        self.allowed_updates = list(allowed_updates)
+        self.pending_poll_s = pending_poll_s
+        self._highest: int | None = None  # highest update id accepted by this process
+        self._task: asyncio.Task[None] | None = None
+        self._next_prune = 0.0
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def offset(self) -> int | None:
+        """What the next getUpdates acknowledges: every update below it is durable."""
+        undurable = self.inflight.undurable()
+        if undurable:
+            return min(undurable)
+        return None if self._highest is None else self._highest + 1
+
+    async def start(self) -> None:
+        # A webhook still set makes getUpdates fail with Conflict (as the Updater does).
+        await with_retry(lambda: self.app.bot.delete_webhook(), what="deleteWebhook")
+        self._task = asyncio.create_task(self._run(), name="telegram-polling")
+
+    async def stop(self, drain_s: float) -> None:
+        """Stop polling, let handlers finish for up to `drain_s`, acknowledge the rest."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.inflight.drain(drain_s)
+        offset = self.offset()
+        if offset is None:
+            return
+        try:
+            await self.app.bot.get_updates(offset=offset, timeout=0, limit=1,
+                                           allowed_updates=self.allowed_updates)
+        except TelegramError as exc:  # they come again to the next process: handled then
+            log.warning("could not acknowledge the last updates at shutdown: %s", exc)
+
+    async def _run(self) -> None:
+        delay = 0.0
+        while True:
+            try:
+                await self._poll_once()
+                delay = 0.0
+                continue
+            except RetryAfter as exc:
+                delay = retry_after_seconds(exc) + 0.5
+                log.warning("getUpdates: flood control, retrying in %.1f s", delay)
+            except TimedOut:
+                delay = 0.0
+            except InvalidToken:
+                log.error("getUpdates: the bot token was rejected; polling stopped")
+                raise
+            except TelegramError as exc:
+                delay = 1.0 if delay == 0 else min(BACKOFF_MAX_S, delay * 1.5)
+                log.warning("getUpdates failed (%s); retrying in %.1f s", exc, delay)
+            except Exception:
+                delay = 1.0 if delay == 0 else min(BACKOFF_MAX_S, delay * 1.5)
+                log.exception("getUpdates answer not understood; retrying in %.1f s", delay)
+            await asyncio.sleep(delay)
+
+    async def _poll_once(self) -> None:
+        await self._maybe_prune()
+        if self.inflight.undurable():
+            await self.inflight.wait_progress(self.pending_poll_s)
+        # While an update waits undurable, Telegram would answer a long poll at once.
+        timeout = 0 if self.inflight.undurable() else self.timeout
+        offset = self.offset()
+        updates = await self.app.bot.get_updates(offset=offset, timeout=timeout, limit=LIMIT,
+                                                 allowed_updates=self.allowed_updates)
+        self._accept(updates, offset)
+
+    def _accept(self, updates: Sequence[Update], offset: int | None) -> None:
+        for update in updates:
+            uid = update.update_id
+            if offset is not None and uid < offset and not self.inflight.undurable():
+                # Telegram numbers afresh after a week without updates.
+                log.info("update ids restarted at %s", uid)
+                self._highest = None
+            if self._highest is not None and uid <= self._highest:
+                continue  # fetched before: in flight, or durable and not acknowledged yet
+            self._highest = uid
+            self.inflight.accept(update)
+
+    async def _maybe_prune(self) -> None:
+        now = asyncio.get_running_loop().time()
+        if now >= self._next_prune:
+            self._next_prune = now + PRUNE_EVERY_S
+            await prune_handled(self.inflight)
+
+
+async def prune_handled(inflight: Inflight) -> None:
+    """Forget old handled update ids (housekeeping: a failure waits for the next time)."""
+    if inflight.handled is None:
+        return
+    try:
+        gone = await inflight.handled.prune()
+    except Exception as exc:
+        log.warning("could not prune handled update ids: %s", exc)
+        return
+    if gone:
+        log.info("forgot %d handled update id(s) older than two days", gone)
