@@ -104,20 +104,49 @@ def _as_utc(value: datetime | None) -> datetime | None:
     return value
 
 
-def _insert_next(conv_id: int, row: dict) -> sa.Insert:
-    """Insert one message at the conversation's next seq, returning (id, seq)."""
-    columns = ["conversation_id", "seq", *row]
-    values = [
-        sa.literal(conv_id, messages.c.conversation_id.type),
-        sa.func.coalesce(sa.func.max(messages.c.seq), 0) + 1,
-        *(sa.literal(value, messages.c[key].type) for key, value in row.items()),
-    ]
-    source = sa.select(*values).where(messages.c.conversation_id == conv_id)
-    return (
-        sa.insert(messages)
-        .from_select(columns, source)
-        .returning(messages.c.id, messages.c.seq)
+def _bind(name: str, column: sa.Column) -> sa.BindParameter:
+    return sa.bindparam(name, type_=column.type)
+
+
+# The statements of every append and every assemble, built once: building a SQLAlchemy
+# statement costs more CPU than SQLite takes to run one of these.
+_MESSAGE_VALUES = ("role", "content", "token_count", "created_at")
+# One message at the conversation's next seq, returning (id, seq).
+_INSERT_NEXT = (
+    sa.insert(messages)
+    .from_select(
+        ["conversation_id", "seq", *_MESSAGE_VALUES],
+        sa.select(
+            _bind("m_conv", messages.c.conversation_id),
+            sa.func.coalesce(sa.func.max(messages.c.seq), 0) + 1,
+            *(_bind(f"m_{key}", messages.c[key]) for key in _MESSAGE_VALUES),
+        ).where(messages.c.conversation_id == sa.bindparam("m_conv")),
     )
+    .returning(messages.c.id, messages.c.seq)
+)
+_INSERT_MANY = sa.insert(messages).returning(messages.c.id, messages.c.seq)
+_TOUCH = (
+    sa.update(conversations)
+    .where(conversations.c.id == sa.bindparam("c_id"))
+    .values(updated_at=_bind("c_now", conversations.c.updated_at))
+)
+# ... and the first user message names the conversation; later ones keep its title.
+_TOUCH_TITLE = _TOUCH.values(
+    title=sa.case(
+        (conversations.c.title == "", _bind("c_title", conversations.c.title)),
+        else_=conversations.c.title,
+    )
+)
+_BY_IDS = (
+    sa.select(messages)
+    .where(messages.c.id.in_(sa.bindparam("ids", expanding=True)))
+    .order_by(messages.c.conversation_id, messages.c.seq)
+)
+_PARTS_OF = (
+    sa.select(parts)
+    .where(parts.c.message_id.in_(sa.bindparam("ids", expanding=True)))
+    .order_by(parts.c.message_id, parts.c.ordinal)
+)
 
 
 class HistoryStore:
@@ -201,16 +230,15 @@ class HistoryStore:
             }
             for msg in cleaned
         ]
-        first_id, first_seq = (await conn.execute(_insert_next(conv_id, rows[0]))).one()
+        first = {"m_conv": conv_id, **{f"m_{k}": v for k, v in rows[0].items()}}
+        first_id, first_seq = (await conn.execute(_INSERT_NEXT, first)).one()
         ids = [first_id]
         if len(rows) > 1:
             rest = [
                 {"conversation_id": conv_id, "seq": first_seq + i, **row}
                 for i, row in enumerate(rows[1:], 1)
             ]
-            result = await conn.execute(
-                sa.insert(messages).returning(messages.c.id, messages.c.seq), rest
-            )
+            result = await conn.execute(_INSERT_MANY, rest)
             by_seq = {seq: msg_id for msg_id, seq in result}
             ids += [by_seq[first_seq + i] for i in range(1, len(rows))]
         # Every row carries every key: executemany takes its columns from the first.
@@ -221,18 +249,14 @@ class HistoryStore:
         ]
         if part_rows:
             await conn.execute(sa.insert(parts), part_rows)
-        values: dict = {"updated_at": utcnow()}
         title = next(
             (m.content for m in cleaned if m.role == "user" and m.content.strip()), None
         )
-        if title:  # the first user message names the conversation; later ones keep it
-            values["title"] = sa.case(
-                (conversations.c.title == "", " ".join(title.split())[:TITLE_CHARS]),
-                else_=conversations.c.title,
-            )
-        await conn.execute(
-            sa.update(conversations).where(conversations.c.id == conv_id).values(**values)
-        )
+        if title:
+            title = " ".join(title.split())[:TITLE_CHARS]
+            await conn.execute(_TOUCH_TITLE, {"c_id": conv_id, "c_now": utcnow(), "c_title": title})
+        else:
+            await conn.execute(_TOUCH, {"c_id": conv_id, "c_now": utcnow()})
         await run_append_hook(conn)  # a channel's delivery record, same transaction
         return [
             StoredMessage(msg_id, first_seq + i, row["token_count"], row["created_at"])
@@ -248,6 +272,12 @@ class HistoryStore:
         ids: Iterable[int] | None = None, limit: int | None = None, newest_first: bool = False,
     ) -> list[tuple[StoredMessage, Message]]:
         """Messages matching `where` (or with `ids`), ordered by (conversation, seq)."""
+        if ids is not None and where is None and limit is None and not newest_first:
+            id_list = list(ids)
+            if not id_list:
+                return []
+            rows = (await conn.execute(_BY_IDS, {"ids": id_list})).mappings().all()
+            return await self._with_parts(conn, rows)
         query = sa.select(messages)
         if ids is not None:
             id_list = list(ids)
@@ -261,14 +291,15 @@ class HistoryStore:
         if limit is not None:
             query = query.limit(limit)
         rows = (await conn.execute(query)).mappings().all()
+        return await self._with_parts(conn, rows)
+
+    async def _with_parts(
+        self, conn: AsyncConnection, rows: Sequence[sa.RowMapping]
+    ) -> list[tuple[StoredMessage, Message]]:
         if not rows:
             return []
         part_rows = (
-            await conn.execute(
-                sa.select(parts)
-                .where(parts.c.message_id.in_([r["id"] for r in rows]))
-                .order_by(parts.c.message_id, parts.c.ordinal)
-            )
+            await conn.execute(_PARTS_OF, {"ids": [r["id"] for r in rows]})
         ).mappings().all()
         by_msg: dict[int, list] = {}
         for p in part_rows:
