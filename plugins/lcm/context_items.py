@@ -68,6 +68,38 @@ def _items(rows: Sequence[sa.Row]) -> list[Item]:
     return [Item(*row) for row in rows]
 
 
+# Statements of every turn, built once (building one costs more than running it).
+_APPEND = sa.insert(context_items).from_select(
+    ["conversation_id", "ordinal", "message_id", "summary_id", "token_count"],
+    sa.select(
+        messages.c.conversation_id,
+        sa.select(sa.func.coalesce(sa.func.max(context_items.c.ordinal), 0))
+        .where(context_items.c.conversation_id == sa.bindparam("conv"))
+        .scalar_subquery()
+        + messages.c.seq
+        - sa.bindparam("first", type_=sa.BigInteger)
+        + 1,
+        messages.c.id,
+        sa.null(),
+        messages.c.token_count,
+    ).where(
+        messages.c.conversation_id == sa.bindparam("conv"),
+        messages.c.seq >= sa.bindparam("first"),
+        messages.c.seq <= sa.bindparam("last"),
+    ),
+)
+_LAST_PAGE = (
+    _select()
+    .where(context_items.c.conversation_id == sa.bindparam("conv"))
+    .order_by(context_items.c.ordinal.desc())
+    .limit(sa.bindparam("limit", type_=sa.Integer))
+)
+_PAGE_BEFORE = _LAST_PAGE.where(context_items.c.ordinal < sa.bindparam("before"))
+_TOTAL = sa.select(sa.func.coalesce(sa.func.sum(context_items.c.token_count), 0)).where(
+    context_items.c.conversation_id == sa.bindparam("conv")
+)
+
+
 async def append_items(
     conn: AsyncConnection, conv_id: int, stored: Sequence[StoredMessage]
 ) -> None:
@@ -80,25 +112,9 @@ async def append_items(
     """
     if not stored:
         return
-    first, last = stored[0].seq, stored[-1].seq
-    base = (
-        sa.select(sa.func.coalesce(sa.func.max(context_items.c.ordinal), 0))
-        .where(context_items.c.conversation_id == conv_id)
-        .scalar_subquery()
+    await conn.execute(
+        _APPEND, {"conv": conv_id, "first": stored[0].seq, "last": stored[-1].seq}
     )
-    source = sa.select(
-        messages.c.conversation_id,
-        base + messages.c.seq - (first - 1),
-        messages.c.id,
-        sa.null(),
-        messages.c.token_count,
-    ).where(
-        messages.c.conversation_id == conv_id,
-        messages.c.seq >= first,
-        messages.c.seq <= last,
-    )
-    columns = ["conversation_id", "ordinal", "message_id", "summary_id", "token_count"]
-    await conn.execute(sa.insert(context_items).from_select(columns, source))
 
 
 async def adopt_uncovered(conn: AsyncConnection, conv_id: int) -> int:
@@ -141,11 +157,13 @@ async def page_before(
     conn: AsyncConnection, conv_id: int, before: int | None, limit: int
 ) -> list[Item]:
     """Up to `limit` items with ordinal < `before` (None: from the end), newest first."""
-    query = _select().where(context_items.c.conversation_id == conv_id)
-    if before is not None:
-        query = query.where(context_items.c.ordinal < before)
-    query = query.order_by(context_items.c.ordinal.desc()).limit(limit)
-    return _items((await conn.execute(query)).all())
+    if before is None:
+        rows = await conn.execute(_LAST_PAGE, {"conv": conv_id, "limit": limit})
+    else:
+        rows = await conn.execute(
+            _PAGE_BEFORE, {"conv": conv_id, "limit": limit, "before": before}
+        )
+    return _items(rows.all())
 
 
 async def items_between(conn: AsyncConnection, conv_id: int, lo: int, hi: int) -> list[Item]:
@@ -194,9 +212,5 @@ async def nth_newest_message_ordinal(conn: AsyncConnection, conv_id: int, n: int
 
 
 async def context_tokens(conn: AsyncConnection, conv_id: int) -> int:
-    total = await conn.scalar(
-        sa.select(sa.func.coalesce(sa.func.sum(context_items.c.token_count), 0)).where(
-            context_items.c.conversation_id == conv_id
-        )
-    )
+    total = await conn.scalar(_TOTAL, {"conv": conv_id})
     return int(total or 0)
