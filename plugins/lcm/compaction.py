@@ -56,6 +56,7 @@ from plugins.lcm.dag import (
 )
 from plugins.lcm.models import context_items
 from plugins.lcm.render import condensed_source
+from plugins.lcm.totals import ContextTotals
 
 CONDENSED_MAX_CHILDREN = 4
 _IN_CHUNK = 500  # ids per IN (...) list: far below every database's parameter limit
@@ -109,6 +110,7 @@ class Compaction:
         self.history = history
         self.summarizer = summarizer
         self.settings = settings
+        self.totals = ContextTotals()  # fed by the provider's appends (see totals.py)
 
     # -- public -------------------------------------------------------------------
 
@@ -118,8 +120,13 @@ class Compaction:
         conv_id = await self.history.conversation_id(session.id)
         if conv_id is None:
             return False
+        known = self.totals.take(conv_id)
+        if known is not None and known <= threshold:
+            return False  # an upper bound of the real total, carried by our own appends
         async with self.engine.connect() as conn:
-            return await ci.context_tokens(conn, conv_id) > threshold
+            tokens, last_seq = await ci.context_size(conn, conv_id)
+        self.totals.measured(conv_id, tokens, last_seq)
+        return tokens > threshold
 
     async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult:
         mode = CompactionMode(mode)
@@ -138,7 +145,10 @@ class Compaction:
                 break
         if not plan.summaries:
             return CompactionResult()
-        result = await self._apply(session, plan)
+        try:
+            result = await self._apply(session, plan)
+        finally:
+            self.totals.forget(conv_id)
         if result.changed:
             result.duration_s = time.monotonic() - started
         return result

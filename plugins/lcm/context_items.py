@@ -98,6 +98,13 @@ _PAGE_BEFORE = _LAST_PAGE.where(context_items.c.ordinal < sa.bindparam("before")
 _TOTAL = sa.select(sa.func.coalesce(sa.func.sum(context_items.c.token_count), 0)).where(
     context_items.c.conversation_id == sa.bindparam("conv")
 )
+# The total and the last message seq in one statement: one snapshot on both databases.
+_SIZE = sa.select(
+    _TOTAL.scalar_subquery(),
+    sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0))
+    .where(messages.c.conversation_id == sa.bindparam("conv"))
+    .scalar_subquery(),
+)
 
 
 async def append_items(
@@ -209,6 +216,12 @@ async def nth_newest_message_ordinal(conn: AsyncConnection, conv_id: int, n: int
         .all()
     )
     return rows[-1] if rows else None
+
+
+async def context_size(conn: AsyncConnection, conv_id: int) -> tuple[int, int]:
+    """(context tokens, last message seq), read together."""
+    tokens, last_seq = (await conn.execute(_SIZE, {"conv": conv_id})).one()
+    return int(tokens or 0), int(last_seq or 0)
 
 
 async def context_tokens(conn: AsyncConnection, conv_id: int) -> int:

@@ -91,6 +91,7 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
         async with self.history.session_transaction(session) as (conn, conv_id):
             adopted = await ci.adopt_uncovered(conn, conv_id)
         if adopted:
+            self._compaction.totals.forget(conv_id)
             log.info("lcm adopted %d message(s) of session %s stored by another provider",
                      adopted, session.id)
         self._adopted.add(session.id)
@@ -104,6 +105,9 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
         async with self.history.session_transaction(session) as (conn, conv_id):
             stored = await self.history.insert_messages(conn, conv_id, msgs)
             await ci.append_items(conn, conv_id, stored)
+        self._compaction.totals.appended(
+            conv_id, stored[0].seq, stored[-1].seq, sum(s.token_count for s in stored)
+        )
 
     async def assemble(self, session: Session, budget: int, fresh_tail: int) -> list[Message]:
         conv_id = await self.history.conversation_id(session.id)
