@@ -52,7 +52,7 @@ class BotProcess:
         self.starts += 1
         proc = self.proc
 
-        # Polled: the fake server records a call on arrival without waking waiters.
+        # Polled, not tg.wait_for: a bot that dies makes no API call to wake a waiter.
         deadline = asyncio.get_running_loop().time() + within
         while len(self.tg.calls_to("getUpdates")) <= polls:
             if proc.returncode is not None:
