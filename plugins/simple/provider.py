@@ -38,6 +38,7 @@ from memory.history import (
     messages,
 )
 from memory.sanitize import storable
+from memory.search_text import clean_query, like_pattern, query_terms, snippet
 from memory.stores import SharedStores
 from memory.summarizer import SummarizerError
 from memory.tokens import estimate_tokens
@@ -68,7 +69,6 @@ from plugins.simple.maintenance import SimpleMaintenance
 from plugins.simple.markers import Marker, utc
 from plugins.simple.notes_file import Add, Alias, Remove, Rename, Write
 from plugins.simple.notes_store import NotesStore
-from plugins.simple.search import like_pattern, snippet
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +346,7 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
         Scope `summaries` means the archives, `messages` the history. The scope is the
         session's user (DESIGN §4), across their sessions with this agent; blank text
         finds nothing."""
-        text = storable(query.text).strip() if isinstance(query.text, str) else ""
+        text = clean_query(query.text) if isinstance(query.text, str) else ""
         if not text:
             return []
         # SQLite refuses LIKE patterns over 50,000 bytes; a pasted page is no query, and
@@ -379,11 +379,13 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
                 for e in reversed(await self.notes.entries(session.agent_id, session.user_id))
                 if needle in e.content.casefold() or needle in e.name.casefold()
             ]
+        # Snippets centre on a query word for ranked hits, on the whole text for substrings.
+        needles = query_terms(text) if mode == SearchMode.FULL_TEXT else [text]
         return [
             SearchResult(
                 source_type="archive" if h.entry.kind == NoteKind.ARCHIVE else "note",
                 source_id=h.entry.name,
-                content=snippet(h.entry.content, text),
+                content=snippet(h.entry.content, needles),
                 score=h.score,
                 timestamp=h.entry.created_at,
             )
@@ -409,7 +411,7 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
             SearchResult(
                 source_type="message",
                 source_id=str(r.id),
-                content=snippet(r.content, text),
+                content=snippet(r.content, [text]),
                 score=0.0,
                 timestamp=utc(r.created_at),
             )
