@@ -66,9 +66,12 @@ class InstantPool:
     async def current_session(self, base: object) -> object:
         return base
 
-    async def chat(self, session: object, text: str, *, on_delta: object = None) -> object:
+    async def chat(self, session: object, text: str, *, on_delta: object = None,
+                   receipt: object = None) -> object:
         from bot.pool import Reply
 
+        if receipt is not None:  # durable at once, as after the pool's user-message append
+            await receipt.stored(atomic=False)  # type: ignore[attr-defined]
         if on_delta is not None:
             await on_delta("echo: " + text)  # type: ignore[operator]
         return Reply("echo: " + text)
