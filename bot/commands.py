@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from bot.pool import GENERATION_SEP, Pool, bind_session
@@ -36,7 +35,7 @@ from memory.capabilities import (
 from memory.context import with_change_source
 from memory.errors import InvalidArgument, MemoryError_, NotFound, Unsupported
 from memory.tracing import unwrap
-from memory.types import ChangeSource, SearchQuery, Session
+from memory.types import ChangeSource, SearchQuery, Session, minute_utc
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +95,6 @@ def _listing(lines: list[str], header: str, limit: int = MAX_REPLY) -> str:
         out.append(line)
         size += 1 + len(line)
     return "\n".join(out)
-
-
-def _when(ts: datetime | None) -> str:
-    return ts.strftime("%Y-%m-%d %H:%M UTC") if ts else "?"
 
 
 def _one_line(text: str, width: int = 160) -> str:
@@ -209,7 +204,7 @@ async def _status(pool: Pool, session: Session, rest: str) -> str:
            else f"auto-compaction above {pool.settings.compaction.max_tokens}") + ")",
     ]
     if stats.oldest_at:
-        lines.append(f"Span: {_when(stats.oldest_at)} → {_when(stats.newest_at)}")
+        lines.append(f"Span: {minute_utc(stats.oldest_at)} → {minute_utc(stats.newest_at)}")
     if isinstance(p, VersionedProfileStore):
         # The current version, not the session's snapshot: reading that would create the
         # snapshot, freezing the session's view before its first turn.
@@ -228,7 +223,7 @@ async def _search(pool: Pool, session: Session, rest: str) -> str:
     hits = await p.search(session, SearchQuery(text=rest, limit=SEARCH_LIMIT))
     if not hits:
         return f"No matches for {rest!r}."
-    lines = [f"• [{h.source_type} {h.source_id}] {_when(h.timestamp)}: {_one_line(h.content, 300)}"
+    lines = [f"• [{h.source_type} {h.source_id}] {minute_utc(h.timestamp)}: {_one_line(h.content, 300)}"
              for h in hits]
     return _listing(lines, f"{len(hits)} match{'es' if len(hits) != 1 else ''} for {rest!r}:")
 
@@ -242,7 +237,7 @@ async def _show(pool: Pool, session: Session, rest: str) -> str:
     d = await p.describe(rest, session)
     head = [
         f"Summary {d.summary_id} ({d.kind}, depth {d.depth}, {d.token_count} tokens)",
-        f"Covers {d.descendant_count} messages, {_when(d.earliest_at)} → {_when(d.latest_at)}",
+        f"Covers {d.descendant_count} messages, {minute_utc(d.earliest_at)} → {minute_utc(d.latest_at)}",
         f"Contained in: {', '.join(d.parent_ids) or '—'}",
         f"Built from: {', '.join(d.child_ids) or '—'}",
         "",
@@ -262,7 +257,7 @@ async def _expand(pool: Pool, session: Session, rest: str) -> str:
                  for c in r.children]
         header = f"Summary {r.summary_id} was condensed from {len(r.children)} summaries:"
     else:
-        lines = [f"• #{m.seq} {m.role} {_when(m.created_at)}: {_one_line(m.content, 400)}"
+        lines = [f"• #{m.seq} {m.role} {minute_utc(m.created_at)}: {_one_line(m.content, 400)}"
                  for m in r.messages]
         header = f"Summary {r.summary_id} covers {len(r.messages)} messages:"
     text = _listing(lines, header)
@@ -351,7 +346,7 @@ async def _history(pool: Pool, session: Session, rest: str) -> str:
         versions = (f"v{e.version_before}→v{e.version_after}"
                     if e.version_after is not None else "")
         text = _one_line(e.after_text or e.before_text, 120)
-        lines.append(f"• {_when(e.created_at)} {e.scope} {e.action} by {e.source} "
+        lines.append(f"• {minute_utc(e.created_at)} {e.scope} {e.action} by {e.source} "
                      f"{versions}: {text}".rstrip(": "))
     return _listing(lines, "Recent memory changes (newest first):")
 
@@ -377,7 +372,7 @@ async def _notes(pool: Pool, session: Session, rest: str) -> str:
     if rest:
         entry = await p.note_get(session, rest)
         aliases = f" (also: {', '.join(entry.aliases)})" if entry.aliases else ""
-        return f"{entry.kind} {entry.name}{aliases}, {_when(entry.created_at)}:\n{entry.content}"
+        return f"{entry.kind} {entry.name}{aliases}, {minute_utc(entry.created_at)}:\n{entry.content}"
     entries = await p.note_list(session)
     if not entries:
         return "No notes or archives yet."

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,20 +30,13 @@ from memory.history import conversations, messages, parts
 from memory.maintenance import Exporter
 from memory.stores import changelog_table, snapshot_table, state_table
 from memory.tracing import unwrap
+from memory.types import iso_utc
 
 FORMAT = "mnemo.session-export"
 VERSION = 1
 
 _CHANGELOG_FIELDS = ("session_id", "scope", "action", "source", "version_before",
                      "version_after", "before_text", "after_text", "created_at")
-
-
-def _iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:  # SQLite hands back naive UTC datetimes
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat()
 
 
 def _exporter(provider: Any) -> Exporter | None:
@@ -68,8 +61,8 @@ async def export_session(engine: AsyncEngine, session_id: str, provider: Any = N
             "session": {
                 "id": conv["session_id"], "agent_id": conv["agent_id"],
                 "user_id": conv["user_id"], "channel": conv["channel"], "title": conv["title"],
-                "archived": bool(conv["archived"]), "created_at": _iso(conv["created_at"]),
-                "updated_at": _iso(conv["updated_at"]),
+                "archived": bool(conv["archived"]), "created_at": iso_utc(conv["created_at"]),
+                "updated_at": iso_utc(conv["updated_at"]),
             },
             "messages": await _export_messages(conn, conv["id"]),
             "snapshot": await _export_snapshot(conn, session_id),
@@ -100,7 +93,7 @@ async def _export_messages(conn: AsyncConnection, conv_id: int) -> list[dict[str
     return [
         {
             "seq": r["seq"], "role": r["role"], "content": r["content"],
-            "token_count": r["token_count"], "created_at": _iso(r["created_at"]),
+            "token_count": r["token_count"], "created_at": iso_utc(r["created_at"]),
             "parts": by_seq.get(r["seq"], []),
         }
         for r in rows
@@ -114,7 +107,7 @@ async def _export_snapshot(conn: AsyncConnection, session_id: str) -> dict[str, 
     if row is None:
         return None
     return {"user_id": row["user_id"], "agent_id": row["agent_id"], "version": row["version"],
-            "updated_at": _iso(row["updated_at"])}
+            "updated_at": iso_utc(row["updated_at"])}
 
 
 async def _export_user_memory(conn: AsyncConnection, user_id: int, agent_id: str) -> dict[str, Any]:
@@ -129,10 +122,10 @@ async def _export_user_memory(conn: AsyncConnection, user_id: int, agent_id: str
         "state": None if state is None else {
             "profile": state["profile"], "soul": state["soul"],
             "constraints": state["constraints"], "version": state["version"],
-            "updated_at": _iso(state["updated_at"]),
+            "updated_at": iso_utc(state["updated_at"]),
         },
         "changelog": [
-            {k: (_iso(r[k]) if k == "created_at" else r[k]) for k in _CHANGELOG_FIELDS}
+            {k: (iso_utc(r[k]) if k == "created_at" else r[k]) for k in _CHANGELOG_FIELDS}
             for r in log_rows
         ],
     }

@@ -17,7 +17,6 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from memory.capabilities import (
@@ -44,6 +43,7 @@ from memory.types import (
     SearchQuery,
     SearchScope,
     Session,
+    minute_utc,
 )
 
 log = logging.getLogger(__name__)
@@ -449,14 +449,6 @@ async def _advance_snapshot(provider: Any, session: Session) -> None:
 # --- rendering ----------------------------------------------------------------------
 
 
-def _when(value: datetime | None) -> str:
-    if value is None:
-        return "?"
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
 def _preview(text: str, limit: int = PREVIEW_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -479,7 +471,7 @@ async def _status(c: _Call) -> str:
         f"context {stats.context_tokens} tokens",
     ]
     if stats.oldest_at or stats.newest_at:
-        lines.append(f"span: {_when(stats.oldest_at)} to {_when(stats.newest_at)}")
+        lines.append(f"span: {minute_utc(stats.oldest_at)} to {minute_utc(stats.newest_at)}")
     lines.append(f"actions: {actions}")
     return "\n".join(lines)
 
@@ -497,7 +489,7 @@ async def _search(c: _Call) -> str:
         return f"no results for {shown!r} ({query.mode}, {query.scope})"
     lines = [f"{len(hits)} result(s) for {shown!r} ({query.mode}, {query.scope}):"]
     for hit in hits:
-        when = f" {_when(hit.timestamp)}" if hit.timestamp else ""
+        when = f" {minute_utc(hit.timestamp)}" if hit.timestamp else ""
         lines.append(f"[{hit.source_type} {hit.source_id}] score {hit.score:.3g}{when}")
         lines.append(f"  {_preview(hit.content, 500)}")
     if any(h.source_type == "summary" for h in hits):
@@ -508,7 +500,7 @@ async def _search(c: _Call) -> str:
 def _render_describe(d: DescribeResult) -> str:
     return "\n".join([
         f"summary {d.summary_id}: {d.kind}, depth {d.depth}, {d.token_count} tokens, "
-        f"{d.descendant_count} descendant(s), {_when(d.earliest_at)} to {_when(d.latest_at)}",
+        f"{d.descendant_count} descendant(s), {minute_utc(d.earliest_at)} to {minute_utc(d.latest_at)}",
         f"parents (contain it): {', '.join(d.parent_ids) or 'none'}",
         f"children (built from): {', '.join(d.child_ids) or 'none (built from messages)'}",
         "content:",
@@ -530,7 +522,7 @@ def _render_expand(r: ExpandResult, cap: int) -> str:
     if r.messages:
         lines.append(f"summary {r.summary_id} covers {len(r.messages)} message(s):")
         for m in r.messages:
-            when = f" {_when(m.created_at)}" if m.created_at else ""
+            when = f" {minute_utc(m.created_at)}" if m.created_at else ""
             lines.append(f"#{m.seq} {m.role}{when} [{m.message_id}]: {m.content}")
     if not lines:
         lines.append(f"summary {r.summary_id} has nothing to expand")
@@ -568,7 +560,7 @@ async def _soul_update(c: _Call) -> str:
 def _render_change(e: ChangeEntry) -> str:
     versions = f"v{e.version_before if e.version_before is not None else '-'}" \
         f"->v{e.version_after if e.version_after is not None else '-'}"
-    head = f"{versions} {_when(e.created_at)} {e.scope} {e.action} by {e.source}"
+    head = f"{versions} {minute_utc(e.created_at)} {e.scope} {e.action} by {e.source}"
     if e.scope == "constraint":
         return head  # the rows carry whole JSON lists: constraint_list shows the state
     parts = [head]
@@ -610,7 +602,7 @@ async def _constraint_remove(c: _Call) -> str:
 
 def _note_head(n: NoteEntry) -> str:
     aliases = f" (aliases: {', '.join(n.aliases)})" if n.aliases else ""
-    return f"{n.kind} {n.name!r}{aliases}, {_when(n.created_at)}"
+    return f"{n.kind} {n.name!r}{aliases}, {minute_utc(n.created_at)}"
 
 
 async def _note_add(c: _Call) -> str:

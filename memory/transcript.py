@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory.types import Message, Role
+from memory.types import Message, Role, minute_utc
 
 
 def render_message(msg: Message) -> str:
     """One message as `[time] role: text`, tool calls and results spelled out."""
-    stamp = msg.created_at.strftime("%Y-%m-%d %H:%M UTC ") if msg.created_at else ""
+    stamp = minute_utc(msg.created_at) + " " if msg.created_at else ""
     if msg.role == Role.TOOL:
         who = f"tool result ({msg.name})" if msg.name else "tool result"
         return f"[{stamp.strip()}] {who}: {msg.content}" if stamp else f"{who}: {msg.content}"

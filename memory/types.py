@@ -8,12 +8,40 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 
 def utcnow() -> datetime:
     """Timezone-aware UTC now: the databases reject naive datetimes."""
     return datetime.now(UTC)
+
+
+@overload
+def as_utc(value: datetime) -> datetime: ...
+@overload
+def as_utc(value: None) -> None: ...
+def as_utc(value: datetime | None) -> datetime | None:
+    """`value` as an aware UTC datetime (None stays None). Everything is stored in UTC,
+    but SQLite hands datetimes back naive: a naive value is read as UTC."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+@overload
+def iso_utc(value: datetime) -> str: ...
+@overload
+def iso_utc(value: None) -> None: ...
+def iso_utc(value: datetime | None) -> str | None:
+    """`value` as ISO-8601 text in UTC, with its offset (None stays None)."""
+    return None if value is None else as_utc(value).isoformat()
+
+
+def minute_utc(value: datetime | None) -> str:
+    """`value` to the minute for people, `2026-11-26 14:05 UTC` ("?" for None)."""
+    return "?" if value is None else as_utc(value).strftime("%Y-%m-%d %H:%M UTC")
 
 
 @dataclass(frozen=True)

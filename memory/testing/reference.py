@@ -22,7 +22,7 @@ import copy
 import itertools
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -56,6 +56,7 @@ from memory.types import (
     SessionInfo,
     SessionStats,
     SummarizeOptions,
+    as_utc,
     utcnow,
 )
 
@@ -113,10 +114,6 @@ def _snippet(text: str, at: int) -> str:
         return text
     lo = max(0, min(at - SNIPPET_CHARS // 4, len(text) - SNIPPET_CHARS))
     return text[lo : lo + SNIPPET_CHARS]
-
-
-def _as_utc(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 class ReferenceProvider(SharedStores):
@@ -272,7 +269,7 @@ class ReferenceProvider(SharedStores):
                     score = len(matched) + sum(w in terms for w in words) / (len(words) + 1)
                     pos = text.casefold().find(next(iter(sorted(matched))))
                     hits.append(SearchResult(kind, sid, _snippet(text, pos), score, at))
-        hits.sort(key=lambda h: (h.score, _as_utc(h.timestamp or utcnow())), reverse=True)
+        hits.sort(key=lambda h: (h.score, as_utc(h.timestamp or utcnow())), reverse=True)
         return hits[:limit]
 
     # -- SessionManager ---------------------------------------------------------
@@ -300,7 +297,7 @@ class ReferenceProvider(SharedStores):
             and (opts.user_id is None or i.user_id == opts.user_id)
             and (opts.include_archived or not i.archived)
         ]
-        infos.sort(key=lambda i: _as_utc(i.last_active or i.created_at or utcnow()), reverse=True)
+        infos.sort(key=lambda i: as_utc(i.last_active or i.created_at or utcnow()), reverse=True)
         infos = infos[max(0, opts.offset) :]
         if opts.limit > 0:
             infos = infos[: opts.limit]
@@ -316,8 +313,8 @@ class ReferenceProvider(SharedStores):
         conv = self._conversations.get(session.id)
         if conv is None:
             return ""
-        cutoff = _as_utc(since) if since is not None else None
-        recent = [m for m in conv.messages if cutoff is None or _as_utc(m.created_at) > cutoff]
+        cutoff = as_utc(since) if since is not None else None
+        recent = [m for m in conv.messages if cutoff is None or as_utc(m.created_at) > cutoff]
         if not recent:
             return ""
         parts: list[str] = []

@@ -10,7 +10,7 @@ reference provider, a third party's) is served through `list_info`, whose
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -21,16 +21,10 @@ from memory.errors import NotFound
 from memory.history import SessionHistory
 from memory.history_models import Conversation
 from memory.tracing import unwrap
-from memory.types import ListOptions, Session
+from memory.types import ListOptions, Session, as_utc
 from plugins.reflect.state import Candidate, ReflectState, watermarks
 
 conversations = Conversation.__table__
-
-
-def _as_utc(value: datetime | None) -> datetime | None:
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
 
 
 class ActivitySource(Protocol):
@@ -66,8 +60,8 @@ class SharedHistoryActivity:
         return [
             Candidate(
                 session=Session(r.session_id, r.agent_id, int(r.user_id), r.channel),
-                activity_at=_as_utc(r.updated_at),
-                watermark=_as_utc(r.watermark),
+                activity_at=as_utc(r.updated_at),
+                watermark=as_utc(r.watermark),
             )
             for r in rows
         ]
@@ -78,7 +72,7 @@ class SharedHistoryActivity:
                 sa.select(conversations.c.updated_at)
                 .where(conversations.c.session_id == session_id)
             )
-        return _as_utc(value)
+        return as_utc(value)
 
 
 class SessionManagerActivity:
@@ -93,7 +87,7 @@ class SessionManagerActivity:
         marks = await self.state.watermark_rows()
         found: list[tuple[tuple, Candidate]] = []
         for info in infos:
-            active = _as_utc(info.last_active or info.created_at)
+            active = as_utc(info.last_active or info.created_at)
             if active is None:
                 continue
             mark = marks.get(info.id)
@@ -114,7 +108,7 @@ class SessionManagerActivity:
             info = await self.provider.load_info(session_id)
         except NotFound:
             return None
-        return _as_utc(info.last_active or info.created_at)
+        return as_utc(info.last_active or info.created_at)
 
 
 def activity_source(provider: Any, engine: AsyncEngine, state: ReflectState

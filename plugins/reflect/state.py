@@ -29,7 +29,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.db import write_transaction
-from memory.types import Session, utcnow
+from memory.types import Session, as_utc, utcnow
 from plugins.reflect.models import ReflectSlot, ReflectWatermark
 
 watermarks = ReflectWatermark.__table__
@@ -38,13 +38,6 @@ slots = ReflectSlot.__table__
 MAX_ERROR_CHARS = 500
 # Slot rows kept per agent: enough to see recent history; older slots never recur.
 KEEP_SLOTS = 1000
-
-
-def _as_utc(value: datetime | None) -> datetime | None:
-    # SQLite hands back naive datetimes; everything stored is UTC.
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
 
 
 def _insert(conn: AsyncConnection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
@@ -123,8 +116,8 @@ class ReflectState:
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return {
-            r.session_id: WatermarkRow(_as_utc(r.watermark), _as_utc(r.attempted_at),
-                                       _as_utc(r.lease_until), r.failures, r.last_error)
+            r.session_id: WatermarkRow(as_utc(r.watermark), as_utc(r.attempted_at),
+                                       as_utc(r.lease_until), r.failures, r.last_error)
             for r in rows
         }
 
@@ -133,7 +126,7 @@ class ReflectState:
             value = await conn.scalar(
                 sa.select(watermarks.c.watermark).where(watermarks.c.session_id == session_id)
             )
-        return _as_utc(value)
+        return as_utc(value)
 
     # -- leases and outcomes -------------------------------------------------------
 
@@ -160,7 +153,7 @@ class ReflectState:
             row = (await conn.execute(stmt)).first()
             if row is None:
                 return None
-            watermark = _as_utc(row.watermark)
+            watermark = as_utc(row.watermark)
             if watermark is not None and watermark >= activity_at:
                 # Another reviewer got there first: nothing left to review.
                 await conn.execute(

@@ -14,7 +14,7 @@ Checks, per conversation:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memory.errors import InvalidArgument
 from memory.history import conversations, messages
 from memory.maintenance import Fault
+from memory.types import iso_utc
 from plugins.simple.markers import markers
 
 _FIELDS = (
@@ -34,12 +35,6 @@ _FIELDS = (
     "source_tokens",
 )
 _INTS = ("through_seq", "messages_compacted", "source_tokens")
-
-
-def _iso(value: datetime) -> str:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat()
 
 
 class SimpleMaintenance:
@@ -65,7 +60,7 @@ class SimpleMaintenance:
             )
         return {
             "markers": [
-                {k: (_iso(r[k]) if k == "archived_at" else r[k]) for k in _FIELDS} for r in rows
+                {k: (iso_utc(r[k]) if k == "archived_at" else r[k]) for k in _FIELDS} for r in rows
             ]
         }
 

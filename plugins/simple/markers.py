@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from memory.types import as_utc
 from plugins.simple.models import SimpleCompaction
 
 markers = SimpleCompaction.__table__
@@ -20,11 +21,6 @@ class Marker:
     summary: str
     archive_name: str
     archived_at: datetime
-
-
-def utc(value: datetime) -> datetime:
-    # SQLite returns naive datetimes for timezone-aware columns.
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 async def latest(conn: AsyncConnection, conversation_id: int) -> Marker | None:
@@ -47,7 +43,7 @@ async def latest(conn: AsyncConnection, conversation_id: int) -> Marker | None:
         through_seq=row["through_seq"],
         summary=row["summary"],
         archive_name=row["archive_name"],
-        archived_at=utc(row["archived_at"]),
+        archived_at=as_utc(row["archived_at"]),
     )
 
 

@@ -62,11 +62,12 @@ from memory.types import (
     Session,
     SessionStats,
     SummarizeOptions,
+    as_utc,
     utcnow,
 )
 from plugins.simple import markers
 from plugins.simple.maintenance import SimpleMaintenance
-from plugins.simple.markers import Marker, utc
+from plugins.simple.markers import Marker
 from plugins.simple.notes_file import Add, Alias, Remove, Rename, Write
 from plugins.simple.notes_store import NotesStore
 
@@ -413,7 +414,7 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
                 source_id=str(r.id),
                 content=snippet(r.content, [text]),
                 score=0.0,
-                timestamp=utc(r.created_at),
+                timestamp=as_utc(r.created_at),
             )
             for r in rows
         ]
