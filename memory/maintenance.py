@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from memory.errors import InvalidArgument
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,20 @@ class Fault:
 
     def __str__(self) -> str:
         return f"{self.code}: {self.where}: {self.detail}"
+
+
+def parse_timestamp(value: Any, where: str) -> datetime:
+    """An imported ISO-8601 timestamp, which must carry its UTC offset (a naive one is
+    ambiguous); InvalidArgument naming `where` otherwise."""
+    try:
+        parsed = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise InvalidArgument(
+            f"{where}: expected an ISO-8601 timestamp with offset, got {value!r:.60}"
+        )
+    return parsed
 
 
 @runtime_checkable

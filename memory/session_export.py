@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memory.db import lock_for_transaction, write_transaction
 from memory.errors import Conflict, InvalidArgument, NotFound
 from memory.history import conversations, messages, parts
-from memory.maintenance import Exporter
+from memory.maintenance import Exporter, parse_timestamp
 from memory.stores import changelog_table, snapshot_table, state_table
 from memory.tracing import unwrap
 from memory.types import iso_utc
@@ -169,14 +169,7 @@ class _Reader:
         raise self._fail(key, "true or false")
 
     def timestamp(self, key: str) -> datetime:
-        raw = self.text(key)
-        try:
-            value = datetime.fromisoformat(raw or "")
-        except ValueError:
-            raise self._fail(key, "an ISO-8601 timestamp") from None
-        if value.tzinfo is None:
-            raise self._fail(key, "a timestamp with a UTC offset")
-        return value
+        return parse_timestamp(self._get(key), f"{self.path}.{key}")
 
     def items(self, key: str) -> list[Any]:
         value = self._get(key)

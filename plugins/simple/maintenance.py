@@ -14,15 +14,14 @@ Checks, per conversation:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.errors import InvalidArgument
-from memory.history import conversations, messages
-from memory.maintenance import Fault
+from memory.history import HistoryStore, conversations, messages
+from memory.maintenance import Fault, parse_timestamp
 from memory.types import iso_utc
 from plugins.simple.markers import markers
 
@@ -39,12 +38,11 @@ _INTS = ("through_seq", "messages_compacted", "source_tokens")
 
 class SimpleMaintenance:
     engine: AsyncEngine
+    history: HistoryStore
 
     async def export_overlay(self, session_id: str) -> dict[str, Any] | None:
         async with self.engine.connect() as conn:
-            conv_id = await conn.scalar(
-                sa.select(conversations.c.id).where(conversations.c.session_id == session_id)
-            )
+            conv_id = await self.history.conversation_id(session_id, conn)
             if conv_id is None:
                 return None
             rows = (
@@ -90,14 +88,7 @@ class SimpleMaintenance:
                 raise InvalidArgument(
                     f"{where}.through_seq: {m['through_seq']} is not a message of this session"
                 )
-            try:
-                archived = datetime.fromisoformat(m["archived_at"])
-            except (TypeError, ValueError):
-                archived = None
-            if archived is None or archived.tzinfo is None:
-                raise InvalidArgument(
-                    f"{where}.archived_at: expected an ISO-8601 timestamp with offset"
-                )
+            archived = parse_timestamp(m["archived_at"], f"{where}.archived_at")
             rows.append(
                 {
                     **{k: m[k] for k in _FIELDS},
