@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import signal
 import statistics
 import sys
@@ -38,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench._common import append_results, machine, percentile  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
 from tests.fakes.telegram_server import ApiCall, FakeTelegram  # noqa: E402
 
@@ -109,9 +109,8 @@ class Result:
     def rate(self) -> float:
         return self.updates / self.wall_s
 
-    def pct(self, q: float) -> float:
-        ordered = sorted(self.latencies_s)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+    def pct_ms(self, q: float) -> float:
+        return percentile(self.latencies_s, q) * 1000
 
 
 class Driver:
@@ -215,8 +214,7 @@ def report(results: list[Result], args: argparse.Namespace) -> str:
     lines = [
         f"## Bot throughput vs a bare PTB echo bot ({datetime.now(UTC):%Y-%m-%d})",
         "",
-        f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}",
+        f"- machine: {machine()}",
         f"- command: `.venv/bin/python bench/bot_throughput.py --chats {args.chats} "
         f"--rounds {args.rounds} --concurrency {args.concurrency} --provider {args.provider}`",
         f"- {args.chats} private chats sending concurrently, {args.rounds} messages each "
@@ -227,8 +225,8 @@ def report(results: list[Result], args: argparse.Namespace) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for r in results:
-        lines.append(f"| {r.name} | {r.updates} | {r.rate:.1f} | {r.pct(0.5):.1f} | "
-                     f"{r.pct(0.95):.1f} |")
+        lines.append(f"| {r.name} | {r.updates} | {r.rate:.1f} | {r.pct_ms(0.5):.1f} | "
+                     f"{r.pct_ms(0.95):.1f} |")
     ratio = mnemo.rate / echo.rate
     lines += ["", f"mnemo / echo throughput: **{ratio:.2f}x** (target >= 0.5x); channel "
                   f"alone / echo: {channel.rate / echo.rate:.2f}x; "
@@ -253,5 +251,4 @@ if __name__ == "__main__":
     text = report(asyncio.run(main(ns)), ns)
     print(text)
     if ns.append_results:
-        with open(REPO / "bench" / "RESULTS.md", "a", encoding="utf-8") as f:
-            f.write("\n" + text)
+        append_results(text)

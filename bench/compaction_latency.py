@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import platform
 import statistics
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import append_results, machine, percentile  # noqa: E402
 from bot.config import Settings  # noqa: E402
 from bot.llm import LLMClient  # noqa: E402
 from bot.pool import Pool  # noqa: E402
@@ -68,11 +68,6 @@ class Turn:
     latency_s: float
     scheduled: set[asyncio.Task]
     overlapped: bool
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 async def run(args: argparse.Namespace) -> tuple[list[Turn], set[asyncio.Task], Settings]:
@@ -126,20 +121,6 @@ async def run(args: argparse.Namespace) -> tuple[list[Turn], set[asyncio.Task], 
     return turns, summarizer.tasks, settings
 
 
-def _machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import os
-
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--provider", default="lcm")
@@ -167,7 +148,7 @@ def main() -> None:
     ]
     lines = [
         f"\n## Auto-compaction and reply latency ({datetime.now(UTC):%Y-%m-%d})\n",
-        f"- machine: {_machine()}",
+        f"- machine: {machine()}",
         f"- command: `.venv/bin/python bench/compaction_latency.py --provider {args.provider} "
         f"--delay {args.delay:g} --sessions {args.sessions} --turns {args.turns} "
         f"--max-tokens {args.max_tokens}`",
@@ -181,7 +162,7 @@ def main() -> None:
     for label, values in rows:
         if values:
             lines.append(f"| {label} | {len(values)} | {statistics.median(values) * ms:.1f} | "
-                         f"{pct(values, 0.95) * ms:.1f} |")
+                         f"{percentile(values, 0.95) * ms:.1f} |")
         else:
             lines.append(f"| {label} | 0 | - | - |")
     lines.append("")
@@ -190,8 +171,7 @@ def main() -> None:
     report = "\n".join(lines) + "\n"
     print(report)
     if args.append_results:
-        with Path(__file__).with_name("RESULTS.md").open("a", encoding="utf-8") as fh:
-            fh.write(report)
+        append_results(report)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import platform
 import random
 import shlex
 import statistics
@@ -36,6 +35,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._common import append_results, machine, percentile  # noqa: E402
 from memory.capabilities import ProviderContext  # noqa: E402
 from memory.history import conversations, messages  # noqa: E402
 from memory.summarizer import TruncatingSummarizer  # noqa: E402
@@ -43,7 +43,6 @@ from memory.testing.databases import temp_engine  # noqa: E402
 from memory.types import CompactionMode, Message, SearchMode, SearchQuery, Session  # noqa: E402
 from plugins.lcm import create  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 BUDGET, FRESH_TAIL = 80_000, 20
 
 rng = random.Random(42)
@@ -109,7 +108,7 @@ async def bench_append_and_sessions(p, summarizer, args, out) -> None:  # noqa: 
     wall = time.perf_counter() - started
     out.append(
         f"- append: {turns} turns ({2 * turns} messages) into one session: "
-        f"p50 **{p50(times):.2f} ms**/turn, p95 {statistics.quantiles(times, n=20)[-1] * 1000:.2f} ms, "
+        f"p50 **{p50(times):.2f} ms**/turn, p95 {percentile(times, 0.95) * 1000:.2f} ms, "
         f"throughput **{2 * turns / wall:.0f} messages/s** ({wall:.1f} s)"
     )
     print(out[-1], flush=True)
@@ -276,20 +275,6 @@ async def bench_search(engine, p, args, out) -> None:  # noqa: ANN001
     print("\n".join(out[-5:]), flush=True)
 
 
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import os
-
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, SQLite {__import__('sqlite3').sqlite_version}"
-
-
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", default="sqlite,postgres")
@@ -314,8 +299,7 @@ async def main() -> None:
     text = "\n".join(out) + "\n"
     print(text)
     if args.write:
-        with RESULTS.open("a") as fh:
-            fh.write(text)
+        append_results(text)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ if str(REPO) not in sys.path:
 
 import sqlalchemy as sa  # noqa: E402
 
+from bench._common import append_results, machine  # noqa: E402
 from memory.db import create_engine  # noqa: E402
 from memory.history import conversations, messages  # noqa: E402
 from memory.testing.databases import temp_database_url  # noqa: E402
@@ -145,13 +145,12 @@ async def run_load(chats: int, per_chat: int, db: str, workdir: Path) -> LoadRes
 
 def _report(r: LoadResult, command: str) -> str:
     total = r.chats * r.messages
-    uname = platform.uname()
     return "\n".join([
         f"## Load: {r.chats} concurrent chats x {r.messages} messages ({r.db})",
         "",
         f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-        f"- machine: {uname.machine}, {os.cpu_count()} cores, Python {platform.python_version()},"
-        f" {uname.system}; load average at the end {os.getloadavg()[0]:.1f} (shared machine)",
+        f"- machine: {machine()}; load average at the end {os.getloadavg()[0]:.1f}"
+        " (shared machine)",
         f"- command: `{command}`",
         "- setup: `mnemo run` subprocess, lcm provider, fake Bot API + instant echo model in"
         " the bench process; every chat sends its next message in the same round",
@@ -183,8 +182,7 @@ def main() -> int:
     if result.errors:
         print("errors:", result.errors[:5], file=sys.stderr)
     if args.append_results:
-        with (Path(__file__).parent / "RESULTS.md").open("a", encoding="utf-8") as fh:
-            fh.write("\n" + text)
+        append_results(text)
     return 0 if result.ok else 1
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -30,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import append_results, machine  # noqa: E402
 from plugins.simple.bm25 import tokenize  # noqa: E402
 from plugins.simple.notes_file import FORMAT, VERSION, NotesFile, Write  # noqa: E402
 
@@ -154,18 +154,6 @@ def bench_size(n: int, directory: Path) -> dict[str, float]:
     }
 
 
-def _machine() -> str:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
-
-
 def _filesystem(directory: Path) -> str:
     try:
         out = (
@@ -211,7 +199,7 @@ def main() -> None:
             "## simple: notes store — BM25 search vs bm25s, apply (snapshot) cost",
             "",
             f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-            f"- machine: {_machine()}; temp files on {fs}; bm25s {bm25s.__version__}; "
+            f"- machine: {machine()}; temp files on {fs}; bm25s {bm25s.__version__}; "
             f"load average at the end {os.getloadavg()[0]:.1f} (machine shared with the team's "
             "test runs: treat the figures as upper bounds)",
             f"- command: `.venv/bin/python bench/simple_bench.py --sizes "
@@ -231,9 +219,7 @@ def main() -> None:
     )
     print(report)
     if args.append_results:
-        results = Path(__file__).with_name("RESULTS.md")
-        with results.open("a", encoding="utf-8") as fh:
-            fh.write(report)
+        append_results(report)
 
 
 if __name__ == "__main__":
