@@ -115,7 +115,6 @@ async def handle_command(pool: Pool, session: Session, name: str, args: str, *,
     """Answer `/name args`. Never raises for user or provider errors."""
     command = name.strip().lstrip("/").split("@", 1)[0].lower()
     base = base_of(session)
-    current = await pool.current_session(base)
     try:
         if command in ("start", "help"):
             return _start(pool) if command == "start" else HELP
@@ -123,20 +122,23 @@ async def handle_command(pool: Pool, session: Session, name: str, args: str, *,
             await pool.new_session(base)
             return ("Started a new conversation; the previous one is archived. "
                     "Your profile, rules and notes stay with you.")
+        # Resolving the live session reads the database: inside the try, like the rest.
         if command == "compact":
-            return await _compact(pool, current)
+            return await _compact(pool, await pool.current_session(base))
         if command == "memory":
-            return await _memory(pool, current, args, is_admin=is_admin)
+            return await _memory(pool, await pool.current_session(base), args,
+                                 is_admin=is_admin)
         return f"Unknown command /{command}.\n\n{HELP}"
     except NotFound:
         return "Not found."
     except (InvalidArgument, Unsupported) as exc:
-        return str(exc) or type(exc).__name__
+        return str(exc) or "That request is not valid."
     except MemoryError_ as exc:
         return f"The memory store refused: {exc}"
-    except Exception as exc:
+    except Exception:
+        # The user gets a plain sentence; the exception and its traceback go to the log.
         log.exception("command /%s failed", command)
-        return f"Sorry, /{command} failed ({type(exc).__name__}); nothing was changed."
+        return f"Sorry, /{command} failed on my side; nothing was changed."
 
 
 def _start(pool: Pool) -> str:

@@ -87,7 +87,7 @@ async def test_command_argument_corpus(db_kind: str, provider: str, tg: FakeTele
             bad = []
             for label, value in CORPUS:
                 answer = await ask(tg, chat, template.format(x=value))
-                if not answer.strip() or looks_like_traceback(answer) or "failed (" in answer:
+                if not answer.strip() or looks_like_traceback(answer) or "failed on my side" in answer:
                     bad.append((template, label, answer[:200]))
             return bad
 
