@@ -53,7 +53,7 @@ HELP = """Commands:
 
 MEMORY_USAGE: dict[str, str] = {
     "status": "/memory status — memory statistics of this conversation",
-    "search": "/memory search <text> — search all our conversations and my notes",
+    "search": "/memory search <text> — search everything I remember of our conversations",
     "show": "/memory show <summary_id> — a summary and where it sits in the tree",
     "expand": "/memory expand <summary_id> — what a summary was built from",
     "profile": "/memory profile — what I know about you",
