@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -185,3 +186,42 @@ def test_config_flag_after_the_subcommand(tmp_path: Path, capsys: pytest.Capture
     bad = write(tmp_path, "memory: {fresh_tail: many}\n", "bad.yaml")
     assert main(["memory", "status", "s1", "--config", str(bad)]) == EXIT_CONFIG
     assert "memory.fresh_tail" in capsys.readouterr().err
+
+
+def _settings_keys(model: type, prefix: str = "") -> set[str]:
+    from pydantic import BaseModel
+
+    keys: set[str] = set()
+    for name, field in model.model_fields.items():
+        kind = field.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            keys |= _settings_keys(kind, f"{prefix}{name}.")
+        else:
+            keys.add(prefix + name)
+    return keys
+
+
+def _readme_keys() -> set[str]:
+    """The keys named in the first column of README's configuration table. A cell lists
+    full keys (`llm.model`) and short ones relative to the previous full key's parent
+    (`.listen`, `admin_ids`)."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    keys: set[str] = set()
+    for row in section.splitlines():
+        if not row.startswith("| `"):
+            continue
+        parent = ""
+        for name in re.findall(r"`([\w.]+)`", row.split("|")[1]):
+            if "." in name.lstrip("."):
+                parent = name.rsplit(".", 1)[0] + "."
+                keys.add(name)
+            else:
+                keys.add(parent + name.lstrip("."))
+    return keys
+
+
+def test_readme_documents_exactly_the_config_keys() -> None:
+    from bot.config import Settings
+
+    assert _readme_keys() == _settings_keys(Settings)
