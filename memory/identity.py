@@ -8,6 +8,7 @@ source `system`, so the history shows where the text came from.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -73,7 +74,9 @@ async def seed_identity(
 ) -> list[Scope]:
     """Seed soul and profile of (user, agent) from the identity files where nothing was
     ever stored; returns the scopes it wrote."""
-    texts = read_identity(Path(data_dir))
+    # Directory listing and file reads in a worker thread: a slow disk must not stall
+    # every other conversation on the event loop.
+    texts = await asyncio.to_thread(read_identity, Path(data_dir))
     seeded: list[Scope] = []
     for scope, text in texts.items():
         if scope is Scope.SOUL:
