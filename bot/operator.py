@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import sqlite3
 import sys
 import time
@@ -367,7 +368,9 @@ def pg_dump_command(url: str, path: str) -> str:
     u = make_url(url)
     bare = URL.create("postgresql", username=u.username, host=u.host, port=u.port,
                       database=u.database, query=u.query)
-    return f"pg_dump --format=custom --no-owner --file {path} '{bare.render_as_string(hide_password=False)}'"
+    # Quoted for a POSIX shell: the path is the operator's, the URL may hold `&` or `?`.
+    target = bare.render_as_string(hide_password=False).replace("'", "'\\''")
+    return f"pg_dump --format=custom --no-owner --file {shlex.quote(path)} '{target}'"
 
 
 def backup(settings: Settings, path: str) -> int:
