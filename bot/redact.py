@@ -16,7 +16,8 @@ from typing import Any
 MASK = "***"
 MIN_SECRET_CHARS = 6  # shorter values would mask ordinary words
 
-_secrets: set[str] = set()
+# Replaced whole, never mutated: worker threads log while the loop installs more.
+_secrets: tuple[str, ...] = ()
 _lock = threading.Lock()
 _installed = False
 
@@ -49,9 +50,11 @@ def _factory(base: Any) -> Any:
 
 def install_redaction(*secrets: str | None) -> None:
     """Mask these secrets in every log record from now on (empty values are ignored)."""
-    global _installed
+    global _installed, _secrets
     with _lock:
-        _secrets.update(s for s in secrets if s and len(s) >= MIN_SECRET_CHARS)
+        added = {s for s in secrets if s and len(s) >= MIN_SECRET_CHARS}
+        # Longest first, so a secret containing another is masked whole.
+        _secrets = tuple(sorted(set(_secrets) | added, key=len, reverse=True))
         if not _installed:
             logging.setLogRecordFactory(_factory(logging.getLogRecordFactory()))
             _installed = True
