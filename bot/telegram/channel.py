@@ -74,6 +74,9 @@ def build_application(settings: Settings, pool: Pool, *,
         .connection_pool_size(2 * tg.concurrent_updates + 4)
         # Wait for a free connection under load rather than fail the call after 1 s.
         .pool_timeout(30.0)
+        # A stop cancels the long poll in flight, and its connection may not be free yet
+        # for the last getUpdates, the one that acknowledges the durable updates.
+        .get_updates_connection_pool_size(2)
         .update_queue(WebhookQueue())
     )
     if tg.base_url:

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from bot.app import Services, build_services
@@ -123,6 +124,36 @@ async def test_a_redelivered_update_is_neither_stored_nor_answered_twice(
             assert await user_texts(services, 41) == ["only once", "then this"]
     assert [m.text for m in tg.bot_messages(41)] == ["echo: only once", "echo: then this"]
     assert len(llm.requests) == 2
+
+
+async def test_a_stop_acknowledges_only_what_is_durable(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    llm.push(gated(asyncio.Event(), text("never")))  # m1's turn never ends
+    alice = tg.private(41)
+    async with temp_database_url("sqlite", tmp_path) as url:
+        settings = settings_for(tg, llm, tmp_path, url, "simple")
+        services = await build_services(settings, llm=LLMClient(settings.llm),
+                                        summarizer=StaticSummarizer("summary"))
+        try:
+            app = build_application(settings, services.pool, engine=services.engine)
+            async with running(app, settings, poll_timeout=1, drain_s=0.2):
+                alice.send("m1")                # stored, then stuck at the model
+                await llm.wait_for_requests(1)
+                alice.send("m2")                # behind it: not stored yet
+                # Fetched: with m2 undurable the loop polls without waiting, from 2.
+                await tg.wait_for(lambda: any(
+                    c.params.get("offset") == 2 and c.params.get("timeout") == 0
+                    for c in tg.calls_to("getUpdates")))
+        finally:
+            await services.close()
+        # The stop cancelled both handlers: m1 is acknowledged (stored), m2 is not.
+        assert offsets(tg)[-1] == 2
+        assert "could not acknowledge" not in caplog.text  # the stop's last getUpdates
+        async with bot_on(tg, llm, tmp_path, url) as again:
+            await tg.wait_for_message(41, contains="echo: m2")
+            assert await user_texts(again, 41) == ["m1", "m2"]
+    assert [m.text for m in tg.bot_messages(41)] == ["echo: m2"]
 
 
 async def test_a_redelivered_command_is_not_run_twice(
