@@ -42,15 +42,6 @@ def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Setti
     return settings
 
 
-def _not_yet(what: str, issue: int) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        _settings(args)  # a bad config is reported first, as by every command
-        print(f"mnemo: '{what}' is not available yet (it lands with issue {issue}).", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-
-    return run
-
-
 def _run_async(coro: Coroutine[Any, Any, int]) -> int:
     return asyncio.run(coro)
 
@@ -227,30 +218,34 @@ def build_parser() -> argparse.ArgumentParser:
                   "(a worker on the reflect.interval schedule; --once: one cycle now)", cmd_reflect)
     reflect.add_argument("--once", action="store_true", help="run one cycle and exit")
 
-    memory = add("memory", "inspect and maintain stored memory", lambda a: memory.print_help() or 2)
+    def memory_usage(_args: argparse.Namespace) -> int:
+        memory.print_help()
+        return EXIT_CONFIG  # an action is required: a usage error, like argparse's
+
+    memory = add("memory", "inspect and maintain stored memory", memory_usage)
     msub = memory.add_subparsers(dest="memory_command", metavar="ACTION")
 
-    def madd(name: str, helptext: str, issue: int) -> argparse.ArgumentParser:
+    def madd(name: str, helptext: str) -> argparse.ArgumentParser:
         p = msub.add_parser(name, help=helptext, description=helptext, parents=[common])
         p.set_defaults(func=cmd_memory)
         return p
 
-    status = madd("status", "memory statistics of one session", 6)
+    status = madd("status", "memory statistics of one session")
     status.add_argument("session", help="session id")
-    madd("sessions", "list sessions with message and summary counts", 6)
-    search = madd("search", "search a session's history", 6)
+    madd("sessions", "list sessions with message and summary counts")
+    search = madd("search", "search a session's history")
     search.add_argument("session")
     search.add_argument("text")
-    export = madd("export", "export a session's full history and summary DAG", 6)
+    export = madd("export", "export a session's full history and summary DAG")
     export.add_argument("session")
     export.add_argument("--format", choices=["json", "markdown"], default="json")
-    compact = madd("compact", "compact one session or all of them", 6)
+    compact = madd("compact", "compact one session or all of them")
     compact.add_argument("session", nargs="?")
     compact.add_argument("--all", action="store_true")
-    madd("doctor", "check stored memory for integrity faults", 6)
-    backup = madd("backup", "back up the SQLite database to PATH", 6)
+    madd("doctor", "check stored memory for integrity faults")
+    backup = madd("backup", "back up the SQLite database to PATH")
     backup.add_argument("path")
-    imp = madd("import", "import a session exported with `mnemo memory export`", 6)
+    imp = madd("import", "import a session exported with `mnemo memory export`")
     imp.add_argument("path")
     return parser
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import EXIT_UNAVAILABLE, build_parser, main
+from bot.cli import main
 from tests.test_config import COMMANDS
 
 MNEMO = Path(sys.executable).with_name("mnemo")
@@ -52,23 +52,3 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
         main(["frobnicate"])
     assert info.value.code == 2
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
-
-
-def _not_yet_commands() -> list[list[str]]:
-    """The commands whose issue has not landed (their handler is `_not_yet`)."""
-    parser = build_parser()
-    out = []
-    for cmd in COMMANDS:
-        func = parser.parse_args(cmd).func
-        if func.__qualname__.startswith("_not_yet"):
-            out.append(cmd)
-    return out
-
-
-@pytest.mark.parametrize("cmd", _not_yet_commands() or [pytest.param(None, marks=pytest.mark.skip(
-    reason="every command has landed"))], ids=lambda c: " ".join(c or []))
-def test_commands_not_built_yet_say_so(cmd: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(cmd) == EXIT_UNAVAILABLE
-    err = capsys.readouterr().err.strip()
-    assert err.startswith(f"mnemo: 'mnemo {' '.join(c for c in cmd[:2] if not c.startswith('-'))}'")
-    assert "is not available yet (it lands with issue" in err
