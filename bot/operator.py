@@ -151,7 +151,7 @@ async def sessions(settings: Settings, out: TextIO = sys.stdout) -> int:
     async with open_memory(settings) as m:
         infos = await HistoryStore(m.engine).list_info(ListOptions(include_archived=True))
         async with m.engine.connect() as conn:
-            counts = dict((await conn.execute(
+            counts: dict[str, int] = dict((await conn.execute(
                 sa.select(conversations.c.session_id, sa.func.count(messages.c.id))
                 .select_from(conversations.outerjoin(messages, messages.c.conversation_id == conversations.c.id))
                 .group_by(conversations.c.session_id)

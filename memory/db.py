@@ -17,10 +17,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +143,7 @@ def migration_locations() -> list[str]:
     return locations
 
 
-def _alembic_config(connection) -> object:  # type: ignore[no-untyped-def]
+def _alembic_config(connection) -> Config:  # type: ignore[no-untyped-def]
     from alembic.config import Config
 
     cfg = Config()

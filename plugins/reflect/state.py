@@ -140,12 +140,12 @@ class ReflectState:
         until = datetime.fromtimestamp(now.timestamp() + lease_s, UTC)
         w = watermarks
         async with write_transaction(self.engine) as conn:
-            stmt = _insert(conn, w).values(
+            insert = _insert(conn, w).values(
                 session_id=cand.session.id, agent_id=cand.session.agent_id,
                 user_id=cand.session.user_id, failures=0, last_error="",
                 lease_token=token, lease_until=until,
             )
-            stmt = stmt.on_conflict_do_update(
+            stmt = insert.on_conflict_do_update(
                 index_elements=["session_id"],
                 set_={"lease_token": token, "lease_until": until},
                 where=sa.or_(w.c.lease_until.is_(None), w.c.lease_until < now),
