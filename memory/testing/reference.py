@@ -31,9 +31,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from memory.capabilities import ProviderContext, Summarizer
 from memory.context import change_source_from_context
 from memory.errors import Conflict, InvalidArgument, NotFound
+from memory.search_text import snippet
 from memory.stores import SharedStores
 from memory.summarizer import leaf_target, truncate_to_tokens
 from memory.tokens import estimate_tokens, message_tokens
+from memory.transcript import safe_start
 from memory.types import (
     ChangeEntry,
     CompactionMode,
@@ -61,7 +63,6 @@ from memory.types import (
 )
 
 TITLE_CHARS = 80
-SNIPPET_CHARS = 500
 _WORD = re.compile(r"\w+")
 
 
@@ -100,20 +101,7 @@ def _units(msgs: list[Message]) -> list[tuple[int, int]]:
 
 def _tail_start(msgs: list[Message], n: int) -> int:
     """Index where the newest `n` messages start, moved back to a unit boundary."""
-    if n <= 0:
-        return len(msgs)
-    start = max(0, len(msgs) - n)
-    for lo, hi in _units(msgs):
-        if lo <= start < hi:
-            return lo
-    return start
-
-
-def _snippet(text: str, at: int) -> str:
-    if len(text) <= SNIPPET_CHARS:
-        return text
-    lo = max(0, min(at - SNIPPET_CHARS // 4, len(text) - SNIPPET_CHARS))
-    return text[lo : lo + SNIPPET_CHARS]
+    return safe_start(msgs, len(msgs) - max(n, 0))
 
 
 class ReferenceProvider(SharedStores):
@@ -254,9 +242,8 @@ class ReferenceProvider(SharedStores):
             if not needle.strip():
                 return []
             for kind, sid, text, at in candidates:
-                pos = text.casefold().find(needle)
-                if pos >= 0:
-                    hits.append(SearchResult(kind, sid, _snippet(text, pos), 1.0, at))
+                if needle in text.casefold():
+                    hits.append(SearchResult(kind, sid, snippet(text, [needle]), 1.0, at))
         else:
             terms = set(_WORD.findall(query.text.casefold()))
             if not terms:
@@ -267,8 +254,7 @@ class ReferenceProvider(SharedStores):
                 if matched:
                     # Distinct terms first, then how often they occur.
                     score = len(matched) + sum(w in terms for w in words) / (len(words) + 1)
-                    pos = text.casefold().find(next(iter(sorted(matched))))
-                    hits.append(SearchResult(kind, sid, _snippet(text, pos), score, at))
+                    hits.append(SearchResult(kind, sid, snippet(text, sorted(matched)), score, at))
         hits.sort(key=lambda h: (h.score, as_utc(h.timestamp or utcnow())), reverse=True)
         return hits[:limit]
 
