@@ -19,7 +19,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import event, text
+from sqlalchemy import Table, event, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -109,6 +110,13 @@ async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
     async with engine.connect() as conn:
         async with conn.begin():
             yield conn
+
+
+def conflict_insert(conn: AsyncConnection, table: Table) -> postgresql.Insert | sqlite.Insert:
+    """An INSERT into `table` that takes `on_conflict_do_nothing` / `_do_update`: both
+    dialects have them, but each under its own class."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(table)
 
 
 def advisory_key(name: str) -> int:

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.db import write_transaction
+from memory.db import conflict_insert, write_transaction
 from memory.types import Session, as_utc, utcnow
 from plugins.reflect.models import ReflectSlot, ReflectWatermark
 
@@ -38,11 +37,6 @@ slots = ReflectSlot.__table__
 MAX_ERROR_CHARS = 500
 # Slot rows kept per agent: enough to see recent history; older slots never recur.
 KEEP_SLOTS = 1000
-
-
-def _insert(conn: AsyncConnection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table)
 
 
 @dataclass(frozen=True)
@@ -86,7 +80,7 @@ class ReflectState:
         """True when this replica won `slot` (and must run that cycle)."""
         async with write_transaction(self.engine) as conn:
             won = await conn.scalar(
-                _insert(conn, slots)
+                conflict_insert(conn, slots)
                 .values(agent_id=self.agent_id, slot=slot, claimed_by=self.replica_id,
                         claimed_at=utcnow())
                 .on_conflict_do_nothing(index_elements=["agent_id", "slot"])
@@ -140,7 +134,7 @@ class ReflectState:
         until = datetime.fromtimestamp(now.timestamp() + lease_s, UTC)
         w = watermarks
         async with write_transaction(self.engine) as conn:
-            insert = _insert(conn, w).values(
+            insert = conflict_insert(conn, w).values(
                 session_id=cand.session.id, agent_id=cand.session.agent_id,
                 user_id=cand.session.user_id, failures=0, last_error="",
                 lease_token=token, lease_until=until,
