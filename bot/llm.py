@@ -11,7 +11,9 @@ Requests go through the client's generic `post` rather than `chat.completions.cr
 TypedDict transformer, which changes nothing for plain JSON like ours and cost about
 2 ms per call here, half of the call's CPU. Chunks likewise stay the JSON dicts they
 arrive as instead of being built into models (openai's stream still turns an `error`
-event into an `APIError`).
+event into an `APIError`). And the HTTP transport is aiohttp's (openai's own
+`DefaultAioHttpClient`) rather than the default pure-Python one: half the CPU per call
+under concurrency here (1.3 -> 0.6 ms); aiohttp is a dependency of ours anyway.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import openai
 from openai import AsyncStream
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -73,6 +76,17 @@ class AssistantTurn:
                        tool_calls=list(self.tool_calls), reasoning=self.reasoning)
 
 
+def _default_http_client() -> Any:
+    """openai's aiohttp transport, or None (openai's default) where it is unavailable."""
+    factory = getattr(openai, "DefaultAioHttpClient", None)
+    if factory is None:
+        return None
+    try:
+        return factory()
+    except RuntimeError:  # an openai without its aiohttp transport installed
+        return None
+
+
 def require_api_key(settings: LLMSettings) -> None:
     """Fail at startup, with the variable to set, rather than on the first message."""
     if not settings.api_key.strip():
@@ -100,9 +114,20 @@ def _retry_after(exc: BaseException | None) -> float | None:
         return None
 
 
+def _timed_out(exc: BaseException) -> bool:
+    """openai's aiohttp transport reports every aiohttp connection error, a refused
+    connection included, as a connect *timeout*: ask what aiohttp itself raised."""
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, aiohttp.ClientConnectionError):
+            return isinstance(cause, aiohttp.ServerTimeoutError | TimeoutError)
+        cause = cause.__cause__
+    return True
+
+
 def _translate(exc: BaseException) -> LLMError:
     """Map whatever the openai client raised to an LLMError with a plain reason."""
-    if isinstance(exc, openai.APITimeoutError):
+    if isinstance(exc, openai.APITimeoutError) and _timed_out(exc):
         return LLMError("the language model timed out", retryable=True)
     if isinstance(exc, openai.APIConnectionError):
         return LLMError("the language model could not be reached", retryable=True)
@@ -138,7 +163,7 @@ class LLMClient:
             api_key=settings.api_key or "unset",
             timeout=settings.timeout_s,
             max_retries=0,
-            http_client=http_client,
+            http_client=http_client if http_client is not None else _default_http_client(),
         )
 
     async def close(self) -> None:
