@@ -12,10 +12,11 @@ use `HistoryStore.session_transaction` and `insert_messages` instead of `append`
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -147,6 +148,26 @@ _PARTS_OF = (
     .where(parts.c.message_id.in_(sa.bindparam("ids", expanding=True)))
     .order_by(parts.c.message_id, parts.c.ordinal)
 )
+
+
+def build_message(
+    row: Mapping[str, Any], part_rows: Iterable[Mapping[str, Any]]
+) -> tuple[StoredMessage, Message]:
+    """A stored message back from its row (id, seq, role, content, token_count,
+    created_at) and its parts' rows (kind, tool_call_id, tool_name, content; in order)."""
+    created = _as_utc(row["created_at"])
+    msg = Message(role=row["role"], content=row["content"], created_at=created)
+    for p in part_rows:
+        if p["kind"] == PartKind.REASONING:
+            msg.reasoning = p["content"]
+        elif p["kind"] == PartKind.TOOL_CALL:
+            msg.tool_calls.append(
+                ToolCall(p["tool_call_id"] or "", p["tool_name"] or "", p["content"])
+            )
+        elif p["kind"] == PartKind.TOOL_RESULT:
+            msg.tool_call_id = p["tool_call_id"]
+            msg.name = p["tool_name"]
+    return StoredMessage(row["id"], row["seq"], row["token_count"], created), msg
 
 
 class HistoryStore:
@@ -304,20 +325,7 @@ class HistoryStore:
         by_msg: dict[int, list] = {}
         for p in part_rows:
             by_msg.setdefault(p["message_id"], []).append(p)
-        out = []
-        for r in rows:
-            msg = Message(role=r["role"], content=r["content"], created_at=_as_utc(r["created_at"]))
-            for p in by_msg.get(r["id"], []):
-                if p["kind"] == PartKind.REASONING:
-                    msg.reasoning = p["content"]
-                elif p["kind"] == PartKind.TOOL_CALL:
-                    msg.tool_calls.append(ToolCall(p["tool_call_id"] or "", p["tool_name"] or "", p["content"]))
-                elif p["kind"] == PartKind.TOOL_RESULT:
-                    msg.tool_call_id = p["tool_call_id"]
-                    msg.name = p["tool_name"]
-            stored = StoredMessage(r["id"], r["seq"], r["token_count"], _as_utc(r["created_at"]))
-            out.append((stored, msg))
-        return out
+        return [build_message(r, by_msg.get(r["id"], ())) for r in rows]
 
     async def load_history(self, session_id: str) -> list[Message]:
         async with self.engine.connect() as conn:

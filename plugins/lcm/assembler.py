@@ -56,23 +56,19 @@ class _Backwards:
         return self._buffer.popleft() if self._buffer else None
 
     async def _fetch(self) -> None:
-        items = await ci.page_before(self.conn, self.conv_id, self._before, self._page)
-        if len(items) < self._page:
+        page = await ci.page_with_messages(self.conn, self.conv_id, self._before, self._page)
+        if len(page) < self._page:
             self._exhausted = True
-        if not items:
+        if not page:
             return
-        self._before = items[-1].ordinal
+        self._before = page[-1][0].ordinal
         self._page = min(self._page * 2, MAX_PAGE)
-        loaded = await self.history.load_messages(
-            self.conn, ids=[i.message_id for i in items if i.message_id is not None]
-        )
-        by_id = {stored.id: msg for stored, msg in loaded}
         records = await load_summaries(
-            self.conn, [i.summary_id for i in items if i.summary_id], with_edges=True
+            self.conn, [i.summary_id for i, _ in page if i.summary_id], with_edges=True
         )
-        for item in items:
-            if item.message_id is not None:
-                msg = by_id[item.message_id]
+        for item, loaded in page:
+            if loaded is not None:
+                msg = loaded
             else:
                 record = records[item.summary_id or ""]
                 msg = Message(

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memory.history import StoredMessage, messages
+from memory.history import StoredMessage, build_message, messages, parts
+from memory.types import Message
 from plugins.lcm.models import context_items, summaries, summary_messages
 
 
@@ -95,6 +96,48 @@ _LAST_PAGE = (
     .limit(sa.bindparam("limit", type_=sa.Integer))
 )
 _PAGE_BEFORE = _LAST_PAGE.where(context_items.c.ordinal < sa.bindparam("before"))
+
+
+def _with_messages(page: sa.Subquery) -> sa.Select:
+    """A page of items with each message item's message and parts, in one statement:
+    item columns first (as `Item`), then the message, then one row per part."""
+    return (
+        sa.select(
+            page.c.ordinal,
+            page.c.message_id,
+            page.c.summary_id,
+            page.c.token_count,
+            messages.c.role,
+            summaries.c.kind,
+            summaries.c.depth,
+            messages.c.seq,
+            messages.c.content,
+            messages.c.token_count.label("message_tokens"),
+            messages.c.created_at,
+            parts.c.kind.label("part_kind"),
+            parts.c.tool_call_id,
+            parts.c.tool_name,
+            parts.c.content.label("part_content"),
+        )
+        .select_from(
+            page.outerjoin(messages, messages.c.id == page.c.message_id)
+            .outerjoin(summaries, summaries.c.id == page.c.summary_id)
+            .outerjoin(parts, parts.c.message_id == page.c.message_id)
+        )
+        .order_by(page.c.ordinal.desc(), parts.c.ordinal)
+    )
+
+
+_PAGE_ITEMS = (
+    sa.select(context_items)
+    .where(context_items.c.conversation_id == sa.bindparam("conv"))
+    .order_by(context_items.c.ordinal.desc())
+    .limit(sa.bindparam("limit", type_=sa.Integer))
+)
+_LAST_PAGE_MESSAGES = _with_messages(_PAGE_ITEMS.subquery("page"))
+_PAGE_BEFORE_MESSAGES = _with_messages(
+    _PAGE_ITEMS.where(context_items.c.ordinal < sa.bindparam("before")).subquery("page")
+)
 _TOTAL = sa.select(sa.func.coalesce(sa.func.sum(context_items.c.token_count), 0)).where(
     context_items.c.conversation_id == sa.bindparam("conv")
 )
@@ -171,6 +214,52 @@ async def page_before(
             _PAGE_BEFORE, {"conv": conv_id, "limit": limit, "before": before}
         )
     return _items(rows.all())
+
+
+async def page_with_messages(
+    conn: AsyncConnection, conv_id: int, before: int | None, limit: int
+) -> list[tuple[Item, Message | None]]:
+    """`page_before`, each message item with its message (summary items: None)."""
+    params: dict[str, int] = {"conv": conv_id, "limit": limit}
+    if before is not None:
+        params["before"] = before
+    query = _LAST_PAGE_MESSAGES if before is None else _PAGE_BEFORE_MESSAGES
+    out: list[tuple[Item, Message | None]] = []
+    current: sa.Row | None = None
+    part_rows: list[dict] = []
+
+    def flush() -> None:
+        if current is None:
+            return
+        item = Item(*current[:7])
+        msg = None
+        if item.message_id is not None:
+            row = {
+                "id": item.message_id,
+                "seq": current.seq,
+                "role": current.role,
+                "content": current.content,
+                "token_count": current.message_tokens,
+                "created_at": current.created_at,
+            }
+            msg = build_message(row, part_rows)[1]
+        out.append((item, msg))
+
+    for r in (await conn.execute(query, params)).all():
+        if current is None or r.ordinal != current.ordinal:
+            flush()
+            current, part_rows = r, []
+        if r.part_kind is not None:
+            part_rows.append(
+                {
+                    "kind": r.part_kind,
+                    "tool_call_id": r.tool_call_id,
+                    "tool_name": r.tool_name,
+                    "content": r.part_content,
+                }
+            )
+    flush()
+    return out
 
 
 async def items_between(conn: AsyncConnection, conv_id: int, lo: int, hi: int) -> list[Item]:
