@@ -89,13 +89,6 @@ _APPEND = sa.insert(context_items).from_select(
         messages.c.seq <= sa.bindparam("last"),
     ),
 )
-_LAST_PAGE = (
-    _select()
-    .where(context_items.c.conversation_id == sa.bindparam("conv"))
-    .order_by(context_items.c.ordinal.desc())
-    .limit(sa.bindparam("limit", type_=sa.Integer))
-)
-_PAGE_BEFORE = _LAST_PAGE.where(context_items.c.ordinal < sa.bindparam("before"))
 
 
 def _with_messages(page: sa.Subquery) -> sa.Select:
@@ -203,23 +196,11 @@ async def adopt_uncovered(conn: AsyncConnection, conv_id: int) -> int:
     return len(rows)
 
 
-async def page_before(
-    conn: AsyncConnection, conv_id: int, before: int | None, limit: int
-) -> list[Item]:
-    """Up to `limit` items with ordinal < `before` (None: from the end), newest first."""
-    if before is None:
-        rows = await conn.execute(_LAST_PAGE, {"conv": conv_id, "limit": limit})
-    else:
-        rows = await conn.execute(
-            _PAGE_BEFORE, {"conv": conv_id, "limit": limit, "before": before}
-        )
-    return _items(rows.all())
-
-
 async def page_with_messages(
     conn: AsyncConnection, conv_id: int, before: int | None, limit: int
 ) -> list[tuple[Item, Message | None]]:
-    """`page_before`, each message item with its message (summary items: None)."""
+    """Up to `limit` items with ordinal < `before` (None: from the end), newest first,
+    each message item with its message (summary items: None)."""
     params: dict[str, int] = {"conv": conv_id, "limit": limit}
     if before is not None:
         params["before"] = before
