@@ -198,7 +198,7 @@ class HistoryStore:
             sa.select(conversations.c.id).where(conversations.c.session_id == session.id)
         )
         assert conv_id is not None
-        self._conv_ids[session.id] = conv_id
+        # Not cached here: the row may still roll back with the caller's transaction.
         return conv_id
 
     async def bootstrap(self, session: Session) -> int:
@@ -206,7 +206,9 @@ class HistoryStore:
         if session.id in self._conv_ids:
             return self._conv_ids[session.id]
         async with write_transaction(self.engine) as conn:
-            return await self._ensure_conversation(conn, session)
+            conv_id = await self._ensure_conversation(conn, session)
+        self._conv_ids[session.id] = conv_id  # committed: safe to remember
+        return conv_id
 
     async def conversation_id(self, session_id: str, conn: AsyncConnection | None = None) -> int | None:
         if session_id in self._conv_ids:
@@ -226,6 +228,8 @@ class HistoryStore:
             await lock_for_transaction(conn, f"session:{session.id}")
             conv_id = await self._ensure_conversation(conn, session)
             yield conn, conv_id
+        # Reached only when the transaction committed (an exception skips this line).
+        self._conv_ids[session.id] = conv_id
 
     # -- messages ------------------------------------------------------------------
 

@@ -73,3 +73,13 @@ async def test_stats_and_info(engine) -> None:
     assert [i.id for i in await store.list_info(ListOptions())] == ["s2"]
     assert {i.id for i in await store.list_info(ListOptions(include_archived=True))} == {"s1", "s2"}
     assert [i.id for i in await store.list_info(ListOptions(user_id=42, include_archived=True))] == ["s1"]
+
+
+async def test_a_rolled_back_first_append_leaves_no_stale_conversation(engine) -> None:
+    store = HistoryStore(engine)
+    with pytest.raises(RuntimeError):
+        async with store.session_transaction(S1) as (_conn, _conv_id):
+            raise RuntimeError("crash before commit")
+    assert await store.conversation_id("s1") is None
+    await store.append(S1, Message("user", "after the failure"))
+    assert [m.content for m in await store.load_history("s1")] == ["after the failure"]
