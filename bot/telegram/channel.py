@@ -2,8 +2,9 @@
 
 - `build_application(settings, pool)`: python-telegram-bot `Application` with our
   handlers; `telegram.base_url` points it at a self-hosted Bot API server (or a test
-  double); `telegram.concurrent_updates` updates are handled at once (the pool serialises
-  turns per session itself), with an HTTP pool sized to match.
+  double); updates wait in per-chat queues and `telegram.concurrent_updates` of them,
+  each of a different chat, are handled at once (`bot.telegram.chat_queues`), with an
+  HTTP pool sized to match.
 - `running(app, settings)`: start it (getMe, setMyCommands, then polling, or a webhook
   when `telegram.webhook.url` is set) and stop it cleanly; used by `mnemo run` and by
   in-process tests alike.
@@ -36,6 +37,7 @@ from telegram.ext import Application, ApplicationBuilder
 
 from bot.config import Settings
 from bot.pool import Pool
+from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.delivery import with_retry
 from bot.telegram.handlers import COMMANDS, TelegramChannel
 from bot.telegram.inflight import Inflight, WebhookQueue
@@ -69,7 +71,7 @@ def build_application(settings: Settings, pool: Pool, *,
     builder: ApplicationBuilder = (
         Application.builder()
         .token(require_token(settings))
-        .concurrent_updates(tg.concurrent_updates)
+        .concurrent_updates(ChatQueueProcessor(tg.concurrent_updates))
         # Each update may hold two connections at once (typing indicator + reply).
         .connection_pool_size(2 * tg.concurrent_updates + 4)
         # Wait for a free connection under load rather than fail the call after 1 s.

@@ -20,7 +20,9 @@ Decisions (README "Telegram" repeats them for operators):
 - A message over `MAX_INPUT_CHARS` (only a self-hosted Bot API server lets one through)
   is refused with one line; nothing is stored.
 - Two messages in one conversation are answered in the order they arrived, one after
-  the other; different conversations are answered in parallel.
+  the other; different conversations are answered in parallel. The updates of a chat
+  (or forum topic) reach these handlers one at a time, in order
+  (`bot.telegram.chat_queues`), so no handler orders turns itself.
 - Redelivered updates (the bot died after storing a message, before Telegram heard so):
   a text message or command recorded as handled is skipped silently (the record is
   written with the user's message, or right after the command ran). Refusals and the
@@ -30,10 +32,7 @@ Decisions (README "Telegram" repeats them for operators):
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 from telegram import Message, Update, User
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
@@ -80,28 +79,6 @@ MEDIA = (filters.PHOTO | filters.Sticker.ALL | filters.VOICE | filters.AUDIO | f
          | filters.VENUE | filters.CONTACT | filters.POLL | filters.Dice.ALL)
 
 
-class _Turns:
-    """One FIFO lock per conversation, taken before anything else is awaited, so turns
-    of one conversation run in arrival order; entries go when nobody holds them."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @asynccontextmanager
-    async def turn(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users <= 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
-
-
 def _sender_name(message: Message) -> str:
     if message.sender_chat is not None:
         return message.sender_chat.title or "anonymous"
@@ -119,7 +96,6 @@ class TelegramChannel:
         self.tg = settings.telegram
         self.pacer = EditPacer(EDIT_MIN_GAP_S)
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
-        self._turns = _Turns()
 
     def register(self, app: Application) -> None:
         new = filters.UpdateType.MESSAGE  # edited messages have their own handler
@@ -185,23 +161,22 @@ class TelegramChannel:
             text = f"[{_sender_name(message)}] {text}"
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         receipt = self._receipt(update)
-        async with self._turns.turn(base.id):
-            # Checked in turn order: an earlier redelivered update of this conversation
-            # has been recognised (or stored) by now.
-            if receipt is not None and await receipt.seen_before():
-                return
-            session = await self.pool.current_session(base)
-            stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
-            async with typing(context.bot, target):
-                try:
-                    answer = (await self.pool.chat(session, text, on_delta=stream.on_delta,
-                                                   receipt=receipt)).text
-                except Exception:  # the pool reports its own failures; this is a bug
-                    log.exception("turn of %s failed", session.id)
-                    answer = FAILED
-            if receipt is not None and receipt.duplicate:
-                return  # another replica had it: that one answers
-            await stream.finish(answer)
+        # Updates of a chat arrive in order: an earlier redelivered update of this
+        # conversation has been recognised (or stored) by now.
+        if receipt is not None and await receipt.seen_before():
+            return
+        session = await self.pool.current_session(base)
+        stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
+        async with typing(context.bot, target):
+            try:
+                answer = (await self.pool.chat(session, text, on_delta=stream.on_delta,
+                                               receipt=receipt)).text
+            except Exception:  # the pool reports its own failures; this is a bug
+                log.exception("turn of %s failed", session.id)
+                answer = FAILED
+        if receipt is not None and receipt.duplicate:
+            return  # another replica had it: that one answers
+        await stream.finish(answer)
 
     async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         admitted = await self._admit(update, context, command=True)

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from telegram import Update
 from telegram.ext import Application
 
+from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.handled import HandledUpdates
 
 log = logging.getLogger(__name__)
@@ -95,12 +96,16 @@ class UpdateReceipt:
 
 
 class Inflight:
-    """The updates this process is handling, each through `app` as python-telegram-bot's
-    own update fetcher would (same concurrency limit, same handler groups). Without an
-    `engine` nothing is recorded, so redeliveries are not recognised."""
+    """The updates this process is handling, each through `app`'s handlers, queued per
+    chat by its `ChatQueueProcessor` (`bot.telegram.chat_queues`). Without an `engine`
+    nothing is recorded, so redeliveries are not recognised."""
 
     def __init__(self, app: Application, engine: AsyncEngine | None = None) -> None:
+        if not isinstance(app.update_processor, ChatQueueProcessor):
+            raise TypeError("the Application needs a ChatQueueProcessor "
+                            "(ApplicationBuilder.concurrent_updates(ChatQueueProcessor(n)))")
         self.app = app
+        self.processor: ChatQueueProcessor = app.update_processor
         self.engine = engine
         self.handled: HandledUpdates | None = None
         self._receipts: dict[int, UpdateReceipt] = {}
@@ -132,7 +137,7 @@ class Inflight:
     async def _handle(self, update: Update, receipt: UpdateReceipt) -> None:
         cancelled = False
         try:
-            await self.app.update_processor.process_update(update, self.app.process_update(update))
+            await self.processor.process_in_order(update, self.app.process_update(update))
         except asyncio.CancelledError:
             cancelled = True  # stopped before it was durable: Telegram must send it again
             raise

@@ -100,3 +100,25 @@ async def test_model_failure_is_told_plainly(tg: FakeTelegram, llm: FakeOpenAI,
         stats = await bot.provider.stats(private_session(42))
     assert "saved" in msg.text
     assert stats.message_count == 1  # the user's message, and no half answer
+
+
+async def test_a_busy_chat_does_not_hold_up_the_others(tg: FakeTelegram, llm: FakeOpenAI,
+                                                       tmp_path: Path) -> None:
+    gate = asyncio.Event()
+    llm.push(gated(gate, text("first answer")))
+    async with running_bot(tg, llm, tmp_path, concurrent_updates=4):
+        alice, bob = tg.private(1), tg.private(2)
+        alice.send("a0")
+        await llm.wait_for_requests(1)  # alice's first turn is held at the model
+        for i in range(1, 20):
+            alice.send(f"a{i}")
+        bob.send("hello")
+        # 19 updates of alice wait, more than the 4 slots: bob is answered all the same
+        await tg.wait_for_message(2, contains="echo: hello")
+        assert tg.bot_messages(1) == []
+        gate.set()
+        expected = ["first answer"] + [f"echo: a{i}" for i in range(1, 20)]
+        await tg.wait_for(lambda: [m.text for m in tg.bot_messages(1)] == expected, within=30)
+    # each of alice's turns saw the one before it
+    last = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] != "system"]
+    assert last[-3:] == ["a18", "echo: a18", "a19"]
