@@ -45,11 +45,18 @@ EXPAND_TOKEN_CAP = 800  # about 3200 characters: an expansion fits one message
 SEARCH_LIMIT = 10
 HISTORY_LIMIT = 10
 
-HELP = """Commands:
-/new — start a new conversation (the old one is archived; your memory stays)
-/compact — compact this conversation's history now
-/memory — what I remember; /memory help lists its sub-commands
-/help — this list"""
+# Every command and what it does, once: /help lists them (all but /start, whose answer
+# is an introduction followed by that list), and a channel with a command menu shows
+# them there (Telegram's setMyCommands).
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("start", "introduction"),
+    ("help", "list the commands"),
+    ("new", "start a new conversation (the old one is archived; your memory stays)"),
+    ("compact", "compact this conversation's history now"),
+    ("memory", "what I remember; /memory help lists its sub-commands"),
+)
+HELP = "Commands:\n" + "\n".join(f"/{name} — {what}" for name, what in COMMANDS
+                                  if name != "start")
 
 MEMORY_USAGE: dict[str, str] = {
     "status": "/memory status — memory statistics of this conversation",

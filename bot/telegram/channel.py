@@ -35,11 +35,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from telegram import BotCommand
 from telegram.ext import Application, ApplicationBuilder
 
+from bot.commands import COMMANDS
 from bot.config import Settings
 from bot.pool import Pool
 from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.delivery import with_retry
-from bot.telegram.handlers import COMMANDS, TelegramChannel
+from bot.telegram.handlers import TelegramChannel
 from bot.telegram.inflight import Inflight, WebhookQueue
 from bot.telegram.polling import Poller, prune_handled
 

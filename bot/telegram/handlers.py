@@ -37,7 +37,7 @@ import logging
 from telegram import Message, Update, User
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
-from bot.commands import handle_command
+from bot.commands import COMMANDS, handle_command
 from bot.config import Settings
 from bot.pool import Pool
 from bot.telegram.delivery import Target
@@ -54,13 +54,6 @@ from bot.telegram.sessions import (
 
 log = logging.getLogger(__name__)
 
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("start", "introduction"),
-    ("help", "list the commands"),
-    ("new", "start a new conversation (memory stays)"),
-    ("compact", "compact this conversation's history now"),
-    ("memory", "what I remember: /memory help"),
-)
 COMMAND_NAMES = tuple(name for name, _ in COMMANDS)
 
 MAX_INPUT_CHARS = 65_536
@@ -175,7 +168,10 @@ class TelegramChannel:
                 log.exception("turn of %s failed", session.id)
                 answer = FAILED
         if receipt is not None and receipt.duplicate:
-            return  # another replica had it: that one answers
+            # Another replica stored this redelivered update meanwhile, and answers it.
+            log.info("update %s was stored by another replica meanwhile: skipped",
+                     receipt.update_id)
+            return
         await stream.finish(answer)
 
     async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
