@@ -13,11 +13,10 @@ import logging
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlmodel import Field, SQLModel
 
-from memory.db import write_transaction
+from memory.db import conflict_insert, write_transaction
 from memory.types import utcnow
 
 log = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ class TelegramUpdate(SQLModel, table=True):
         default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
 
 
-telegram_updates = TelegramUpdate.__table__
+telegram_updates: sa.Table = TelegramUpdate.__table__  # type: ignore[attr-defined]
 
 
 class HandledUpdates:
@@ -54,9 +53,8 @@ class HandledUpdates:
 
     async def insert(self, conn: AsyncConnection, update_id: int) -> bool:
         """Record `update_id` inside the caller's transaction; False if it was already."""
-        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
         inserted = await conn.scalar(
-            dialect.insert(telegram_updates)
+            conflict_insert(conn, telegram_updates)
             .values(bot_id=self.bot_id, update_id=update_id, handled_at=utcnow())
             .on_conflict_do_nothing()
             .returning(telegram_updates.c.update_id))

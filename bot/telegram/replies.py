@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -177,7 +178,8 @@ class ReplyStream:
                 self.message_ids.append(msg.message_id)
         for message_id in self.message_ids[len(pieces):]:
             try:
-                await with_retry(lambda m=message_id: self.bot.delete_message(self.target.chat_id, m),
+                await with_retry(functools.partial(self.bot.delete_message,
+                                                   self.target.chat_id, message_id),
                                  what="deleteMessage")
             except TelegramError as exc:
                 log.debug("could not delete a streamed message: %s", exc)
