@@ -6,6 +6,7 @@ or webhook against the fake Bot API), as `mnemo run` builds it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,7 +22,7 @@ from bot.config import Settings
 from bot.llm import LLMClient
 from bot.pool import Pool
 from bot.telegram.channel import build_application, running
-from bot.telegram.handled import telegram_updates
+from bot.telegram.handled import HandledUpdates, telegram_updates
 from memory.capabilities import ProviderContext
 from memory.history import conversations, messages
 from memory.summarizer import StaticSummarizer
@@ -124,6 +125,34 @@ async def test_a_redelivered_update_is_neither_stored_nor_answered_twice(
             assert await user_texts(services, 41) == ["only once", "then this"]
     assert [m.text for m in tg.bot_messages(41)] == ["echo: only once", "echo: then this"]
     assert len(llm.requests) == 2
+
+
+async def test_an_update_another_replica_stores_meanwhile_is_skipped_quietly(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Another replica got the same (redelivered) update and stores it right after this
+    # one checked it was new: this one's append meets the record and rolls back.
+    checked = HandledUpdates.seen
+
+    async def seen_then_stored_elsewhere(self: HandledUpdates, update_id: int) -> bool:
+        seen = await checked(self, update_id)
+        if update_id == 1:
+            await self.record(update_id)
+        return seen
+
+    monkeypatch.setattr(HandledUpdates, "seen", seen_then_stored_elsewhere)
+    caplog.set_level(logging.INFO, logger="bot.telegram")
+    alice = tg.private(41)
+    async with temp_database_url("sqlite", tmp_path) as url, \
+            bot_on(tg, llm, tmp_path, url) as services:
+        alice.send("twice delivered")
+        alice.send("next")
+        await tg.wait_for_message(41, contains="echo: next")
+        assert await user_texts(services, 41) == ["next"]  # the other replica has the first
+    assert [m.text for m in tg.bot_messages(41)] == ["echo: next"]
+    assert len(llm.requests) == 1
+    skipped = [r for r in caplog.records if "stored by another replica" in r.getMessage()]
+    assert [(r.levelno, r.exc_info) for r in skipped] == [(logging.INFO, None)]
 
 
 async def test_a_stop_acknowledges_only_what_is_durable(
