@@ -16,8 +16,13 @@ previous is answered), all chats at once, after one warm-up round that is not me
 reaching the fake server; throughput = measured updates / wall time of the rounds.
 Target: mnemo at least half the echo bot's throughput.
 
+`--turns-only` measures the pool's turn alone instead, in this process: `Pool.chat` over
+`build_services` (the provider on SQLite, the same instant fake OpenAI server, run in a
+child process so its CPU is not counted), `--concurrency` turns at a time: turns/s, CPU
+per turn (this process, every thread) and SQL statements per turn.
+
     .venv/bin/python bench/bot_throughput.py [--chats 200] [--rounds 5]
-        [--concurrency 64] [--provider lcm] [--append-results]
+        [--concurrency 64] [--provider lcm] [--turns-only] [--append-results]
 """
 
 from __future__ import annotations
@@ -92,6 +97,17 @@ def channel_bot_main(token: str, base_url: str, concurrency: int) -> None:
         app = build_application(settings, InstantPool())  # type: ignore[arg-type]
         async with running(app, settings):
             await stop.wait()
+
+    asyncio.run(serve())
+
+
+def fake_llm_main() -> None:
+    """The instant fake OpenAI server on its own (for `--turns-only`): prints its URL."""
+
+    async def serve() -> None:
+        async with FakeOpenAI() as llm:
+            print(llm.base_url, flush=True)
+            await asyncio.Event().wait()  # until terminated
 
     asyncio.run(serve())
 
@@ -209,6 +225,72 @@ async def main(args: argparse.Namespace) -> list[Result]:
     return results
 
 
+async def turns_only(args: argparse.Namespace) -> str:
+    from sqlalchemy import event
+
+    from bot.app import build_services
+    from bot.config import Settings
+    from memory.types import Session
+
+    server = await asyncio.create_subprocess_exec(sys.executable, __file__, "--fake-llm",
+                                                  stdout=asyncio.subprocess.PIPE)
+    assert server.stdout is not None
+    base_url = (await server.stdout.readline()).decode().strip()
+    try:
+        with tempfile.TemporaryDirectory(prefix="bot-bench-") as tmp:
+            settings = Settings.model_validate({
+                "database": {"url": f"sqlite+aiosqlite:///{tmp}/mnemo.db"},
+                "data_dir": f"{tmp}/data",
+                "llm": {"base_url": base_url, "api_key": "bench", "max_retries": 0},
+                "memory": {"provider": args.provider,
+                           "simple": {"store_dir": f"{tmp}/data/memory"}},
+                "reflect": {"enabled": False}})
+            services = await build_services(settings)
+            statements = 0
+
+            def count(*_: object) -> None:
+                nonlocal statements
+                statements += 1
+
+            event.listen(services.engine.sync_engine, "before_cursor_execute", count)
+            sessions = [Session(id=f"bench:{i}", agent_id=settings.agent.id, user_id=i,
+                                channel="bench") for i in range(1, args.chats + 1)]
+            gate = asyncio.Semaphore(args.concurrency)
+
+            async def turn(session: Session, text: str) -> None:
+                async with gate:
+                    reply = await services.pool.chat(session, text)
+                if reply.error:
+                    raise RuntimeError(reply.text)
+
+            await asyncio.gather(*(turn(s, "warm up") for s in sessions))
+            await services.pool.drain()
+            statements, cpu, start = 0, time.process_time(), time.monotonic()
+            for r in range(args.rounds):
+                await asyncio.gather(*(turn(s, f"message {r} from {s.user_id}")
+                                       for s in sessions))
+            await services.pool.drain()
+            wall, cpu = time.monotonic() - start, time.process_time() - cpu
+            await services.close()
+    finally:
+        server.terminate()
+        await server.wait()
+    n = args.chats * args.rounds
+    return "\n".join([
+        f"## Pool turn alone, in-process ({datetime.now(UTC):%Y-%m-%d})",
+        "",
+        f"- machine: {machine()}",
+        f"- command: `.venv/bin/python bench/bot_throughput.py --turns-only --chats "
+        f"{args.chats} --rounds {args.rounds} --concurrency {args.concurrency} "
+        f"--provider {args.provider}`",
+        "",
+        "| turns | turns/s | CPU ms per turn | SQL statements per turn |",
+        "|---:|---:|---:|---:|",
+        f"| {n} | {n / wall:.1f} | {cpu / n * 1000:.2f} | {statements / n:.1f} |",
+        "",
+    ])
+
+
 def report(results: list[Result], args: argparse.Namespace) -> str:
     mnemo, channel, echo = results
     lines = [
@@ -236,6 +318,9 @@ def report(results: list[Result], args: argparse.Namespace) -> str:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--fake-llm":
+        fake_llm_main()
+        sys.exit(0)
     if len(sys.argv) > 1 and sys.argv[1] in ("--echo-bot", "--channel-bot"):
         main_of = echo_bot_main if sys.argv[1] == "--echo-bot" else channel_bot_main
         main_of(sys.argv[2], sys.argv[3], int(sys.argv[4]))
@@ -245,10 +330,12 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--provider", default="lcm")
+    parser.add_argument("--turns-only", action="store_true",
+                        help="measure the pool's turn alone, in-process (no Telegram)")
     parser.add_argument("--append-results", action="store_true",
                         help="append the figures to bench/RESULTS.md")
     ns = parser.parse_args()
-    text = report(asyncio.run(main(ns)), ns)
+    text = asyncio.run(turns_only(ns)) if ns.turns_only else report(asyncio.run(main(ns)), ns)
     print(text)
     if ns.append_results:
         append_results(text)
