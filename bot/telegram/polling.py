@@ -8,11 +8,13 @@ highest fetched when all are: a crash at any moment loses nothing, and what Tele
 sends again is recognised as handled (`HandledUpdates`) and skipped.
 
 The cost: Telegram answers a getUpdates at once while any update at or above its offset
-waits, so while an update is not durable yet (queued behind its conversation's running
-turn, or behind `telegram.concurrent_updates`) the loop cannot long-poll. It then polls
-with timeout 0, waking when some update becomes durable or after `PENDING_POLL_S`: new
-updates wait at most that long, and Telegram's `limit` (100) bounds how far past the
-oldest undurable update one poll can see.
+waits, so while an update is not durable yet (queued behind its chat's running turn, see
+`bot.telegram.chat_queues`, or waiting for one of the `telegram.concurrent_updates`
+slots) the loop cannot long-poll. It then polls with timeout 0, waking when some update
+becomes durable or after `PENDING_POLL_S`: new updates wait at most that long. Telegram's
+`limit` (100) bounds how far past the oldest undurable update one poll can see: while
+100 or more fetched updates wait undurable (one chat sending that many at once), newer
+updates of other chats are seen only as that backlog shrinks.
 
 Errors, as python-telegram-bot's own loop treats them: RetryAfter waits what Telegram
 asks (+0.5 s); a timeout retries at once; other errors (network, 5xx, Conflict with
