@@ -177,6 +177,16 @@ def with_generation(base: Session, generation: int) -> Session:
     return dataclasses.replace(base, id=f"{base.id}{GENERATION_SEP}{generation}")
 
 
+# What a user reads when the memory store fails: what failed and whether their message
+# is kept, never an exception's name (the traceback goes to the log).
+MEMORY_DOWN = ("Sorry, my memory store failed, so your message was NOT saved. "
+               "Please send it again.")
+MEMORY_FAILED_KEPT = ("Sorry, my memory store failed before I could answer. Your message "
+                      "is saved; please try again.")
+ANSWER_NOT_SAVED = ("Sorry, my memory store failed while saving the answer, so I can't "
+                    "show it. Your message is saved; please try again.")
+
+
 def apology(reason: str) -> str:
     return f"Sorry, I couldn't answer: {reason}. Your message is saved; please try again."
 
@@ -266,14 +276,13 @@ class Pool:
                 entered = True
                 with bind_session(session):
                     reply = await self._turn(session, text, on_delta, receipt)
-        except Exception as exc:
+        except Exception:
             if entered:
                 raise
             # The turn lock lives in the database on PostgreSQL: a database that is down
             # fails here, before anything was stored.
             log.exception("could not take the turn lock of session %s", session.id)
-            reply = Reply(f"Sorry, my memory store failed ({type(exc).__name__}); your "
-                          "message was NOT saved. Please try again.", error=True)
+            reply = Reply(MEMORY_DOWN, error=True)
         record_turn(time.monotonic() - started, ok=not reply.error)
         if not reply.error:
             self._schedule_compaction(session)
@@ -299,11 +308,9 @@ class Pool:
             overhead = estimate_tokens(system) + self._schema_tokens(tools)
             budget = max(MIN_HISTORY_BUDGET, self.settings.memory.budget_tokens - overhead)
             history = await provider.assemble(session, budget, self.settings.memory.fresh_tail)
-        except Exception as exc:
+        except Exception:
             log.exception("memory failed before the model was called (session %s)", session.id)
-            where = "your message is saved" if kept else "your message was NOT saved"
-            return Reply(f"Sorry, my memory store failed ({type(exc).__name__}); {where}. "
-                         "Please try again.", error=True)
+            return Reply(MEMORY_FAILED_KEPT if kept else MEMORY_DOWN, error=True)
         try:
             result = await run_turn(self.llm, [Message(role="system", content=system), *history],
                                     tools, max_rounds=self.settings.llm.max_tool_rounds,
@@ -315,10 +322,9 @@ class Pool:
         try:
             # (memory.tool advanced the snapshot after each of its writes already)
             await provider.append(session, *result.messages)
-        except Exception as exc:
+        except Exception:
             log.exception("could not store the answer of session %s", session.id)
-            return Reply(f"Sorry, my memory store failed while saving the answer "
-                         f"({type(exc).__name__}). Please try again.", error=True)
+            return Reply(ANSWER_NOT_SAVED, error=True)
         return Reply(result.text)
 
     def _schema_tokens(self, tools: list[Tool]) -> int:

@@ -283,3 +283,33 @@ async def test_build_services_wires_a_registered_provider(llm_server: FakeOpenAI
     finally:
         await services.close()
         await services.close()  # idempotent
+
+
+@pytest.mark.parametrize("failing_call", [1, 2])
+async def test_a_memory_failure_is_told_plainly_without_exception_names(
+        sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, failing_call: int):
+    from sqlalchemy.exc import OperationalError
+
+    pool = make_pool(sqlite_engine)
+    append = pool.provider.append
+    calls = 0
+
+    async def flaky_append(session: Session, *messages):
+        nonlocal calls
+        calls += 1
+        if calls == failing_call:  # 1: the user's message, 2: the answer
+            raise OperationalError("INSERT", {}, Exception("disk I/O error"))
+        return await append(session, *messages)
+
+    monkeypatch.setattr(pool.provider, "append", flaky_append)
+    reply = await pool.chat(ALICE, "hello")
+    assert reply.error and "OperationalError" not in reply.text and "(" not in reply.text
+    kept = roles(await pool.provider.load_history(ALICE.id))
+    if failing_call == 1:
+        assert "NOT saved" in reply.text and kept == [] and not llm_server.requests
+    else:
+        assert "while saving the answer" in reply.text and "is saved" in reply.text
+        assert kept == ["user"]
+    # the traceback is in the log instead
+    assert any(r.exc_info and r.exc_info[0] is OperationalError for r in caplog.records)

@@ -191,6 +191,7 @@ async def test_database_down_between_and_during_turns(tg: FakeTelegram, llm: Fak
             await cluster.stop()
             down = await ask(tg, chat, "while down")
             assert down.startswith("Sorry, my memory store failed") and "NOT saved" in down
+            assert "Error" not in down and not looks_like_traceback(down)
             await cluster.start()
             assert "echo: after restart" in await ask(tg, chat, "after restart", within=20)
             # Down mid-turn: the question is stored, the model is answering.
