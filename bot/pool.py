@@ -81,10 +81,13 @@ MIN_HISTORY_BUDGET = 256
 
 @dataclass
 class Reply:
-    """What a channel shows: the answer, or (error=True) one plain line of apology."""
+    """What a channel shows: the answer, or (error=True) one plain line of apology.
+    `skipped`: the message was stored elsewhere already (`AlreadyStored`): nothing to
+    show, `text` is empty and whoever stored it answers it."""
 
     text: str
     error: bool = False
+    skipped: bool = False
 
 
 @dataclass
@@ -97,12 +100,19 @@ class _Slot:
 ToolFactory = Callable[[Any, Session], list[Tool]]
 
 
+class AlreadyStored(Exception):
+    """Raised by `Receipt.write`: the message was already stored elsewhere (another
+    replica got the same delivery). The append rolls back, and the turn ends quietly
+    with `Reply(skipped=True)`: a normal event, not a failure."""
+
+
 class Receipt(Protocol):
     """A channel's record that a user message is stored (Telegram: its update id, so a
     redelivered update is neither stored nor answered twice)."""
 
     async def write(self, conn: AsyncConnection) -> None:
-        """Inside the append's own transaction (providers on `memory.history`)."""
+        """Inside the append's own transaction (providers on `memory.history`). Raises
+        `AlreadyStored` when the message was already stored elsewhere."""
 
     async def stored(self, atomic: bool) -> None:
         """After the append committed; `atomic`: `write` ran in its transaction."""
@@ -264,7 +274,8 @@ class Pool:
                    receipt: Receipt | None = None) -> Reply:
         """One user message in, one reply out. Never raises for model or memory failures:
         those become `Reply(error=True)` with a plain line naming the problem. `receipt`
-        is written with the user's message (see `Receipt`)."""
+        is written with the user's message (see `Receipt`); a message it finds stored
+        already gives `Reply(skipped=True)`, to be shown nothing."""
         if self._closed:
             raise RuntimeError("the pool is closed")
         if not text.strip():
@@ -283,6 +294,8 @@ class Pool:
             # fails here, before anything was stored.
             log.exception("could not take the turn lock of session %s", session.id)
             reply = Reply(MEMORY_DOWN, error=True)
+        if reply.skipped:
+            return reply  # no turn happened here
         record_turn(time.monotonic() - started, ok=not reply.error)
         if not reply.error:
             self._schedule_compaction(session)
@@ -308,6 +321,10 @@ class Pool:
             overhead = estimate_tokens(system) + self._schema_tokens(tools)
             budget = max(MIN_HISTORY_BUDGET, self.settings.memory.budget_tokens - overhead)
             history = await provider.assemble(session, budget, self.settings.memory.fresh_tail)
+        except AlreadyStored as exc:
+            log.info("message for session %s was already stored elsewhere, not again: %s",
+                     session.id, exc)
+            return Reply("", skipped=True)
         except Exception:
             log.exception("memory failed before the model was called (session %s)", session.id)
             return Reply(MEMORY_FAILED_KEPT if kept else MEMORY_DOWN, error=True)

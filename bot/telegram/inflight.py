@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from telegram import Update
 from telegram.ext import Application
 
+from bot.pool import AlreadyStored
 from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.handled import HandledUpdates
 
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 WEBHOOK_WAIT_S = 50.0  # answer Telegram's POST before its own timeout (about a minute)
 
 
-class DuplicateDelivery(RuntimeError):
+class DuplicateDelivery(AlreadyStored):
     """The update was recorded as handled by someone else while we handled it too."""
 
 

@@ -141,7 +141,7 @@ async def test_an_update_another_replica_stores_meanwhile_is_skipped_quietly(
         return seen
 
     monkeypatch.setattr(HandledUpdates, "seen", seen_then_stored_elsewhere)
-    caplog.set_level(logging.INFO, logger="bot.telegram")
+    caplog.set_level(logging.INFO)
     alice = tg.private(41)
     async with temp_database_url("sqlite", tmp_path) as url, \
             bot_on(tg, llm, tmp_path, url) as services:
@@ -153,6 +153,8 @@ async def test_an_update_another_replica_stores_meanwhile_is_skipped_quietly(
     assert len(llm.requests) == 1
     skipped = [r for r in caplog.records if "stored by another replica" in r.getMessage()]
     assert [(r.levelno, r.exc_info) for r in skipped] == [(logging.INFO, None)]
+    # a normal event between replicas: nothing anywhere logs it as an error
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 async def test_a_stop_acknowledges_only_what_is_durable(
