@@ -5,6 +5,7 @@ from `build_services` and ends with `Services.close()`."""
 from __future__ import annotations
 
 import logging
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,14 @@ class Services:
 
     async def close(self) -> None:
         """Pool first (its background compactions still use the provider), then the
-        provider, the LLM client and the engine. Safe to call twice."""
-        await self.pool.close()
-        await self.locks.close()
-        await self.provider.close()
-        await self.llm.close()
-        await self.engine.dispose()
+        turn locks, the provider, the LLM client and the engine; each one even if an
+        earlier one failed (the first error is raised at the end). Safe to call twice."""
+        async with AsyncExitStack() as stack:  # callbacks run last pushed first
+            stack.push_async_callback(self.engine.dispose)
+            stack.push_async_callback(self.llm.close)
+            stack.push_async_callback(self.provider.close)
+            stack.push_async_callback(self.locks.close)
+            stack.push_async_callback(self.pool.close)
 
 
 def _trace(event: Any) -> None:
@@ -65,12 +68,16 @@ def build_summarizer(llm: LLMClient, settings: Settings) -> Summarizer:
 async def build_services(settings: Settings, *, llm: LLMClient | None = None,
                          summarizer: Summarizer | None = None) -> Services:
     """Build everything from `settings`. `llm` and `summarizer` may be injected (tests,
-    benchmarks); by default they come from `settings.llm`."""
+    benchmarks); by default they come from `settings.llm`. The services own what they
+    are given (`Services.close` closes an injected `llm` too); if building fails, all
+    that was made or given so far is closed before the error propagates."""
     engine = create_engine(settings.database.url)
-    instrument_engine(engine)  # count database errors for /metrics
-    try:
+    async with AsyncExitStack() as undo:  # on failure: close what exists, newest first
+        undo.push_async_callback(engine.dispose)
+        instrument_engine(engine)  # count database errors for /metrics
         await migrate(engine)
         llm = llm or LLMClient(settings.llm)
+        undo.push_async_callback(llm.close)
         ctx = ProviderContext(
             engine=engine,
             summarizer=summarizer or build_summarizer(llm, settings),
@@ -79,12 +86,12 @@ async def build_services(settings: Settings, *, llm: LLMClient | None = None,
             config=settings.provider_config(),
         )
         provider = create_provider(settings.memory.provider, ctx)
+        undo.push_async_callback(provider.close)
         provider = with_tracing(provider, _trace)
         locks = SessionLocks(engine)
+        undo.push_async_callback(locks.close)
         pool = Pool(provider, llm, settings, locks=locks)
-    except BaseException:
-        await engine.dispose()
-        raise
+        undo.pop_all()  # built: from now on Services.close closes them
     log.info("memory provider %s on %s", settings.memory.provider, engine.dialect.name)
     return Services(settings=settings, engine=engine, provider=provider, llm=llm, pool=pool,
                     locks=locks)
