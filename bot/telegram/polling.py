@@ -16,6 +16,11 @@ becomes durable or after `PENDING_POLL_S`: new updates wait at most that long. T
 100 or more fetched updates wait undurable (one chat sending that many at once), newer
 updates of other chats are seen only as that backlog shrinks.
 
+Each poll therefore gets again, up to 100 at a time, every update still waiting. Parsing
+them all again (`Update.de_json`) was most of the bot's CPU under load, so the loop asks
+for the raw JSON (`Bot.do_api_request`) and parses only ids it has not accepted before;
+the rest are in flight here, or durable and waiting to be acknowledged.
+
 Errors, as python-telegram-bot's own loop treats them: RetryAfter waits what Telegram
 asks (+0.5 s); a timeout retries at once; other errors (network, 5xx, Conflict with
 another poller or a webhook) back off from 1 s by x1.5 up to 30 s; an invalid token
@@ -27,11 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from telegram import Update
 from telegram.error import InvalidToken, RetryAfter, TelegramError, TimedOut
-from telegram.ext import Application
+from telegram.ext import Application, ExtBot
+from telegram.warnings import PTBUserWarning
 
 from bot.telegram.delivery import retry_after_seconds, with_retry
 from bot.telegram.inflight import Inflight
@@ -42,6 +50,10 @@ PENDING_POLL_S = 0.5
 LIMIT = 100  # Telegram's maximum per getUpdates
 BACKOFF_MAX_S = 30.0
 PRUNE_EVERY_S = 3600.0
+# Added to a long poll's `timeout` to give its answer time to arrive: what Bot.get_updates
+# adds, python-telegram-bot's default read timeout of the getUpdates connection pool
+# (bot.telegram.channel keeps that default).
+READ_MARGIN_S = 5.0
 
 
 class Poller:
@@ -55,6 +67,11 @@ class Poller:
         self._highest: int | None = None  # highest update id accepted by this process
         self._task: asyncio.Task[None] | None = None
         self._next_prune = 0.0
+        # do_api_request("getUpdates") warns that Bot.get_updates exists; we want the raw
+        # answer. Set here, not at import: a warnings.catch_warnings() block around the
+        # import (pytest's) would drop it on exit. Adding it again replaces it.
+        warnings.filterwarnings("ignore", message=r"Please use 'Bot\.getUpdates'",
+                                category=PTBUserWarning)
 
     @property
     def running(self) -> bool:
@@ -117,21 +134,42 @@ class Poller:
         # While an update waits undurable, Telegram would answer a long poll at once.
         timeout = 0 if self.inflight.undurable() else self.timeout
         offset = self.offset()
-        updates = await self.app.bot.get_updates(offset=offset, timeout=timeout, limit=LIMIT,
-                                                 allowed_updates=self.allowed_updates)
-        self._accept(updates, offset)
+        raw = await self._get_updates(offset, timeout)
+        self._accept(raw, offset)
 
-    def _accept(self, updates: Sequence[Update], offset: int | None) -> None:
-        for update in updates:
-            uid = update.update_id
+    async def _get_updates(self, offset: int | None, poll_s: int) -> list[Any]:
+        """getUpdates, answered as Telegram sent it (a list of JSON objects)."""
+        params: dict[str, Any] = {"timeout": poll_s, "limit": LIMIT,
+                                  "allowed_updates": self.allowed_updates}
+        if offset is not None:
+            params["offset"] = offset
+        result = await self.app.bot.do_api_request(
+            "getUpdates", api_kwargs=params, read_timeout=READ_MARGIN_S + poll_s)
+        if not isinstance(result, list):
+            raise TypeError(f"getUpdates answered {type(result).__name__}, not a list")
+        return result
+
+    def _accept(self, raw: Sequence[Any], offset: int | None) -> None:
+        for entry in raw:
+            uid = entry.get("update_id") if isinstance(entry, dict) else None
+            if not isinstance(uid, int):
+                raise ValueError(f"getUpdates answered an entry without an update_id: "
+                                 f"{entry!r:.200}")
             if offset is not None and uid < offset and not self.inflight.undurable():
                 # Telegram numbers afresh after a week without updates.
                 log.info("update ids restarted at %s", uid)
                 self._highest = None
             if self._highest is not None and uid <= self._highest:
                 continue  # fetched before: in flight, or durable and not acknowledged yet
+            self.inflight.accept(self._parse(entry))
             self._highest = uid
-            self.inflight.accept(update)
+
+    def _parse(self, entry: dict[str, Any]) -> Update:
+        bot = self.app.bot
+        update = Update.de_json(entry, bot)
+        if isinstance(bot, ExtBot):  # as ExtBot.get_updates does (arbitrary callback data)
+            bot.insert_callback_data(update)
+        return update
 
     async def _maybe_prune(self) -> None:
         now = asyncio.get_running_loop().time()

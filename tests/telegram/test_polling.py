@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from telegram import Update
 
 from bot.app import Services, build_services
 from bot.commands import HELP
@@ -102,6 +103,36 @@ async def test_offset_waits_for_the_message_to_be_stored(
             handled = sorted((await conn.execute(sa.select(telegram_updates.c.update_id)))
                              .scalars())
         assert handled == [1, 2, 3]  # written with each message
+
+
+async def test_an_update_sent_again_while_it_waits_is_parsed_once(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[int] = []
+    de_json = Update.de_json
+
+    def counting(cls: type[Update], data: dict[str, Any], bot: Any = None) -> Update:
+        parsed.append(data["update_id"])
+        return de_json(data, bot)
+
+    monkeypatch.setattr(Update, "de_json", classmethod(counting))
+    gate = asyncio.Event()
+    llm.push(gated(gate, text("first answer")))
+    alice = tg.private(41)
+    async with temp_database_url("sqlite", tmp_path) as url, \
+            bot_on(tg, llm, tmp_path, url) as services:
+        alice.send("m1")                       # update 1: its turn hangs at the model
+        await llm.wait_for_requests(1)
+        alice.send("m2")                       # update 2: waits undurable behind it
+        # Telegram sends update 2 again with every poll from offset 2 meanwhile.
+        await tg.wait_for(lambda: offsets(tg).count(2) >= 3)
+        assert parsed == [1, 2]
+        gate.set()
+        await tg.wait_for_message(41, contains="echo: m2")
+        await tg.wait_for(lambda: 3 in offsets(tg))
+        assert await user_texts(services, 41) == ["m1", "m2"]
+    assert parsed == [1, 2]
+    assert [m.text for m in tg.bot_messages(41)] == ["first answer", "echo: m2"]
 
 
 async def test_a_redelivered_update_is_neither_stored_nor_answered_twice(
