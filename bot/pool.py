@@ -75,6 +75,7 @@ log = logging.getLogger(__name__)
 GENERATION_SEP = "#"
 DEFAULT_IDLE_S = 900.0
 CURRENT_CACHE_SIZE = 10_000
+SEEDED_CACHE_SIZE = 10_000  # (user, agent) pairs known seeded; forgetting one costs a read
 # The history never gets less than this, whatever the system prompt costs.
 MIN_HISTORY_BUDGET = 256
 
@@ -216,7 +217,8 @@ class Pool:
         self._tools = tools
         self._clock = clock
         self._slots: dict[str, _Slot] = {}
-        self._seeded: set[tuple[int, str]] = set()
+        # (user, agent) pairs seeded by this process, most recently used last (bounded)
+        self._seeded: OrderedDict[tuple[int, str], None] = OrderedDict()
         # Capability checks are Protocol isinstance calls: made once, not every turn.
         self._memory = MemoryReader(provider)
         self._compactor = isinstance(provider, Compactor)
@@ -360,12 +362,17 @@ class Pool:
     async def _seed_identity(self, session: Session) -> None:
         key = (session.user_id, session.agent_id)
         if key in self._seeded:
+            self._seeded.move_to_end(key)
             return
         if not self._can_seed:
             return  # seeding needs the changelog to tell "never set" from "cleared"
+        # Idempotent (the changelog tells what was seeded), so a pair evicted below is
+        # merely checked again on its next turn.
         await seed_identity(self.provider, Path(self.settings.data_dir),
                             session.user_id, session.agent_id)
-        self._seeded.add(key)
+        self._seeded[key] = None
+        while len(self._seeded) > SEEDED_CACHE_SIZE:
+            self._seeded.popitem(last=False)
 
     # --- compaction ------------------------------------------------------------------
 
