@@ -442,11 +442,17 @@ class Pool:
         return self.provider if isinstance(self.provider, SessionManager) else None
 
     async def current_session(self, base: Session) -> Session:
-        """The live session of the conversation `base` stands for (see module doc)."""
+        """The live session of the conversation `base` stands for (see module doc).
+
+        The cache is per process, so a cached session is checked (one read by the
+        unique session id) not to have been archived since by a `/new` on another
+        replica. A `/new` landing between this check and the turn's append still lets
+        that one message into the archived session: kept, and only that once."""
         cached = self._current.get(base.id)
         if cached is not None:
             self._current.move_to_end(base.id)
-            return cached
+            if not await self._archived(cached):
+                return cached
         session = await self._resolve_current(base)
         self._remember(base.id, session)
         return session
@@ -456,6 +462,18 @@ class Pool:
         self._current.move_to_end(base_id)
         while len(self._current) > CURRENT_CACHE_SIZE:
             self._current.popitem(last=False)  # resolved again from the store when needed
+
+    async def _archived(self, session: Session) -> bool:
+        manager = self._manager()
+        if manager is None:
+            return False  # the generation lives in this process only
+        try:
+            return (await manager.load_info(session.id)).archived
+        except NotFound:
+            return False  # nothing stored in it yet: live
+        except Exception as exc:  # the turn itself reports a store that is down
+            log.warning("could not check whether session %s is archived: %s", session.id, exc)
+            return False
 
     async def _resolve_current(self, base: Session) -> Session:
         manager = self._manager()

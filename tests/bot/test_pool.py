@@ -334,3 +334,42 @@ async def test_identity_seeding_is_remembered_for_a_bounded_number_of_users(
         assert not (await pool.chat(session, "hi")).error
     # 3 and 2 were remembered; 1 was evicted by 3 (at most two kept) and seeded again
     assert seeded == [1, 2, 3, 1]
+
+
+async def test_new_on_one_replica_is_seen_by_another_at_one_read_per_turn(
+        engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI, tmp_path: Path):
+    from sqlalchemy import event
+
+    from memory.capabilities import ProviderContext
+    from memory.registry import create_provider
+    from tests.bot.conftest import make_settings
+
+    config = make_settings(llm_server, tmp_path / "data").provider_config()
+
+    def replica() -> Pool:
+        ctx = ProviderContext(engine=engine, summarizer=GatedSummarizer(), agent_id="default",
+                              data_dir=tmp_path / "data", config=config)
+        return make_pool(engine, provider=create_provider("lcm", ctx))
+
+    a, b = replica(), replica()
+    await b.chat(await b.current_session(ALICE), "before /new")  # b caches ALICE itself
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, *args) -> None:
+        statements.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    try:
+        assert await b.current_session(ALICE) == ALICE
+        # the check of a cached live session: one read (SQLite also sends its BEGIN)
+        reads = [s for s in statements if s not in ("BEGIN", "COMMIT", "ROLLBACK")]
+        assert len(reads) == 1 and "FROM conversations" in reads[0], statements
+        nxt = await a.new_session(ALICE)
+        assert await b.current_session(ALICE) == nxt
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", count)
+    await b.chat(await b.current_session(ALICE), "after /new")
+    assert [m.content for m in await b.provider.load_history(nxt.id)] == [
+        "after /new", "echo: after /new"]
+    assert [m.content for m in await b.provider.load_history(ALICE.id)] == [
+        "before /new", "echo: before /new"]
