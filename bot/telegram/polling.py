@@ -11,10 +11,11 @@ The cost: Telegram answers a getUpdates at once while any update at or above its
 waits, so while an update is not durable yet (queued behind its chat's running turn, see
 `bot.telegram.chat_queues`, or waiting for one of the `telegram.concurrent_updates`
 slots) the loop cannot long-poll. It then polls with timeout 0, waking when some update
-becomes durable or after `PENDING_POLL_S`: new updates wait at most that long. Telegram's
-`limit` (100) bounds how far past the oldest undurable update one poll can see: while
-100 or more fetched updates wait undurable (one chat sending that many at once), newer
-updates of other chats are seen only as that backlog shrinks.
+becomes durable (but at most once per `PENDING_GAP_S`) or after `PENDING_POLL_S`: new
+updates wait at most that long. Telegram's `limit` (100) bounds how far past the oldest
+undurable update one poll can see: while 100 or more fetched updates wait undurable (one
+chat sending that many at once), newer updates of other chats are seen only as that
+backlog shrinks.
 
 Each poll therefore gets again, up to 100 at a time, every update still waiting. Parsing
 them all again (`Update.de_json`) was most of the bot's CPU under load, so the loop asks
@@ -47,6 +48,9 @@ from bot.telegram.inflight import Inflight
 log = logging.getLogger(__name__)
 
 PENDING_POLL_S = 0.5
+# Under load some update becomes durable every few ms; polling at each would fetch the
+# same waiting updates again and again. At most one poll per this while any wait.
+PENDING_GAP_S = 0.05
 LIMIT = 100  # Telegram's maximum per getUpdates
 BACKOFF_MAX_S = 30.0
 PRUNE_EVERY_S = 3600.0
@@ -67,6 +71,7 @@ class Poller:
         self._highest: int | None = None  # highest update id accepted by this process
         self._task: asyncio.Task[None] | None = None
         self._next_prune = 0.0
+        self._last_poll = 0.0
         # do_api_request("getUpdates") warns that Bot.get_updates exists; we want the raw
         # answer. Set here, not at import: a warnings.catch_warnings() block around the
         # import (pytest's) would drop it on exit. Adding it again replaces it.
@@ -129,8 +134,13 @@ class Poller:
 
     async def _poll_once(self) -> None:
         await self._maybe_prune()
+        loop = asyncio.get_running_loop()
         if self.inflight.undurable():
             await self.inflight.wait_progress(self.pending_poll_s)
+            gap = self._last_poll + PENDING_GAP_S - loop.time()
+            if gap > 0:
+                await asyncio.sleep(gap)
+        self._last_poll = loop.time()
         # While an update waits undurable, Telegram would answer a long poll at once.
         timeout = 0 if self.inflight.undurable() else self.timeout
         offset = self.offset()
