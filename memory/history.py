@@ -19,16 +19,23 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.append_hook import run_append_hook
-from memory.db import lock_for_transaction, write_transaction
+from memory.db import conflict_insert, lock_for_transaction, write_transaction
 from memory.errors import NotFound
 from memory.history_models import Conversation, MessagePart, MessageRow
 from memory.sanitize import storable
 from memory.tokens import message_tokens
-from memory.types import ListOptions, Message, Session, SessionInfo, ToolCall, utcnow
+from memory.types import (
+    ListOptions,
+    Message,
+    Session,
+    SessionInfo,
+    ToolCall,
+    as_utc,
+    utcnow,
+)
 
 conversations = Conversation.__table__
 messages = MessageRow.__table__
@@ -91,20 +98,6 @@ def _parts_of(msg: Message) -> list[dict]:
     return out
 
 
-def _insert_ignore(conn: AsyncConnection, table: sa.Table) -> sa.Insert:
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table).on_conflict_do_nothing()
-
-
-def _as_utc(value: datetime | None) -> datetime | None:
-    # SQLite hands back naive datetimes for timezone-aware columns in some paths.
-    if value is not None and value.tzinfo is None:
-        from datetime import UTC
-
-        return value.replace(tzinfo=UTC)
-    return value
-
-
 def _bind(name: str, column: sa.Column) -> sa.BindParameter:
     return sa.bindparam(name, type_=column.type)
 
@@ -155,7 +148,7 @@ def build_message(
 ) -> tuple[StoredMessage, Message]:
     """A stored message back from its row (id, seq, role, content, token_count,
     created_at) and its parts' rows (kind, tool_call_id, tool_name, content; in order)."""
-    created = _as_utc(row["created_at"])
+    created = as_utc(row["created_at"])
     msg = Message(role=row["role"], content=row["content"], created_at=created)
     for p in part_rows:
         if p["kind"] == PartKind.REASONING:
@@ -183,7 +176,7 @@ class HistoryStore:
             return cached
         now = utcnow()
         await conn.execute(
-            _insert_ignore(conn, conversations).values(
+            conflict_insert(conn, conversations).on_conflict_do_nothing().values(
                 session_id=session.id,
                 agent_id=session.agent_id,
                 user_id=session.user_id,
@@ -355,7 +348,7 @@ class HistoryStore:
                     ).where(messages.c.conversation_id == conv_id)
                 )
             ).one()
-        return int(row[0]), int(row[1]), _as_utc(row[2]), _as_utc(row[3])
+        return int(row[0]), int(row[1]), as_utc(row[2]), as_utc(row[3])
 
     # -- session info --------------------------------------------------------------
 
@@ -377,8 +370,8 @@ class HistoryStore:
             user_id=row["user_id"],
             channel=row["channel"],
             title=row["title"],
-            created_at=_as_utc(row["created_at"]),
-            last_active=_as_utc(row["updated_at"]),
+            created_at=as_utc(row["created_at"]),
+            last_active=as_utc(row["updated_at"]),
             archived=bool(row["archived"]),
         )
 

@@ -23,15 +23,12 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
-from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.context import change_source_from_context, session_id_from_context
-from memory.db import write_transaction
+from memory.db import conflict_insert, write_transaction
 from memory.errors import Conflict, InvalidArgument, NotFound, StoreCorrupt
 from memory.models import MemoryChangelog, MemoryState, SessionSnapshotRow
 from memory.sanitize import storable
@@ -42,6 +39,7 @@ from memory.types import (
     ConstraintEntry,
     Scope,
     SessionSnapshot,
+    as_utc,
     utcnow,
 )
 
@@ -65,13 +63,6 @@ _COLUMNS: dict[Scope, str] = {
 # Given the locked transaction, the current version and the old text of a scope: the new
 # text and the changelog action. Raising aborts the write (the transaction rolls back).
 Change = Callable[[AsyncConnection, int, str], Awaitable[tuple[str, Action]]]
-
-
-def _as_utc(value: datetime | None) -> datetime | None:
-    # SQLite hands back naive datetimes; everything we store is UTC.
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
 
 
 def _check_owner(user_id: int, agent_id: str) -> None:
@@ -143,11 +134,6 @@ def _new_constraint_id(taken: set[str]) -> str:
             return cid
 
 
-def _insert_ignore(conn: AsyncConnection, table: sa.Table) -> Any:
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table)
-
-
 def _owner(table: sa.Table, user_id: int, agent_id: str) -> sa.ColumnElement[bool]:
     return sa.and_(table.c.user_id == user_id, table.c.agent_id == agent_id)
 
@@ -157,7 +143,7 @@ async def _lock_state(conn: AsyncConnection, user_id: int, agent_id: str) -> sa.
     transaction ends (PostgreSQL: FOR UPDATE; SQLite: BEGIN IMMEDIATE already holds
     the single write lock)."""
     await conn.execute(
-        _insert_ignore(conn, state_table)
+        conflict_insert(conn, state_table)
         .values(
             user_id=user_id,
             agent_id=agent_id,
@@ -214,7 +200,7 @@ def _entry(row: sa.Row) -> ChangeEntry:
         version_after=row.version_after,
         before_text=row.before_text,
         after_text=row.after_text,
-        created_at=_as_utc(row.created_at),
+        created_at=as_utc(row.created_at),
     )
 
 
@@ -224,7 +210,7 @@ def _snapshot(row: sa.Row) -> SessionSnapshot:
         user_id=row.user_id,
         agent_id=row.agent_id,
         version=int(row.version),
-        updated_at=_as_utc(row.updated_at),
+        updated_at=as_utc(row.updated_at),
     )
 
 
@@ -446,7 +432,7 @@ class SharedStores:
                     version_after=current if entry.version_after is None else entry.version_after,
                     before_text=storable(entry.before_text),
                     after_text=storable(entry.after_text),
-                    created_at=_as_utc(entry.created_at) or utcnow(),
+                    created_at=as_utc(entry.created_at) or utcnow(),
                 )
             )
 
@@ -477,7 +463,7 @@ class SharedStores:
             if row is None:  # (another writer may have created it since our read)
                 version = await _current_version(conn, user_id, agent_id)
                 await conn.execute(
-                    _insert_ignore(conn, snapshot_table)
+                    conflict_insert(conn, snapshot_table)
                     .values(
                         session_id=session_id,
                         user_id=user_id,
@@ -498,7 +484,7 @@ class SharedStores:
             version = await _current_version(conn, user_id, agent_id)
             now = utcnow()
             await conn.execute(
-                _insert_ignore(conn, snapshot_table)
+                conflict_insert(conn, snapshot_table)
                 .values(
                     session_id=session_id,
                     user_id=user_id,
