@@ -22,7 +22,7 @@ Export refers to messages by their seq (ids change on import) and keeps summary 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,7 +30,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.errors import InvalidArgument
 from memory.history import conversations, messages
-from memory.maintenance import Fault
+from memory.maintenance import Fault, parse_timestamp
+from memory.types import iso_utc
 from plugins.lcm.dag import CONDENSED, LEAF
 from plugins.lcm.models import context_items, summaries, summary_messages, summary_parents
 
@@ -49,26 +50,9 @@ _SUMMARY_FIELDS = (
 _TIMES = ("earliest_at", "latest_at", "created_at")
 
 
-def _iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat()
-
-
 def _parse_time(value: Any, where: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value) if isinstance(value, str) else None
-    except ValueError:
-        parsed = None
-    if parsed is None or parsed.tzinfo is None:
-        raise InvalidArgument(
-            f"{where}: expected an ISO-8601 timestamp with offset, got {value!r:.60}"
-        )
-    return parsed
+    """Summary times may be absent (a summary of nothing has no range)."""
+    return None if value is None else parse_timestamp(value, where)
 
 
 class LcmMaintenance:
@@ -131,7 +115,7 @@ class LcmMaintenance:
         return {
             "summaries": [
                 {
-                    **{k: (_iso(r[k]) if k in _TIMES else r[k]) for k in _SUMMARY_FIELDS},
+                    **{k: (iso_utc(r[k]) if k in _TIMES else r[k]) for k in _SUMMARY_FIELDS},
                     "message_seqs": leaf_seqs.get(r["id"], []),
                     "child_ids": children.get(r["id"], []),
                 }
