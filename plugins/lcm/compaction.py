@@ -121,12 +121,16 @@ class Compaction:
         if conv_id is None:
             return False
         known = self.totals.take(conv_id)
-        if known is not None and known <= threshold:
-            return False  # an upper bound of the real total, carried by our own appends
+        if known is not None:
+            if known <= threshold:
+                return False  # an upper bound of the real total, carried by our own appends
+            seq = self.totals.last_seq(conv_id)
+            if seq is not None and self.totals.waiting(conv_id, seq):
+                return False  # over, but too few messages outside the tail for a chunk yet
         async with self.engine.connect() as conn:
             tokens, last_seq = await ci.context_size(conn, conv_id)
         self.totals.measured(conv_id, tokens, last_seq)
-        return tokens > threshold
+        return tokens > threshold and not self.totals.waiting(conv_id, last_seq)
 
     async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult:
         mode = CompactionMode(mode)
@@ -134,7 +138,9 @@ class Compaction:
         conv_id = await self.history.conversation_id(session.id)
         if conv_id is None:
             return CompactionResult()
+        seq_before = self.totals.last_seq(conv_id)  # never above the seq the read sees
         nodes = await self._read_compactable(conv_id)
+        compactable = nodes
         plan = _Plan(ordinals={n.key: n.first_ordinal for n in nodes})
         rounds = 1 if mode == CompactionMode.INCREMENTAL else self.settings.max_full_rounds
         for _ in range(rounds):
@@ -144,6 +150,8 @@ class Compaction:
             if len(plan.summaries) == before:
                 break
         if not plan.summaries:
+            if seq_before is not None:
+                self.totals.nothing_until(conv_id, seq_before + self._messages_short(compactable))
             return CompactionResult()
         try:
             result = await self._apply(session, plan)
@@ -152,6 +160,17 @@ class Compaction:
         if result.changed:
             result.duration_s = time.monotonic() - started
         return result
+
+    def _messages_short(self, nodes: Sequence[_Node]) -> int:
+        """After a plan found nothing: how many more messages before a leaf chunk can form.
+        Only the newest run of messages outside the tail grows (one message per message
+        appended), and condensed groups need new leaves first."""
+        run = 0
+        for node in reversed(nodes):
+            if not node.is_message:
+                break
+            run += 1
+        return max(1, self.settings.leaf_chunk_size - run)
 
     # -- reading (no lock) ----------------------------------------------------------
 

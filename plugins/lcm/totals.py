@@ -13,6 +13,13 @@ therefore never below the real total as of this process's last append.
 last `take`: the pool's check right after its turn's append. Any other caller measures.
 A total over the threshold is measured again before anyone compacts on its word, so an
 entry can only ever spare a query, never cause a compaction.
+
+A compaction that found nothing to compact (the messages outside the protected tail too
+few for a leaf chunk) leaves a *wait*: the seq the conversation must reach before one can
+form (`nothing_until`). Until then the check says no without reading, where it would
+otherwise measure and read the items again after every turn only to find nothing. Seqs
+only grow and every new message pushes one out of the tail, so the wait never hides a
+compaction that could happen; compactions and adoptions drop it (`forget`).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ class ContextTotals:
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._waits: OrderedDict[int, int] = OrderedDict()  # conv id -> seq to reach
 
     def measured(self, conv_id: int, tokens: int, last_seq: int) -> None:
         """The total and last seq read together, in one statement."""
@@ -57,6 +65,28 @@ class ContextTotals:
 
     def forget(self, conv_id: int) -> None:
         self._entries.pop(conv_id, None)
+        self._waits.pop(conv_id, None)
+
+    def last_seq(self, conv_id: int) -> int | None:
+        entry = self._entries.get(conv_id)
+        return entry.last_seq if entry is not None else None
+
+    def nothing_until(self, conv_id: int, seq: int) -> None:
+        """Nothing can be compacted before the conversation's last seq reaches `seq`."""
+        self._waits[conv_id] = seq
+        self._waits.move_to_end(conv_id)
+        while len(self._waits) > self.capacity:
+            self._waits.popitem(last=False)
+
+    def waiting(self, conv_id: int, last_seq: int) -> bool:
+        """True while a compaction at `last_seq` would certainly find nothing."""
+        until = self._waits.get(conv_id)
+        if until is None:
+            return False
+        if last_seq >= until:
+            del self._waits[conv_id]
+            return False
+        return True
 
     def take(self, conv_id: int) -> int | None:
         """The total carried forward by this process's latest append, once; else None."""

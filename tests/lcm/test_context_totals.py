@@ -56,3 +56,32 @@ async def test_compactions_here_or_elsewhere_lower_the_total(make_provider) -> N
     assert await mine.needs_compaction(s, total - 1)
     await mine.append(s, *numbered(1, start=30))
     assert not await mine.needs_compaction(s, await exact(mine, s))
+
+
+async def test_after_a_compaction_that_found_nothing_it_waits_for_a_chunk(make_provider) -> None:
+    # keep_tail 4, leaf_chunk_size 4: six messages leave two outside the tail, too few.
+    p = make_provider()
+    s = session()
+    await p.append(s, *numbered(6))
+    assert await p.needs_compaction(s, 0)  # over the threshold: measured, not yet known
+    assert (await p.compact(s, CompactionMode.INCREMENTAL)).messages_compacted == 0
+    # From here on, "needs compaction" means "a compaction would compact something".
+    for i in (6, 7):
+        await p.append(s, *numbered(1, start=i))
+        says = await p.needs_compaction(s, 0)
+        compacted = (await p.compact(s, CompactionMode.INCREMENTAL)).messages_compacted
+        assert says == (compacted > 0), (i, says, compacted)
+    assert compacted == 4
+
+
+async def test_a_wait_counts_messages_appended_elsewhere(make_provider) -> None:
+    mine, other = make_provider(), make_provider()
+    s = session()
+    await mine.append(s, *numbered(6))
+    assert await mine.needs_compaction(s, 0)
+    assert (await mine.compact(s, CompactionMode.INCREMENTAL)).messages_compacted == 0
+    await mine.append(s, *numbered(1, start=6))
+    assert not await mine.needs_compaction(s, 0)  # one short
+    await other.append(s, *numbered(1, start=7))
+    assert await mine.needs_compaction(s, 0)
+    assert (await mine.compact(s, CompactionMode.INCREMENTAL)).messages_compacted == 4
