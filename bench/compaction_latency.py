@@ -9,6 +9,12 @@ sessions. A turn "triggers" compaction when the background task it scheduled cal
 summarizer; "overlapping" turns are those that ran while a compaction of their own session
 was in flight. Target (issue 4): p50 of triggering turns within 1.2x of the others.
 
+The conversations run in lockstep (same lengths, same start), so every session crosses
+the threshold at the same turn and all their compactions plan (reads, transcript) in the
+same ~100 ms: the triggering turns are exactly the turns at that peak of background
+work. A second figure therefore compares each triggering turn with the same session's
+turn just before it (same moment of the run, one turn less of context).
+
     .venv/bin/python bench/compaction_latency.py [--provider lcm] [--delay 2]
         [--sessions 8] [--turns 25] [--append-results]
 """
@@ -65,6 +71,7 @@ class SlowSummarizer:
 @dataclass
 class Turn:
     session: str
+    index: int
     latency_s: float
     scheduled: set[asyncio.Task]
     overlapped: bool
@@ -107,7 +114,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Turn], set[asyncio.Task], 
                     # Only this session's task: other sessions schedule theirs meanwhile.
                     mine = {t for t in set(pool.background_tasks) - before
                             if t.get_name() == f"compact:{session.id}"}
-                    turns.append(Turn(session.id, latency, mine, overlapped))
+                    turns.append(Turn(session.id, i, latency, mine, overlapped))
 
             try:
                 await asyncio.gather(*(conversation(n) for n in range(args.sessions)))
@@ -139,6 +146,9 @@ def main() -> None:
     plain = [t.latency_s for t in turns if not t.overlapped and not t.scheduled & summarizing]
     others = overlapping + plain
     ratio = statistics.median(triggering) / statistics.median(others) if triggering else float("nan")
+    by_key = {(t.session, t.index): t for t in turns}
+    vs_before = [t.latency_s / by_key[(t.session, t.index - 1)].latency_s
+                 for t in turns if t.scheduled & summarizing and t.index > 0]
     ms = 1000
     rows = [
         ("triggering compaction", triggering),
@@ -168,6 +178,9 @@ def main() -> None:
     lines.append("")
     lines.append(f"p50 ratio triggering / non-triggering: **{ratio:.2f}x** (target <= 1.2x); "
                  f"{len(summarizing)} background compactions called the summarizer.")
+    if vs_before:
+        lines.append(f"Median of (triggering turn / the same session's turn before it): "
+                     f"**{statistics.median(vs_before):.2f}x** over {len(vs_before)} pairs.")
     report = "\n".join(lines) + "\n"
     print(report)
     if args.append_results:
