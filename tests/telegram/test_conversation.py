@@ -24,7 +24,6 @@ async def test_round_trip_and_startup(tg: FakeTelegram, llm: FakeOpenAI, tmp_pat
         alice.send("hello there")
         reply = await tg.wait_for_message(42, contains="echo: hello there")
         assert reply.reply_to is None  # private chats need no quoting
-        assert tg.calls_to("sendChatAction", chat_id=42)[0].params["action"] == "typing"
         stats = await bot.provider.stats(private_session(42))
         assert stats.message_count == 2
         # the next turn sees the history
@@ -32,6 +31,18 @@ async def test_round_trip_and_startup(tg: FakeTelegram, llm: FakeOpenAI, tmp_pat
         await tg.wait_for_message(42, contains="echo: second")
     sent = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] != "system"]
     assert sent == ["hello there", "echo: hello there", "second"]
+
+
+async def test_typing_is_shown_while_a_slow_answer_is_worked_on(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    gate = asyncio.Event()
+    llm.push(gated(gate, text("slow answer")))
+    async with running_bot(tg, llm, tmp_path):
+        tg.private(42).send("take your time")
+        await tg.wait_for(lambda: tg.calls_to("sendChatAction", chat_id=42))
+        assert tg.calls_to("sendChatAction", chat_id=42)[0].params["action"] == "typing"
+        gate.set()
+        await tg.wait_for_message(42, contains="slow answer")
 
 
 async def test_markdown_is_sent_as_entities(tg: FakeTelegram, llm: FakeOpenAI,

@@ -11,7 +11,7 @@ import pytest
 from telegram import Bot
 
 from bot.telegram.delivery import Target
-from bot.telegram.replies import EditPacer, ReplyStream
+from bot.telegram.replies import EditPacer, ReplyStream, typing
 from bot.telegram.splitting import utf16_len
 from tests.fakes.openai_server import FakeOpenAI, text
 from tests.fakes.telegram_server import FakeTelegram
@@ -124,3 +124,12 @@ async def test_a_quick_answer_is_one_message_without_edits(tg: FakeTelegram, bot
     assert [m.text for m in tg.bot_messages(42)] == ["the whole answer"]
     assert tg.calls_to("editMessageText") == []
     assert not re.search("partial", str([c.params for c in tg.calls]))
+
+
+async def test_typing_shows_only_for_a_turn_still_running(tg: FakeTelegram, bot: Bot) -> None:
+    async with typing(bot, Target(42), after=0.3):
+        pass  # an instant answer: no "typing…" call at all
+    async with typing(bot, Target(43), after=0.01):
+        await tg.wait_for(lambda: tg.calls_to("sendChatAction", chat_id=43))
+    assert tg.calls_to("sendChatAction", chat_id=42) == []
+    assert tg.calls_to("sendChatAction", chat_id=43)[0].params["action"] == "typing"
