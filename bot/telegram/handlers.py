@@ -156,7 +156,7 @@ class TelegramChannel:
         receipt = self._receipt(update)
         # Updates of a chat arrive in order: an earlier redelivered update of this
         # conversation has been recognised (or stored) by now.
-        if receipt is not None and await receipt.seen_before():
+        if receipt is not None and await receipt.seen_before(turn=True):
             return
         session = await self.pool.current_session(base)
         stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
@@ -168,8 +168,9 @@ class TelegramChannel:
                 log.exception("turn of %s failed", session.id)
                 answer = FAILED
         if receipt is not None and receipt.duplicate:
-            # Another replica stored this redelivered update meanwhile, and answers it.
-            log.info("update %s was stored by another replica meanwhile: skipped",
+            # A redelivery that another replica (which answers it) or an earlier process
+            # stored already: its record met ours in the append's transaction.
+            log.info("update %s was stored by another replica or an earlier process: skipped",
                      receipt.update_id)
             return
         await stream.finish(answer)

@@ -10,7 +10,8 @@ shutdown leaves an update undurable, so Telegram sends it again to the next proc
 Redeliveries: `UpdateReceipt.seen_before()` asks `HandledUpdates` whether a previous
 process handled the update already; `write` records it in the user message's own
 transaction, and refuses (`DuplicateDelivery`, which rolls that append back) if another
-replica recorded it meanwhile.
+process or replica recorded it before. For text messages the read is skipped once the
+provider's appends have proven atomic (that refusal is then the guard).
 
 Both ways of receiving updates go through `Inflight.accept`: the polling loop
 (`bot.telegram.polling`) and the webhook, whose `WebhookQueue` answers Telegram's POST
@@ -51,10 +52,16 @@ class UpdateReceipt:
         self.recorded = False
         self.duplicate = False
 
-    async def seen_before(self) -> bool:
-        """Handled already (by an earlier process, or a replica): skip it."""
+    async def seen_before(self, *, turn: bool = False) -> bool:
+        """Handled already (by an earlier process, or a replica): skip it.
+
+        `turn`: a text message, whose record `write` puts in its user message's own
+        transaction. Once this process's appends have proven atomic, that insert
+        refuses a redelivery by itself (`DuplicateDelivery` rolls the append back,
+        nothing is stored or answered), so this read is skipped: it cost a
+        database round trip on every update to guard against a rare event."""
         store = self._inflight.handled
-        if store is None:
+        if store is None or (turn and self._inflight.turns_atomic):
             return False
         try:
             seen = await store.seen(self.update_id)
@@ -75,6 +82,8 @@ class UpdateReceipt:
         self.recorded = True
 
     async def stored(self, atomic: bool) -> None:
+        # the provider's appends either run the hook or not; the last one tells
+        self._inflight.turns_atomic = atomic
         if not atomic:  # a provider outside memory.history: the record comes right after
             await self.record()
         self.mark_durable()
@@ -109,6 +118,9 @@ class Inflight:
         self.processor: ChatQueueProcessor = app.update_processor
         self.engine = engine
         self.handled: HandledUpdates | None = None
+        # True once a text update's record was written with its user message (see
+        # `UpdateReceipt.seen_before`); False again after any append that was not.
+        self.turns_atomic = False
         self._receipts: dict[int, UpdateReceipt] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._progress = asyncio.Event()

@@ -188,6 +188,34 @@ async def test_an_update_another_replica_stores_meanwhile_is_skipped_quietly(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
+async def test_once_appends_are_atomic_the_insert_alone_refuses_a_redelivery(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # After the first text turn (lcm appends through memory.history: atomic), text
+    # updates are not read from telegram_updates first; an update recorded elsewhere
+    # is still neither stored nor answered, refused by the append's own insert.
+    checked: list[int] = []
+    seen = HandledUpdates.seen
+
+    async def counting_seen(self: HandledUpdates, update_id: int) -> bool:
+        checked.append(update_id)
+        return await seen(self, update_id)
+
+    monkeypatch.setattr(HandledUpdates, "seen", counting_seen)
+    alice = tg.private(41)
+    async with temp_database_url("sqlite", tmp_path) as url, \
+            bot_on(tg, llm, tmp_path, url) as services:
+        alice.send("first")
+        await tg.wait_for_message(41, contains="echo: first")
+        await HandledUpdates(services.engine, tg.bot_id).record(2)  # stored elsewhere
+        alice.send("redelivered")  # update 2
+        alice.send("third")
+        await tg.wait_for_message(41, contains="echo: third")
+        assert await user_texts(services, 41) == ["first", "third"]
+    assert checked == [1]
+    assert [m.text for m in tg.bot_messages(41)] == ["echo: first", "echo: third"]
+    assert len(llm.requests) == 2
+
+
 async def test_a_stop_acknowledges_only_what_is_durable(
         tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
