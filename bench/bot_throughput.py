@@ -120,6 +120,11 @@ class Result:
     updates: int
     wall_s: float
     latencies_s: list[float]
+    calls: dict[str, int]  # Bot API calls by method during the measured rounds
+
+    @property
+    def calls_per_update(self) -> float:
+        return sum(self.calls.values()) / self.updates
 
     @property
     def rate(self) -> float:
@@ -135,9 +140,13 @@ class Driver:
     def __init__(self, tg: FakeTelegram) -> None:
         self.tg = tg
         self.waiting: dict[int, tuple[float, asyncio.Future[float]]] = {}
+        self.counting = False
+        self.calls: dict[str, int] = {}
         tg.subscribe(self._on_call)
 
     def _on_call(self, call: ApiCall) -> None:
+        if self.counting:
+            self.calls[call.method] = self.calls.get(call.method, 0) + 1
         if call.method != "sendMessage":
             return
         entry = self.waiting.pop(int(call.params["chat_id"]), None)
@@ -159,8 +168,9 @@ class Driver:
             for r in range(rounds):
                 latencies.append(await self.ask(c, f"message {r} from {c}"))
 
-        start = time.monotonic()
+        start, self.counting = time.monotonic(), True
         await asyncio.gather(*(chat(c) for c in ids))
+        self.counting = False
         return time.monotonic() - start, latencies
 
 
@@ -180,13 +190,14 @@ async def measure(name: str, argv: list[str], tg: FakeTelegram, args: argparse.N
                                                 stderr=asyncio.subprocess.PIPE)
     try:
         await wait_until_polling(tg, proc)
-        wall, latencies = await Driver(tg).run(args.chats, args.rounds, first_chat)
+        driver = Driver(tg)
+        wall, latencies = await driver.run(args.chats, args.rounds, first_chat)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = await proc.communicate()
     if proc.returncode not in (0, -signal.SIGTERM):
         print(err.decode()[-2000:], file=sys.stderr)
-    return Result(name, len(latencies), wall, latencies)
+    return Result(name, len(latencies), wall, latencies, driver.calls)
 
 
 def write_config(tmp: Path, tg: FakeTelegram, llm: FakeOpenAI, args: argparse.Namespace) -> Path:
@@ -303,12 +314,13 @@ def report(results: list[Result], args: argparse.Namespace) -> str:
         f"(after one unmeasured warm-up round); fake Bot API and instant fake OpenAI server "
         f"on loopback in the driver process; `concurrent_updates` {args.concurrency} for both",
         "",
-        "| bot | updates | updates/s | p50 ms | p95 ms |",
-        "|---|---:|---:|---:|---:|",
+        "| bot | updates | updates/s | p50 ms | p95 ms | Bot API calls per update |",
+        "|---|---:|---:|---:|---:|---|",
     ]
     for r in results:
+        per = ", ".join(f"{m} {n / r.updates:.2f}" for m, n in sorted(r.calls.items()))
         lines.append(f"| {r.name} | {r.updates} | {r.rate:.1f} | {r.pct_ms(0.5):.1f} | "
-                     f"{r.pct_ms(0.95):.1f} |")
+                     f"{r.pct_ms(0.95):.1f} | {r.calls_per_update:.2f} ({per}) |")
     ratio = mnemo.rate / echo.rate
     lines += ["", f"mnemo / echo throughput: **{ratio:.2f}x** (target >= 0.5x); channel "
                   f"alone / echo: {channel.rate / echo.rate:.2f}x; "
