@@ -146,8 +146,9 @@ def split_markdown(text: str, limit: int = TELEGRAM_LIMIT) -> list[str]:
         half = limit // 2
         while j < n:
             atom = atoms[j]
-            body_end = "x" if not atom.ends_line else "\n"  # what the piece would end with
-            closing = _closing(body_end, atom.fence_after)
+            # The closing fence as this piece would get it: its body would end with
+            # this atom's text (the text's last line has no newline of its own).
+            closing = _closing(atom.text, atom.fence_after)
             if size + atom.size + utf16_len(closing) > limit:
                 break
             size += atom.size

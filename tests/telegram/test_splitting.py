@@ -96,6 +96,15 @@ _alphabet = st.sampled_from(list("ab \n`~😀é#*_") + ["```", "```py\n", "\n```
 _texts = st.lists(_alphabet, min_size=300, max_size=1500).map("".join)
 
 
+def test_an_open_fence_on_a_last_line_without_newline_still_fits() -> None:
+    # Found by hypothesis in CI: the closing fence of the last piece needs a newline of
+    # its own when the text does not end with one, and that unit was not counted.
+    text = "```py\n" + ("a" * 100 + "\n") * 8 + "b" * 288
+    pieces = split_markdown(text, 600)
+    assert all(utf16_len(p) <= 600 for p in pieces)
+    assert all(not _open_fence_at_end(p) for p in pieces)
+
+
 @settings(max_examples=40, deadline=None)
 @given(_texts, st.integers(min_value=500, max_value=1200))
 def test_pieces_fit_and_lose_nothing(text: str, limit: int) -> None:
