@@ -403,6 +403,12 @@ class SharedStores:
         Empty `source` and `session_id` come from the context; absent versions are the
         current version (the event happened at it; it does not create one).
         """
+        async with write_transaction(self.engine) as conn:
+            await self.record_changelog(conn, entry)
+
+    async def record_changelog(self, conn: AsyncConnection, entry: ChangeEntry) -> None:
+        """`write_changelog` inside the caller's write transaction, so the event and its
+        record commit together (a provider's compaction, say)."""
         _check_owner(entry.user_id, entry.agent_id)
         if not entry.scope or entry.scope in {s.value for s in _COLUMNS}:
             raise InvalidArgument(
@@ -416,25 +422,22 @@ class SharedStores:
         except ValueError as exc:
             raise InvalidArgument(f"unknown change source {entry.source!r}") from exc
         session_id = entry.session_id or session_id_from_context()
-        async with write_transaction(self.engine) as conn:
-            current = await _current_version(conn, entry.user_id, entry.agent_id)
-            await conn.execute(
-                sa.insert(changelog_table).values(
-                    user_id=entry.user_id,
-                    agent_id=entry.agent_id,
-                    session_id=session_id[:MAX_SESSION_ID_CHARS],
-                    scope=entry.scope[:32],
-                    action=entry.action[:32],
-                    source=source.value,
-                    version_before=current
-                    if entry.version_before is None
-                    else entry.version_before,
-                    version_after=current if entry.version_after is None else entry.version_after,
-                    before_text=storable(entry.before_text),
-                    after_text=storable(entry.after_text),
-                    created_at=as_utc(entry.created_at) or utcnow(),
-                )
+        current = await _current_version(conn, entry.user_id, entry.agent_id)
+        await conn.execute(
+            sa.insert(changelog_table).values(
+                user_id=entry.user_id,
+                agent_id=entry.agent_id,
+                session_id=session_id[:MAX_SESSION_ID_CHARS],
+                scope=entry.scope[:32],
+                action=entry.action[:32],
+                source=source.value,
+                version_before=current if entry.version_before is None else entry.version_before,
+                version_after=current if entry.version_after is None else entry.version_after,
+                before_text=storable(entry.before_text),
+                after_text=storable(entry.after_text),
+                created_at=as_utc(entry.created_at) or utcnow(),
             )
+        )
 
     # -- SessionSnapshotStore -------------------------------------------------------
 

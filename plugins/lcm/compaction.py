@@ -32,7 +32,7 @@ exactly as it was (the caller logs it).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -102,14 +102,21 @@ class _Plan:
     ordinals: dict[Key, int] = field(default_factory=dict)
 
 
+# Called inside the apply transaction with what it did, so a record of the compaction
+# (the provider's changelog row) commits with it or not at all.
+OnApplied = Callable[[AsyncConnection, Session, CompactionResult], Awaitable[None]]
+
+
 class Compaction:
     def __init__(
-        self, engine: AsyncEngine, history: HistoryStore, summarizer: Summarizer, settings: Settings
+        self, engine: AsyncEngine, history: HistoryStore, summarizer: Summarizer,
+        settings: Settings, on_applied: OnApplied | None = None,
     ) -> None:
         self.engine = engine
         self.history = history
         self.summarizer = summarizer
         self.settings = settings
+        self.on_applied = on_applied
         self.totals = ContextTotals()  # fed by the provider's appends (see totals.py)
 
     # -- public -------------------------------------------------------------------
@@ -376,16 +383,19 @@ class Compaction:
                     ],
                 )
             after = await ci.context_tokens(conn, conv_id)
-        before = (
-            after + sum(it.token_count for it in removed) - sum(r.token_count for _, r in added)
-        )
-        return CompactionResult(
-            leaf_summaries_created=sum(1 for p in applied if p.record.kind == LEAF),
-            condensed_summaries_created=sum(1 for p in applied if p.record.kind == CONDENSED),
-            messages_compacted=sum(len(p.sources) for p in applied if p.record.kind == LEAF),
-            tokens_before=before,
-            tokens_after=after,
-        )
+            before = (
+                after + sum(it.token_count for it in removed) - sum(r.token_count for _, r in added)
+            )
+            result = CompactionResult(
+                leaf_summaries_created=sum(1 for p in applied if p.record.kind == LEAF),
+                condensed_summaries_created=sum(1 for p in applied if p.record.kind == CONDENSED),
+                messages_compacted=sum(len(p.sources) for p in applied if p.record.kind == LEAF),
+                tokens_before=before,
+                tokens_after=after,
+            )
+            if self.on_applied is not None:
+                await self.on_applied(conn, session, result)
+        return result
 
     async def _current_items(
         self, conn: AsyncConnection, conv_id: int, plan: _Plan

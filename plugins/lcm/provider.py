@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.capabilities import ProviderContext
 from memory.errors import InvalidArgument
@@ -75,7 +76,10 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
         self.engine = ctx.engine
         self.history = HistoryStore(ctx.engine)
         self.settings = settings_from(ctx.config)
-        self._compaction = Compaction(ctx.engine, self.history, ctx.summarizer, self.settings)
+        self._compaction = Compaction(
+            ctx.engine, self.history, ctx.summarizer, self.settings,
+            on_applied=self._record_compaction,
+        )
         self._retrieval = Retrieval(ctx.engine)
         self._explorer = Explorer(ctx.engine, self.history)
         self._closed = False
@@ -150,32 +154,29 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
         return await self._compaction.needs_compaction(session, threshold)
 
     async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult:
-        result = await self._compaction.compact(session, mode)
-        if result.changed:
-            await self._record_compaction(session, result)
-        return result
+        return await self._compaction.compact(session, mode)
 
-    async def _record_compaction(self, session: Session, result: CompactionResult) -> None:
-        entry = ChangeEntry(
-            user_id=session.user_id,
-            agent_id=session.agent_id,
-            scope=Scope.COMPACTION,
-            action=Action.COMPACT,
-            source="",
-            session_id=session.id,
-            before_text=f"{result.tokens_before} context tokens",
-            after_text=(
-                f"{result.tokens_after} context tokens: {result.leaf_summaries_created} leaf + "
-                f"{result.condensed_summaries_created} condensed summaries, "
-                f"{result.messages_compacted} messages compacted"
+    async def _record_compaction(
+        self, conn: AsyncConnection, session: Session, result: CompactionResult
+    ) -> None:
+        """The changelog row of a compaction, in the transaction that applies it."""
+        await self.record_changelog(
+            conn,
+            ChangeEntry(
+                user_id=session.user_id,
+                agent_id=session.agent_id,
+                scope=Scope.COMPACTION,
+                action=Action.COMPACT,
+                source="",
+                session_id=session.id,
+                before_text=f"{result.tokens_before} context tokens",
+                after_text=(
+                    f"{result.tokens_after} context tokens: {result.leaf_summaries_created} "
+                    f"leaf + {result.condensed_summaries_created} condensed summaries, "
+                    f"{result.messages_compacted} messages compacted"
+                ),
             ),
         )
-        try:
-            await self.write_changelog(entry)
-        except Exception:  # the compaction itself is committed; the log line is a courtesy
-            log.warning(
-                "compaction of %s done but not recorded in the changelog", session.id, exc_info=True
-            )
 
     # -- Searcher / Explorer ---------------------------------------------------------------
 
