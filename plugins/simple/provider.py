@@ -46,7 +46,6 @@ from memory.transcript import render_transcript, safe_start, without_leading_res
 from memory.types import (
     Action,
     ChangeEntry,
-    ChangeSource,
     CompactionMode,
     CompactionResult,
     Message,
@@ -284,10 +283,10 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
                     messages_compacted=len(chosen),
                     source_tokens=source_tokens,
                 )
+                await self._log_compaction(tx, session, archive.name, summary)
         except BaseException:
             await self._drop_archive(session, archive.name)
             raise
-        await self._log_compaction(session, archive.name, summary)
         new_marker = Marker(0, through, summary, archive.name, archived_at)
         tokens_after = sum(estimate_tokens(m.text()) for m in _summary_pair(new_marker)) + sum(
             s.token_count for s, _ in tail
@@ -321,23 +320,24 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
         except Exception:  # the compaction error matters more than this cleanup
             log.warning("could not remove archive %r of a failed compaction", name, exc_info=True)
 
-    async def _log_compaction(self, session: Session, archive_name: str, summary: str) -> None:
-        # Best effort: the compaction is committed; its changelog row is a record of it.
-        try:
-            await self.write_changelog(
-                ChangeEntry(
-                    user_id=session.user_id,
-                    agent_id=session.agent_id,
-                    scope=Scope.COMPACTION,
-                    action=Action.COMPACT,
-                    source=ChangeSource.SYSTEM,
-                    session_id=session.id,
-                    before_text=archive_name,
-                    after_text=summary,
-                )
-            )
-        except Exception:
-            log.warning("compaction of %s not recorded in the changelog", session.id, exc_info=True)
+    async def _log_compaction(
+        self, conn: AsyncConnection, session: Session, archive_name: str, summary: str
+    ) -> None:
+        """The changelog row, in the marker's transaction: both commit or neither. The
+        source is the caller's (`user` for /compact, `system` for automatic compaction)."""
+        await self.record_changelog(
+            conn,
+            ChangeEntry(
+                user_id=session.user_id,
+                agent_id=session.agent_id,
+                scope=Scope.COMPACTION,
+                action=Action.COMPACT,
+                source="",
+                session_id=session.id,
+                before_text=archive_name,
+                after_text=summary,
+            ),
+        )
 
     # ---- Searcher ------------------------------------------------------------------
 

@@ -299,3 +299,29 @@ async def test_a_large_backlog_is_compacted_in_bounded_steps(
     assert steps == [2, 2, 2, 2]  # 8 summarised, the kept tail of 2 untouched
     context = await provider.assemble(S, 10_000, 0)
     assert [m.content for m in context[2:]] == [m.content for m in _msgs(2, start=8)]
+
+
+async def test_compaction_and_its_changelog_row_commit_together(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memory.context import with_change_source
+    from memory.types import ChangeSource, CompactionMode, Scope
+
+    provider = _provider(engine, tmp_path, keep_tail=2)
+    await provider.append(S, *_msgs(6))
+    before = await provider.assemble(S, 10_000, 2)
+
+    async def broken(conn, entry) -> None:
+        raise RuntimeError("changelog unavailable")
+
+    monkeypatch.setattr(provider, "record_changelog", broken)
+    with pytest.raises(RuntimeError):
+        await provider.compact(S, CompactionMode.FULL)
+    assert await provider.assemble(S, 10_000, 2) == before
+    assert await provider.note_list(S) == []
+    monkeypatch.undo()
+
+    with with_change_source(ChangeSource.USER):
+        await provider.compact(S, CompactionMode.FULL)
+    [row] = await provider.read_changelog(S.user_id, S.agent_id, Scope.COMPACTION)
+    assert (row.source, row.session_id, row.after_text) == ("user", S.id, SUMMARY)
