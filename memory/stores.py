@@ -38,6 +38,7 @@ from memory.types import (
     ChangeSource,
     ConstraintEntry,
     Scope,
+    Session,
     SessionSnapshot,
     as_utc,
     utcnow,
@@ -405,6 +406,25 @@ class SharedStores:
         """
         async with write_transaction(self.engine) as conn:
             await self.record_changelog(conn, entry)
+
+    async def record_compaction(
+        self, conn: AsyncConnection, session: Session, before_text: str, after_text: str
+    ) -> None:
+        """The changelog row of a compaction of `session`, inside the transaction that
+        applies it; the source is the caller's (user for /compact, system when automatic)."""
+        await self.record_changelog(
+            conn,
+            ChangeEntry(
+                user_id=session.user_id,
+                agent_id=session.agent_id,
+                scope=Scope.COMPACTION,
+                action=Action.COMPACT,
+                source="",
+                session_id=session.id,
+                before_text=before_text,
+                after_text=after_text,
+            ),
+        )
 
     async def record_changelog(self, conn: AsyncConnection, entry: ChangeEntry) -> None:
         """`write_changelog` inside the caller's write transaction, so the event and its

@@ -28,14 +28,11 @@ from memory.errors import InvalidArgument
 from memory.history import HistoryStore, SessionHistory
 from memory.stores import SharedStores
 from memory.types import (
-    Action,
-    ChangeEntry,
     CompactionMode,
     CompactionResult,
     DescribeResult,
     ExpandResult,
     Message,
-    Scope,
     SearchQuery,
     SearchResult,
     Session,
@@ -160,22 +157,13 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
         self, conn: AsyncConnection, session: Session, result: CompactionResult
     ) -> None:
         """The changelog row of a compaction, in the transaction that applies it."""
-        await self.record_changelog(
+        await self.record_compaction(
             conn,
-            ChangeEntry(
-                user_id=session.user_id,
-                agent_id=session.agent_id,
-                scope=Scope.COMPACTION,
-                action=Action.COMPACT,
-                source="",
-                session_id=session.id,
-                before_text=f"{result.tokens_before} context tokens",
-                after_text=(
-                    f"{result.tokens_after} context tokens: {result.leaf_summaries_created} "
-                    f"leaf + {result.condensed_summaries_created} condensed summaries, "
-                    f"{result.messages_compacted} messages compacted"
-                ),
-            ),
+            session,
+            f"{result.tokens_before} context tokens",
+            f"{result.tokens_after} context tokens: {result.leaf_summaries_created} leaf + "
+            f"{result.condensed_summaries_created} condensed summaries, "
+            f"{result.messages_compacted} messages compacted",
         )
 
     # -- Searcher / Explorer ---------------------------------------------------------------

@@ -44,8 +44,6 @@ from memory.summarizer import SummarizerError
 from memory.tokens import estimate_tokens
 from memory.transcript import render_transcript, safe_start, without_leading_results
 from memory.types import (
-    Action,
-    ChangeEntry,
     CompactionMode,
     CompactionResult,
     Message,
@@ -53,7 +51,6 @@ from memory.types import (
     NoteHit,
     NoteKind,
     Role,
-    Scope,
     SearchMode,
     SearchQuery,
     SearchResult,
@@ -283,7 +280,7 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
                     messages_compacted=len(chosen),
                     source_tokens=source_tokens,
                 )
-                await self._log_compaction(tx, session, archive.name, summary)
+                await self.record_compaction(tx, session, archive.name, summary)
         except BaseException:
             await self._drop_archive(session, archive.name)
             raise
@@ -319,25 +316,6 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
             await self.notes.apply(session.agent_id, session.user_id, Remove(name))
         except Exception:  # the compaction error matters more than this cleanup
             log.warning("could not remove archive %r of a failed compaction", name, exc_info=True)
-
-    async def _log_compaction(
-        self, conn: AsyncConnection, session: Session, archive_name: str, summary: str
-    ) -> None:
-        """The changelog row, in the marker's transaction: both commit or neither. The
-        source is the caller's (`user` for /compact, `system` for automatic compaction)."""
-        await self.record_changelog(
-            conn,
-            ChangeEntry(
-                user_id=session.user_id,
-                agent_id=session.agent_id,
-                scope=Scope.COMPACTION,
-                action=Action.COMPACT,
-                source="",
-                session_id=session.id,
-                before_text=archive_name,
-                after_text=summary,
-            ),
-        )
 
     # ---- Searcher ------------------------------------------------------------------
 
