@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.errors import InvalidArgument
-from memory.history import conversations, messages
+from memory.history import HistoryStore, conversations, messages
 from memory.maintenance import Fault, parse_timestamp
 from memory.types import iso_utc
 from plugins.lcm.dag import CONDENSED, LEAF
@@ -55,16 +55,25 @@ def _parse_time(value: Any, where: str) -> datetime | None:
     return None if value is None else parse_timestamp(value, where)
 
 
+def _parent_links(conv_id: int) -> sa.Select:
+    """(condensed summary, constituent) pairs of a conversation, in order."""
+    return (
+        sa.select(summary_parents.c.summary_id, summary_parents.c.child_id)
+        .join(summaries, summaries.c.id == summary_parents.c.summary_id)
+        .where(summaries.c.conversation_id == conv_id)
+        .order_by(summary_parents.c.summary_id, summary_parents.c.ordinal)
+    )
+
+
 class LcmMaintenance:
     engine: AsyncEngine
+    history: HistoryStore
 
     # -- Exporter ----------------------------------------------------------------------
 
     async def export_overlay(self, session_id: str) -> dict[str, Any] | None:
         async with self.engine.connect() as conn:
-            conv_id = await conn.scalar(
-                sa.select(conversations.c.id).where(conversations.c.session_id == session_id)
-            )
+            conv_id = await self.history.conversation_id(session_id, conn)
             if conv_id is None:
                 return None
             rows = (
@@ -92,10 +101,7 @@ class LcmMaintenance:
             children: dict[str, list[str]] = {}
             for sid, child in (
                 await conn.execute(
-                    sa.select(summary_parents.c.summary_id, summary_parents.c.child_id)
-                    .join(summaries, summaries.c.id == summary_parents.c.summary_id)
-                    .where(summaries.c.conversation_id == conv_id)
-                    .order_by(summary_parents.c.summary_id, summary_parents.c.ordinal)
+                    _parent_links(conv_id)
                 )
             ).all():
                 children.setdefault(sid, []).append(child)
@@ -295,10 +301,7 @@ async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -
     kids: dict[str, list[str]] = {}
     for sid, child in (
         await conn.execute(
-            sa.select(summary_parents.c.summary_id, summary_parents.c.child_id)
-            .join(summaries, summaries.c.id == summary_parents.c.summary_id)
-            .where(summaries.c.conversation_id == conv_id)
-            .order_by(summary_parents.c.summary_id, summary_parents.c.ordinal)
+            _parent_links(conv_id)
         )
     ).all():
         if child not in nodes:
