@@ -15,14 +15,18 @@ import logging
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Table, event, text
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from memory import sqlite_inline
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -45,11 +49,13 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
         db = parsed.database
         if db and db != ":memory:" and not db.startswith("file:"):
             Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None hands transaction control to us (the `begin` hook below):
+        # Statements run on the loop's thread (memory/sqlite_inline.py explains why), in
+        # autocommit mode: transactions are begun by the `begin` hook below, because
         # Python's sqlite3 would otherwise not BEGIN before DDL and start writes late.
-        engine = create_async_engine(
-            url, echo=echo, connect_args={"timeout": 30, "isolation_level": None}
-        )
+        [database], options = SQLiteDialect_aiosqlite().create_connect_args(parsed)
+        engine = create_async_engine(url, echo=echo, async_creator=partial(
+            sqlite_inline.connect, database, busy_wait=float(options.get("timeout", 30)),
+            uri=bool(options.get("uri"))))
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         event.listen(engine.sync_engine, "begin", _sqlite_begin)
         return engine
@@ -58,11 +64,11 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
     # WAL lets readers run beside the writer; foreign keys are off by default in
-    # SQLite; the busy timeout turns "database is locked" into a short wait.
+    # SQLite; synchronous=NORMAL in WAL mode fsyncs at checkpoints, not every commit.
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA busy_timeout=0")  # waits are asyncio sleeps (sqlite_inline)
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
 
