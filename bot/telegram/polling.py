@@ -70,6 +70,7 @@ class Poller:
         self.pending_poll_s = pending_poll_s
         self._highest: int | None = None  # highest update id accepted by this process
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._next_prune = 0.0
         self._last_poll = 0.0
         # do_api_request("getUpdates") warns that Bot.get_updates exists; we want the raw
@@ -97,6 +98,9 @@ class Poller:
     async def stop(self, drain_s: float) -> None:
         """Stop polling, let handlers finish for up to `drain_s`, acknowledge the rest."""
         if self._task is not None:
+            # The flag as well as the cancel: a cancel that lands inside the HTTP client's
+            # request can come back as a NetworkError, which `_run` would retry forever.
+            self._stopping = True
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self.inflight.drain(drain_s)
@@ -111,7 +115,7 @@ class Poller:
 
     async def _run(self) -> None:
         delay = 0.0
-        while True:
+        while not self._stopping:
             try:
                 await self._poll_once()
                 delay = 0.0
