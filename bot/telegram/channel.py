@@ -41,6 +41,7 @@ from bot.pool import Pool
 from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.delivery import with_retry
 from bot.telegram.handlers import TelegramChannel
+from bot.telegram.http import AiohttpRequest
 from bot.telegram.inflight import Inflight, WebhookQueue
 from bot.telegram.polling import Poller, prune_handled
 
@@ -73,13 +74,13 @@ def build_application(settings: Settings, pool: Pool, *,
         Application.builder()
         .token(require_token(settings))
         .concurrent_updates(ChatQueueProcessor(tg.concurrent_updates))
-        # Each update may hold two connections at once (typing indicator + reply).
-        .connection_pool_size(2 * tg.concurrent_updates + 4)
-        # Wait for a free connection under load rather than fail the call after 1 s.
-        .pool_timeout(30.0)
+        # aiohttp rather than PTB's httpx (bot/telegram/http.py says why). Each update may
+        # hold two connections at once (typing indicator + reply); under load a call
+        # waits for a free connection rather than failing after PTB's usual 1 s.
+        .request(AiohttpRequest(2 * tg.concurrent_updates + 4, pool_timeout=30.0))
         # A stop cancels the long poll in flight, and its connection may not be free yet
         # for the last getUpdates, the one that acknowledges the durable updates.
-        .get_updates_connection_pool_size(2)
+        .get_updates_request(AiohttpRequest(2))
         .update_queue(WebhookQueue())
     )
     if tg.base_url:
