@@ -51,11 +51,21 @@ async def _retry_busy(busy_wait: float, call: Callable[..., T], *args: Any) -> T
 
 
 class InlineCursor:
-    def __init__(self, cursor: sqlite3.Cursor, timeout: float) -> None:
-        self._cursor = cursor
+    def __init__(self, connection: InlineConnection, timeout: float) -> None:
+        self._connection = connection
         self._timeout = timeout
+        self._sqlite_cursor: sqlite3.Cursor | None = None
+
+    @property
+    def _cursor(self) -> sqlite3.Cursor:
+        if self._sqlite_cursor is None:
+            self._sqlite_cursor = self._connection._open().cursor()
+        return self._sqlite_cursor
 
     async def __aenter__(self) -> InlineCursor:
+        # Opened here, as aiosqlite does: SQLAlchemy's dialect recognises a closed
+        # connection ("Connection closed") only from here and then discards it.
+        _ = self._cursor
         return self
 
     async def __aexit__(self, *_: object) -> None:
@@ -121,7 +131,7 @@ class InlineConnection:
         self._timeout = timeout
 
     def cursor(self) -> InlineCursor:
-        return InlineCursor(self._open().cursor(), self._timeout)
+        return InlineCursor(self, self._timeout)
 
     async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> InlineCursor:
         return await self.cursor().execute(sql, parameters)

@@ -201,15 +201,11 @@ async def test_a_closed_connection_cannot_be_used(db_path: Path) -> None:
     with pytest.raises(ValueError, match="Connection closed"):
         await conn.execute("SELECT 1")
     with pytest.raises(ValueError, match="Connection closed"):
-        conn.cursor()
+        await conn.cursor().__aenter__()
     with pytest.raises(ValueError, match="Connection closed"):
         await conn.commit()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: InlineConnection.cursor() raises ValueError('Connection closed') itself, outside "
-    "the cursor __aenter__ that SQLAlchemy's adapter maps to a disconnect, so the closed "
-    "connection stays in the pool and every later checkout fails with StatementError"))
 async def test_the_engine_replaces_a_connection_closed_underneath_it(
         sqlite_engine: AsyncEngine) -> None:
     async with sqlite_engine.connect() as conn:
