@@ -78,6 +78,12 @@ CURRENT_CACHE_SIZE = 10_000
 SEEDED_CACHE_SIZE = 10_000  # (user, agent) pairs known seeded; forgetting one costs a read
 # The history never gets less than this, whatever the system prompt costs.
 MIN_HISTORY_BUDGET = 256
+# Automatic compactions running at once in this process. Sessions cross the threshold in
+# bursts (a busy hour, a restart); unbounded, each burst plans every compaction on the
+# loop at once, delaying the replies being assembled meanwhile, and fires as many
+# summarizer calls at the model as there are sessions. The rest wait their turn: nobody
+# waits for them, the context stays within the budget meanwhile.
+COMPACTIONS_AT_ONCE = 2
 
 
 @dataclass
@@ -229,6 +235,9 @@ class Pool:
         self._current: OrderedDict[str, Session] = OrderedDict()
         self._compacting: dict[str, asyncio.Task[None]] = {}
         self.background_tasks: set[asyncio.Task[None]] = set()
+        self._compaction_slots = asyncio.Semaphore(COMPACTIONS_AT_ONCE)
+        # Can another process change this store's sessions? Unknown locks: assume so.
+        self._replicas = getattr(locks, "distributed", True)
         self._closed = False
 
     # --- slots ----------------------------------------------------------------------
@@ -404,7 +413,8 @@ class Pool:
                 if not await self.provider.needs_compaction(
                         session, self.settings.compaction.max_tokens):
                     return
-                result = await self.provider.compact(session, CompactionMode.INCREMENTAL)
+                async with self._compaction_slots:
+                    result = await self.provider.compact(session, CompactionMode.INCREMENTAL)
             record_compaction(self.provider.name, CompactionMode.INCREMENTAL, result)
             log.info("auto-compacted %s: %d messages, %d -> %d tokens", session.id,
                      result.messages_compacted, result.tokens_before, result.tokens_after)
@@ -444,14 +454,16 @@ class Pool:
     async def current_session(self, base: Session) -> Session:
         """The live session of the conversation `base` stands for (see module doc).
 
-        The cache is per process, so a cached session is checked (one read by the
-        unique session id) not to have been archived since by a `/new` on another
-        replica. A `/new` landing between this check and the turn's append still lets
-        that one message into the archived session: kept, and only that once."""
+        The cache is per process, so where replicas share the store (distributed turn
+        locks: PostgreSQL) a cached session is checked (one read by the unique session
+        id) not to have been archived since by a `/new` on another replica. A `/new`
+        landing between this check and the turn's append still lets that one message
+        into the archived session: kept, and only that once. On SQLite one process
+        serves (docs/OPERATIONS.md), and its own `/new` updates this cache."""
         cached = self._current.get(base.id)
         if cached is not None:
             self._current.move_to_end(base.id)
-            if not await self._archived(cached):
+            if not self._replicas or not await self._archived(cached):
                 return cached
         session = await self._resolve_current(base)
         self._remember(base.id, session)
