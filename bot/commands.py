@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from bot.pool import GENERATION_SEP, Pool, bind_session
+from memory import snapshots
 from memory.capabilities import (
     ChangelogReader,
     Compactor,
@@ -310,7 +311,10 @@ async def _constraints(pool: Pool, session: Session, rest: str) -> str:
 async def _advance(pool: Pool, session: Session) -> None:
     p = pool.provider
     if isinstance(p, SessionSnapshotStore):
-        await p.advance_snapshot(session.id, session.user_id, session.agent_id)
+        try:
+            await p.advance_snapshot(session.id, session.user_id, session.agent_id)
+        finally:
+            snapshots.moved()
 
 
 async def _constrain(pool: Pool, session: Session, rest: str) -> str:

@@ -226,7 +226,9 @@ class Pool:
         # (user, agent) pairs seeded by this process, most recently used last (bounded)
         self._seeded: OrderedDict[tuple[int, str], None] = OrderedDict()
         # Capability checks are Protocol isinstance calls: made once, not every turn.
-        self._memory = MemoryReader(provider)
+        # Can another process change this store's sessions? Unknown locks: assume so.
+        self._replicas = getattr(locks, "distributed", True)
+        self._memory = MemoryReader(provider, cache_snapshots=not self._replicas)
         self._compactor = isinstance(provider, Compactor)
         self._can_seed = (isinstance(provider, ProfileStore)
                           and isinstance(provider, ChangelogReader))
@@ -236,8 +238,6 @@ class Pool:
         self._compacting: dict[str, asyncio.Task[None]] = {}
         self.background_tasks: set[asyncio.Task[None]] = set()
         self._compaction_slots = asyncio.Semaphore(COMPACTIONS_AT_ONCE)
-        # Can another process change this store's sessions? Unknown locks: assume so.
-        self._replicas = getattr(locks, "distributed", True)
         self._closed = False
 
     # --- slots ----------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from memory import snapshots
 from memory.capabilities import (
     ConstraintStore,
     ProfileStore,
@@ -73,10 +74,16 @@ class MemoryReader:
     versions) are never cached. The capability checks are made once.
     """
 
-    def __init__(self, provider: object, max_views: int = VIEW_CACHE_SIZE) -> None:
+    def __init__(self, provider: object, max_views: int = VIEW_CACHE_SIZE, *,
+                 cache_snapshots: bool = False) -> None:
+        """`cache_snapshots`: keep each session's snapshot version in memory, read again
+        only after a snapshot moved in this process (memory/snapshots.py). Right only
+        where no other process advances this store's snapshots: one serving process."""
         self.provider = provider
         self.max_views = max_views
         self._snapshots = isinstance(provider, SessionSnapshotStore)
+        self._cache_snapshots = cache_snapshots
+        self._versions: OrderedDict[str, tuple[int, int | None]] = OrderedDict()
         # Cacheable only when every store the provider has reads at a version.
         self._versioned = (
             not isinstance(provider, ProfileStore) or isinstance(provider, VersionedProfileStore)
@@ -89,7 +96,19 @@ class MemoryReader:
     async def snapshot_version(self, session: Session) -> int | None:
         if not self._snapshots:
             return None
-        return await snapshot_version(self.provider, session)
+        if not self._cache_snapshots:
+            return await snapshot_version(self.provider, session)
+        cached = self._versions.get(session.id)
+        if cached is not None and cached[0] == snapshots.moves():
+            self._versions.move_to_end(session.id)
+            return cached[1]
+        # The count before the read: a move landing during the read makes this entry stale.
+        moves = snapshots.moves()
+        version = await snapshot_version(self.provider, session)
+        self._versions[session.id] = (moves, version)
+        while len(self._versions) > self.max_views:
+            self._versions.popitem(last=False)
+        return version
 
     async def read(self, session: Session, version: int | None) -> MemoryView:
         if version is None or not self._versioned:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from memory import snapshots
 from memory.capabilities import (
     ChangelogReader,
     ConstraintStore,
@@ -444,6 +445,8 @@ async def _advance_snapshot(provider: Any, session: Session) -> None:
     except Exception:
         # The write itself succeeded; the session sees it from its next snapshot.
         log.warning("advancing the snapshot of session %s failed", session.id, exc_info=True)
+    finally:
+        snapshots.moved()
 
 
 # --- rendering ----------------------------------------------------------------------

@@ -103,6 +103,34 @@ async def test_a_session_reads_memory_at_its_snapshot_version(
     assert "Changed elsewhere." in llm_server.requests[-1]["messages"][0]["content"]
 
 
+async def test_one_serving_process_reads_a_snapshot_once_until_its_own_write_moves_it(
+        sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI):
+    from sqlalchemy import event
+
+    pool = make_pool(sqlite_engine)
+    await pool.chat(ALICE, "first")
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, *args) -> None:
+        statements.append(statement)
+
+    event.listen(sqlite_engine.sync_engine, "before_cursor_execute", count)
+    try:
+        await pool.chat(ALICE, "second")
+        assert not [s for s in statements if "session_snapshots" in s]
+        # The turn's own memory write advances the snapshot: the next turn reads it again
+        # and its prompt holds the rule.
+        llm_server.push(tool_call("memory", {"action": "constraint_add",
+                                             "text": "Answer in haiku."}), text("Noted."))
+        await pool.chat(ALICE, "always answer in haiku")
+        statements.clear()
+        await pool.chat(ALICE, "third")
+        assert [s for s in statements if "session_snapshots" in s]
+        assert "Answer in haiku." in llm_server.requests[-1]["messages"][0]["content"]
+    finally:
+        event.remove(sqlite_engine.sync_engine, "before_cursor_execute", count)
+
+
 async def test_sessions_run_in_parallel_and_one_session_serialises(
         sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI):
     pool = make_pool(sqlite_engine)
