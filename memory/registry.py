@@ -2,19 +2,28 @@
 
 `lcm` and `simple` are registered by mnemo's own pyproject exactly as a third party
 registers theirs; the bot never imports a plugin module directly.
+
+A name registered by two installed distributions is refused rather than resolved to
+whichever one importlib happens to list last: the operator must uninstall one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
 from memory.capabilities import Provider, ProviderContext
 
 GROUP = "mnemo.memory_providers"
 
 Factory = Callable[[ProviderContext], Provider]
+
+log = logging.getLogger(__name__)
 
 
 class ProviderNotFound(LookupError):
@@ -25,26 +34,58 @@ class ProviderLoadError(RuntimeError):
     pass
 
 
+class ProviderConflict(ProviderLoadError):
+    """One provider name registered by more than one installed distribution."""
+
+
 @dataclass
 class ProviderEntry:
     name: str
     target: str  # "module:attr" from the entry point
     distribution: str = ""
-    error: str = ""  # why it failed to import, if it did
+    error: str = ""  # why it cannot be used (failed to import, or a name conflict)
     factory: Factory | None = field(default=None, repr=False)
+    conflict: bool = False  # another distribution registers the same name
 
 
-def _entry_points() -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=GROUP)}
+def _registrations() -> dict[str, list[EntryPoint]]:
+    """Every registration of each name. importlib already lists one distribution once
+    even if it is on sys.path twice, so more than one entry here means distinct packages
+    (or one package naming the provider twice with different targets)."""
+    found: dict[str, list[EntryPoint]] = {}
+    seen: set[tuple[str, str, str, str]] = set()
+    for ep in entry_points(group=GROUP):
+        key = (ep.name, _dist(ep), _version(ep), ep.value)
+        if key in seen:  # the very same line twice resolves to the same factory
+            continue
+        seen.add(key)
+        found.setdefault(ep.name, []).append(ep)
+    return found
+
+
+def _dist(ep: EntryPoint) -> str:
+    return ep.dist.name if ep.dist else ""
+
+
+def _version(ep: EntryPoint) -> str:
+    return ep.dist.version if ep.dist else ""
+
+
+def _conflict_message(name: str, eps: list[EntryPoint]) -> str:
+    owners = sorted(f"{_dist(ep) or 'an unnamed package'} {_version(ep)}".strip() for ep in eps)
+    count = {2: "two", 3: "three"}.get(len(owners), str(len(owners)))
+    listed = f"{', '.join(owners[:-1])} and {owners[-1]}"
+    remedy = "uninstall one" if len(owners) == 2 else "uninstall all but one"
+    return f"memory provider {name!r} is registered by {count} packages: {listed}; {remedy}"
 
 
 def provider_names() -> list[str]:
     """Installed provider names, without importing any of them."""
-    return sorted(_entry_points())
+    return sorted(_registrations())
 
 
 def _load(ep: EntryPoint) -> ProviderEntry:
-    dist = ep.dist.name if ep.dist else ""
+    dist = _dist(ep)
     try:
         factory = ep.load()
     except Exception as exc:  # any import failure is reported, never raised here
@@ -55,17 +96,31 @@ def _load(ep: EntryPoint) -> ProviderEntry:
 
 
 def list_providers() -> list[ProviderEntry]:
-    """Every installed provider, imported; failures carry `error` instead of raising."""
-    return [_load(ep) for _, ep in sorted(_entry_points().items())]
+    """Every installed provider, imported; failures carry `error` instead of raising.
+    A conflicting name is listed once per distribution, each marked `conflict` and not
+    imported (neither can be created, so neither module needs to run)."""
+    entries: list[ProviderEntry] = []
+    for name, eps in sorted(_registrations().items()):
+        if len(eps) == 1:
+            entries.append(_load(eps[0]))
+            continue
+        why = _conflict_message(name, eps)
+        entries.extend(ProviderEntry(name, ep.value, _dist(ep), error=why, conflict=True)
+                       for ep in sorted(eps, key=lambda ep: (_dist(ep), ep.value)))
+    return entries
 
 
 def get_factory(name: str) -> Factory:
-    eps = _entry_points()
-    if name not in eps:
+    registered = _registrations()
+    if name not in registered:
         raise ProviderNotFound(
-            f"unknown memory provider {name!r}; installed: {', '.join(sorted(eps)) or 'none'}"
+            f"unknown memory provider {name!r}; installed: "
+            f"{', '.join(sorted(registered)) or 'none'}"
         )
-    entry = _load(eps[name])
+    eps = registered[name]
+    if len(eps) > 1:
+        raise ProviderConflict(_conflict_message(name, eps))
+    entry = _load(eps[0])
     if entry.factory is None:
         raise ProviderLoadError(f"memory provider {name!r} failed to load: {entry.error}")
     return entry.factory
@@ -74,5 +129,61 @@ def get_factory(name: str) -> Factory:
 def create_provider(name: str, ctx: ProviderContext) -> Provider:
     provider = get_factory(name)(ctx)
     if not isinstance(provider, Provider):
+        _close_refused(name, provider)
         raise ProviderLoadError(f"memory provider {name!r} does not implement Provider")
     return provider
+
+
+# Closes scheduled on a running loop; held so they are not garbage-collected mid-way.
+_closing: set[asyncio.Task[Any]] = set()
+
+
+def _close_refused(name: str, obj: object) -> None:
+    """Close what a factory returned before refusing it, so a half-built plugin's
+    connections or threads do not outlive the error. Failures to close are logged: the
+    refusal is the error the caller needs to see."""
+    if isinstance(obj, type):  # a class, not an instance: it holds nothing to close
+        return
+    close = getattr(obj, "close", None)
+    aexit = getattr(type(obj), "__aexit__", None)  # looked up as `async with` does
+    try:
+        if callable(close):
+            result = close()
+        elif callable(aexit):
+            result = aexit(obj, None, None, None)
+        else:
+            return
+    except Exception:
+        log.warning("closing the object memory provider %r returned failed", name,
+                    exc_info=True)
+        return
+    if not inspect.isawaitable(result):
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None:
+        try:
+            asyncio.run(_awaited(result))
+        except Exception:
+            log.warning("closing the object memory provider %r returned failed", name,
+                        exc_info=True)
+        return
+    # Called from a coroutine (the bot, `mnemo memory`): this thread runs the loop, so
+    # blocking on the close here would deadlock it, and the object's resources belong to
+    # this loop. The close runs on it as soon as the caller next awaits.
+    task = loop.create_task(_awaited(result), name=f"close refused provider {name}")
+    _closing.add(task)
+    task.add_done_callback(lambda t: _closed(name, t))
+
+
+async def _awaited(aw: Awaitable[Any]) -> Any:
+    return await aw
+
+
+def _closed(name: str, task: asyncio.Task[Any]) -> None:
+    _closing.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("closing the object memory provider %r returned failed", name,
+                    exc_info=task.exception())
