@@ -65,6 +65,7 @@ class MessagePart(SQLModel, table=True):
     )
     ordinal: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))
     kind: str = Field(sa_column=sa.Column(sa.String(16), nullable=False))  # see PartKind
-    tool_call_id: str | None = Field(default=None, sa_column=sa.Column(sa.String(255)))
-    tool_name: str | None = Field(default=None, sa_column=sa.Column(sa.String(255)))
+    # Model-chosen strings of any length: TEXT since core revision 0003_parts_text_ids.
+    tool_call_id: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    tool_name: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
     content: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False))
