@@ -29,15 +29,13 @@ def setup_logging(level: str = "INFO") -> None:
 
 
 def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Settings:
-    from sqlalchemy.engine import make_url
-
-    from bot.redact import install_redaction
+    from bot.redact import install_redaction, url_password_forms
 
     settings = load_settings(getattr(args, "config", None), check_provider=check_provider)
     token = settings.telegram.token
     install_redaction(token, token.partition(":")[2], settings.llm.api_key,
                       settings.telegram.webhook.secret_token,
-                      make_url(settings.database.url).password)
+                      *url_password_forms(settings.database.url))
     logging.getLogger().setLevel(settings.log_level)  # the config's `log_level`
     return settings
 

@@ -2,7 +2,8 @@
 
 Every key has a default, so a config may hold only what differs from them; an unknown
 key is an error (a typo must never pass silently). Errors surface as `ConfigError`,
-one line naming the key and what was expected.
+one line naming the key and what was expected, with the value given, except a secret's:
+that line reaches stderr and the logs.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from bot.redact import MASK, MIN_SECRET_CHARS, url_password_forms
+
 DEFAULT_CONFIG = "config.yaml"
 ENV_CONFIG = "MNEMO_CONFIG"
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+# Keys whose value a config error must not show (database.url: its password).
+SECRET_KEYS = ("telegram.token", "llm.api_key", "telegram.webhook.secret_token", "database.url")
 
 
 class ConfigError(Exception):
@@ -213,7 +218,7 @@ def _where(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
 
-def _explain(err: ValidationError) -> str:
+def _explain(err: ValidationError, data: Mapping[str, Any]) -> str:
     first = err.errors()[0]
     key = _where(first["loc"]) or "(top level)"
     kind, msg = first["type"], first["msg"]
@@ -222,9 +227,65 @@ def _explain(err: ValidationError) -> str:
         return f"{key}: unknown key (check the spelling; see config.yaml for the known keys)"
     if kind.startswith("missing"):
         return f"{key}: required value is missing"
-    shown = repr(given) if not isinstance(given, dict | list) else type(given).__name__
-    msg = msg.removeprefix("Value error, ")
+    secrets = _secrets_in(data)
+    if _holds_secret(key) and isinstance(given, str | int | float):
+        secrets.add(str(given))
+    shown = _shown(key, given, secrets)
+    msg = _scrub(msg.removeprefix("Value error, "), secrets)
     return f"{key}: {msg} (got {shown[:80]})"
+
+
+def _holds_secret(key: str) -> bool:
+    """A secret key, a part of one, or a section holding one (`llm: sk-...`)."""
+    return any(key == s or key.startswith(f"{s}.") or s.startswith(f"{key}.")
+               for s in SECRET_KEYS)
+
+
+def _secrets_in(data: Mapping[str, Any]) -> set[str]:
+    """The secrets this config sets, so that one copied into another key is hidden too."""
+    found: set[str] = set()
+    for key in SECRET_KEYS:
+        value: Any = data
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if key == "database.url" and isinstance(value, str):
+            found.update(url_password_forms(value))
+        elif isinstance(value, str | int | float):
+            found.add(str(value))
+    return {s for s in found if len(s) >= MIN_SECRET_CHARS}
+
+
+def _scrub(text: str, secrets: set[str]) -> str:
+    for secret in sorted(secrets, key=len, reverse=True):  # a longer one may hold a shorter
+        text = text.replace(secret, MASK)
+    return text
+
+
+def _shown(key: str, given: Any, secrets: set[str]) -> str:
+    if isinstance(given, dict | list):
+        return type(given).__name__
+    if key == "database.url" and isinstance(given, str):
+        # The rest of the URL tells the operator what is wrong; the password never does.
+        safe = _url_without_password(given)
+        return repr(safe) if safe is not None else f"str, {MASK}"
+    if _holds_secret(key):
+        return f"{type(given).__name__}, {MASK}"
+    return repr(_scrub(given, secrets)) if isinstance(given, str) else _scrub(repr(given), secrets)
+
+
+def _url_without_password(url: str) -> str | None:
+    """The URL with its password masked; None when it cannot be masked with certainty."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    # SQLAlchemy ends the password at the first '@', so an unencoded '@' in it would
+    # leave the rest of the password in the host part.
+    if url.partition("://")[2].count("@") > 1:
+        return None
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return None
 
 
 def resolve_path(path: str | os.PathLike[str] | None) -> Path:
@@ -258,11 +319,12 @@ def load_settings(path: str | os.PathLike[str] | None = None, *, check_provider:
     if not isinstance(raw, dict):
         raise ConfigError(f"{p}: expected a mapping of sections at the top level")
     try:
-        settings = Settings.model_validate(interpolate(raw))
+        data = interpolate(raw)
+        settings = Settings.model_validate(data)
     except ConfigError as exc:
         raise ConfigError(f"{p}: {exc}") from None
     except ValidationError as exc:
-        raise ConfigError(f"{p}: {_explain(exc)}") from None
+        raise ConfigError(f"{p}: {_explain(exc, data)}") from None
     from memory.registry import provider_names
 
     names = provider_names()

@@ -4,7 +4,7 @@ Libraries log what they were given: python-telegram-bot logs its Bot API URL, wh
 carries the token, at DEBUG; an HTTP error may quote a URL. Rather than trust every
 logger's level, each log record is scrubbed when it is created: its message and any
 traceback text have every configured secret (bot token, API key, webhook secret,
-database password) replaced by `***`.
+database password, decoded and as written in the URL) replaced by `***`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from typing import Any
+from urllib.parse import quote
 
 MASK = "***"
 MIN_SECRET_CHARS = 6  # shorter values would mask ordinary words
@@ -58,3 +59,29 @@ def install_redaction(*secrets: str | None) -> None:
         if not _installed:
             logging.setLogRecordFactory(_factory(logging.getLogRecordFactory()))
             _installed = True
+
+
+def url_password_forms(url: str) -> tuple[str, ...]:
+    """The password of a database URL in every form a log line may carry it: decoded (what
+    the driver is given), exactly as written in the URL, and percent-encoded the standard
+    way and the way SQLAlchemy renders it. Empty when the URL has no password."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return ()
+    password = parsed.password
+    if not password:
+        return ()
+    forms = {password, quote(password, safe=""),
+             _written_password(url), _written_password(parsed.render_as_string(hide_password=False))}
+    return tuple(sorted(f for f in forms if f))
+
+
+def _written_password(url: str) -> str:
+    # As SQLAlchemy splits a URL: the password runs from the first ':' after the user
+    # name to the first '@'.
+    userinfo, at, _ = url.partition("://")[2].partition("@")
+    return userinfo.partition(":")[2] if at else ""
