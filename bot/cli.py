@@ -263,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mnemo: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except Exception as exc:
+        from memory.registry import ProviderLoadError
+
+        if isinstance(exc, ProviderLoadError):  # a plugin that fails to load, or two of one name
+            print(f"mnemo: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
         reason = _database_unavailable(exc)
         if reason is None:
             raise

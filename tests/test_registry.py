@@ -197,6 +197,22 @@ def test_mnemo_providers_marks_a_conflicting_name(rival: Path, third_party: Path
     assert any(line.startswith("* lcm") for line in proc.stdout.splitlines())
 
 
+
+def test_a_command_using_a_conflicting_provider_fails_in_one_line(
+        rival: Path, third_party: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MNEMO_CONFIG"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(rival), str(third_party),
+                                                      env.get("PYTHONPATH")]))
+    config = tmp_path / "config.yaml"
+    config.write_text(f"database: {{url: 'sqlite+aiosqlite:///{tmp_path}/m.db'}}\n"
+                      "memory: {provider: acme}\n")
+    proc = subprocess.run([str(MNEMO), "--config", str(config), "memory", "sessions"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "mnemo: memory provider 'acme' is registered by two packages: acme-memory 1.0 and "
+        "rival-memory 2.0; uninstall one"]
+
 LEAKY = '''
 import asyncio
 
