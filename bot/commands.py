@@ -34,9 +34,15 @@ from memory.capabilities import (
     capabilities_of,
 )
 from memory.context import with_change_source
-from memory.errors import InvalidArgument, MemoryError_, NotFound, Unsupported
+from memory.errors import (
+    CompactionIncomplete,
+    InvalidArgument,
+    MemoryError_,
+    NotFound,
+    Unsupported,
+)
 from memory.tracing import unwrap
-from memory.types import ChangeSource, SearchQuery, Session, minute_utc
+from memory.types import ChangeSource, CompactionResult, SearchQuery, Session, minute_utc
 
 log = logging.getLogger(__name__)
 
@@ -157,18 +163,29 @@ def _start(pool: Pool) -> str:
 async def _compact(pool: Pool, session: Session) -> str:
     if not isinstance(pool.provider, Compactor):
         return f"The {pool.provider.name} memory provider does not compact conversations."
-    result = await pool.compact(session)
+    try:
+        result = await pool.compact(session)
+    except CompactionIncomplete as exc:
+        # Not "nothing was changed": the rounds done are kept, and the user should know
+        # that trying again continues. The cause goes to the log, like any failure.
+        log.warning("/compact of %s stopped part way", session.id, exc_info=exc)
+        return clip("Compaction stopped part way: what it had done is kept, the rest "
+                    "failed. " + _compacted(exc.result) + " Send /compact again to finish.")
     if not result.changed:
         return (f"Nothing to compact: the conversation is short enough "
                 f"({result.tokens_before} tokens in context).")
-    summaries = result.leaf_summaries_created + result.condensed_summaries_created
-    text = (f"Compacted {result.messages_compacted} messages into {summaries} "
-            f"summar{'y' if summaries == 1 else 'ies'} "
-            f"({result.leaf_summaries_created} leaf, {result.condensed_summaries_created} "
-            f"condensed). Context: {result.tokens_before} → {result.tokens_after} tokens.")
+    text = _compacted(result)
     if result.summary.strip():
         text += "\n\nSummary:\n" + result.summary.strip()
     return clip(text)
+
+
+def _compacted(result: CompactionResult) -> str:
+    summaries = result.leaf_summaries_created + result.condensed_summaries_created
+    return (f"Compacted {result.messages_compacted} messages into {summaries} "
+            f"summar{'y' if summaries == 1 else 'ies'} "
+            f"({result.leaf_summaries_created} leaf, {result.condensed_summaries_created} "
+            f"condensed). Context: {result.tokens_before} → {result.tokens_after} tokens.")
 
 
 def _usage(sub: str | None = None) -> str:

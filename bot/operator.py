@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import Settings
 from memory.capabilities import Compactor, ProviderContext, Searcher
-from memory.errors import MemoryError_
+from memory.errors import CompactionIncomplete, MemoryError_
 from memory.types import (
     CompactionMode,
     CompactionResult,
@@ -306,14 +306,22 @@ async def compact(settings: Settings, session_id: str | None, everything: bool) 
         bar.show(0)
         for n, session in enumerate(targets, 1):
             started = time.monotonic()
+            result: CompactionResult | None = None
             try:
                 with with_change_source(ChangeSource.SYSTEM):
                     result = await m.provider.compact(session, CompactionMode.FULL)
+            except CompactionIncomplete as exc:  # its rounds done are kept: count them
+                record_compaction_failure(m.provider.name, CompactionMode.FULL)
+                failed.append(f"compaction stopped part way (progress kept): {session.id}: "
+                              f"{type(exc.__cause__).__name__}: {exc.__cause__}")
+                result = exc.result
             except Exception as exc:  # one broken session must not stop the others
                 record_compaction_failure(m.provider.name, CompactionMode.FULL)
-                failed.append(f"{session.id}: {type(exc).__name__}: {exc}")
+                failed.append(f"compaction failed (session unchanged): {session.id}: "
+                              f"{type(exc).__name__}: {exc}")
             else:
                 record_compaction(m.provider.name, CompactionMode.FULL, result)
+            if result is not None:
                 total.leaf_summaries_created += result.leaf_summaries_created
                 total.condensed_summaries_created += result.condensed_summaries_created
                 total.messages_compacted += result.messages_compacted
@@ -327,7 +335,7 @@ async def compact(settings: Settings, session_id: str | None, everything: bool) 
           f"{total.condensed_summaries_created} condensed summaries, "
           f"{total.tokens_before} -> {total.tokens_after} tokens in {total.duration_s:.1f}s")
     for line in failed:
-        _err(f"compaction failed (session unchanged): {line}")
+        _err(line)
     return EXIT_FAULT if failed else EXIT_OK
 
 

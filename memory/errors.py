@@ -4,6 +4,8 @@ The bot turns these into one plain line for the user; anything else is a bug and
 logged with its traceback, never shown.
 """
 
+from memory.types import CompactionResult
+
 
 class MemoryError_(Exception):  # noqa: N801 - trailing underscore avoids the builtin
     """Base of every error the memory contract defines."""
@@ -28,3 +30,20 @@ class Unsupported(MemoryError_):
 
 class StoreCorrupt(MemoryError_):
     """A persisted store cannot be read; it is left untouched for the operator."""
+
+
+class CompactionIncomplete(MemoryError_):
+    """A full compaction failed part way after some of its rounds were applied.
+
+    `result` is what those rounds did: it is kept (each round commits on its own and leaves
+    the context consistent), so running the compaction again continues from there. The
+    error that stopped it is `__cause__`. A compaction that applied nothing raises that
+    error itself, never this."""
+
+    def __init__(self, result: CompactionResult, cause: BaseException) -> None:
+        super().__init__(
+            f"compaction stopped part way ({type(cause).__name__}: {cause}); what it had done "
+            f"is kept: {result.messages_compacted} messages compacted, context "
+            f"{result.tokens_before} -> {result.tokens_after} tokens"
+        )
+        self.result = result

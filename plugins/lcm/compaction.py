@@ -9,24 +9,29 @@ Passes (seed "Compaction"):
   groups of at most CONDENSED_MAX_CHILDREN -> one condensed summary each, depth + 1,
   target half of the source tokens. The cap keeps a summarizer's input bounded however
   long the backlog.
-`incremental` is one leaf pass then one condensed pass; `full` repeats both until a round
-changes nothing (at most `max_full_rounds`).
+A round is one leaf pass then one condensed pass (the new leaves can condense at once).
+`incremental` is one round; `full` repeats rounds until one changes nothing (at most
+`max_full_rounds`), each planned from the items as the previous one left them.
 
 Protected tail: the newest `keep_tail` message items and everything after the oldest of
 them. A chunk never separates an assistant's tool calls from their results (the tail is
 widened backwards, a chunk forwards), so no assembled window ever starts at an orphaned
 tool result.
 
-Concurrency: the whole plan (which items, the summarizer calls, even condensing the new
-leaves) is made from short read transactions, without the session's lock. Only then does
-`apply` take `session_transaction` and, in one short transaction, replay the plan against
-the items actually there: every summary whose inputs are still consecutive context items
+Concurrency: a round's whole plan (which items, the summarizer calls, even condensing the
+new leaves) is made from short read transactions, without the session's lock. Only then
+does `apply` take `session_transaction` and, in one short transaction, replay the plan
+against the items actually there: every summary whose inputs are still consecutive context items
 replaces them; one whose inputs moved (another compaction got there first) is skipped,
 and so is everything built on it. Appends only ever add items after the last one, so they
 never invalidate a plan, never wait for a summarizer, and are never lost.
 
-Failure: a summarizer error propagates before anything is written, so the session is left
-exactly as it was (the caller logs it).
+Failure: within a round, a summarizer error propagates before anything of the round is
+written. An incremental compaction is one round, so it leaves the session exactly as it
+was (the caller logs it). A full one keeps the rounds already applied (each committed with
+its changelog row, the context consistent and lossless) and raises CompactionIncomplete
+carrying their result, so a long `/compact` on a flaky model makes progress and a second
+run continues where it stopped; a failure in its first round raises the error itself.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.capabilities import Summarizer
+from memory.errors import CompactionIncomplete
 from memory.history import HistoryStore
 from memory.sanitize import storable
 from memory.summarizer import SummarizerError, condensed_target, leaf_target
@@ -140,33 +146,47 @@ class Compaction:
         return tokens > threshold and not self.totals.waiting(conv_id, last_seq)
 
     async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult:
+        """Incremental: one round. Full: rounds until one changes nothing (at most
+        `max_full_rounds`), each applied on its own as soon as it is planned, so a failure
+        in round k keeps rounds 1..k-1 (raised as CompactionIncomplete carrying them)."""
         mode = CompactionMode(mode)
         started = time.monotonic()
         conv_id = await self.history.conversation_id(session.id)
         if conv_id is None:
             return CompactionResult()
+        rounds = 1 if mode == CompactionMode.INCREMENTAL else self.settings.max_full_rounds
+        total = CompactionResult()
+        for _ in range(rounds):
+            try:
+                result = await self._round(session, conv_id)
+            except Exception as exc:
+                if not total.changed:
+                    raise  # nothing applied: the caller sees the failure itself
+                total.duration_s = time.monotonic() - started
+                raise CompactionIncomplete(total, exc) from exc
+            if not result.changed:
+                break  # nothing left, or another compaction got there first
+            _add(total, result)
+        if total.changed:
+            total.duration_s = time.monotonic() - started
+        return total
+
+    async def _round(self, session: Session, conv_id: int) -> CompactionResult:
+        """One leaf pass then one condensed pass over the items as they are now, applied
+        in one transaction: all of it or (on any error) none of it."""
         seq_before = self.totals.last_seq(conv_id)  # never above the seq the read sees
         nodes = await self._read_compactable(conv_id)
-        compactable = nodes
         plan = _Plan(ordinals={n.key: n.first_ordinal for n in nodes})
-        rounds = 1 if mode == CompactionMode.INCREMENTAL else self.settings.max_full_rounds
-        for _ in range(rounds):
-            before = len(plan.summaries)
-            nodes = await self._leaf_pass(conv_id, nodes, plan)
-            nodes = await self._condensed_pass(conv_id, nodes, plan)
-            if len(plan.summaries) == before:
-                break
+        planned = await self._leaf_pass(conv_id, nodes, plan)
+        await self._condensed_pass(conv_id, planned, plan)
         if not plan.summaries:
             if seq_before is not None:
-                self.totals.nothing_until(conv_id, seq_before + self._messages_short(compactable))
+                self.totals.nothing_until(conv_id, seq_before + self._messages_short(nodes))
             return CompactionResult()
         try:
-            result = await self._apply(session, plan)
+            return await self._apply(session, plan)
         finally:
             self.totals.forget(conv_id)
-        if result.changed:
-            result.duration_s = time.monotonic() - started
-        return result
 
     def _messages_short(self, nodes: Sequence[_Node]) -> int:
         """After a plan found nothing: how many more messages before a leaf chunk can form.
@@ -407,6 +427,17 @@ class Compaction:
         if not ordinals:
             return []
         return await ci.items_between(conn, conv_id, min(ordinals), max(ordinals))
+
+
+def _add(total: CompactionResult, result: CompactionResult) -> None:
+    """Fold one applied round into the compaction's result: counts add up, the context
+    goes from before the first round to after the last."""
+    if not total.changed:
+        total.tokens_before = result.tokens_before
+    total.leaf_summaries_created += result.leaf_summaries_created
+    total.condensed_summaries_created += result.condensed_summaries_created
+    total.messages_compacted += result.messages_compacted
+    total.tokens_after = result.tokens_after
 
 
 def _previous(nodes: Sequence[_Node]) -> str:

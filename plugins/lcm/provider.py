@@ -156,7 +156,8 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
     async def _record_compaction(
         self, conn: AsyncConnection, session: Session, result: CompactionResult
     ) -> None:
-        """The changelog row of a compaction, in the transaction that applies it."""
+        """The changelog row of one applied round of a compaction, in the transaction
+        that applies it (a full compaction of several rounds writes one per round)."""
         await self.record_compaction(
             conn,
             session,
