@@ -24,6 +24,11 @@ itself is generation 0). `/new` archives the live session through `SessionManage
 highest generation stored for this base, plus one if that one is archived". With a
 provider that is not a SessionManager the generation lives in memory only (a restart
 returns to the base session; its history is never lost either way).
+
+A channel resolves the live session before the turn takes its lock, so a `/new` (on any
+replica) can archive it in between. With a provider on `memory.history` the user's
+message is appended under `live_session_only`: refused there (`SessionArchived`), the
+turn runs again in the live session, resolved afresh, and the message is stored once.
 """
 
 from __future__ import annotations
@@ -57,7 +62,8 @@ from memory.capabilities import (
     SessionManager,
 )
 from memory.context import with_agent_id, with_change_source, with_session_id, with_user_id
-from memory.errors import NotFound, Unsupported
+from memory.errors import NotFound, SessionArchived, Unsupported
+from memory.history import live_session_only
 from memory.identity import seed_identity
 from memory.tokens import estimate_tokens
 from memory.types import (
@@ -84,6 +90,9 @@ MIN_HISTORY_BUDGET = 256
 # summarizer calls at the model as there are sessions. The rest wait their turn: nobody
 # waits for them, the context stays within the budget meanwhile.
 COMPACTIONS_AT_ONCE = 2
+# Times one message follows its session to the next generation (each needs another /new
+# to commit meanwhile); the last try appends wherever it is, archived or not: kept.
+SESSION_MOVES = 3
 
 
 @dataclass
@@ -293,11 +302,20 @@ class Pool:
             return Reply("There is nothing to answer: the message is empty.", error=True)
         started = time.monotonic()
         entered = False
+        moves = 0
         try:
-            async with self._hold(session.id):
-                entered = True
-                with bind_session(session):
-                    reply = await self._turn(session, text, on_delta, receipt)
+            while True:
+                try:
+                    async with self._hold(session.id):
+                        entered = True
+                        with bind_session(session):
+                            reply = await self._turn(session, text, on_delta, receipt,
+                                                     live_only=moves < SESSION_MOVES)
+                    break
+                except SessionArchived:  # nothing stored: follow it to the live session
+                    entered = False
+                    moves += 1
+                    session = await self._live_after_archive(session)
         except Exception:
             if entered:
                 raise
@@ -313,7 +331,7 @@ class Pool:
         return reply
 
     async def _turn(self, session: Session, text: str, on_delta: OnDelta | None,
-                    receipt: Receipt | None) -> Reply:
+                    receipt: Receipt | None, *, live_only: bool = False) -> Reply:
         provider = self.provider
         kept = False
         try:
@@ -321,7 +339,8 @@ class Pool:
             await self._seed_identity(session)
             version = await self._memory.snapshot_version(session)
             hook = AppendHook(receipt.write) if receipt is not None else None
-            with with_append_hook(hook):
+            live = live_session_only() if live_only else contextlib.nullcontext()
+            with with_append_hook(hook), live:
                 await provider.append(session, Message(role="user", content=text))
             kept = True
             if receipt is not None and hook is not None:
@@ -336,6 +355,8 @@ class Pool:
             log.info("message for session %s was already stored elsewhere, not again: %s",
                      session.id, exc)
             return Reply("", skipped=True)
+        except SessionArchived:
+            raise  # archived by a /new since the channel resolved it: chat() moves on
         except Exception:
             log.exception("memory failed before the model was called (session %s)", session.id)
             return Reply(MEMORY_FAILED_KEPT if kept else MEMORY_DOWN, error=True)
@@ -457,9 +478,9 @@ class Pool:
         The cache is per process, so where replicas share the store (distributed turn
         locks: PostgreSQL) a cached session is checked (one read by the unique session
         id) not to have been archived since by a `/new` on another replica. A `/new`
-        landing between this check and the turn's append still lets that one message
-        into the archived session: kept, and only that once. On SQLite one process
-        serves (docs/OPERATIONS.md), and its own `/new` updates this cache."""
+        landing between this check and the turn's append is caught by the append
+        itself (see the module doc). On SQLite one process serves (docs/OPERATIONS.md),
+        and its own `/new` updates this cache."""
         cached = self._current.get(base.id)
         if cached is not None:
             self._current.move_to_end(base.id)
@@ -474,6 +495,16 @@ class Pool:
         self._current.move_to_end(base_id)
         while len(self._current) > CURRENT_CACHE_SIZE:
             self._current.popitem(last=False)  # resolved again from the store when needed
+
+    async def _live_after_archive(self, archived: Session) -> Session:
+        """The live session of the conversation `archived` belonged to, resolved from
+        the store (its cached entry is stale)."""
+        base_id = next((b for b, s in self._current.items() if s == archived), None)
+        if base_id is None:  # not resolved here: its id tells its base
+            head, sep, gen = archived.id.rpartition(GENERATION_SEP)
+            base_id = head if sep and gen.isdigit() else archived.id
+        self._current.pop(base_id, None)
+        return await self.current_session(dataclasses.replace(archived, id=base_id))
 
     async def _archived(self, session: Session) -> bool:
         manager = self._manager()

@@ -25,7 +25,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "VersionedConstraintStore", "VersionedProfileStore", "capabilities_of",
     ),
     "memory.errors": (
-        "Conflict", "InvalidArgument", "MemoryError_", "NotFound", "StoreCorrupt", "Unsupported",
+        "Conflict", "InvalidArgument", "MemoryError_", "NotFound", "SessionArchived",
+        "StoreCorrupt", "Unsupported",
     ),
     "memory.context": (
         "agent_id_from_context", "change_source_from_context", "session_id_from_context",
@@ -99,6 +100,7 @@ if TYPE_CHECKING:  # static re-exports for type checkers and IDEs
         InvalidArgument,
         MemoryError_,
         NotFound,
+        SessionArchived,
         StoreCorrupt,
         Unsupported,
     )

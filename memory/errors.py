@@ -24,6 +24,12 @@ class Conflict(MemoryError_):
     """The write would break a uniqueness rule (duplicate note name, alias clash)."""
 
 
+class SessionArchived(Conflict):
+    """An append that asked for a live session (`memory.history.live_session_only`)
+    found it archived, by a `/new` that committed first: nothing was written, and the
+    caller appends to the session that replaced it instead."""
+
+
 class Unsupported(MemoryError_):
     """The provider lacks the capability asked for."""
 

@@ -7,13 +7,19 @@ session metadata. `SessionHistory` is the `SessionManager` mixin built on it.
 
 Providers that add their own rows in the same transaction (lcm's context items, say)
 use `HistoryStore.session_transaction` and `insert_messages` instead of `append`.
+
+Appends write to archived conversations too (imports, compaction, tools keep working on
+them); a caller that means the live session only (the pool, for a user's message) wraps
+the append in `live_session_only()`, and an archived one then raises `SessionArchived`.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.append_hook import run_append_hook
 from memory.db import conflict_insert, lock_for_transaction, write_transaction
-from memory.errors import NotFound
+from memory.errors import NotFound, SessionArchived
 from memory.history_models import Conversation, MessagePart, MessageRow
 from memory.sanitize import storable
 from memory.tokens import message_tokens
@@ -42,6 +48,23 @@ messages = MessageRow.__table__
 parts = MessagePart.__table__
 
 TITLE_CHARS = 80
+# Sessions whose conversation id a store remembers (most recently used kept); a
+# forgotten one costs a read by its unique session id on its next use.
+CONV_ID_CACHE_SIZE = 10_000
+
+_live_only: ContextVar[bool] = ContextVar("mnemo_live_session_only", default=False)
+
+
+@contextmanager
+def live_session_only() -> Iterator[None]:
+    """Appends in this context refuse an archived conversation: `SessionArchived`, and
+    the transaction rolls back. Checked under the session's lock, so a `/new` that
+    archived it (on any replica) either committed before (refused) or waits."""
+    token = _live_only.set(True)
+    try:
+        yield
+    finally:
+        _live_only.reset(token)
 
 
 class PartKind(enum.StrEnum):
@@ -119,10 +142,12 @@ _INSERT_NEXT = (
     .returning(messages.c.id, messages.c.seq)
 )
 _INSERT_MANY = sa.insert(messages).returning(messages.c.id, messages.c.seq)
+# (returning `archived` for `live_session_only`: checked at no extra round trip)
 _TOUCH = (
     sa.update(conversations)
     .where(conversations.c.id == sa.bindparam("c_id"))
     .values(updated_at=_bind("c_now", conversations.c.updated_at))
+    .returning(conversations.c.archived)
 )
 # ... and the first user message names the conversation; later ones keep its title.
 _TOUCH_TITLE = _TOUCH.values(
@@ -166,12 +191,27 @@ def build_message(
 class HistoryStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._conv_ids: dict[str, int] = {}  # session_id -> conversation id (immutable)
+        # session_id -> conversation id (immutable), most recently used last; holds only
+        # ids whose creating transaction committed
+        self._conv_ids: OrderedDict[str, int] = OrderedDict()
 
     # -- conversations -------------------------------------------------------------
 
+    def _cached_id(self, session_id: str) -> int | None:
+        conv_id = self._conv_ids.get(session_id)
+        if conv_id is not None:
+            self._conv_ids.move_to_end(session_id)
+        return conv_id
+
+    def _remember_id(self, session_id: str, conv_id: int) -> None:
+        """Only once the transaction that may have created the row committed."""
+        self._conv_ids[session_id] = conv_id
+        self._conv_ids.move_to_end(session_id)
+        while len(self._conv_ids) > CONV_ID_CACHE_SIZE:
+            self._conv_ids.popitem(last=False)
+
     async def _ensure_conversation(self, conn: AsyncConnection, session: Session) -> int:
-        cached = self._conv_ids.get(session.id)
+        cached = self._cached_id(session.id)
         if cached is not None:
             return cached
         now = utcnow()
@@ -196,16 +236,18 @@ class HistoryStore:
 
     async def bootstrap(self, session: Session) -> int:
         """Create the conversation record if needed; returns its id."""
-        if session.id in self._conv_ids:
-            return self._conv_ids[session.id]
+        cached = self._cached_id(session.id)
+        if cached is not None:
+            return cached
         async with write_transaction(self.engine) as conn:
             conv_id = await self._ensure_conversation(conn, session)
-        self._conv_ids[session.id] = conv_id  # committed: safe to remember
+        self._remember_id(session.id, conv_id)  # committed: safe to remember
         return conv_id
 
     async def conversation_id(self, session_id: str, conn: AsyncConnection | None = None) -> int | None:
-        if session_id in self._conv_ids:
-            return self._conv_ids[session_id]
+        cached = self._cached_id(session_id)
+        if cached is not None:
+            return cached
         query = sa.select(conversations.c.id).where(conversations.c.session_id == session_id)
         if conn is not None:
             return await conn.scalar(query)
@@ -222,7 +264,7 @@ class HistoryStore:
             conv_id = await self._ensure_conversation(conn, session)
             yield conn, conv_id
         # Reached only when the transaction committed (an exception skips this line).
-        self._conv_ids[session.id] = conv_id
+        self._remember_id(session.id, conv_id)
 
     # -- messages ------------------------------------------------------------------
 
@@ -234,7 +276,8 @@ class HistoryStore:
 
         Every turn appends twice, so statements are few: the first message's insert
         reads the next seq itself (INSERT ... SELECT max(seq) + 1), any others go in one
-        multi-row insert, their parts in one more, and one update of the conversation.
+        multi-row insert, their parts in one more, and one update of the conversation,
+        which also tells whether it is archived (see `live_session_only`).
         """
         if not msgs:
             return []
@@ -272,9 +315,16 @@ class HistoryStore:
         )
         if title:
             title = " ".join(title.split())[:TITLE_CHARS]
-            await conn.execute(_TOUCH_TITLE, {"c_id": conv_id, "c_now": utcnow(), "c_title": title})
+            touched = await conn.execute(
+                _TOUCH_TITLE, {"c_id": conv_id, "c_now": utcnow(), "c_title": title}
+            )
         else:
-            await conn.execute(_TOUCH, {"c_id": conv_id, "c_now": utcnow()})
+            touched = await conn.execute(_TOUCH, {"c_id": conv_id, "c_now": utcnow()})
+        # The session's lock is held since before the conversation was read, and this
+        # update waits for any other writer of the row: an archiving that committed
+        # first is seen here. Raising rolls back the rows inserted above.
+        if touched.scalar_one() and _live_only.get():
+            raise SessionArchived(f"conversation {conv_id} is archived: nothing appended")
         await run_append_hook(conn)  # a channel's delivery record, same transaction
         return [
             StoredMessage(msg_id, first_seq + i, row["token_count"], row["created_at"])

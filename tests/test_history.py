@@ -83,3 +83,46 @@ async def test_a_rolled_back_first_append_leaves_no_stale_conversation(engine) -
     assert await store.conversation_id("s1") is None
     await store.append(S1, Message("user", "after the failure"))
     assert [m.content for m in await store.load_history("s1")] == ["after the failure"]
+
+
+async def test_more_sessions_than_the_id_cache_holds_still_append_and_load(
+        engine, monkeypatch) -> None:
+    import memory.history
+
+    monkeypatch.setattr(memory.history, "CONV_ID_CACHE_SIZE", 3)
+    store = HistoryStore(engine)
+    sessions = [Session(f"lru{i}", "agent", 100 + i, "telegram") for i in range(8)]
+    for round_ in ("first", "second"):  # the second round finds every id evicted
+        for s in sessions:
+            await store.append(s, Message("user", f"{s.id} {round_}"))
+            assert len(store._conv_ids) <= 3
+    for s in sessions:
+        # one conversation per session, both appends in it
+        assert [m.content for m in await store.load_history(s.id)] == [
+            f"{s.id} first", f"{s.id} second"]
+        assert (await store.message_stats(s))[0] == 2
+        assert len(store._conv_ids) <= 3
+    ids = {await store.conversation_id(s.id) for s in sessions}
+    assert len(ids) == len(sessions) and None not in ids
+
+
+async def test_live_session_only_refuses_an_archived_session_and_nothing_else(engine) -> None:
+    from memory.errors import Conflict, SessionArchived
+    from memory.history import live_session_only
+
+    store = HistoryStore(engine)
+    await store.append(S1, Message("user", "before"))
+    await store.save_info(SessionInfo("s1", "agent", 42, "telegram", archived=True))
+    before = await store.load_info("s1")
+    with live_session_only(), pytest.raises(SessionArchived):
+        await store.append(S1, Message("user", "refused"))
+    assert issubclass(SessionArchived, Conflict)
+    assert [m.content for m in await store.load_history("s1")] == ["before"]
+    assert await store.load_info("s1") == before  # not touched either
+    # Everything else still writes to an archived session (imports, compaction, tools).
+    await store.append(S1, Message("user", "kept"))
+    assert [m.content for m in await store.load_history("s1")] == ["before", "kept"]
+    with live_session_only():  # a live session, new or not, is appended to
+        await store.append(S2, Message("user", "new"))
+        await store.append(S2, Message("assistant", "live"))
+    assert [m.content for m in await store.load_history("s2")] == ["new", "live"]

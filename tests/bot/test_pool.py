@@ -427,3 +427,37 @@ async def test_new_on_one_replica_is_seen_by_another_at_one_read_per_turn(
         "after /new", "echo: after /new"]
     assert [m.content for m in await b.provider.load_history(ALICE.id)] == [
         "before /new", "echo: before /new"]
+
+
+async def test_a_message_resolved_before_a_new_on_another_replica_lands_in_the_new_one(
+        engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI, tmp_path: Path):
+    from memory.capabilities import ProviderContext
+    from memory.registry import create_provider
+    from tests.bot.conftest import make_settings
+
+    config = make_settings(llm_server, tmp_path / "data").provider_config()
+
+    def replica() -> Pool:
+        ctx = ProviderContext(engine=engine, summarizer=GatedSummarizer(), agent_id="default",
+                              data_dir=tmp_path / "data", config=config)
+        return make_pool(engine, provider=create_provider("lcm", ctx))
+
+    a, b = replica(), replica()
+    await b.chat(await b.current_session(ALICE), "before /new")
+    # B's channel resolves the live session (checked live), then A's /new commits, then
+    # B's turn appends: the race the per-turn check alone leaves open.
+    resolved = await b.current_session(ALICE)
+    assert resolved == ALICE
+    nxt = await a.new_session(ALICE)
+    reply = await b.chat(resolved, "after /new")
+    assert not reply.error and reply.text == "echo: after /new"
+    assert [m.content for m in await b.provider.load_history(nxt.id)] == [
+        "after /new", "echo: after /new"]
+    assert [m.content for m in await b.provider.load_history(ALICE.id)] == [
+        "before /new", "echo: before /new"]
+    assert (await b.provider.load_info(ALICE.id)).archived
+    assert await b.current_session(ALICE) == nxt  # B's cache follows
+    # The next message goes straight to the live session, once.
+    await b.chat(await b.current_session(ALICE), "again")
+    assert [m.content for m in await a.provider.load_history(nxt.id)] == [
+        "after /new", "echo: after /new", "again", "echo: again"]
