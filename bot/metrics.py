@@ -112,7 +112,8 @@ def record_compaction(provider: str, mode: str, result: CompactionResult) -> Non
 
 
 def record_compaction_failure(provider: str, mode: str) -> None:
-    """A compaction raised (the session was left untouched)."""
+    """A compaction raised: nothing changed, or (a full lcm compaction stopped part way,
+    `CompactionIncomplete`) the rounds before the failure were kept."""
     COMPACTIONS.labels(provider, str(mode), "error").inc()
 
 

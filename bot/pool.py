@@ -62,7 +62,7 @@ from memory.capabilities import (
     SessionManager,
 )
 from memory.context import with_agent_id, with_change_source, with_session_id, with_user_id
-from memory.errors import NotFound, SessionArchived, Unsupported
+from memory.errors import CompactionIncomplete, NotFound, SessionArchived, Unsupported
 from memory.history import live_session_only
 from memory.identity import seed_identity
 from memory.tokens import estimate_tokens
@@ -456,6 +456,12 @@ class Pool:
         with bind_session(session), with_change_source(ChangeSource.USER):
             try:
                 result = await self.provider.compact(session, CompactionMode.FULL)
+            except CompactionIncomplete as exc:
+                # The rounds it finished are kept: they count as a compaction, and the
+                # failure of the rest as an error.
+                record_compaction(self.provider.name, CompactionMode.FULL, exc.result)
+                record_compaction_failure(self.provider.name, CompactionMode.FULL)
+                raise
             except Exception:
                 record_compaction_failure(self.provider.name, CompactionMode.FULL)
                 raise

@@ -28,6 +28,13 @@ class FailsOnCall:
         return f"summary {self.calls}"
 
 
+def _compactions(outcome: str) -> float:
+    from bot.metrics import REGISTRY
+
+    labels = {"provider": "lcm", "mode": "full", "outcome": outcome}
+    return REGISTRY.get_sample_value("mnemo_compactions_total", labels) or 0.0
+
+
 def _pool(engine: AsyncEngine, make_pool: PoolFactory, fail_on: int | None, tmp_path):  # noqa: ANN001, ANN202
     config = {"keep_tail": 2, "leaf_chunk_size": 2}
     ctx = ProviderContext(engine=engine, summarizer=FailsOnCall(fail_on), agent_id="default",
@@ -43,8 +50,11 @@ async def test_compact_that_fails_part_way_says_what_was_kept(
                  for i in range(18)))
     before = (await flaky.provider.stats(ALICE)).context_tokens
     # Round 1: 8 leaves (calls 1-8) then 2 condensed (9-10); round 2's only call fails.
+    counted = {o: _compactions(o) for o in ("changed", "error")}
     answer = await handle_command(flaky, ALICE, "compact", "", is_admin=False)
     assert answer.startswith("Compaction stopped part way: what it had done is kept"), answer
+    # The kept rounds count as a compaction that changed something, the rest as an error.
+    assert {o: _compactions(o) - n for o, n in counted.items()} == {"changed": 1, "error": 1}
     assert "Compacted 16 messages into 10 summaries (8 leaf, 2 condensed)" in answer
     assert "/compact again" in answer and "flaky" not in answer  # the cause goes to the log
     kept = (await flaky.provider.stats(ALICE)).context_tokens
