@@ -4,12 +4,14 @@ pool over the conformance kit's reference provider."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import Settings
@@ -96,3 +98,18 @@ async def make_pool(tmp_path: Path, llm_server: FakeOpenAI) -> AsyncIterator[Poo
         await pool.close(timeout_s=1)
         await locks.close()
         await llm.close()
+
+
+@contextmanager
+def sql_statements(engine: AsyncEngine) -> Iterator[list[str]]:
+    """The SQL `engine` sends while the block runs, in order."""
+    statements: list[str] = []
+
+    def count(conn, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    try:
+        yield statements
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", count)

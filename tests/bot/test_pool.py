@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.pool import Pool
 from memory.errors import Unsupported
 from memory.types import ChangeSource, Session
-from tests.bot.conftest import GatedSummarizer, PoolFactory
+from tests.bot.conftest import GatedSummarizer, PoolFactory, sql_statements
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text, tool_call
 
 ALICE = Session(id="default:test:1", user_id=1, channel="test")
@@ -105,17 +105,9 @@ async def test_a_session_reads_memory_at_its_snapshot_version(
 
 async def test_one_serving_process_reads_a_snapshot_once_until_its_own_write_moves_it(
         sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI):
-    from sqlalchemy import event
-
     pool = make_pool(sqlite_engine)
     await pool.chat(ALICE, "first")
-    statements: list[str] = []
-
-    def count(conn, cursor, statement, *args) -> None:
-        statements.append(statement)
-
-    event.listen(sqlite_engine.sync_engine, "before_cursor_execute", count)
-    try:
+    with sql_statements(sqlite_engine) as statements:
         await pool.chat(ALICE, "second")
         assert not [s for s in statements if "session_snapshots" in s]
         # The turn's own memory write advances the snapshot: the next turn reads it again
@@ -127,8 +119,6 @@ async def test_one_serving_process_reads_a_snapshot_once_until_its_own_write_mov
         await pool.chat(ALICE, "third")
         assert [s for s in statements if "session_snapshots" in s]
         assert "Answer in haiku." in llm_server.requests[-1]["messages"][0]["content"]
-    finally:
-        event.remove(sqlite_engine.sync_engine, "before_cursor_execute", count)
 
 
 async def test_sessions_run_in_parallel_and_one_session_serialises(
@@ -366,31 +356,19 @@ async def test_identity_seeding_is_remembered_for_a_bounded_number_of_users(
 
 async def test_cached_live_session_costs_no_read_on_sqlite(
         sqlite_engine: AsyncEngine, make_pool: PoolFactory):
-    from sqlalchemy import event
-
     pool = make_pool(sqlite_engine)
     await pool.chat(await pool.current_session(ALICE), "hi")
-    statements: list[str] = []
-
-    def count(conn, cursor, statement, *args) -> None:
-        statements.append(statement)
-
-    event.listen(sqlite_engine.sync_engine, "before_cursor_execute", count)
-    try:
+    with sql_statements(sqlite_engine) as statements:
         # One serving process per SQLite file: its own /new is the only one there is.
         assert await pool.current_session(ALICE) == ALICE
         assert statements == []
         nxt = await pool.new_session(ALICE)
         assert await pool.current_session(ALICE) == nxt
-    finally:
-        event.remove(sqlite_engine.sync_engine, "before_cursor_execute", count)
 
 
 async def test_new_on_one_replica_is_seen_by_another_at_one_read_per_turn(
         engine: AsyncEngine, db_kind: str, make_pool: PoolFactory, llm_server: FakeOpenAI,
         tmp_path: Path):
-    from sqlalchemy import event
-
     if db_kind == "sqlite":
         pytest.skip("replicas share PostgreSQL; one process serves a SQLite file")
 
@@ -407,21 +385,13 @@ async def test_new_on_one_replica_is_seen_by_another_at_one_read_per_turn(
 
     a, b = replica(), replica()
     await b.chat(await b.current_session(ALICE), "before /new")  # b caches ALICE itself
-    statements: list[str] = []
-
-    def count(conn, cursor, statement, *args) -> None:
-        statements.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", count)
-    try:
+    with sql_statements(engine) as statements:
         assert await b.current_session(ALICE) == ALICE
         # the check of a cached live session: one read
         reads = [s for s in statements if s not in ("BEGIN", "COMMIT", "ROLLBACK")]
         assert len(reads) == 1 and "FROM conversations" in reads[0], statements
         nxt = await a.new_session(ALICE)
         assert await b.current_session(ALICE) == nxt
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", count)
     await b.chat(await b.current_session(ALICE), "after /new")
     assert [m.content for m in await b.provider.load_history(nxt.id)] == [
         "after /new", "echo: after /new"]
