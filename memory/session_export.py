@@ -156,6 +156,18 @@ class _Reader:
             return value
         raise self._fail(key, "a string")
 
+    def bounded(self, key: str, column: sa.Column[Any]) -> str:
+        """A string that fits `column`'s VARCHAR(n). PostgreSQL refuses a longer one with
+        a raw DataError and SQLite stores it whole, so the limit is checked here."""
+        value = self.text(key)
+        assert value is not None
+        limit = getattr(column.type, "length", None)
+        if limit is not None and len(value) > limit:
+            raise InvalidArgument(
+                f"{self.path}.{key}: {len(value)} characters, longer than the limit of {limit}"
+            )
+        return value
+
     def integer(self, key: str, *, optional: bool = False) -> int | None:
         value = self._get(key)
         if (isinstance(value, int) and not isinstance(value, bool)) or (optional and value is None):
@@ -206,15 +218,26 @@ class ImportReport:
 async def import_session(engine: AsyncEngine, doc: Any, provider: Any = None) -> ImportReport:
     """Write an exported session into `engine`'s database, all or nothing.
 
-    Raises InvalidArgument for a malformed document or provider data the configured
-    provider cannot take, Conflict when the session already exists.
+    Raises InvalidArgument for a malformed document (a string longer than its column
+    included) or provider data the configured provider cannot take, Conflict when the
+    session already exists.
     """
     top = _check_header(doc)
     session = top.child("session")
     assert session is not None
-    session_id = session.text("id") or ""
+    session_id = session.bounded("id", conversations.c.session_id)
     if not session_id:
         raise InvalidArgument(".session.id: must not be empty")
+    # Read (and so validate) every session field before the transaction starts.
+    agent_id = session.bounded("agent_id", conversations.c.agent_id)
+    user_id = session.integer("user_id")
+    assert user_id is not None
+    conv_values: dict[str, Any] = {
+        "session_id": session_id, "agent_id": agent_id, "user_id": user_id,
+        "channel": session.bounded("channel", conversations.c.channel),
+        "title": session.bounded("title", conversations.c.title), "archived": session.flag("archived"),
+        "created_at": session.timestamp("created_at"), "updated_at": session.timestamp("updated_at"),
+    }
     overlay = top.child("provider", optional=True)
     exporter = _exporter(provider)
     if overlay is not None:
@@ -234,21 +257,14 @@ async def import_session(engine: AsyncEngine, doc: Any, provider: Any = None) ->
         if exists is not None:
             raise Conflict(f"session {session_id!r} already exists; nothing was imported")
         conv_id = await conn.scalar(
-            sa.insert(conversations).values(
-                session_id=session_id, agent_id=session.text("agent_id"),
-                user_id=session.integer("user_id"), channel=session.text("channel"),
-                title=session.text("title"), archived=session.flag("archived"),
-                created_at=session.timestamp("created_at"), updated_at=session.timestamp("updated_at"),
-            ).returning(conversations.c.id)
+            sa.insert(conversations).values(**conv_values).returning(conversations.c.id)
         )
         ids = await _import_messages(conn, conv_id, top.items("messages"))
         report.messages = len(ids)
         await _import_snapshot(conn, session_id, top.child("snapshot", optional=True))
         memory = top.child("user_memory")
         assert memory is not None
-        note = await _import_user_memory(
-            conn, session.integer("user_id") or 0, session.text("agent_id") or "", memory
-        )
+        note = await _import_user_memory(conn, user_id, agent_id, memory)
         if note:
             report.notes.append(note)
         if overlay is not None and exporter is not None:
@@ -269,7 +285,8 @@ async def _import_messages(conn: AsyncConnection, conv_id: int, items: list[Any]
             raise InvalidArgument(f".messages[{i}].seq: {seq} appears twice")
         msg_id = await conn.scalar(
             sa.insert(messages).values(
-                conversation_id=conv_id, seq=seq, role=m.text("role"), content=m.text("content"),
+                conversation_id=conv_id, seq=seq, role=m.bounded("role", messages.c.role),
+                content=m.text("content"),
                 token_count=m.integer("token_count"), created_at=m.timestamp("created_at"),
             ).returning(messages.c.id)
         )
@@ -278,7 +295,8 @@ async def _import_messages(conn: AsyncConnection, conv_id: int, items: list[Any]
         for j, raw in enumerate(m.items("parts")):
             p = _Reader(raw, f".messages[{i}].parts[{j}]")
             rows.append({
-                "message_id": msg_id, "ordinal": p.integer("ordinal"), "kind": p.text("kind"),
+                "message_id": msg_id, "ordinal": p.integer("ordinal"),
+                "kind": p.bounded("kind", parts.c.kind),
                 "tool_call_id": p.text("tool_call_id", optional=True),
                 "tool_name": p.text("tool_name", optional=True), "content": p.text("content"),
             })
@@ -296,7 +314,8 @@ async def _import_snapshot(conn: AsyncConnection, session_id: str, snap: _Reader
     if taken is not None:
         raise Conflict(f"session {session_id!r} already has a memory snapshot; nothing was imported")
     await conn.execute(sa.insert(snapshot_table).values(
-        session_id=session_id, user_id=snap.integer("user_id"), agent_id=snap.text("agent_id"),
+        session_id=session_id, user_id=snap.integer("user_id"),
+        agent_id=snap.bounded("agent_id", snapshot_table.c.agent_id),
         version=snap.integer("version"), updated_at=snap.timestamp("updated_at"),
     ))
 
@@ -328,8 +347,11 @@ async def _import_user_memory(conn: AsyncConnection, user_id: int, agent_id: str
     for i, raw in enumerate(changelog):
         c = _Reader(raw, f".user_memory.changelog[{i}]")
         rows.append({
-            "user_id": user_id, "agent_id": agent_id, "session_id": c.text("session_id"),
-            "scope": c.text("scope"), "action": c.text("action"), "source": c.text("source"),
+            "user_id": user_id, "agent_id": agent_id,
+            "session_id": c.bounded("session_id", changelog_table.c.session_id),
+            "scope": c.bounded("scope", changelog_table.c.scope),
+            "action": c.bounded("action", changelog_table.c.action),
+            "source": c.bounded("source", changelog_table.c.source),
             "version_before": c.integer("version_before", optional=True),
             "version_after": c.integer("version_after", optional=True),
             "before_text": c.text("before_text"), "after_text": c.text("after_text"),
