@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from bot.redact import MASK, MIN_SECRET_CHARS, url_password_forms
+from bot.redact import MASK, MIN_SECRET_CHARS, mask_database_url, url_password_forms
 
 DEFAULT_CONFIG = "config.yaml"
 ENV_CONFIG = "MNEMO_CONFIG"
@@ -25,7 +25,8 @@ ENV_CONFIG = "MNEMO_CONFIG"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-# Keys whose value a config error must not show (database.url: its password).
+# Keys whose value a config error must not show (database.url: its password and secret
+# query parameters such as `?password=`).
 SECRET_KEYS = ("telegram.token", "llm.api_key", "telegram.webhook.secret_token", "database.url")
 
 
@@ -274,7 +275,8 @@ def _shown(key: str, given: Any, secrets: set[str]) -> str:
 
 
 def _url_without_password(url: str) -> str | None:
-    """The URL with its password masked; None when it cannot be masked with certainty."""
+    """The URL with its password and secret query values masked; None when it cannot be
+    masked with certainty."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -283,9 +285,10 @@ def _url_without_password(url: str) -> str | None:
     if url.partition("://")[2].count("@") > 1:
         return None
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        make_url(url)
     except ArgumentError:
         return None
+    return mask_database_url(url)
 
 
 def resolve_path(path: str | os.PathLike[str] | None) -> Path:

@@ -4,18 +4,30 @@ Libraries log what they were given: python-telegram-bot logs its Bot API URL, wh
 carries the token, at DEBUG; an HTTP error may quote a URL. Rather than trust every
 logger's level, each log record is scrubbed when it is created: its message and any
 traceback text have every configured secret (bot token, API key, webhook secret,
-database password, decoded and as written in the URL) replaced by `***`.
+database password, secret query parameters of the database URL such as `?password=`,
+credentials embedded in the LLM and Telegram URLs; decoded and as written in the URL)
+replaced by `***`.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 MASK = "***"
 MIN_SECRET_CHARS = 6  # shorter values would mask ordinary words
+# A URL query parameter whose name holds one of these carries a secret: libpq takes
+# `password` and `sslpassword` there, and HTTP services often a `token` or `secret`.
+SECRET_PARAM_WORDS = ("password", "secret", "token")
+# How SQLAlchemy's make_url reads `driver://user:password@`: the user name holds no ':'
+# or '/', the password ends at the first '@'. The rest (host, port, database) holds no
+# '?', so the query is everything after the rest's first '?', a '#' included.
+_DB_URL = re.compile(
+    r"(?P<head>[\w+]+://)(?:(?P<user>[^:/]*)(?::(?P<password>[^@]*))?@)?(?P<rest>.*)", re.DOTALL
+)
 
 # Replaced whole, never mutated: worker threads log while the loop installs more.
 _secrets: tuple[str, ...] = ()
@@ -68,16 +80,70 @@ def url_password_forms(url: str) -> tuple[str, ...]:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
+    match = _DB_URL.match(url)
+    forms = _query_secret_forms(match["rest"].partition("?")[2] if match else url.partition("?")[2])
     try:
         parsed = make_url(url)
     except ArgumentError:
-        return ()
+        return tuple(sorted(f for f in forms if f))
     password = parsed.password
-    if not password:
-        return ()
-    forms = {password, quote(password, safe=""),
-             _written_password(url), _written_password(parsed.render_as_string(hide_password=False))}
+    if password:
+        forms |= {password, quote(password, safe=""), _written_password(url),
+                  _written_password(parsed.render_as_string(hide_password=False))}
     return tuple(sorted(f for f in forms if f))
+
+
+def url_credential_forms(url: str) -> tuple[str, ...]:
+    """The password of an HTTP URL's `user:password@` and its secret query values, decoded
+    and as written. Empty when there are none."""
+    after_scheme = url.partition("://")[2]
+    forms = _query_secret_forms(after_scheme.partition("#")[0].partition("?")[2])
+    authority = after_scheme
+    for stop in "/?#":
+        authority = authority.partition(stop)[0]
+    # RFC 3986 ends the user information at the last '@'; a sloppy parser may end it at
+    # the first, so both readings are masked.
+    if "@" in authority:
+        for userinfo in {authority.rpartition("@")[0], authority.partition("@")[0]}:
+            written = userinfo.partition(":")[2]
+            forms |= {written, unquote(written)}
+    return tuple(sorted(f for f in forms if f))
+
+
+def is_secret_param(name: str) -> bool:
+    """Whether a URL query parameter of this name carries a secret."""
+    lowered = name.lower()
+    return any(word in lowered for word in SECRET_PARAM_WORDS)
+
+
+def mask_database_url(url: str) -> str | None:
+    """The database URL with its password and secret query values replaced by `***`, the
+    rest exactly as written (SQLAlchemy's own rendering re-encodes the query, `***` to
+    `%2A%2A%2A`). None when it is not a URL."""
+    match = _DB_URL.match(url)
+    if match is None:
+        return None
+    out = match["head"]
+    if match["password"] is not None:
+        out += f"{match['user']}:{MASK}@"
+    elif match["user"] is not None:
+        out += f"{match['user']}@"
+    rest, sep, query = match["rest"].partition("?")
+    items = []
+    for item in query.split("&"):
+        name, eq, _ = item.partition("=")
+        items.append(f"{name}={MASK}" if eq and is_secret_param(unquote_plus(name)) else item)
+    return out + rest + sep + "&".join(items)
+
+
+def _query_secret_forms(query: str) -> set[str]:
+    forms: set[str] = set()
+    for item in query.split("&"):
+        name, _, written = item.partition("=")
+        if written and is_secret_param(unquote_plus(name)):
+            decoded = unquote_plus(written)  # what the driver is given
+            forms |= {written, decoded, quote(decoded, safe=""), quote_plus(decoded)}
+    return forms
 
 
 def _written_password(url: str) -> str:

@@ -1,6 +1,7 @@
 """Secrets stay out of what mnemo prints: a config error names the key and shows the bad
 value, except the value of a secret-bearing key (or a secret copied into another key);
-and log masking covers the database password both decoded and percent-encoded."""
+and log masking covers the database password both decoded and percent-encoded, secret
+query parameters of the database URL, and credentials in the LLM and Telegram URLs."""
 
 from __future__ import annotations
 
@@ -121,5 +122,65 @@ def test_encoded_database_password_is_masked_in_logs(
             log.warning("password was %s", form)
     assert len(caplog.records) == 1 + len(forms)
     assert "mnemo:***@127.0.0.1/mnemo" in caplog.text
+    for form in forms:
+        assert form not in caplog.text, caplog.text
+
+
+# --- secrets in URL query strings and in the other URLs -------------------------------
+
+
+@pytest.mark.parametrize(("url", "shown", "secrets"), [
+    # The driver check refuses `postgres://`, so the URL is shown, its secrets masked.
+    ("postgres://mnemo@db/m?password=s3cret-pw", "postgres://mnemo@db/m?password=***",
+     ["s3cret-pw"]),
+    # As written and decoded; other parameters stay readable, exactly as written.
+    ("postgres://mnemo:hunter2-secret@db/m?sslmode=require&sslpassword=ss%2Fl-pass-x",
+     "postgres://mnemo:***@db/m?sslmode=require&sslpassword=***",
+     ["hunter2-secret", "ss%2Fl-pass-x", "ss/l-pass-x", "%2A"]),
+    # Any parameter named like a secret, in any case.
+    ("postgres://db/m?API_Token=tok-value-1&client_secret=sec-value-2",
+     "postgres://db/m?API_Token=***&client_secret=***", ["tok-value-1", "sec-value-2"]),
+])
+def test_config_error_masks_secret_query_parameters(tmp_path: Path, url: str, shown: str,
+                                                    secrets: list[str]) -> None:
+    line = _error(tmp_path, f"database: {{url: '{url}'}}\n")
+    assert f"(got {shown!r})" in line, line
+    for secret in secrets:
+        assert secret not in line, line
+
+
+def test_a_query_password_copied_into_an_ordinary_key_is_hidden(tmp_path: Path) -> None:
+    line = _error(tmp_path, "database: {url: 'postgresql+psycopg://u@db/m?password=s3cret-pw'}\n"
+                            "memory: {budget_tokens: s3cret-pw}\n")
+    assert "memory.budget_tokens: " in line and "s3cret-pw" not in line, line
+
+
+@pytest.mark.usefixtures("_root_level")
+def test_url_query_and_userinfo_secrets_are_masked_in_logs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db_url = ("postgresql+psycopg://mnemo@127.0.0.1/mnemo"
+              "?password=qp%2Fsecret-1&sslpassword=ssl-secret-2")
+    llm_url = "https://proxy-user:llm%40pass-3@proxy.example/v1"
+    hook_url = "https://hook:hook-pass-4@bot.example/hook"
+    api_url = "http://api:tg-api-pass-5@localhost:8081"
+    path = tmp_path / "config.yaml"
+    path.write_text(f"database: {{url: '{db_url}'}}\nllm: {{base_url: '{llm_url}'}}\n"
+                    f"telegram: {{base_url: '{api_url}', webhook: {{url: '{hook_url}'}}}}\n"
+                    "log_level: DEBUG\n", encoding="utf-8")
+    # The real CLI path: `main` loads the config and installs the masking.
+    assert main(["providers", "--config", str(path)]) == 0
+    capsys.readouterr()
+    forms = ["qp%2Fsecret-1", "qp/secret-1", "ssl-secret-2", "llm%40pass-3", "llm@pass-3",
+             "hook-pass-4", "tg-api-pass-5"]
+    log = logging.getLogger("mnemo.test_secret_echo")
+    with caplog.at_level(logging.DEBUG):
+        for url in (db_url, llm_url, hook_url, api_url):
+            log.debug("requesting %s", url)
+        for form in forms:
+            log.warning("secret was %s", form)
+    assert len(caplog.records) == 4 + len(forms)
+    assert "mnemo?password=***&sslpassword=***" in caplog.text, caplog.text
+    assert "https://proxy-user:***@proxy.example/v1" in caplog.text, caplog.text
     for form in forms:
         assert form not in caplog.text, caplog.text
