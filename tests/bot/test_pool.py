@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -366,24 +367,30 @@ async def test_cached_live_session_costs_no_read_on_sqlite(
         assert await pool.current_session(ALICE) == nxt
 
 
-async def test_new_on_one_replica_is_seen_by_another_at_one_read_per_turn(
-        engine: AsyncEngine, db_kind: str, make_pool: PoolFactory, llm_server: FakeOpenAI,
-        tmp_path: Path):
-    if db_kind == "sqlite":
-        pytest.skip("replicas share PostgreSQL; one process serves a SQLite file")
-
+@pytest.fixture
+def lcm_replica(make_pool: PoolFactory, llm_server: FakeOpenAI,
+                tmp_path: Path) -> Callable[[AsyncEngine], Pool]:
+    """Pools on one engine with lcm, as replicas of one bot would be."""
     from memory.capabilities import ProviderContext
     from memory.registry import create_provider
     from tests.bot.conftest import make_settings
 
     config = make_settings(llm_server, tmp_path / "data").provider_config()
 
-    def replica() -> Pool:
+    def replica(engine: AsyncEngine) -> Pool:
         ctx = ProviderContext(engine=engine, summarizer=GatedSummarizer(), agent_id="default",
                               data_dir=tmp_path / "data", config=config)
         return make_pool(engine, provider=create_provider("lcm", ctx))
 
-    a, b = replica(), replica()
+    return replica
+
+
+async def test_new_on_one_replica_is_seen_by_another_at_one_read_per_turn(
+        engine: AsyncEngine, db_kind: str, lcm_replica: Callable[[AsyncEngine], Pool]):
+    if db_kind == "sqlite":
+        pytest.skip("replicas share PostgreSQL; one process serves a SQLite file")
+
+    a, b = lcm_replica(engine), lcm_replica(engine)
     await b.chat(await b.current_session(ALICE), "before /new")  # b caches ALICE itself
     with sql_statements(engine) as statements:
         assert await b.current_session(ALICE) == ALICE
@@ -400,19 +407,8 @@ async def test_new_on_one_replica_is_seen_by_another_at_one_read_per_turn(
 
 
 async def test_a_message_resolved_before_a_new_on_another_replica_lands_in_the_new_one(
-        engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI, tmp_path: Path):
-    from memory.capabilities import ProviderContext
-    from memory.registry import create_provider
-    from tests.bot.conftest import make_settings
-
-    config = make_settings(llm_server, tmp_path / "data").provider_config()
-
-    def replica() -> Pool:
-        ctx = ProviderContext(engine=engine, summarizer=GatedSummarizer(), agent_id="default",
-                              data_dir=tmp_path / "data", config=config)
-        return make_pool(engine, provider=create_provider("lcm", ctx))
-
-    a, b = replica(), replica()
+        engine: AsyncEngine, lcm_replica: Callable[[AsyncEngine], Pool]):
+    a, b = lcm_replica(engine), lcm_replica(engine)
     await b.chat(await b.current_session(ALICE), "before /new")
     # B's channel resolves the live session (checked live), then A's /new commits, then
     # B's turn appends: the race the per-turn check alone leaves open.
