@@ -18,7 +18,7 @@ from bot.metrics import instrument_engine, trace_hook
 from bot.pool import Pool
 from memory.capabilities import ProviderContext, Summarizer
 from memory.db import create_engine, migrate
-from memory.registry import create_provider
+from memory.registry import create_provider_async
 from memory.session_lock import SessionLocks
 from memory.tracing import with_tracing
 
@@ -85,7 +85,7 @@ async def build_services(settings: Settings, *, llm: LLMClient | None = None,
             data_dir=Path(settings.data_dir),
             config=settings.provider_config(),
         )
-        provider = create_provider(settings.memory.provider, ctx)
+        provider = await create_provider_async(settings.memory.provider, ctx)
         undo.push_async_callback(provider.close)
         provider = with_tracing(provider, _trace)
         locks = SessionLocks(engine)

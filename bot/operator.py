@@ -70,7 +70,7 @@ async def open_memory(settings: Settings, *, with_llm: bool = False) -> AsyncIte
             await services.close()
         return
     from memory.db import create_engine, migrate
-    from memory.registry import create_provider
+    from memory.registry import create_provider_async
 
     engine = create_engine(settings.database.url)
     try:
@@ -79,7 +79,7 @@ async def open_memory(settings: Settings, *, with_llm: bool = False) -> AsyncIte
             engine=engine, summarizer=_NoSummarizer(), agent_id=settings.agent.id,
             data_dir=Path(settings.data_dir), config=settings.provider_config(),
         )
-        provider = create_provider(settings.memory.provider, ctx)
+        provider = await create_provider_async(settings.memory.provider, ctx)
         try:
             yield Opened(settings, engine, provider)
         finally:

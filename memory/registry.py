@@ -127,23 +127,52 @@ def get_factory(name: str) -> Factory:
 
 
 def create_provider(name: str, ctx: ProviderContext) -> Provider:
+    """The provider `name` built with `ctx`, for synchronous callers. From a coroutine use
+    `create_provider_async`: here a refused object's async close can only be scheduled on
+    the running loop, not finished before the error is raised."""
     provider = get_factory(name)(ctx)
     if not isinstance(provider, Provider):
         _close_refused(name, provider)
-        raise ProviderLoadError(f"memory provider {name!r} does not implement Provider")
+        raise _not_a_provider(name)
     return provider
+
+
+async def create_provider_async(name: str, ctx: ProviderContext) -> Provider:
+    """`create_provider` for coroutines: a refused object is closed, its async close
+    awaited on the caller's loop, before the error is raised, so the caller may dispose of
+    what the object used (the engine) as soon as it sees the error."""
+    provider = get_factory(name)(ctx)
+    if not isinstance(provider, Provider):
+        pending = _start_close(name, provider)
+        if pending is not None:
+            try:
+                await pending
+            except Exception:
+                _log_close_failure(name)
+        raise _not_a_provider(name)
+    return provider
+
+
+def _not_a_provider(name: str) -> ProviderLoadError:
+    return ProviderLoadError(f"memory provider {name!r} does not implement Provider")
 
 
 # Closes scheduled on a running loop; held so they are not garbage-collected mid-way.
 _closing: set[asyncio.Task[Any]] = set()
 
 
-def _close_refused(name: str, obj: object) -> None:
-    """Close what a factory returned before refusing it, so a half-built plugin's
-    connections or threads do not outlive the error. Failures to close are logged: the
-    refusal is the error the caller needs to see."""
+def _log_close_failure(name: str, exc: BaseException | None = None) -> None:
+    # The refusal is the error the caller needs to see; a failed close is only logged.
+    log.warning("closing the object memory provider %r returned failed", name,
+                exc_info=exc or True)
+
+
+def _start_close(name: str, obj: object) -> Awaitable[Any] | None:
+    """Call what closes an object a factory returned before it is refused, so a half-built
+    plugin's connections or threads do not outlive the error. What is left to await of an
+    async close is returned; None when the close is done (or failed, and was logged)."""
     if isinstance(obj, type):  # a class, not an instance: it holds nothing to close
-        return
+        return None
     close = getattr(obj, "close", None)
     aexit = getattr(type(obj), "__aexit__", None)  # looked up as `async with` does
     try:
@@ -152,12 +181,18 @@ def _close_refused(name: str, obj: object) -> None:
         elif callable(aexit):
             result = aexit(obj, None, None, None)
         else:
-            return
+            return None
     except Exception:
-        log.warning("closing the object memory provider %r returned failed", name,
-                    exc_info=True)
-        return
-    if not inspect.isawaitable(result):
+        _log_close_failure(name)
+        return None
+    return result if inspect.isawaitable(result) else None
+
+
+def _close_refused(name: str, obj: object) -> None:
+    """`_start_close`, then finish an async close: run to completion when no loop is
+    running in this thread, else scheduled on the running loop."""
+    pending = _start_close(name, obj)
+    if pending is None:
         return
     try:
         loop = asyncio.get_running_loop()
@@ -165,15 +200,14 @@ def _close_refused(name: str, obj: object) -> None:
         loop = None
     if loop is None:
         try:
-            asyncio.run(_awaited(result))
+            asyncio.run(_awaited(pending))
         except Exception:
-            log.warning("closing the object memory provider %r returned failed", name,
-                        exc_info=True)
+            _log_close_failure(name)
         return
-    # Called from a coroutine (the bot, `mnemo memory`): this thread runs the loop, so
-    # blocking on the close here would deadlock it, and the object's resources belong to
-    # this loop. The close runs on it as soon as the caller next awaits.
-    task = loop.create_task(_awaited(result), name=f"close refused provider {name}")
+    # Called from a coroutine: this thread runs the loop, so blocking on the close here
+    # would deadlock it, and the object's resources belong to this loop. The close runs
+    # on it as soon as the caller next awaits (`create_provider_async` awaits it instead).
+    task = loop.create_task(_awaited(pending), name=f"close refused provider {name}")
     _closing.add(task)
     task.add_done_callback(lambda t: _closed(name, t))
 
@@ -185,5 +219,4 @@ async def _awaited(aw: Awaitable[Any]) -> Any:
 def _closed(name: str, task: asyncio.Task[Any]) -> None:
     _closing.discard(task)
     if not task.cancelled() and task.exception() is not None:
-        log.warning("closing the object memory provider %r returned failed", name,
-                    exc_info=task.exception())
+        _log_close_failure(name, task.exception())

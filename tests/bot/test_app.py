@@ -11,7 +11,7 @@ import pytest
 import bot.app
 from bot.app import build_services
 from bot.llm import LLMClient
-from memory.registry import create_provider
+from memory.registry import create_provider_async
 from tests.bot.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -28,8 +28,8 @@ class Closings:
                 closings.closed.append("llm")
                 await super().close()
 
-        def recording_create_provider(name: str, ctx: Any) -> Any:
-            provider = create_provider(name, ctx)
+        async def recording_create_provider(name: str, ctx: Any) -> Any:
+            provider = await create_provider_async(name, ctx)
             close = provider.close
 
             async def recorded_close() -> None:
@@ -40,7 +40,7 @@ class Closings:
             return provider
 
         monkeypatch.setattr(bot.app, "LLMClient", RecordingLLMClient)
-        monkeypatch.setattr(bot.app, "create_provider", recording_create_provider)
+        monkeypatch.setattr(bot.app, "create_provider_async", recording_create_provider)
 
 
 def lcm_settings(llm_server: FakeOpenAI, tmp_path: Path):
@@ -52,10 +52,10 @@ async def test_a_provider_that_fails_to_build_leaves_the_llm_client_closed(
         llm_server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     closings = Closings(monkeypatch)
 
-    def broken_factory(name: str, ctx: Any) -> Any:
+    async def broken_factory(name: str, ctx: Any) -> Any:
         raise RuntimeError("the provider's configuration is wrong")
 
-    monkeypatch.setattr(bot.app, "create_provider", broken_factory)
+    monkeypatch.setattr(bot.app, "create_provider_async", broken_factory)
     with pytest.raises(RuntimeError, match="configuration is wrong"):
         await build_services(lcm_settings(llm_server, tmp_path))
     assert closings.closed == ["llm"]
