@@ -49,6 +49,19 @@ def parse_timestamp(value: Any, where: str) -> datetime:
     return parsed
 
 
+class StagedFiles(Protocol):
+    """Files an import wrote beside their place, to be put there only once the import's
+    transaction has committed (a provider keeping data outside the database)."""
+
+    def publish(self) -> None:
+        """Put the files in place (called after the commit)."""
+        ...
+
+    def discard(self) -> None:
+        """Remove them (called when the import fails before or at the commit)."""
+        ...
+
+
 @runtime_checkable
 class Exporter(Protocol):
     async def export_overlay(self, session_id: str) -> dict[str, Any] | None:
@@ -62,10 +75,12 @@ class Exporter(Protocol):
         conversation_id: int,
         data: dict[str, Any],
         message_ids: Mapping[int, int],
-    ) -> None:
+    ) -> StagedFiles | None:
         """Write `data` (as `export_overlay` produced it) inside the importer's
         transaction; `message_ids` maps each message seq to its new row id. Raise
-        `memory.errors.InvalidArgument` for data that does not fit: nothing is kept."""
+        `memory.errors.InvalidArgument` for data that does not fit: nothing is kept.
+        Data kept outside the database is returned staged, never written in place here:
+        the importer publishes it after the commit and discards it on failure."""
         ...
 
     def overlay_markdown(self, data: dict[str, Any]) -> str:

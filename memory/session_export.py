@@ -4,18 +4,21 @@ The JSON document holds every stored row of the session, as stored: the conversa
 its messages with their parts (tool calls, tool results, reasoning) and token counts,
 the session's snapshot, the memory of its (user, agent) (profile, soul, constraints,
 version and the whole changelog), and the provider's own data (`Exporter`: lcm's
-summary DAG and context items, simple's markers). Database ids are left out (messages
-are referred to by seq), so export -> import into another database -> export gives the
-same document.
+summary DAG and context items, simple's markers and its user's notes file). Database
+ids are left out (messages are referred to by seq), so export -> import into another
+database -> export gives the same document.
 
 Import is one transaction: a session that already exists is refused and nothing is
 written; the (user, agent) memory is written only when the target has none for them
 (an existing one is kept and the report says so: two sessions of one user carry the
-same memory, and we never overwrite memory with an older copy).
+same memory, and we never overwrite memory with an older copy). Provider data kept
+outside the database (simple's notes) is staged during the transaction and put in
+place only after the commit (`memory.maintenance.StagedFiles`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memory.db import lock_for_transaction, write_transaction
 from memory.errors import Conflict, InvalidArgument, NotFound
 from memory.history import conversations, messages, parts
-from memory.maintenance import Exporter, parse_timestamp
+from memory.maintenance import Exporter, StagedFiles, parse_timestamp
 from memory.stores import changelog_table, snapshot_table, state_table
 from memory.tracing import unwrap
 from memory.types import iso_utc
@@ -249,29 +252,41 @@ async def import_session(engine: AsyncEngine, doc: Any, provider: Any = None) ->
                 f"{configured!r}; set memory.provider: {name} to import it"
             )
     report = ImportReport(session_id)
-    async with write_transaction(engine) as conn:
-        await lock_for_transaction(conn, f"session:{session_id}")
-        exists = await conn.scalar(
-            sa.select(conversations.c.id).where(conversations.c.session_id == session_id)
-        )
-        if exists is not None:
-            raise Conflict(f"session {session_id!r} already exists; nothing was imported")
-        conv_id = await conn.scalar(
-            sa.insert(conversations).values(**conv_values).returning(conversations.c.id)
-        )
-        ids = await _import_messages(conn, conv_id, top.items("messages"))
-        report.messages = len(ids)
-        await _import_snapshot(conn, session_id, top.child("snapshot", optional=True))
-        memory = top.child("user_memory")
-        assert memory is not None
-        note = await _import_user_memory(conn, user_id, agent_id, memory)
-        if note:
-            report.notes.append(note)
-        if overlay is not None and exporter is not None:
-            data = overlay.obj.get("data")
-            if not isinstance(data, dict):
-                raise InvalidArgument(".provider.data: expected an object")
-            await exporter.import_overlay(conn, conv_id, data, ids)
+    staged: StagedFiles | None = None
+    try:
+        async with write_transaction(engine) as conn:
+            await lock_for_transaction(conn, f"session:{session_id}")
+            exists = await conn.scalar(
+                sa.select(conversations.c.id).where(conversations.c.session_id == session_id)
+            )
+            if exists is not None:
+                raise Conflict(f"session {session_id!r} already exists; nothing was imported")
+            conv_id = await conn.scalar(
+                sa.insert(conversations).values(**conv_values).returning(conversations.c.id)
+            )
+            ids = await _import_messages(conn, conv_id, top.items("messages"))
+            report.messages = len(ids)
+            await _import_snapshot(conn, session_id, top.child("snapshot", optional=True))
+            memory = top.child("user_memory")
+            assert memory is not None
+            note = await _import_user_memory(conn, user_id, agent_id, memory)
+            if note:
+                report.notes.append(note)
+            if overlay is not None and exporter is not None:
+                data = overlay.obj.get("data")
+                if not isinstance(data, dict):
+                    raise InvalidArgument(".provider.data: expected an object")
+                staged = await exporter.import_overlay(conn, conv_id, data, ids)
+    except BaseException:
+        # Rolled back, or the commit failed: the provider's staged files go as well.
+        if staged is not None:
+            staged.discard()
+        raise
+    if staged is not None:
+        # Only after the commit, so a failed import leaves no files. A failure (or a
+        # crash) between the commit and this rename leaves the session imported without
+        # the provider's files; the provider's error names them, to move by hand.
+        await asyncio.to_thread(staged.publish)
     return report
 
 

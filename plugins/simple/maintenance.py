@@ -3,8 +3,11 @@
 (`memory.maintenance.IntegrityChecker`). Mixed into `SimpleProvider`.
 
 Markers refer to the history by `through_seq`, which survives an import unchanged. The
-Archive entries the markers name live in the per-user notes file
-(`memory.simple.store_dir`), not in the database: back that directory up with it.
+Archive entries the markers name live in the per-(agent, user) notes file
+(`memory.simple.store_dir`), not in the database: the export carries that user's whole
+notes file (`notes`, every Note and Archive), and the import merges it into the target's
+store_dir after the database commit (`plugins.simple.notes_transfer`: identical entries
+skipped, a differing one refuses the import). Back store_dir up with the database.
 
 Checks, per conversation:
 - `marker_beyond_history`: a marker covering a seq past the last message;
@@ -13,6 +16,7 @@ Checks, per conversation:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,10 +25,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.errors import InvalidArgument
 from memory.history import HistoryStore, conversations, messages
-from memory.maintenance import Fault, parse_timestamp
+from memory.maintenance import Fault, StagedFiles, parse_timestamp
 from memory.session_export import _Reader
 from memory.types import iso_utc
+from plugins.simple import notes_transfer
 from plugins.simple.markers import markers
+from plugins.simple.notes_store import NotesStore
 
 _FIELDS = (
     "through_seq",
@@ -40,12 +46,19 @@ _INTS = ("through_seq", "messages_compacted", "source_tokens")
 class SimpleMaintenance:
     engine: AsyncEngine
     history: HistoryStore
+    notes: NotesStore
 
     async def export_overlay(self, session_id: str) -> dict[str, Any] | None:
         async with self.engine.connect() as conn:
-            conv_id = await self.history.conversation_id(session_id, conn)
-            if conv_id is None:
+            conv = (
+                await conn.execute(
+                    sa.select(conversations.c.id, conversations.c.agent_id, conversations.c.user_id)
+                    .where(conversations.c.session_id == session_id)
+                )
+            ).first()
+            if conv is None:
                 return None
+            conv_id = conv.id
             rows = (
                 (
                     await conn.execute(
@@ -57,10 +70,12 @@ class SimpleMaintenance:
                 .mappings()
                 .all()
             )
+        notes = await self.notes.entries(conv.agent_id, conv.user_id)
         return {
             "markers": [
                 {k: (iso_utc(r[k]) if k == "archived_at" else r[k]) for k in _FIELDS} for r in rows
-            ]
+            ],
+            "notes": notes_transfer.export_entries(notes),
         }
 
     async def import_overlay(
@@ -69,7 +84,7 @@ class SimpleMaintenance:
         conversation_id: int,
         data: dict[str, Any],
         message_ids: Mapping[int, int],
-    ) -> None:
+    ) -> StagedFiles | None:
         raw = data.get("markers")
         if not isinstance(raw, list):
             raise InvalidArgument(".provider.data.markers: expected a list")
@@ -99,8 +114,22 @@ class SimpleMaintenance:
                     "conversation_id": conversation_id,
                 }
             )
+        # Exports made before notes travelled have no `notes`: nothing to merge.
+        notes = notes_transfer.read_entries(data.get("notes", []))
         for row in rows:  # one at a time: ids (and so marker order) follow export order
             await conn.execute(sa.insert(markers).values(**row))
+        if not notes:
+            return None
+        owner = (
+            await conn.execute(
+                sa.select(conversations.c.agent_id, conversations.c.user_id).where(
+                    conversations.c.id == conversation_id
+                )
+            )
+        ).one()
+        path = self.notes.path_for(owner.agent_id, owner.user_id)
+        # Last, so the file's writer lock is held only from here to the commit.
+        return await asyncio.to_thread(notes_transfer.stage, path, notes)
 
     def overlay_markdown(self, data: dict[str, Any]) -> str:
         out = [f"### Compactions ({len(data['markers'])})"]
@@ -112,6 +141,12 @@ class SimpleMaintenance:
                 "",
                 m["summary"],
             ]
+        notes = data.get("notes", [])
+        out += ["", f"### Notes and archives of the user ({len(notes)})"]
+        for n in notes:
+            aliases = f" (also {', '.join(n['aliases'])})" if n["aliases"] else ""
+            out += ["", f"#### {n['kind']} `{n['name']}`{aliases} · {n['created_at']}", "",
+                    n["content"]]
         return "\n".join(out) + "\n"
 
     async def check_integrity(self) -> list[Fault]:

@@ -148,6 +148,23 @@ def _decode(obj: Any) -> NoteEntry:
     )
 
 
+_COMPARED = ("name", "aliases", "kind", "created_at", "content")
+
+
+def _differences(a: NoteEntry, b: NoteEntry) -> list[str]:
+    return [f for f in _COMPARED if getattr(a, f) != getattr(b, f)]
+
+
+def _same(a: NoteEntry, b: NoteEntry) -> bool:
+    """Equal but for the id (a merge renumbers)."""
+    return not _differences(a, b)
+
+
+def encode_entry(entry: NoteEntry) -> dict[str, Any]:
+    """`entry` as the JSON object of its line (what an export carries)."""
+    return json.loads(_encode(entry))
+
+
 def _index_tokens(entry: NoteEntry) -> list[str]:
     # Content and name; aliases are resolution only, never search terms.
     return tokenize(entry.content) + tokenize(entry.name)
@@ -370,6 +387,48 @@ class NotesFile:
             self._entries[entry.id] = entry
         if drop is not None:
             del self._entries[drop]
+
+    # ---- import ----------------------------------------------------------------------
+
+    def merged(self, incoming: list[NoteEntry]) -> bytes | None:
+        """The file's bytes with `incoming` (valid entries, unique ids and names, as an
+        export holds them) merged in; None when it adds nothing. Nothing changes here.
+
+        An incoming entry equal to the one its name resolves to here (name, aliases,
+        kind, created_at, content; ids may differ) is skipped. Any other incoming name or
+        alias already bound raises Conflict naming it: we never overwrite a note. Into a
+        file without entries the incoming ids are kept (so a migrated file exports the
+        same); otherwise new entries take ids from next_id on, in incoming order.
+        """
+        added: list[NoteEntry] = []
+        for entry in sorted(incoming, key=lambda e: e.id):
+            owners = {self._names.get(name_key(label)) for label in (entry.name, *entry.aliases)}
+            owners.discard(None)
+            if not owners:
+                added.append(entry)
+                continue
+            here = self._entries.get(self._names.get(name_key(entry.name), 0))
+            if here is not None and owners == {here.id} and _same(here, entry):
+                continue
+            clash = here or self._entries[min(i for i in owners if i is not None)]
+            differing = ", ".join(_differences(clash, entry))
+            raise Conflict(
+                f"note {entry.name!r} clashes with the existing note {clash.name!r} "
+                f"(they differ in {differing}) in {self.path}"
+            )
+        if not added:
+            return None
+        lines = dict(self._lines)
+        if self._entries:
+            next_id = self._next_id
+            for entry in added:
+                lines[next_id] = _encode(replace(entry, id=next_id))
+                next_id += 1
+        else:
+            lines = {e.id: _encode(e) for e in added}
+            next_id = max(self._next_id, max(lines) + 1)
+        header = {"format": FORMAT, "version": VERSION, "next_id": next_id, "entries": len(lines)}
+        return json.dumps(header).encode() + b"\n" + b"".join(lines.values())
 
     def _snapshot(self, next_id: int) -> None:
         header = {

@@ -143,12 +143,23 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-@contextmanager
-def _flocked(path: Path) -> Iterator[None]:
+def lock_file(path: Path) -> int:
+    """Take `path`'s writer lock across processes (blocking); the returned descriptor
+    holds it until closed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextmanager
+def _flocked(path: Path) -> Iterator[None]:
+    fd = lock_file(path)
+    try:
         yield
     finally:
         os.close(fd)  # closing releases the lock
