@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -146,22 +146,27 @@ async def status(settings: Settings, session_id: str, out: TextIO = sys.stdout) 
 
 
 async def sessions(settings: Settings, out: TextIO = sys.stdout) -> int:
-    from memory.history import HistoryStore, conversations, messages
+    from memory.history import HistoryStore, SessionCounter
+    from memory.tracing import unwrap
 
+    everything = ListOptions(include_archived=True)
     async with open_memory(settings) as m:
-        infos = await HistoryStore(m.engine).list_info(ListOptions(include_archived=True))
-        async with m.engine.connect() as conn:
-            counts: dict[str, int] = dict((await conn.execute(
-                sa.select(conversations.c.session_id, sa.func.count(messages.c.id))
-                .select_from(conversations.outerjoin(messages, messages.c.conversation_id == conversations.c.id))
-                .group_by(conversations.c.session_id)
-            )).all())
-        lines = []
-        for info in infos:
-            stats = await m.provider.stats(Session(info.id, info.agent_id, info.user_id, info.channel))
-            lines.append((info.id, str(info.user_id), str(counts.get(info.id, 0)),
-                          str(stats.summary_count), _when(info.last_active),
-                          ("[archived] " if info.archived else "") + info.title))
+        provider = unwrap(m.provider)
+        if isinstance(provider, SessionCounter):
+            # A fixed number of queries however many sessions there are.
+            rows = await provider.list_counts(everything)
+        else:
+            # A provider that cannot count in bulk: its `stats`, one session at a time.
+            rows = await HistoryStore(m.engine).list_counts(everything)
+            for i, row in enumerate(rows):
+                info = row.info
+                stats = await m.provider.stats(Session(info.id, info.agent_id, info.user_id, info.channel))
+                rows[i] = replace(row, summary_count=stats.summary_count)
+        lines = [
+            (r.info.id, str(r.info.user_id), str(r.message_count), str(r.summary_count),
+             _when(r.info.last_active), ("[archived] " if r.info.archived else "") + r.info.title)
+            for r in rows
+        ]
     if not lines:
         print("no sessions", file=out)
         return EXIT_OK

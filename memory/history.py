@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -71,6 +71,24 @@ class PartKind(enum.StrEnum):
     REASONING = "reasoning"
     TOOL_CALL = "tool_call"
     TOOL_RESULT = "tool_result"
+
+
+@dataclass(frozen=True)
+class SessionCounts:
+    """One row of a session listing: the session and what it holds, counted in SQL."""
+
+    info: SessionInfo
+    message_count: int
+    summary_count: int
+
+
+@runtime_checkable
+class SessionCounter(Protocol):
+    """A provider that counts every listed session's messages and summaries in a fixed
+    number of queries (`HistoryStore.list_counts`); the counts equal its `stats`. Not a
+    capability plugins must offer: a listing falls back to `stats` per session."""
+
+    async def list_counts(self, opts: ListOptions) -> list[SessionCounts]: ...
 
 
 @dataclass(frozen=True)
@@ -436,8 +454,10 @@ class HistoryStore:
             raise NotFound(f"session {session_id!r} not found")
         return self._info(row)
 
-    async def list_info(self, opts: ListOptions) -> list[SessionInfo]:
-        query = sa.select(conversations).order_by(conversations.c.updated_at.desc(), conversations.c.id.desc())
+    @staticmethod
+    def _listing(query: sa.Select, opts: ListOptions) -> sa.Select:
+        """`query` over conversations, filtered, ordered and paged as `opts` says."""
+        query = query.order_by(conversations.c.updated_at.desc(), conversations.c.id.desc())
         if opts.agent_id:
             query = query.where(conversations.c.agent_id == opts.agent_id)
         if opts.user_id is not None:
@@ -448,9 +468,43 @@ class HistoryStore:
             query = query.limit(opts.limit)
         if opts.offset:
             query = query.offset(opts.offset)
+        return query
+
+    async def list_info(self, opts: ListOptions) -> list[SessionInfo]:
+        query = self._listing(sa.select(conversations), opts)
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
         return [self._info(r) for r in rows]
+
+    async def list_counts(
+        self, opts: ListOptions, summaries: sa.Table | None = None
+    ) -> list[SessionCounts]:
+        """`list_info` with each session's message count and the count of its rows in
+        `summaries` (a provider's table with a `conversation_id` column; 0 when None),
+        in one query whatever the number of sessions: a listing of thousands of
+        sessions must not cost a query per session."""
+        counted = [(messages, "message_count")]
+        if summaries is not None:
+            counted.append((summaries, "summary_count"))
+        query = sa.select(conversations)
+        source: sa.FromClause = conversations
+        for table, label in counted:
+            # One GROUP BY per table, joined once: a join of the raw tables would
+            # multiply messages by summaries.
+            per_conv = (
+                sa.select(table.c.conversation_id, sa.func.count().label("n"))
+                .group_by(table.c.conversation_id)
+                .subquery()
+            )
+            source = source.outerjoin(per_conv, per_conv.c.conversation_id == conversations.c.id)
+            query = query.add_columns(sa.func.coalesce(per_conv.c.n, 0).label(label))
+        query = self._listing(query.select_from(source), opts)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [
+            SessionCounts(self._info(r), int(r["message_count"]), int(r.get("summary_count", 0)))
+            for r in rows
+        ]
 
 
 class SessionHistory:

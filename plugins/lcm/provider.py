@@ -25,13 +25,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.capabilities import ProviderContext
 from memory.errors import InvalidArgument
-from memory.history import HistoryStore, SessionHistory
+from memory.history import HistoryStore, SessionCounts, SessionHistory
 from memory.stores import SharedStores
 from memory.types import (
     CompactionMode,
     CompactionResult,
     DescribeResult,
     ExpandResult,
+    ListOptions,
     Message,
     SearchQuery,
     SearchResult,
@@ -140,6 +141,10 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
             oldest_at=oldest,
             newest_at=newest,
         )
+
+    async def list_counts(self, opts: ListOptions) -> list[SessionCounts]:
+        """`stats`' message and summary counts of every listed session, in one query."""
+        return await self.history.list_counts(opts, summaries)
 
     async def close(self) -> None:
         # The engine belongs to whoever created the context; nothing else is held.

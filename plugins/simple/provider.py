@@ -32,6 +32,7 @@ from memory.capabilities import ProviderContext, Summarizer
 from memory.errors import Conflict, InvalidArgument
 from memory.history import (
     HistoryStore,
+    SessionCounts,
     SessionHistory,
     StoredMessage,
     conversations,
@@ -46,6 +47,7 @@ from memory.transcript import render_transcript, safe_start, without_leading_res
 from memory.types import (
     CompactionMode,
     CompactionResult,
+    ListOptions,
     Message,
     NoteEntry,
     NoteHit,
@@ -187,6 +189,10 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
             oldest_at=oldest,
             newest_at=newest,
         )
+
+    async def list_counts(self, opts: ListOptions) -> list[SessionCounts]:
+        """`stats`' message and marker counts of every listed session, in one query."""
+        return await self.history.list_counts(opts, markers.markers)
 
     async def close(self) -> None:
         if not self._closed:
