@@ -39,7 +39,7 @@ from bot.llm import LLMClient  # noqa: E402
 from bot.pool import Pool  # noqa: E402
 from memory.capabilities import ProviderContext  # noqa: E402
 from memory.db import create_engine, migrate  # noqa: E402
-from memory.registry import create_provider  # noqa: E402
+from memory.registry import create_provider_async  # noqa: E402
 from memory.session_lock import SessionLocks  # noqa: E402
 from memory.summarizer import TruncatingSummarizer  # noqa: E402
 from memory.types import Session, SummarizeOptions  # noqa: E402
@@ -91,7 +91,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Turn], set[asyncio.Task], 
             })
             engine = create_engine(settings.database.url)
             await migrate(engine)
-            provider = create_provider(settings.memory.provider, ProviderContext(
+            provider = await create_provider_async(settings.memory.provider, ProviderContext(
                 engine=engine, summarizer=summarizer, agent_id=settings.agent.id,
                 data_dir=Path(tmp), config=settings.provider_config()))
             llm = LLMClient(settings.llm)

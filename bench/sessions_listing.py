@@ -30,7 +30,7 @@ from bot import operator  # noqa: E402
 from bot.config import Settings  # noqa: E402
 from memory.capabilities import ProviderContext  # noqa: E402
 from memory.db import create_engine, migrate  # noqa: E402
-from memory.registry import create_provider  # noqa: E402
+from memory.registry import create_provider_async  # noqa: E402
 from memory.summarizer import TruncatingSummarizer  # noqa: E402
 from memory.testing.databases import temp_database_url  # noqa: E402
 from memory.types import CompactionMode, Message, Session  # noqa: E402
@@ -49,7 +49,7 @@ async def populate(settings: Settings, tmp: Path, n: int) -> None:
     engine = create_engine(settings.database.url)
     try:
         await migrate(engine)
-        provider = create_provider(settings.memory.provider, ProviderContext(
+        provider = await create_provider_async(settings.memory.provider, ProviderContext(
             engine=engine, summarizer=TruncatingSummarizer(), data_dir=tmp,
             config=settings.provider_config()))
         try:

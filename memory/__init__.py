@@ -42,7 +42,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "memory.tracing": ("TraceEvent", "unwrap", "with_tracing"),
     "memory.registry": (
         "ProviderEntry", "ProviderLoadError", "ProviderNotFound", "create_provider",
-        "get_factory", "list_providers", "provider_names",
+        "create_provider_async", "get_factory", "list_providers", "provider_names",
     ),
 }
 
@@ -109,6 +109,7 @@ if TYPE_CHECKING:  # static re-exports for type checkers and IDEs
         ProviderLoadError,
         ProviderNotFound,
         create_provider,
+        create_provider_async,
         get_factory,
         list_providers,
         provider_names,

@@ -137,8 +137,9 @@ async def _export_user_memory(conn: AsyncConnection, user_id: int, agent_id: str
 # --- validation -----------------------------------------------------------------------
 
 
-class _Reader:
-    """Typed access to an untrusted document; every error names the JSON path."""
+class DocumentReader:
+    """Typed access to an untrusted document; every error names the JSON path. Providers'
+    import hooks (plugins/*/maintenance.py) read their sections with it too."""
 
     def __init__(self, obj: Any, path: str) -> None:
         if not isinstance(obj, dict):
@@ -192,15 +193,15 @@ class _Reader:
             return value
         raise self._fail(key, "a list")
 
-    def child(self, key: str, *, optional: bool = False) -> _Reader | None:
+    def child(self, key: str, *, optional: bool = False) -> DocumentReader | None:
         value = self._get(key)
         if optional and value is None:
             return None
-        return _Reader(value, f"{self.path}.{key}")
+        return DocumentReader(value, f"{self.path}.{key}")
 
 
-def _check_header(doc: Any) -> _Reader:
-    top = _Reader(doc, "")
+def _check_header(doc: Any) -> DocumentReader:
+    top = DocumentReader(doc, "")
     if doc.get("format") != FORMAT:
         raise InvalidArgument(f"not a mnemo session export (format is {doc.get('format')!r}, expected {FORMAT!r})")
     if doc.get("version") != VERSION:
@@ -293,7 +294,7 @@ async def import_session(engine: AsyncEngine, doc: Any, provider: Any = None) ->
 async def _import_messages(conn: AsyncConnection, conv_id: int, items: list[Any]) -> dict[int, int]:
     ids: dict[int, int] = {}
     for i, item in enumerate(items):
-        m = _Reader(item, f".messages[{i}]")
+        m = DocumentReader(item, f".messages[{i}]")
         seq = m.integer("seq")
         assert seq is not None
         if seq in ids:
@@ -308,7 +309,7 @@ async def _import_messages(conn: AsyncConnection, conv_id: int, items: list[Any]
         ids[seq] = msg_id
         rows = []
         for j, raw in enumerate(m.items("parts")):
-            p = _Reader(raw, f".messages[{i}].parts[{j}]")
+            p = DocumentReader(raw, f".messages[{i}].parts[{j}]")
             rows.append({
                 "message_id": msg_id, "ordinal": p.integer("ordinal"),
                 "kind": p.bounded("kind", parts.c.kind),
@@ -320,7 +321,7 @@ async def _import_messages(conn: AsyncConnection, conv_id: int, items: list[Any]
     return ids
 
 
-async def _import_snapshot(conn: AsyncConnection, session_id: str, snap: _Reader | None) -> None:
+async def _import_snapshot(conn: AsyncConnection, session_id: str, snap: DocumentReader | None) -> None:
     if snap is None:
         return
     taken = await conn.scalar(
@@ -335,7 +336,7 @@ async def _import_snapshot(conn: AsyncConnection, session_id: str, snap: _Reader
     ))
 
 
-async def _import_user_memory(conn: AsyncConnection, user_id: int, agent_id: str, memory: _Reader) -> str:
+async def _import_user_memory(conn: AsyncConnection, user_id: int, agent_id: str, memory: DocumentReader) -> str:
     state = memory.child("state", optional=True)
     changelog = memory.items("changelog")
     if state is None and not changelog:
@@ -360,7 +361,7 @@ async def _import_user_memory(conn: AsyncConnection, user_id: int, agent_id: str
         ))
     rows = []
     for i, raw in enumerate(changelog):
-        c = _Reader(raw, f".user_memory.changelog[{i}]")
+        c = DocumentReader(raw, f".user_memory.changelog[{i}]")
         rows.append({
             "user_id": user_id, "agent_id": agent_id,
             "session_id": c.bounded("session_id", changelog_table.c.session_id),

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memory.errors import InvalidArgument
 from memory.history import HistoryStore, conversations, messages
 from memory.maintenance import Fault, parse_timestamp
-from memory.session_export import _Reader
+from memory.session_export import DocumentReader
 from memory.types import iso_utc
 from plugins.lcm.dag import CONDENSED, LEAF
 from plugins.lcm.models import context_items, summaries, summary_messages, summary_parents
@@ -161,7 +161,7 @@ class LcmMaintenance:
                 raise InvalidArgument(f"{where}: bad or repeated summary id/kind")
             # PostgreSQL would fail on a longer id with a raw DataError, SQLite keep it.
             # Context items and child links name only ids checked here.
-            _Reader(s, where).bounded("id", summaries.c.id)
+            DocumentReader(s, where).bounded("id", summaries.c.id)
             known.add(s["id"])
             row = {k: s[k] for k in _SUMMARY_FIELDS}
             for k in _TIMES:

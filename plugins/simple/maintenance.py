@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memory.errors import InvalidArgument
 from memory.history import HistoryStore, conversations, messages
 from memory.maintenance import Fault, StagedFiles, parse_timestamp
-from memory.session_export import _Reader
+from memory.session_export import DocumentReader
 from memory.types import iso_utc
 from plugins.simple import notes_transfer
 from plugins.simple.markers import markers
@@ -101,7 +101,7 @@ class SimpleMaintenance:
             ):
                 raise InvalidArgument(f"{where}: wrong value types")
             # PostgreSQL would fail on a longer name with a raw DataError, SQLite keep it.
-            _Reader(m, where).bounded("archive_name", markers.c.archive_name)
+            DocumentReader(m, where).bounded("archive_name", markers.c.archive_name)
             if not 0 < m["through_seq"] <= last:
                 raise InvalidArgument(
                     f"{where}.through_seq: {m['through_seq']} is not a message of this session"
