@@ -157,10 +157,6 @@ class InlineConnection:
     def isolation_level(self) -> str | None:
         return self._conn.isolation_level
 
-    @property
-    def in_transaction(self) -> bool:
-        return self._conn.in_transaction
-
     def _open(self) -> sqlite3.Connection:
         if self._connection is None:
             raise ValueError("Connection closed")  # the text SQLAlchemy's dialect maps

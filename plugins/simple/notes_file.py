@@ -112,17 +112,21 @@ def _copy(entry: NoteEntry) -> NoteEntry:
     return replace(entry, aliases=list(entry.aliases))
 
 
-def _encode(entry: NoteEntry) -> bytes:
-    created = entry.created_at.isoformat() if entry.created_at else None
-    obj = {
+def encode_entry(entry: NoteEntry) -> dict[str, Any]:
+    """`entry` as the JSON object of its line (what an export carries)."""
+    return {
         "id": entry.id,
         "name": entry.name,
-        "aliases": entry.aliases,
+        "aliases": list(entry.aliases),
         "kind": str(entry.kind),
-        "created_at": created,
+        "created_at": entry.created_at.isoformat() if entry.created_at else None,
         "content": entry.content,
     }
-    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+def _encode(entry: NoteEntry) -> bytes:
+    line = json.dumps(encode_entry(entry), ensure_ascii=False, separators=(",", ":"))
+    return (line + "\n").encode()
 
 
 def _decode(obj: Any) -> NoteEntry:
@@ -158,11 +162,6 @@ def _differences(a: NoteEntry, b: NoteEntry) -> list[str]:
 def _same(a: NoteEntry, b: NoteEntry) -> bool:
     """Equal but for the id (a merge renumbers)."""
     return not _differences(a, b)
-
-
-def encode_entry(entry: NoteEntry) -> dict[str, Any]:
-    """`entry` as the JSON object of its line (what an export carries)."""
-    return json.loads(_encode(entry))
 
 
 def _index_tokens(entry: NoteEntry) -> list[str]:
