@@ -73,6 +73,12 @@ class ChatQueueProcessor(BaseUpdateProcessor):
     def __init__(self, max_concurrent_updates: int) -> None:
         super().__init__(max_concurrent_updates)
         self._queues: dict[ChatKey, deque[_Waiter]] = {}
+        self._awaiting_slot = 0
+
+    @property
+    def awaiting_slot(self) -> int:
+        """Updates free to run (first of their chat) that wait for a global slot."""
+        return self._awaiting_slot
 
     @property
     def waiting(self) -> int:
@@ -84,17 +90,37 @@ class ChatQueueProcessor(BaseUpdateProcessor):
         its chat is done, in one of the global slots. Cancelled while still waiting,
         `coroutine` is closed unstarted."""
         key = chat_key(update)
-        if key is None:
-            await self.process_update(update, coroutine)
-            return
         try:
+            if key is None:
+                await self._in_slot(update, coroutine)
+                return
             async with self._turn(key, update):
-                await self.process_update(update, coroutine)
+                await self._in_slot(update, coroutine)
         except asyncio.CancelledError:
             if inspect.iscoroutine(coroutine) and inspect.getcoroutinestate(
                     coroutine) == inspect.CORO_CREATED:
                 coroutine.close()  # never started: no "was never awaited" warning
             raise
+
+    async def _in_slot(self, update: object, coroutine: Awaitable[Any]) -> None:
+        """`process_update` (which waits for a slot), counted in `awaiting_slot` until
+        the slot is taken."""
+        waiting = True
+
+        async def started() -> None:
+            nonlocal waiting
+            waiting = False
+            self._awaiting_slot -= 1
+            await coroutine
+
+        self._awaiting_slot += 1
+        runner = started()
+        try:
+            await self.process_update(update, runner)
+        finally:
+            if waiting:  # cancelled (or failed) before it got its slot
+                self._awaiting_slot -= 1
+                runner.close()
 
     async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
         key = chat_key(update)

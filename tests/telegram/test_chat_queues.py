@@ -143,6 +143,28 @@ async def test_a_cancelled_head_hands_the_turn_on() -> None:
     assert jobs.finished == [2]
 
 
+async def test_awaiting_slot_counts_updates_free_to_run_without_a_slot() -> None:
+    jobs = Jobs()
+    async with ChatQueueProcessor(1) as processor:
+        tasks = [submit(processor, jobs, 1, 1), submit(processor, jobs, 2, 1)]
+        await jobs.until(lambda: jobs.started == [1])
+        assert processor.awaiting_slot == 0  # update 2 waits behind its own chat
+        job3: Coroutine[Any, Any, None] = jobs.job(3, 3)
+        cancelled = asyncio.create_task(processor.process_in_order(update(3, 3), job3))
+        tasks += [submit(processor, jobs, 4, 4), submit(processor, jobs, 5, None)]
+        await asyncio.sleep(0)
+        assert processor.awaiting_slot == 3  # chats 3 and 4, and the chatless one
+        cancelled.cancel()
+        await asyncio.gather(cancelled, return_exceptions=True)
+        assert inspect.getcoroutinestate(job3) == inspect.CORO_CLOSED
+        assert processor.awaiting_slot == 2
+        for chat in (1, 4, None):
+            jobs.gate(chat).set()
+        await asyncio.wait_for(asyncio.gather(*tasks), GUARD_S)
+    assert sorted(jobs.started) == [1, 2, 4, 5]
+    assert processor.awaiting_slot == 0
+
+
 async def test_process_update_called_directly_keeps_the_chat_order() -> None:
     # As python-telegram-bot's own update fetcher would call it (holding a slot).
     jobs = Jobs()

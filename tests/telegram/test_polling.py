@@ -135,6 +135,34 @@ async def test_an_update_sent_again_while_it_waits_is_parsed_once(
     assert [m.text for m in tg.bot_messages(41)] == ["first answer", "echo: m2"]
 
 
+async def test_no_polling_while_updates_wait_for_a_slot(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    """Slots take updates in arrival order: while one waits for the only slot, anything
+    fetched would run after it anyway, so the loop does not fetch (and decode) the
+    waiting updates again and again; what arrives meanwhile is fetched once it can run."""
+    gate = asyncio.Event()
+    llm.push(gated(gate, text("first answer")))
+    alice, bob, carol = tg.private(41), tg.private(42), tg.private(43)
+    async with temp_database_url("sqlite", tmp_path) as url, \
+            bot_on(tg, llm, tmp_path, url, concurrent_updates=1) as services:
+        alice.send("a1")                       # update 1: holds the slot, at the model
+        await llm.wait_for_requests(1)
+        bob.send("b1")                         # update 2: waits for the slot, undurable
+        await tg.wait_for(lambda: any(c.params.get("offset") == 2
+                                      for c in tg.calls_to("getUpdates")))
+        await asyncio.sleep(0.6)               # the loop notices bob waiting
+        before = len(tg.calls_to("getUpdates"))
+        carol.send("c1")                       # update 3: not fetched while bob waits
+        await asyncio.sleep(1.0)               # the loop polled every <= 0.5 s before
+        assert len(tg.calls_to("getUpdates")) == before
+
+        gate.set()
+        await tg.wait_for_message(43, contains="echo: c1")
+        assert [m.text for m in tg.bot_messages(41)] == ["first answer"]
+        assert [m.text for m in tg.bot_messages(42)] == ["echo: b1"]
+        assert await user_texts(services, 43) == ["c1"]
+
+
 async def test_a_redelivered_update_is_neither_stored_nor_answered_twice(
         tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str) -> None:
     alice = tg.private(41)
