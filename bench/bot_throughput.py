@@ -121,6 +121,11 @@ class Result:
     wall_s: float
     latencies_s: list[float]
     calls: dict[str, int]  # Bot API calls by method during the measured rounds
+    cpu_s: float  # CPU time of the bot's process during the measured rounds
+
+    @property
+    def cpu_ms_per_update(self) -> float:
+        return self.cpu_s / self.updates * 1000
 
     @property
     def calls_per_update(self) -> float:
@@ -137,8 +142,10 @@ class Result:
 class Driver:
     """Sends each chat's messages and times the answers, from the fake server's side."""
 
-    def __init__(self, tg: FakeTelegram) -> None:
+    def __init__(self, tg: FakeTelegram, pid: int) -> None:
         self.tg = tg
+        self.pid = pid
+        self.cpu_s = 0.0
         self.waiting: dict[int, tuple[float, asyncio.Future[float]]] = {}
         self.counting = False
         self.calls: dict[str, int] = {}
@@ -168,10 +175,16 @@ class Driver:
             for r in range(rounds):
                 latencies.append(await self.ask(c, f"message {r} from {c}"))
 
-        start, self.counting = time.monotonic(), True
+        start, self.counting, cpu = time.monotonic(), True, process_cpu_s(self.pid)
         await asyncio.gather(*(chat(c) for c in ids))
-        self.counting = False
+        self.counting, self.cpu_s = False, process_cpu_s(self.pid) - cpu
         return time.monotonic() - start, latencies
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds `pid` has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def wait_until_polling(tg: FakeTelegram, proc: asyncio.subprocess.Process) -> None:
@@ -190,14 +203,14 @@ async def measure(name: str, argv: list[str], tg: FakeTelegram, args: argparse.N
                                                 stderr=asyncio.subprocess.PIPE)
     try:
         await wait_until_polling(tg, proc)
-        driver = Driver(tg)
+        driver = Driver(tg, proc.pid)
         wall, latencies = await driver.run(args.chats, args.rounds, first_chat)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = await proc.communicate()
     if proc.returncode not in (0, -signal.SIGTERM):
         print(err.decode()[-2000:], file=sys.stderr)
-    return Result(name, len(latencies), wall, latencies, driver.calls)
+    return Result(name, len(latencies), wall, latencies, driver.calls, driver.cpu_s)
 
 
 def write_config(tmp: Path, tg: FakeTelegram, llm: FakeOpenAI, args: argparse.Namespace) -> Path:
@@ -314,13 +327,15 @@ def report(results: list[Result], args: argparse.Namespace) -> str:
         f"(after one unmeasured warm-up round); fake Bot API and instant fake OpenAI server "
         f"on loopback in the driver process; `concurrent_updates` {args.concurrency} for both",
         "",
-        "| bot | updates | updates/s | p50 ms | p95 ms | Bot API calls per update |",
-        "|---|---:|---:|---:|---:|---|",
+        "| bot | updates | updates/s | p50 ms | p95 ms | bot CPU ms per update "
+        "| Bot API calls per update |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         per = ", ".join(f"{m} {n / r.updates:.2f}" for m, n in sorted(r.calls.items()))
         lines.append(f"| {r.name} | {r.updates} | {r.rate:.1f} | {r.pct_ms(0.5):.1f} | "
-                     f"{r.pct_ms(0.95):.1f} | {r.calls_per_update:.2f} ({per}) |")
+                     f"{r.pct_ms(0.95):.1f} | {r.cpu_ms_per_update:.2f} | "
+                     f"{r.calls_per_update:.2f} ({per}) |")
     ratio = mnemo.rate / echo.rate
     lines += ["", f"mnemo / echo throughput: **{ratio:.2f}x** (target >= 0.5x); channel "
                   f"alone / echo: {channel.rate / echo.rate:.2f}x; "
