@@ -81,8 +81,11 @@ async def reflect_command(settings: Settings, once: bool) -> int:
     """`mnemo reflect [--once]`. Exit 1 when a review failed (for cron and alerts)."""
     from bot.app import build_services
 
-    if not settings.reflect.enabled:
-        print("reflect is disabled (reflect.enabled: false): nothing to do")
+    # `reflect.enabled` is about the schedule (inside `mnemo run` or this worker); an
+    # explicit --once still runs, so cron can take over from a disabled in-bot job.
+    if not settings.reflect.enabled and not once:
+        print("reflect is disabled (reflect.enabled: false): nothing to do; "
+              "`mnemo reflect --once` runs one cycle anyway")
         return 0
     services = await build_services(settings)
     try:

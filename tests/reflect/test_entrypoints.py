@@ -117,9 +117,17 @@ async def test_mnemo_reflect_once(tmp_path: Path, fake_llm, capsys) -> None:
         assert "0 session(s) reviewed" in capsys.readouterr().out
         assert len(fake_llm.requests) == 2  # the second run asked the model nothing
 
+        # Disabled schedules only: an explicit --once still runs (cron's way of doing it).
         config.write_text(config.read_text() + "reflect: {enabled: false}\n")
+        await provider.append(Session("tg:42", "default", 42, "telegram"),
+                              Message("user", "I moved to Porto."))
+        fake_llm.push(text("nothing to change"))
         assert await reflect_command(load_settings(config), once=True) == 0
+        assert "1 session(s) reviewed" in capsys.readouterr().out
+        assert len(fake_llm.requests) == 3
+        assert await reflect_command(load_settings(config), once=False) == 0
         assert "reflect is disabled" in capsys.readouterr().out
+        assert len(fake_llm.requests) == 3
     finally:
         await engine.dispose()
 
