@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -126,9 +127,10 @@ class Receipt(Protocol):
     """A channel's record that a user message is stored (Telegram: its update id, so a
     redelivered update is neither stored nor answered twice)."""
 
-    async def write(self, conn: AsyncConnection) -> None:
-        """Inside the append's own transaction (providers on `memory.history`). Raises
-        `AlreadyStored` when the message was already stored elsewhere."""
+    async def write(self, conn: AsyncConnection, *, session: Session) -> None:
+        """Inside the append's own transaction (providers on `memory.history`), with the
+        session the message went to. Raises `AlreadyStored` when the message was already
+        stored elsewhere."""
 
     async def stored(self, atomic: bool) -> None:
         """After the append committed; `atomic`: `write` ran in its transaction."""
@@ -338,19 +340,15 @@ class Pool:
             await provider.bootstrap(session)
             await self._seed_identity(session)
             version = await self._memory.snapshot_version(session)
-            hook = AppendHook(receipt.write) if receipt is not None else None
+            hook = (AppendHook(functools.partial(receipt.write, session=session))
+                    if receipt is not None else None)
             live = live_session_only() if live_only else contextlib.nullcontext()
             with with_append_hook(hook), live:
                 await provider.append(session, Message(role="user", content=text))
             kept = True
             if receipt is not None and hook is not None:
                 await receipt.stored(atomic=hook.ran)
-            system = build_system_prompt(self.settings.agent.system_prompt,
-                                         await self._memory.read(session, version))
-            tools = self._tools(provider, session) if self._tools else []
-            overhead = estimate_tokens(system) + self._schema_tokens(tools)
-            budget = max(MIN_HISTORY_BUDGET, self.settings.memory.budget_tokens - overhead)
-            history = await provider.assemble(session, budget, self.settings.memory.fresh_tail)
+            system, tools, history = await self._context(session, version)
         except AlreadyStored as exc:
             log.info("message for session %s was already stored elsewhere, not again: %s",
                      session.id, exc)
@@ -360,6 +358,23 @@ class Pool:
         except Exception:
             log.exception("memory failed before the model was called (session %s)", session.id)
             return Reply(MEMORY_FAILED_KEPT if kept else MEMORY_DOWN, error=True)
+        return await self._answer(session, system, tools, history, on_delta)
+
+    async def _context(self, session: Session,
+                       version: int) -> tuple[str, list[Tool], list[Message]]:
+        """The system prompt, the tools and the history the model gets."""
+        provider = self.provider
+        system = build_system_prompt(self.settings.agent.system_prompt,
+                                     await self._memory.read(session, version))
+        tools = self._tools(provider, session) if self._tools else []
+        overhead = estimate_tokens(system) + self._schema_tokens(tools)
+        budget = max(MIN_HISTORY_BUDGET, self.settings.memory.budget_tokens - overhead)
+        history = await provider.assemble(session, budget, self.settings.memory.fresh_tail)
+        return system, tools, history
+
+    async def _answer(self, session: Session, system: str, tools: list[Tool],
+                      history: list[Message], on_delta: OnDelta | None) -> Reply:
+        """Call the model on `history` and append what it said."""
         try:
             result = await run_turn(self.llm, [Message(role="system", content=system), *history],
                                     tools, max_rounds=self.settings.llm.max_tool_rounds,
@@ -370,11 +385,34 @@ class Pool:
             return Reply(apology(exc.reason), error=True)
         try:
             # (memory.tool advanced the snapshot after each of its writes already)
-            await provider.append(session, *result.messages)
+            await self.provider.append(session, *result.messages)
         except Exception:
             log.exception("could not store the answer of session %s", session.id)
             return Reply(ANSWER_NOT_SAVED, error=True)
         return Reply(result.text)
+
+    async def resume(self, session: Session, *, on_delta: OnDelta | None = None) -> Reply | None:
+        """Answer what the session's last stored message asked, if nobody has: a turn
+        cut short by a stop or a crash after its message was stored. None when the
+        conversation does not end with a user message (it was answered meanwhile)."""
+        if self._closed:
+            raise RuntimeError("the pool is closed")
+        started = time.monotonic()
+        async with self._hold(session.id):
+            with bind_session(session):
+                try:
+                    version = await self._memory.snapshot_version(session)
+                    system, tools, history = await self._context(session, version)
+                except Exception:
+                    log.exception("memory failed before resuming session %s", session.id)
+                    return Reply(MEMORY_FAILED_KEPT, error=True)
+                if not history or history[-1].role != "user":
+                    return None
+                reply = await self._answer(session, system, tools, history, on_delta)
+        record_turn(time.monotonic() - started, ok=not reply.error)
+        if not reply.error:
+            self._schedule_compaction(session)
+        return reply
 
     def _schema_tokens(self, tools: list[Tool]) -> int:
         """What the tool schemas cost in the prompt; counted again only when the tool

@@ -51,6 +51,7 @@ ALLOWED_UPDATES = ["message", "edited_message"]
 POLL_TIMEOUT_S = 30  # long-poll length; Telegram answers at once when updates wait
 DRAIN_S = 8.0  # at a stop, handlers in flight get this long (docker stop waits 10 s)
 INFLIGHT = "mnemo.inflight"  # bot_data key of the app's Inflight
+CHANNEL = "mnemo.channel"  # bot_data key of the app's TelegramChannel
 
 
 class MissingToken(RuntimeError):
@@ -90,8 +91,17 @@ def build_application(settings: Settings, pool: Pool, *,
     inflight = Inflight(app, engine)
     app.bot_data[INFLIGHT] = inflight
     app.update_queue.inflight = inflight  # type: ignore[attr-defined]
-    TelegramChannel(pool, settings, inflight).register(app)
+    channel = app.bot_data[CHANNEL] = TelegramChannel(pool, settings, inflight)
+    channel.register(app)
     return app
+
+
+async def _answer_owed(channel: TelegramChannel, app: Application) -> int:
+    try:
+        return await channel.answer_owed(app.bot)
+    except Exception:
+        log.exception("could not look for messages owed an answer")
+        return 0
 
 
 def bot_commands() -> list[BotCommand]:
@@ -106,7 +116,9 @@ async def running(app: Application, settings: Settings, *,
     in flight get `drain_s` seconds to finish."""
     webhook = settings.telegram.webhook
     inflight: Inflight = app.bot_data[INFLIGHT]
+    channel: TelegramChannel = app.bot_data[CHANNEL]
     poller: Poller | None = None
+    owed: asyncio.Task[int] | None = None
     async with app:  # initialize (getMe) ... shutdown
         inflight.bind(app.bot.id)
         await with_retry(lambda: app.bot.set_my_commands(bot_commands()), what="setMyCommands")
@@ -129,8 +141,13 @@ async def running(app: Application, settings: Settings, *,
                                 allowed_updates=ALLOWED_UPDATES)
                 await poller.start()
                 log.info("receiving updates by long polling")
+            owed = asyncio.create_task(_answer_owed(channel, app), name="telegram-answer-owed")
             yield app
         finally:
+            if owed is not None:  # a turn like the handlers': as long to finish
+                await asyncio.wait({owed}, timeout=drain_s)
+                owed.cancel()
+                await asyncio.gather(owed, return_exceptions=True)
             if poller is not None:
                 await poller.stop(drain_s)
             if app.updater.running:

@@ -1,15 +1,23 @@
 """The Telegram updates already handled, per bot: a redelivered update (the bot died
 after storing its message but before Telegram heard so) is recognised and skipped.
 
-Table `telegram_updates` (revision `bot_0001`): (bot_id, update_id) -> handled_at. A text
-update's row is written in the same transaction as the user's message (see
-`memory.append_hook`); a command's right after the command ran. Rows older than
+Table `telegram_updates` (revisions `bot_0001`, `bot_0002`): (bot_id, update_id) ->
+handled_at. A text update's row is written in the same transaction as the user's message
+(see `memory.append_hook`); a command's right after the command ran. Rows older than
 `KEEP` go: Telegram keeps an unconfirmed update for 24 hours, so none older can return.
+
+A text update's row also names where its answer is due (`PendingReply`: session, chat,
+topic, message) with `resume` true, until the turn ends with nothing to answer later (an
+apology was sent instead). Answering normally writes nothing more: the session's
+history tells whether its last message was answered. So after a stop or crash the rows
+still marked `resume` are the candidates `bot.telegram.resume` looks at.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
@@ -32,9 +40,41 @@ class TelegramUpdate(SQLModel, table=True):
         sa_column=sa.Column(sa.BigInteger, primary_key=True, autoincrement=False))
     handled_at: datetime = Field(
         default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+    # Where the answer to a text update's message is due (None for commands).
+    session_id: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
+    user_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
+    chat_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
+    thread_id: int | None = Field(default=None,
+                                  sa_column=sa.Column(sa.BigInteger, nullable=True))
+    message_id: int | None = Field(default=None,
+                                   sa_column=sa.Column(sa.BigInteger, nullable=True))
+    resume: bool = Field(default=False, sa_column=sa.Column(
+        sa.Boolean, nullable=False, server_default=sa.false()))
 
 
 telegram_updates: sa.Table = TelegramUpdate.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class PendingReply:
+    """A stored text message and where its answer goes."""
+
+    update_id: int
+    session_id: str
+    user_id: int
+    chat_id: int
+    thread_id: int | None
+    message_id: int
+    handled_at: datetime
+
+
+@dataclass(frozen=True)
+class ReplyTo:
+    """What a text update's handler knows before the turn: where to answer."""
+
+    chat_id: int
+    thread_id: int | None
+    message_id: int
 
 
 class HandledUpdates:
@@ -51,11 +91,19 @@ class HandledUpdates:
                 telegram_updates.c.update_id == update_id))
         return found is not None
 
-    async def insert(self, conn: AsyncConnection, update_id: int) -> bool:
-        """Record `update_id` inside the caller's transaction; False if it was already."""
+    async def insert(self, conn: AsyncConnection, update_id: int, *,
+                     session_id: str | None = None, user_id: int | None = None,
+                     reply_to: ReplyTo | None = None) -> bool:
+        """Record `update_id` inside the caller's transaction; False if it was already.
+        With `session_id` and `reply_to` (a text message) the answer is marked due."""
+        values: dict[str, object] = {"bot_id": self.bot_id, "update_id": update_id,
+                                     "handled_at": utcnow()}
+        if session_id is not None and reply_to is not None:
+            values.update(session_id=session_id, user_id=user_id, chat_id=reply_to.chat_id,
+                          thread_id=reply_to.thread_id, message_id=reply_to.message_id,
+                          resume=True)
         inserted = await conn.scalar(
-            conflict_insert(conn, telegram_updates)
-            .values(bot_id=self.bot_id, update_id=update_id, handled_at=utcnow())
+            conflict_insert(conn, telegram_updates).values(values)
             .on_conflict_do_nothing()
             .returning(telegram_updates.c.update_id))
         return inserted is not None
@@ -64,6 +112,29 @@ class HandledUpdates:
         """Record `update_id` in a transaction of its own; False if it was already."""
         async with write_transaction(self.engine) as conn:
             return await self.insert(conn, update_id)
+
+    async def pending(self, since: datetime) -> list[PendingReply]:
+        """Text updates handled since `since` whose answer may still be due, oldest first."""
+        t = telegram_updates.c
+        query = (sa.select(t.update_id, t.session_id, t.user_id, t.chat_id, t.thread_id,
+                           t.message_id, t.handled_at)
+                 .where(t.bot_id == self.bot_id, t.resume.is_(True), t.handled_at >= since,
+                        t.session_id.is_not(None))
+                 .order_by(t.update_id))
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [PendingReply(*row) for row in rows]
+
+    async def settle(self, update_ids: Sequence[int]) -> None:
+        """No answer is due for these any more (given, or an apology was sent instead)."""
+        if not update_ids:
+            return
+        async with write_transaction(self.engine) as conn:
+            await conn.execute(
+                sa.update(telegram_updates)
+                .where(telegram_updates.c.bot_id == self.bot_id,
+                       telegram_updates.c.update_id.in_(list(update_ids)))
+                .values(resume=False))
 
     async def prune(self, keep: timedelta = KEEP) -> int:
         """Forget rows older than `keep`; returns how many went."""

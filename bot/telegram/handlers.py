@@ -25,7 +25,9 @@ Decisions (README "Telegram" repeats them for operators):
   (`bot.telegram.chat_queues`), so no handler orders turns itself.
 - Redelivered updates (the bot died after storing a message, before Telegram heard so):
   a text message or command recorded as handled is skipped silently (the record is
-  written with the user's message, or right after the command ran). Refusals and the
+  written with the user's message, or right after the command ran). A text message
+  stored but not answered (a stop or crash mid-turn) is answered at the next start
+  (`bot.telegram.resume`), as a reply quoting it. Refusals and the
   one-line answers to media, unknown commands or over-long text are not recorded (a
   disallowed user leaves no row): after a crash they may be said twice.
 """
@@ -34,15 +36,17 @@ from __future__ import annotations
 
 import logging
 
-from telegram import Message, Update, User
+from telegram import Bot, Message, Update, User
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
 from bot.commands import COMMANDS, handle_command
 from bot.config import Settings
 from bot.pool import Pool
 from bot.telegram.delivery import Target
+from bot.telegram.handled import ReplyTo
 from bot.telegram.inflight import Inflight, UpdateReceipt
 from bot.telegram.replies import EditPacer, ReplyStream, send_plain_reply, typing
+from bot.telegram.resume import answer_owed
 from bot.telegram.sessions import (
     Place,
     base_session,
@@ -89,6 +93,13 @@ class TelegramChannel:
         self.tg = settings.telegram
         self.pacer = EditPacer(EDIT_MIN_GAP_S)
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
+
+    async def answer_owed(self, bot: Bot) -> int:
+        """Answer messages a previous run stored but did not answer (`bot.telegram.resume`)."""
+        if self.inflight is None or self.inflight.handled is None:
+            return 0
+        return await answer_owed(bot, self.pool, self.inflight.handled, self.settings,
+                                 self.pacer, self.stream_interval)
 
     def register(self, app: Application) -> None:
         new = filters.UpdateType.MESSAGE  # edited messages have their own handler
@@ -158,21 +169,26 @@ class TelegramChannel:
         # conversation has been recognised (or stored) by now.
         if receipt is not None and await receipt.seen_before(turn=True):
             return
+        if receipt is not None:  # a stop before the answer: the next start gives it
+            receipt.reply_to = ReplyTo(place.chat_id, place.thread_id, message.message_id)
         session = await self.pool.current_session(base)
         stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
         async with typing(context.bot, target):
             try:
-                answer = (await self.pool.chat(session, text, on_delta=stream.on_delta,
-                                               receipt=receipt)).text
+                reply = await self.pool.chat(session, text, on_delta=stream.on_delta,
+                                             receipt=receipt)
+                answer, failed = reply.text, reply.error
             except Exception:  # the pool reports its own failures; this is a bug
                 log.exception("turn of %s failed", session.id)
-                answer = FAILED
+                answer, failed = FAILED, True
         if receipt is not None and receipt.duplicate:
             # A redelivery that another replica (which answers it) or an earlier process
             # stored already: its record met ours in the append's transaction.
             log.info("update %s was stored by another replica or an earlier process: skipped",
                      receipt.update_id)
             return
+        if failed and receipt is not None:
+            await receipt.gave_up()
         await stream.finish(answer)
 
     async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:

@@ -31,7 +31,8 @@ from telegram.ext import Application
 
 from bot.pool import AlreadyStored
 from bot.telegram.chat_queues import ChatQueueProcessor
-from bot.telegram.handled import HandledUpdates
+from bot.telegram.handled import HandledUpdates, ReplyTo
+from memory.types import Session
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ class UpdateReceipt:
         self.durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.recorded = False
         self.duplicate = False
+        # Set by a text message's handler: the record then marks its answer as due.
+        self.reply_to: ReplyTo | None = None
+        self._answer_due = False
 
     async def seen_before(self, *, turn: bool = False) -> bool:
         """Handled already (by an earlier process, or a replica): skip it.
@@ -74,12 +78,27 @@ class UpdateReceipt:
             self.recorded = True
         return seen
 
-    async def write(self, conn: AsyncConnection) -> None:
+    async def write(self, conn: AsyncConnection, *, session: Session) -> None:
         store = self._inflight.handled
-        if store is not None and not await store.insert(conn, self.update_id):
+        if store is not None and not await store.insert(
+                conn, self.update_id, session_id=session.id, user_id=session.user_id,
+                reply_to=self.reply_to):
             self.duplicate = True
             raise DuplicateDelivery(f"update {self.update_id} was handled elsewhere")
         self.recorded = True
+        self._answer_due = store is not None and self.reply_to is not None
+
+    async def gave_up(self) -> None:
+        """The turn ended without an answer to give later (the user was told why):
+        a restart must not answer this message."""
+        store = self._inflight.handled
+        if store is None or not self._answer_due:
+            return
+        try:
+            await store.settle([self.update_id])
+            self._answer_due = False
+        except Exception as exc:  # at worst a restart answers it after all
+            log.warning("could not mark update %s as answered: %s", self.update_id, exc)
 
     async def stored(self, atomic: bool) -> None:
         # the provider's appends either run the hook or not; the last one tells
@@ -192,8 +211,9 @@ class Inflight:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-            log.warning("%d update(s) still being handled at shutdown were cancelled; "
-                        "Telegram will send them again", len(pending))
+            log.warning("%d update(s) still being handled at shutdown were cancelled: "
+                        "Telegram sends again those not stored yet, and the next start "
+                        "answers the stored ones", len(pending))
         return len(pending)
 
 

@@ -1,0 +1,91 @@
+"""A message stored but not answered before a stop or crash is answered at the next
+start (bot.telegram.resume), once; a turn that ended with an apology is not.
+
+The real bot in-process against the fake Bot API, as in test_polling."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from bot.app import Services
+from bot.telegram.handled import telegram_updates
+from memory.testing.databases import temp_database_url
+from tests.fakes.openai_server import FakeOpenAI, error, gated, text
+from tests.fakes.telegram_server import FakeTelegram, User
+from tests.telegram.test_polling import bot_on, user_texts
+
+
+async def owed(services: Services) -> list[int]:
+    """Update ids still marked as owed an answer."""
+    async with services.engine.connect() as conn:
+        rows = await conn.execute(sa.select(telegram_updates.c.update_id)
+                                  .where(telegram_updates.c.resume.is_(True)))
+        return sorted(rows.scalars())
+
+
+async def until_nothing_owed(services: Services) -> None:
+    for _ in range(200):  # polls the database: nothing signals this from outside
+        if not await owed(services):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"still owed after 10 s: {await owed(services)}")
+
+
+async def test_a_message_cut_off_by_a_stop_is_answered_at_the_next_start(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str) -> None:
+    llm.push(gated(asyncio.Event(), text("never")))  # the first run stops at the model
+    alice = tg.private(41)
+    async with temp_database_url(db_kind, tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url, drain_s=0.2) as services:
+            sent = alice.send("what is the capital of Portugal?")
+            await llm.wait_for_requests(1)     # stored; the stop cancels the turn
+        assert tg.bot_messages(41) == []
+
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            reply = await tg.wait_for_message(41, contains="echo: what is the capital")
+            assert reply.reply_to == sent["message_id"]  # says what it answers
+            await until_nothing_owed(services)
+            assert await user_texts(services, 41) == ["what is the capital of Portugal?"]
+
+        # Answered: a third start owes nothing and asks the model nothing.
+        async with bot_on(tg, llm, tmp_path, url):
+            await asyncio.sleep(0.5)
+    assert len(llm.requests) == 2
+    assert [m.text for m in tg.bot_messages(41)] == [
+        "echo: what is the capital of Portugal?"]
+
+
+async def test_answered_and_apologised_turns_are_not_answered_again(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    alice, bob = tg.private(41), tg.private(42)
+    async with temp_database_url("sqlite", tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            alice.send("hello")
+            await tg.wait_for_message(41, contains="echo: hello")
+            llm.push(error(500), error(500))   # both attempts (max_retries 1) fail
+            bob.send("are you there?")
+            await tg.wait_for_message(42, contains="Sorry, I couldn't answer")
+            assert await owed(services) == [1]  # bob's apology settled his at once
+        requests = len(llm.requests)
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            await until_nothing_owed(services)  # alice's: looked at, answered already
+    assert len(llm.requests) == requests        # the model was not asked again
+    assert [m.text for m in tg.bot_messages(41)] == ["echo: hello"]
+    assert len(tg.bot_messages(42)) == 1
+
+
+async def test_the_owed_answer_goes_to_its_forum_topic(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    llm.push(gated(asyncio.Event(), text("never")))
+    topic = tg.group(-1001, forum=True).topic(7)
+    async with temp_database_url("sqlite", tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url, drain_s=0.2, group_mode="always"):
+            sent = topic.send("summarise the thread", user=User(5, "Ana"))
+            await llm.wait_for_requests(1)
+        async with bot_on(tg, llm, tmp_path, url, group_mode="always"):
+            reply = await tg.wait_for_message(-1001, contains="summarise the thread")
+    assert reply.thread_id == 7
+    assert reply.reply_to == sent["message_id"]
