@@ -115,6 +115,25 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return _run_async(go())
 
 
+SESSION_NAME_MAX = 100  # the id around it (agent, channel) must fit conversations' 255
+
+
+def session_name(value: str) -> str:
+    """A `mnemo chat --session` name: printable, no '#' (it separates the generations
+    `/new` starts: `main#2`), at most SESSION_NAME_MAX characters."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("a session name cannot be empty")
+    if "#" in value:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: '#' is reserved (it numbers the sessions /new starts)")
+    if not value.isprintable():
+        raise argparse.ArgumentTypeError(f"{value!r}: control characters are not allowed")
+    if len(value) > SESSION_NAME_MAX:
+        raise argparse.ArgumentTypeError(
+            f"a session name has at most {SESSION_NAME_MAX} characters ({len(value)} given)")
+    return value
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from bot.llm import MissingApiKey, require_api_key
 
@@ -213,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_run)
     chat = add("chat", "chat with the bot from this terminal (same memory as Telegram)",
                cmd_chat)
-    chat.add_argument("--session", default="main", help="session name (default: main)")
+    chat.add_argument("--session", default="main", type=session_name,
+                      help="session name (default: main)")
     add("providers", "list installed memory providers and their capabilities", cmd_providers)
     add("migrate", "apply database migrations", cmd_migrate)
     reflect = add("reflect", "run the reflect job that updates profiles, souls and constraints "

@@ -52,3 +52,15 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
         main(["frobnicate"])
     assert info.value.code == 2
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("work#2", "'#' is reserved"), ("", "cannot be empty"), ("a\tb", "control characters"),
+    ("x" * 101, "at most 100 characters")])
+def test_chat_refuses_session_names_it_could_not_keep_apart(
+        name: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["chat", "--session", name])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --session" in err and why in err
