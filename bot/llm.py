@@ -43,7 +43,7 @@ RETRY_AFTER_CAP_S = 30.0
 # `object`: openai hands each chunk over as parsed JSON, unconverted.
 _CHUNKS = AsyncStream[object]
 # What `create` sends: bearer auth only (the client's default would also try admin keys).
-_OPTIONS: dict[str, Any] = {"security": {"bearer_auth": True}}
+_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
 _RETRY_STATUS = {408, 409, 429}
 
 
@@ -226,7 +226,7 @@ class LLMClient:
 
         async def call() -> AssistantTurn:
             stream = await self._client.post("/chat/completions", body=kwargs, cast_to=object,
-                                             options=_OPTIONS,  # type: ignore[arg-type]
+                                             options=_OPTIONS,
                                              stream=True, stream_cls=_CHUNKS)
             return await _collect(stream, on_delta)
 

@@ -172,8 +172,8 @@ async def sessions(settings: Settings, out: TextIO = sys.stdout) -> int:
         return EXIT_OK
     header = ("SESSION", "USER", "MESSAGES", "SUMMARIES", "LAST ACTIVE", "TITLE")
     widths = [max(len(r[i]) for r in [header, *lines]) for i in range(5)]
-    for row in [header, *lines]:
-        print("  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)) + "  " + row[5], file=out)
+    for line in [header, *lines]:
+        print("  ".join(c.ljust(w) for c, w in zip(line[:5], widths, strict=True)) + "  " + line[5], file=out)
     return EXIT_OK
 
 

@@ -361,7 +361,7 @@ class Pool:
         return await self._answer(session, system, tools, history, on_delta)
 
     async def _context(self, session: Session,
-                       version: int) -> tuple[str, list[Tool], list[Message]]:
+                       version: int | None) -> tuple[str, list[Tool], list[Message]]:
         """The system prompt, the tools and the history the model gets."""
         provider = self.provider
         system = build_system_prompt(self.settings.agent.system_prompt,
@@ -486,8 +486,9 @@ class Pool:
 
     async def compact(self, session: Session) -> CompactionResult:
         """Full compaction now (`/compact`). Raises Unsupported without a Compactor."""
+        name: str = self.provider.name  # read before the check narrows it to a Compactor
         if not isinstance(self.provider, Compactor):
-            raise Unsupported(f"the {self.provider.name} memory provider does not compact")
+            raise Unsupported(f"the {name} memory provider does not compact")
         running = self._compacting.get(session.id)
         if running is not None:
             await asyncio.wait([running])  # its result is logged by the task itself
@@ -497,13 +498,13 @@ class Pool:
             except CompactionIncomplete as exc:
                 # The rounds it finished are kept: they count as a compaction, and the
                 # failure of the rest as an error.
-                record_compaction(self.provider.name, CompactionMode.FULL, exc.result)
-                record_compaction_failure(self.provider.name, CompactionMode.FULL)
+                record_compaction(name, CompactionMode.FULL, exc.result)
+                record_compaction_failure(name, CompactionMode.FULL)
                 raise
             except Exception:
-                record_compaction_failure(self.provider.name, CompactionMode.FULL)
+                record_compaction_failure(name, CompactionMode.FULL)
                 raise
-        record_compaction(self.provider.name, CompactionMode.FULL, result)
+        record_compaction(name, CompactionMode.FULL, result)
         return result
 
     async def drain(self) -> None:

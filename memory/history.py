@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -43,9 +43,9 @@ from memory.types import (
     utcnow,
 )
 
-conversations = Conversation.__table__
-messages = MessageRow.__table__
-parts = MessagePart.__table__
+conversations: sa.Table = Conversation.__table__  # type: ignore[attr-defined]
+messages: sa.Table = MessageRow.__table__  # type: ignore[attr-defined]
+parts: sa.Table = MessagePart.__table__  # type: ignore[attr-defined]
 
 TITLE_CHARS = 80
 # Sessions whose conversation id a store remembers (most recently used kept); a
@@ -97,6 +97,20 @@ class StoredMessage:
     seq: int
     token_count: int
     created_at: datetime
+
+
+class _MessageValues(TypedDict):
+    """A message's own columns, as `insert_messages` writes them."""
+
+    role: str
+    content: str
+    token_count: int
+    created_at: datetime
+
+
+# A row read by column name: a plain dict or SQLAlchemy's RowMapping (whose keys are
+# typed str | Column, so it is no Mapping[str, Any] to a type checker).
+RowLike = Mapping[str, Any] | sa.RowMapping
 
 
 def _clean(msg: Message) -> Message:
@@ -187,7 +201,7 @@ _PARTS_OF = (
 
 
 def build_message(
-    row: Mapping[str, Any], part_rows: Iterable[Mapping[str, Any]]
+    row: RowLike, part_rows: Iterable[RowLike]
 ) -> tuple[StoredMessage, Message]:
     """A stored message back from its row (id, seq, role, content, token_count,
     created_at) and its parts' rows (kind, tool_call_id, tool_name, content; in order)."""
@@ -300,7 +314,7 @@ class HistoryStore:
         if not msgs:
             return []
         cleaned = [_clean(raw) for raw in msgs]
-        rows = [
+        rows: list[_MessageValues] = [
             {
                 "role": msg.role,
                 "content": msg.content,

@@ -259,7 +259,7 @@ class LcmMaintenance:
 
 async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -> list[Fault]:
     faults: list[Fault] = []
-    seq_of = dict(
+    seq_of: dict[int, int] = dict(
         (
             await conn.execute(
                 sa.select(messages.c.id, messages.c.seq).where(

@@ -121,7 +121,7 @@ class SummaryParent(SQLModel, table=True):
     )
 
 
-summaries = Summary.__table__
-context_items = ContextItem.__table__
-summary_messages = SummaryMessage.__table__
-summary_parents = SummaryParent.__table__
+summaries: sa.Table = Summary.__table__  # type: ignore[attr-defined]
+context_items: sa.Table = ContextItem.__table__  # type: ignore[attr-defined]
+summary_messages: sa.Table = SummaryMessage.__table__  # type: ignore[attr-defined]
+summary_parents: sa.Table = SummaryParent.__table__  # type: ignore[attr-defined]

@@ -24,7 +24,7 @@ from memory.tracing import unwrap
 from memory.types import ListOptions, Session, as_utc
 from plugins.reflect.state import Candidate, ReflectState, watermarks
 
-conversations = Conversation.__table__
+conversations: sa.Table = Conversation.__table__  # type: ignore[attr-defined]
 
 
 class ActivitySource(Protocol):

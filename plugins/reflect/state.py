@@ -31,8 +31,8 @@ from memory.db import conflict_insert, write_transaction
 from memory.types import Session, as_utc, utcnow
 from plugins.reflect.models import ReflectSlot, ReflectWatermark
 
-watermarks = ReflectWatermark.__table__
-slots = ReflectSlot.__table__
+watermarks: sa.Table = ReflectWatermark.__table__  # type: ignore[attr-defined]
+slots: sa.Table = ReflectSlot.__table__  # type: ignore[attr-defined]
 
 MAX_ERROR_CHARS = 500
 # Slot rows kept per agent: enough to see recent history; older slots never recur.

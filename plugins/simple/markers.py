@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from memory.types import as_utc
 from plugins.simple.models import SimpleCompaction
 
-markers = SimpleCompaction.__table__
+markers: sa.Table = SimpleCompaction.__table__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
