@@ -124,6 +124,7 @@ async def running(app: Application, settings: Settings, *,
         await with_retry(lambda: app.bot.set_my_commands(bot_commands()), what="setMyCommands")
         await app.start()
         assert app.updater is not None
+        await inflight.replay()  # updates parked by a previous run (bot.telegram.inbox)
         try:
             if webhook.url:
                 secret = webhook.secret_token or secrets.token_urlsafe(32)

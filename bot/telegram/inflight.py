@@ -32,6 +32,7 @@ from telegram.ext import Application
 from bot.pool import AlreadyStored
 from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.handled import HandledUpdates, ReplyTo
+from bot.telegram.inbox import PARK_AT, Inbox
 from memory.types import Session
 
 log = logging.getLogger(__name__)
@@ -46,9 +47,11 @@ class DuplicateDelivery(AlreadyStored):
 class UpdateReceipt:
     """One update in flight: what its handler reports (implements `bot.pool.Receipt`)."""
 
-    def __init__(self, update_id: int, inflight: Inflight) -> None:
-        self.update_id = update_id
+    def __init__(self, update: Update, inflight: Inflight) -> None:
+        self.update = update
+        self.update_id = update.update_id
         self._inflight = inflight
+        self.parked = False  # in the inbox (bot.telegram.inbox): durable until handled
         self.durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.recorded = False
         self.duplicate = False
@@ -137,6 +140,7 @@ class Inflight:
         self.processor: ChatQueueProcessor = app.update_processor
         self.engine = engine
         self.handled: HandledUpdates | None = None
+        self.inbox: Inbox | None = None
         # True once a text update's record was written with its user message (see
         # `UpdateReceipt.seen_before`); False again after any append that was not.
         self.turns_atomic = False
@@ -148,6 +152,7 @@ class Inflight:
         """Known once the bot has its identity (getMe): update ids are numbered per bot."""
         if self.engine is not None:
             self.handled = HandledUpdates(self.engine, bot_id)
+            self.inbox = Inbox(self.engine, bot_id)
 
     def receipt(self, update: Update) -> UpdateReceipt | None:
         """The receipt of `update` while it is handled (None if it came another way)."""
@@ -159,7 +164,7 @@ class Inflight:
         known = self._receipts.get(update.update_id)
         if known is not None:
             return known.durable
-        receipt = self._receipts[update.update_id] = UpdateReceipt(update.update_id, self)
+        receipt = self._receipts[update.update_id] = UpdateReceipt(update, self)
         task = asyncio.create_task(self._handle(update, receipt),
                                    name=f"telegram-update:{update.update_id}")
         self._tasks.add(task)
@@ -180,6 +185,47 @@ class Inflight:
                 receipt.mark_durable()
                 del self._receipts[update.update_id]
                 self.notify()
+                if receipt.parked:
+                    await self._unpark(receipt.update_id)
+
+    async def _unpark(self, update_id: int) -> None:
+        assert self.inbox is not None
+        try:
+            await self.inbox.remove(update_id)
+        except Exception as exc:  # handled again at the next start, then recognised
+            log.warning("could not remove update %s from the inbox: %s", update_id, exc)
+
+    async def park_if_backlogged(self) -> int:
+        """Once `PARK_AT` updates wait behind their chat's turn, park every update not
+        durable yet (`bot.telegram.inbox`); returns how many were parked."""
+        if self.inbox is None or self.processor.waiting < PARK_AT:
+            return 0
+        receipts = [r for r in self._receipts.values() if not r.durable.done()]
+        try:
+            await self.inbox.park([r.update for r in receipts])
+        except Exception as exc:  # nothing lost: they stay undurable, as before
+            log.warning("could not park %d waiting update(s): %s", len(receipts), exc)
+            return 0
+        for receipt in receipts:
+            receipt.parked = True
+            receipt.mark_durable()
+        log.info("parked %d update(s) waiting behind their chat's turn", len(receipts))
+        return len(receipts)
+
+    async def replay(self) -> int:
+        """Handle again what a previous run parked and did not finish, oldest first."""
+        if self.inbox is None:
+            return 0
+        parked = await self.inbox.parked()
+        for payload in parked:
+            update = Update.de_json(payload, self.app.bot)
+            self.accept(update)
+            receipt = self._receipts[update.update_id]
+            receipt.parked = True
+            receipt.mark_durable()
+        if parked:
+            log.info("handling %d update(s) parked before the restart", len(parked))
+        return len(parked)
 
     def undurable(self) -> list[int]:
         """Ids of accepted updates not durable yet (pinned for good if cancelled)."""

@@ -13,9 +13,9 @@ waits, so while an update is not durable yet (queued behind its chat's running t
 slots) the loop cannot long-poll. It then polls with timeout 0, waking when some update
 becomes durable (but at most once per `PENDING_GAP_S`) or after `PENDING_POLL_S`: new
 updates wait at most that long. Telegram's `limit` (100) bounds how far past the oldest
-undurable update one poll can see: while 100 or more fetched updates wait undurable (one
-chat sending that many at once), newer updates of other chats are seen only as that
-backlog shrinks.
+undurable update one poll can see, so one chat sending 100 messages faster than they are
+answered would hide every other chat's; before that, updates waiting behind their chat
+are parked in the database (`bot.telegram.inbox`), which makes them durable.
 
 Each poll therefore gets again, up to 100 at a time, every update still waiting. Parsing
 them all again (`Update.de_json`) was most of the bot's CPU under load, so the loop asks
@@ -152,6 +152,7 @@ class Poller:
                 await asyncio.sleep(gap)
             await self._while_backlogged(loop.time() + BACKLOG_WAIT_S)
         self._last_poll = loop.time()
+        await self.inflight.park_if_backlogged()  # see bot.telegram.inbox
         # While an update waits undurable, Telegram would answer a long poll at once.
         timeout = 0 if self.inflight.undurable() else self.timeout
         offset = self.offset()

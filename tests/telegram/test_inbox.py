@@ -1,0 +1,78 @@
+"""One chat flooding the bot does not hide the others: updates waiting behind their
+chat's turn are parked in the database (bot.telegram.inbox), acknowledged, and handled
+in order, after a restart too.
+
+The real bot in-process against the fake Bot API, as in test_polling."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from bot.app import Services
+from bot.telegram.inbox import telegram_inbox
+from memory.testing.databases import temp_database_url
+from tests.fakes.openai_server import FakeOpenAI, gated, text
+from tests.fakes.telegram_server import FakeTelegram
+from tests.telegram.test_polling import bot_on, offsets, user_texts
+
+FLOOD = 105  # more than one getUpdates can see past the oldest waiting update
+
+
+async def parked(services: Services) -> int:
+    async with services.engine.connect() as conn:
+        return int(await conn.scalar(sa.select(sa.func.count()).select_from(telegram_inbox)))
+
+
+async def until_unparked(services: Services) -> None:
+    for _ in range(200):  # polls the database: nothing signals this from outside
+        if not await parked(services):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{await parked(services)} update(s) still parked after 10 s")
+
+
+async def test_a_flooding_chat_does_not_hide_other_chats(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str) -> None:
+    gate = asyncio.Event()
+    llm.push(gated(gate, text("first answer")))
+    alice, bob = tg.private(41), tg.private(42)
+    async with temp_database_url(db_kind, tmp_path) as url, \
+            bot_on(tg, llm, tmp_path, url) as services:
+        alice.send("a0")                        # holds alice's turn at the model
+        await llm.wait_for_requests(1)
+        for i in range(1, FLOOD + 1):
+            alice.send(f"a{i}")                 # all wait behind a0
+        bob.send("hello")                       # update FLOOD + 2: beyond 100 of them
+        await tg.wait_for_message(42, contains="echo: hello")
+        assert max(offsets(tg)) > FLOOD         # acknowledged past the flood
+        assert await parked(services) >= FLOOD - 20
+
+        gate.set()
+        await tg.wait_for(lambda: len(tg.bot_messages(41)) == FLOOD + 1, within=60)
+        assert await user_texts(services, 41) == [f"a{i}" for i in range(FLOOD + 1)]
+        assert [m.text for m in tg.bot_messages(41)][-1] == f"echo: a{FLOOD}"
+        await until_unparked(services)          # each row goes once its update is handled
+
+
+async def test_parked_updates_are_handled_after_a_restart_in_order(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    llm.push(gated(asyncio.Event(), text("never")))  # the first run never gets past a0
+    alice = tg.private(41)
+    async with temp_database_url("sqlite", tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url, drain_s=0.2) as services:
+            alice.send("a0")
+            await llm.wait_for_requests(1)
+            for i in range(1, FLOOD + 1):
+                alice.send(f"a{i}")
+            await tg.wait_for(lambda: max(offsets(tg)) > FLOOD + 1)  # all acknowledged
+        assert tg.bot_messages(41) == []
+
+        # Telegram will not send them again: the inbox has them.
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            await tg.wait_for(lambda: any(m.text == f"echo: a{FLOOD}"
+                                          for m in tg.bot_messages(41)), within=60)
+            assert await user_texts(services, 41) == [f"a{i}" for i in range(FLOOD + 1)]
+            await until_unparked(services)
