@@ -12,7 +12,8 @@ through the same Pool the bot uses in production.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,3 +79,13 @@ async def running_bot(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, *,
             await pool.close()
             await memory.close()
             await client.close()
+
+
+async def until_empty(read: Callable[[], Awaitable[Any]], within: float = 10.0) -> None:
+    """Poll `read` (a database query: nothing signals its change from outside) until it
+    returns something empty or zero; fail naming what is left after `within` seconds."""
+    for _ in range(int(within / 0.05)):
+        if not (left := await read()):
+            return
+        await asyncio.sleep(0.05)
+    assert not (left := await read()), f"still there after {within} s: {left}"

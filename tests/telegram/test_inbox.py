@@ -16,6 +16,7 @@ from bot.telegram.inbox import telegram_inbox
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.fakes.telegram_server import FakeTelegram
+from tests.telegram.harness import until_empty
 from tests.telegram.test_polling import bot_on, offsets, user_texts
 
 FLOOD = 105  # more than one getUpdates can see past the oldest waiting update
@@ -24,14 +25,6 @@ FLOOD = 105  # more than one getUpdates can see past the oldest waiting update
 async def parked(services: Services) -> int:
     async with services.engine.connect() as conn:
         return int(await conn.scalar(sa.select(sa.func.count()).select_from(telegram_inbox)))
-
-
-async def until_unparked(services: Services) -> None:
-    for _ in range(200):  # polls the database: nothing signals this from outside
-        if not await parked(services):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{await parked(services)} update(s) still parked after 10 s")
 
 
 async def test_a_flooding_chat_does_not_hide_other_chats(
@@ -54,7 +47,7 @@ async def test_a_flooding_chat_does_not_hide_other_chats(
         await tg.wait_for(lambda: len(tg.bot_messages(41)) == FLOOD + 1, within=60)
         assert await user_texts(services, 41) == [f"a{i}" for i in range(FLOOD + 1)]
         assert [m.text for m in tg.bot_messages(41)][-1] == f"echo: a{FLOOD}"
-        await until_unparked(services)          # each row goes once its update is handled
+        await until_empty(lambda: parked(services))  # each row goes once handled
 
 
 async def test_parked_updates_are_handled_after_a_restart_in_order(
@@ -75,4 +68,4 @@ async def test_parked_updates_are_handled_after_a_restart_in_order(
             await tg.wait_for(lambda: any(m.text == f"echo: a{FLOOD}"
                                           for m in tg.bot_messages(41)), within=60)
             assert await user_texts(services, 41) == [f"a{i}" for i in range(FLOOD + 1)]
-            await until_unparked(services)
+            await until_empty(lambda: parked(services))

@@ -15,6 +15,7 @@ from bot.telegram.handled import telegram_updates
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text
 from tests.fakes.telegram_server import FakeTelegram, User
+from tests.telegram.harness import until_empty
 from tests.telegram.test_polling import bot_on, user_texts
 
 
@@ -24,14 +25,6 @@ async def owed(services: Services) -> list[int]:
         rows = await conn.execute(sa.select(telegram_updates.c.update_id)
                                   .where(telegram_updates.c.resume.is_(True)))
         return sorted(rows.scalars())
-
-
-async def until_nothing_owed(services: Services) -> None:
-    for _ in range(200):  # polls the database: nothing signals this from outside
-        if not await owed(services):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"still owed after 10 s: {await owed(services)}")
 
 
 async def test_a_message_cut_off_by_a_stop_is_answered_at_the_next_start(
@@ -47,7 +40,7 @@ async def test_a_message_cut_off_by_a_stop_is_answered_at_the_next_start(
         async with bot_on(tg, llm, tmp_path, url) as services:
             reply = await tg.wait_for_message(41, contains="echo: what is the capital")
             assert reply.reply_to == sent["message_id"]  # says what it answers
-            await until_nothing_owed(services)
+            await until_empty(lambda: owed(services))
             assert await user_texts(services, 41) == ["what is the capital of Portugal?"]
 
         # Answered: a third start owes nothing and asks the model nothing.
@@ -71,7 +64,7 @@ async def test_answered_and_apologised_turns_are_not_answered_again(
             assert await owed(services) == [1]  # bob's apology settled his at once
         requests = len(llm.requests)
         async with bot_on(tg, llm, tmp_path, url) as services:
-            await until_nothing_owed(services)  # alice's: looked at, answered already
+            await until_empty(lambda: owed(services))  # alice's: looked at, answered already
     assert len(llm.requests) == requests        # the model was not asked again
     assert [m.text for m in tg.bot_messages(41)] == ["echo: hello"]
     assert len(tg.bot_messages(42)) == 1
