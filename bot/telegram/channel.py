@@ -40,6 +40,7 @@ from bot.config import Settings
 from bot.pool import Pool
 from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.delivery import with_retry
+from bot.telegram.handled import SETTLE_EVERY_S
 from bot.telegram.handlers import TelegramChannel
 from bot.telegram.http import AiohttpRequest
 from bot.telegram.inflight import Inflight, WebhookQueue
@@ -104,6 +105,13 @@ async def _answer_owed(channel: TelegramChannel, app: Application) -> int:
         return 0
 
 
+async def _settle_answered(inflight: Inflight) -> None:
+    while True:
+        await asyncio.sleep(SETTLE_EVERY_S)
+        if inflight.handled is not None:
+            await inflight.handled.flush_answered()
+
+
 def bot_commands() -> list[BotCommand]:
     return [BotCommand(name, description) for name, description in COMMANDS]
 
@@ -119,6 +127,7 @@ async def running(app: Application, settings: Settings, *,
     channel: TelegramChannel = app.bot_data[CHANNEL]
     poller: Poller | None = None
     owed: asyncio.Task[int] | None = None
+    settling: asyncio.Task[None] | None = None
     async with app:  # initialize (getMe) ... shutdown
         inflight.bind(app.bot.id)
         await with_retry(lambda: app.bot.set_my_commands(bot_commands()), what="setMyCommands")
@@ -143,8 +152,12 @@ async def running(app: Application, settings: Settings, *,
                 await poller.start()
                 log.info("receiving updates by long polling")
             owed = asyncio.create_task(_answer_owed(channel, app), name="telegram-answer-owed")
+            settling = asyncio.create_task(_settle_answered(inflight), name="telegram-settle")
             yield app
         finally:
+            if settling is not None:
+                settling.cancel()
+                await asyncio.gather(settling, return_exceptions=True)
             if owed is not None:  # a turn like the handlers': as long to finish
                 await asyncio.wait({owed}, timeout=drain_s)
                 owed.cancel()
@@ -154,6 +167,8 @@ async def running(app: Application, settings: Settings, *,
             if app.updater.running:
                 await app.updater.stop()
             await inflight.drain(drain_s)
+            if inflight.handled is not None:
+                await inflight.handled.flush_answered()
             if app.running:
                 await app.stop()
 

@@ -7,10 +7,11 @@ handled_at. A text update's row is written in the same transaction as the user's
 `KEEP` go: Telegram keeps an unconfirmed update for 24 hours, so none older can return.
 
 A text update's row also names where its answer is due (`PendingReply`: session, chat,
-topic, message) with `resume` true, until the turn ends with nothing to answer later (an
-apology was sent instead). Answering normally writes nothing more: the session's
-history tells whether its last message was answered. So after a stop or crash the rows
-still marked `resume` are the candidates `bot.telegram.resume` looks at.
+topic, message) with `resume` true, until the answer was sent or an apology was sent
+instead. An apology clears the mark at once; sent answers are cleared in batches
+(`answered`, `flush_answered`, every `SETTLE_EVERY_S`) rather than with a write per turn,
+so after a crash the last few seconds' answered rows are still marked: harmless, as
+`bot.telegram.resume` answers only a conversation that still ends with a user message.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from memory.types import utcnow
 log = logging.getLogger(__name__)
 
 KEEP = timedelta(days=2)
+SETTLE_EVERY_S = 5.0
 
 
 class TelegramUpdate(SQLModel, table=True):
@@ -83,6 +85,18 @@ class HandledUpdates:
     def __init__(self, engine: AsyncEngine, bot_id: int) -> None:
         self.engine = engine
         self.bot_id = bot_id
+        self._answered: list[int] = []
+
+    def answered(self, update_id: int) -> None:
+        """The answer to `update_id` was sent: cleared with the next `flush_answered`."""
+        self._answered.append(update_id)
+
+    async def flush_answered(self) -> None:
+        ids, self._answered = self._answered, []
+        try:
+            await self.settle(ids)
+        except Exception as exc:  # still marked: the next start looks at them (cheaply)
+            log.warning("could not mark %d answered update(s): %s", len(ids), exc)
 
     async def seen(self, update_id: int) -> bool:
         async with self.engine.connect() as conn:

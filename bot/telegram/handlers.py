@@ -190,6 +190,8 @@ class TelegramChannel:
         if failed and receipt is not None:
             await receipt.gave_up()
         await stream.finish(answer)
+        if receipt is not None:
+            receipt.answered()
 
     async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         admitted = await self._admit(update, context, command=True)

@@ -91,6 +91,13 @@ class UpdateReceipt:
         self.recorded = True
         self._answer_due = store is not None and self.reply_to is not None
 
+    def answered(self) -> None:
+        """The answer was sent: no restart owes it any more."""
+        store = self._inflight.handled
+        if store is not None and self._answer_due:
+            store.answered(self.update_id)
+            self._answer_due = False
+
     async def gave_up(self) -> None:
         """The turn ended without an answer to give later (the user was told why):
         a restart must not answer this message."""

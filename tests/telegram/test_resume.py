@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from bot.app import Services
 from bot.telegram.handled import telegram_updates
+from memory.db import create_engine, write_transaction
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text
 from tests.fakes.telegram_server import FakeTelegram, User
@@ -61,10 +62,21 @@ async def test_answered_and_apologised_turns_are_not_answered_again(
             llm.push(error(500), error(500))   # both attempts (max_retries 1) fail
             bob.send("are you there?")
             await tg.wait_for_message(42, contains="Sorry, I couldn't answer")
-            assert await owed(services) == [1]  # bob's apology settled his at once
+            assert 2 not in await owed(services)  # an apology clears the mark at once
+        engine = create_engine(url)
+        try:
+            async with engine.connect() as conn:  # answers sent are cleared by the stop
+                assert (await conn.execute(sa.select(telegram_updates.c.update_id)
+                                           .where(telegram_updates.c.resume))).all() == []
+            # As a crash within SETTLE_EVERY_S of alice's answer would leave her row:
+            async with write_transaction(engine) as conn:
+                await conn.execute(sa.update(telegram_updates).values(resume=True)
+                                   .where(telegram_updates.c.update_id == 1))
+        finally:
+            await engine.dispose()
         requests = len(llm.requests)
         async with bot_on(tg, llm, tmp_path, url) as services:
-            await until_empty(lambda: owed(services))  # alice's: looked at, answered already
+            await until_empty(lambda: owed(services))  # looked at: answered already
     assert len(llm.requests) == requests        # the model was not asked again
     assert [m.text for m in tg.bot_messages(41)] == ["echo: hello"]
     assert len(tg.bot_messages(42)) == 1
