@@ -2,7 +2,7 @@
 
 Both fake servers run in this process on loopback: the fake Bot API
 (tests/fakes/telegram_server.py) and the fake OpenAI server answering instantly (an echo,
-streamed). Two bots run in turn as subprocesses against the same fake Bot API:
+streamed). Bots run one at a time as subprocesses against the same fake Bot API:
 
 - `mnemo run` with a fresh config: the real bot, lcm on SQLite, reflect off;
 - a bare python-telegram-bot echo bot (this file, `--echo-bot`), same
@@ -13,7 +13,10 @@ streamed). Two bots run in turn as subprocesses against the same fake Bot API:
 `--chats` chats each send `--rounds` messages one after the other (the next once the
 previous is answered), all chats at once, after one warm-up round that is not measured
 (it creates the sessions). Latency = update injected -> the final sendMessage for it
-reaching the fake server; throughput = measured updates / wall time of the rounds.
+reaching the fake server; throughput = measured updates / wall time of the rounds; CPU
+per update = the bot process's CPU time during the rounds / updates. mnemo and the echo
+bot alternate `--repeat` times, and the figure is the median of the pairs' ratios: on a
+shared machine whose speed drifts, one pair alone swung 0.20x-0.31x.
 Target: mnemo at least half the echo bot's throughput.
 
 `--turns-only` measures the pool's turn alone instead, in this process: `Pool.chat` over
@@ -21,7 +24,7 @@ Target: mnemo at least half the echo bot's throughput.
 child process so its CPU is not counted), `--concurrency` turns at a time: turns/s, CPU
 per turn (this process, every thread) and SQL statements per turn.
 
-    .venv/bin/python bench/bot_throughput.py [--chats 200] [--rounds 5]
+    .venv/bin/python bench/bot_throughput.py [--chats 200] [--rounds 5] [--repeat 3]
         [--concurrency 64] [--provider lcm] [--turns-only] [--append-results]
 """
 
@@ -227,26 +230,43 @@ log_level: WARNING
     return path
 
 
-async def main(args: argparse.Namespace) -> list[Result]:
-    results = []
+@dataclass
+class Runs:
+    """`--repeat` pairs of (mnemo, echo) runs, alternated so that a machine whose speed
+    drifts during the benchmark (shared and noisy) skews every pair alike; the channel
+    alone once."""
+
+    mnemo: list[Result]
+    echo: list[Result]
+    channel: Result
+
+    @property
+    def ratios(self) -> list[float]:
+        return [m.rate / e.rate for m, e in zip(self.mnemo, self.echo, strict=True)]
+
+
+async def main(args: argparse.Namespace) -> Runs:
+    mnemo: list[Result] = []
+    echo: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="bot-bench-") as tmp:
         async with FakeTelegram() as tg, FakeOpenAI() as llm:
             config = write_config(Path(tmp), tg, llm, args)
-            results.append(await measure(
-                f"mnemo run ({args.provider}, SQLite)",
-                [sys.executable, "-m", "bot.cli", "run", "--config", str(config)],
-                tg, args, first_chat=1))
-            results.append(await measure(
+            for i in range(args.repeat):
+                mnemo.append(await measure(
+                    f"mnemo run ({args.provider}, SQLite)",
+                    [sys.executable, "-m", "bot.cli", "run", "--config", str(config)],
+                    tg, args, first_chat=1 + i * 10_000))
+                echo.append(await measure(
+                    "bare PTB echo bot",
+                    [sys.executable, __file__, "--echo-bot", tg.token, tg.base_url,
+                     str(args.concurrency)],
+                    tg, args, first_chat=100_001 + i * 10_000))
+            channel = await measure(
                 "our Telegram channel, instant pool (no memory, no LLM)",
                 [sys.executable, __file__, "--channel-bot", tg.token, tg.base_url,
                  str(args.concurrency)],
-                tg, args, first_chat=50_001))
-            results.append(await measure(
-                "bare PTB echo bot",
-                [sys.executable, __file__, "--echo-bot", tg.token, tg.base_url,
-                 str(args.concurrency)],
-                tg, args, first_chat=100_001))
-    return results
+                tg, args, first_chat=50_001)
+    return Runs(mnemo, echo, channel)
 
 
 async def turns_only(args: argparse.Namespace) -> str:
@@ -315,32 +335,37 @@ async def turns_only(args: argparse.Namespace) -> str:
     ])
 
 
-def report(results: list[Result], args: argparse.Namespace) -> str:
-    mnemo, channel, echo = results
+def report(runs: Runs, args: argparse.Namespace) -> str:
     lines = [
         f"## Bot throughput vs a bare PTB echo bot ({datetime.now(UTC):%Y-%m-%d})",
         "",
         f"- machine: {machine()}",
         f"- command: `.venv/bin/python bench/bot_throughput.py --chats {args.chats} "
-        f"--rounds {args.rounds} --concurrency {args.concurrency} --provider {args.provider}`",
+        f"--rounds {args.rounds} --concurrency {args.concurrency} --provider {args.provider} "
+        f"--repeat {args.repeat}`",
         f"- {args.chats} private chats sending concurrently, {args.rounds} messages each "
         f"(after one unmeasured warm-up round); fake Bot API and instant fake OpenAI server "
-        f"on loopback in the driver process; `concurrent_updates` {args.concurrency} for both",
+        f"on loopback in the driver process; `concurrent_updates` {args.concurrency} for "
+        f"both; mnemo and the echo bot alternate, {args.repeat} run(s) each",
         "",
         "| bot | updates | updates/s | p50 ms | p95 ms | bot CPU ms per update "
         "| Bot API calls per update |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
-    for r in results:
+    pairs = [r for pair in zip(runs.mnemo, runs.echo, strict=True) for r in pair]
+    for r in [*pairs, runs.channel]:
         per = ", ".join(f"{m} {n / r.updates:.2f}" for m, n in sorted(r.calls.items()))
         lines.append(f"| {r.name} | {r.updates} | {r.rate:.1f} | {r.pct_ms(0.5):.1f} | "
                      f"{r.pct_ms(0.95):.1f} | {r.cpu_ms_per_update:.2f} | "
                      f"{r.calls_per_update:.2f} ({per}) |")
-    ratio = mnemo.rate / echo.rate
-    lines += ["", f"mnemo / echo throughput: **{ratio:.2f}x** (target >= 0.5x); channel "
-                  f"alone / echo: {channel.rate / echo.rate:.2f}x; "
-                  f"mean latency {statistics.mean(mnemo.latencies_s) * 1000:.1f} ms vs "
-                  f"{statistics.mean(echo.latencies_s) * 1000:.1f} ms.", ""]
+    ratios = runs.ratios
+    echo_rate = statistics.median(r.rate for r in runs.echo)
+    lines += ["", f"mnemo / echo throughput, median of {len(ratios)} pair(s): "
+                  f"**{statistics.median(ratios):.2f}x** (target >= 0.5x; pairs: "
+                  f"{', '.join(f'{x:.2f}' for x in ratios)}); channel alone / echo: "
+                  f"{runs.channel.rate / echo_rate:.2f}x; bot CPU per update, mnemo / echo: "
+                  f"{statistics.median(r.cpu_ms_per_update for r in runs.mnemo):.2f} / "
+                  f"{statistics.median(r.cpu_ms_per_update for r in runs.echo):.2f} ms.", ""]
     return "\n".join(lines)
 
 
@@ -357,6 +382,8 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--provider", default="lcm")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="mnemo / echo pairs, alternated (default 3)")
     parser.add_argument("--turns-only", action="store_true",
                         help="measure the pool's turn alone, in-process (no Telegram)")
     parser.add_argument("--append-results", action="store_true",
