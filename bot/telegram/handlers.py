@@ -46,7 +46,7 @@ from bot.telegram.delivery import Target
 from bot.telegram.handled import ReplyTo
 from bot.telegram.inflight import Inflight, UpdateReceipt
 from bot.telegram.replies import EditPacer, ReplyStream, send_plain_reply, typing
-from bot.telegram.resume import answer_owed
+from bot.telegram.resume import OwedAnswers
 from bot.telegram.sessions import (
     Place,
     base_session,
@@ -98,8 +98,8 @@ class TelegramChannel:
         """Answer messages a previous run stored but did not answer (`bot.telegram.resume`)."""
         if self.inflight is None or self.inflight.handled is None:
             return 0
-        return await answer_owed(bot, self.pool, self.inflight.handled, self.settings,
-                                 self.pacer, self.stream_interval)
+        return await OwedAnswers(bot, self.pool, self.inflight.handled, self.settings,
+                                 self.pacer, self.stream_interval).answer()
 
     def register(self, app: Application) -> None:
         new = filters.UpdateType.MESSAGE  # edited messages have their own handler

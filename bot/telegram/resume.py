@@ -10,12 +10,14 @@ history that answers only if the conversation still ends with a user message (so
 message answered meanwhile, by another replica or by the user's next message, gets
 nothing). The answer replies to the last such message, so it is clear what it answers.
 
-Sessions are resumed one after the other in the background while new updates are
-handled; the pool's per-session lock keeps a resumed turn and a new one apart.
+Sessions are resumed in the background, `RESUME_AT_ONCE` at a time (after a crash under
+load there may be many), while new updates are handled; the pool's per-session lock
+keeps a resumed turn and a new one apart.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 
@@ -34,32 +36,51 @@ log = logging.getLogger(__name__)
 # Telegram itself keeps an unacknowledged update this long: a message stored just before
 # an outage is answered when the bot is back, like one that was still waiting there.
 RESUME_WITHIN = timedelta(hours=24)
+RESUME_AT_ONCE = 4
 
 
-async def answer_owed(bot: Bot, pool: Pool, handled: HandledUpdates, settings: Settings,
-                      pacer: EditPacer, stream_interval: float) -> int:
-    """Answer what a previous run stored but did not answer; returns how many answers
-    were sent."""
-    owed: dict[str, list[PendingReply]] = {}
-    for row in await handled.pending(utcnow() - RESUME_WITHIN):
-        owed.setdefault(row.session_id, []).append(row)
-    sent = 0
-    for session_id, rows in owed.items():
+class OwedAnswers:
+    """What a previous run stored but did not answer, answered through `pool`."""
+
+    def __init__(self, bot: Bot, pool: Pool, handled: HandledUpdates, settings: Settings,
+                 pacer: EditPacer, stream_interval: float) -> None:
+        self.bot = bot
+        self.pool = pool
+        self.handled = handled
+        self.agent_id = settings.agent.id
+        self.pacer = pacer
+        self.stream_interval = stream_interval
+
+    async def answer(self) -> int:
+        """Answer every session still owed an answer; returns how many were sent."""
+        owed: dict[str, list[PendingReply]] = {}
+        for row in await self.handled.pending(utcnow() - RESUME_WITHIN):
+            owed.setdefault(row.session_id, []).append(row)
+        slots = asyncio.Semaphore(RESUME_AT_ONCE)
+
+        async def one(session_id: str, rows: list[PendingReply]) -> bool:
+            async with slots:
+                return await self._resume(session_id, rows)
+
+        return sum(await asyncio.gather(*(one(sid, rows) for sid, rows in owed.items())))
+
+    async def _resume(self, session_id: str, rows: list[PendingReply]) -> bool:
+        """Answer one session's owed message(s), if still owed; True if an answer went."""
         last = rows[-1]
-        session = Session(id=session_id, agent_id=settings.agent.id, user_id=last.user_id,
+        session = Session(id=session_id, agent_id=self.agent_id, user_id=last.user_id,
                           channel=CHANNEL)
         target = Target(last.chat_id, last.thread_id, last.message_id)
-        stream = ReplyStream(bot, target, pacer, stream_interval)
+        stream = ReplyStream(self.bot, target, self.pacer, self.stream_interval)
         try:
-            async with typing(bot, target):
-                reply = await pool.resume(session, on_delta=stream.on_delta)
+            async with typing(self.bot, target):
+                reply = await self.pool.resume(session, on_delta=stream.on_delta)
             if reply is not None:
                 await stream.finish(reply.text)
-                sent += 1
                 log.info("answered a message of session %s stored before the restart",
                          session_id)
-            await handled.settle([r.update_id for r in rows])
+            await self.handled.settle([r.update_id for r in rows])
         except Exception as exc:  # the next start tries again (within RESUME_WITHIN)
             log.warning("could not answer the owed message of session %s: %s",
                         session_id, exc)
-    return sent
+            return False
+        return reply is not None

@@ -94,3 +94,20 @@ async def test_the_owed_answer_goes_to_its_forum_topic(
             reply = await tg.wait_for_message(-1001, contains="summarise the thread")
     assert reply.thread_id == 7
     assert reply.reply_to == sent["message_id"]
+
+
+async def test_every_session_cut_off_is_answered(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    stuck = asyncio.Event()
+    chats = [tg.private(100 + i) for i in range(6)]  # more than RESUME_AT_ONCE
+    llm.push(*(gated(stuck, text("never")) for _ in chats))
+    async with temp_database_url("sqlite", tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url, drain_s=0.2):
+            for i, chat in enumerate(chats):
+                chat.send(f"question {i}")
+            await llm.wait_for_requests(len(chats))
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            for i in range(len(chats)):
+                await tg.wait_for_message(100 + i, contains=f"echo: question {i}")
+            await until_empty(lambda: owed(services))
+    assert all(len(tg.bot_messages(100 + i)) == 1 for i in range(len(chats)))
