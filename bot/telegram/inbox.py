@@ -21,7 +21,6 @@ import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -75,11 +74,11 @@ class Inbox:
                 telegram_inbox.c.bot_id == self.bot_id,
                 telegram_inbox.c.update_id == update_id))
 
-    async def parked(self) -> list[dict[str, Any]]:
-        """What is parked, oldest first, as Telegram's JSON."""
+    async def parked(self) -> list[str]:
+        """What is parked, oldest first: each update as Telegram's JSON text."""
         async with self.engine.connect() as conn:
             rows = await conn.execute(
                 sa.select(telegram_inbox.c.payload)
                 .where(telegram_inbox.c.bot_id == self.bot_id)
                 .order_by(telegram_inbox.c.update_id))
-            return [json.loads(payload) for payload in rows.scalars()]
+            return list(rows.scalars())

@@ -22,6 +22,7 @@ sends the update again).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -223,9 +224,17 @@ class Inflight:
         """Handle again what a previous run parked and did not finish, oldest first."""
         if self.inbox is None:
             return 0
-        parked = await self.inbox.parked()
+        try:
+            parked = await self.inbox.parked()
+        except Exception as exc:  # they stay parked for the next start
+            log.error("could not read the parked updates: %s", exc)
+            return 0
         for payload in parked:
-            update = Update.de_json(payload, self.app.bot)
+            try:
+                update = Update.de_json(json.loads(payload), self.app.bot)
+            except Exception as exc:  # never blocks a start; the row stays for a human
+                log.error("a parked update could not be read (%s): %.200r", exc, payload)
+                continue
             self.accept(update)
             receipt = self._receipts[update.update_id]
             receipt.parked = True

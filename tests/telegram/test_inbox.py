@@ -7,13 +7,17 @@ The real bot in-process against the fake Bot API, as in test_polling."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from bot.app import Services
 from bot.telegram.inbox import telegram_inbox
+from memory.db import write_transaction
 from memory.testing.databases import temp_database_url
+from memory.types import utcnow
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import until_empty
@@ -69,3 +73,22 @@ async def test_parked_updates_are_handled_after_a_restart_in_order(
                                           for m in tg.bot_messages(41)), within=60)
             assert await user_texts(services, 41) == [f"a{i}" for i in range(FLOOD + 1)]
             await until_empty(lambda: parked(services))
+
+
+async def test_an_unreadable_parked_update_does_not_block_the_others(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    message = {"message_id": 1, "date": 0, "chat": {"id": 41, "type": "private"},
+               "from": {"id": 41, "is_bot": False, "first_name": "Ana"}, "text": "parked hi"}
+    async with temp_database_url("sqlite", tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url) as services:  # migrates
+            async with write_transaction(services.engine) as conn:
+                await conn.execute(sa.insert(telegram_inbox), [
+                    {"bot_id": tg.bot_id, "update_id": 500, "payload": "{not json",
+                     "parked_at": utcnow()},
+                    {"bot_id": tg.bot_id, "update_id": 501, "parked_at": utcnow(),
+                     "payload": json.dumps({"update_id": 501, "message": message})}])
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            await tg.wait_for_message(41, contains="echo: parked hi")
+            assert await parked(services) == 1  # the unreadable one, left for a human
+    assert "a parked update could not be read" in caplog.text
