@@ -9,7 +9,10 @@ messages would stay out of sight until that backlog shrank.
 
 So once `PARK_AT` updates wait behind their chat, the loop parks every update not yet
 durable: their JSON goes into `telegram_inbox` (one transaction), which makes them
-durable, and the offset moves past them. Each is removed when its handling ends. At the
+durable, and the offset moves past them. Webhook mode has the same problem in another
+form (each POST is answered once its update is durable, and Telegram keeps only a few
+connections open, so one chat's backlog would hold them all) and the same remedy: each
+POST checks the backlog. Each is removed when its handling ends. At the
 next start, what is still parked (a stop or crash came first) is handled again, oldest
 first, before polling: a text message or command already handled is recognised by its
 `telegram_updates` record and skipped.

@@ -291,5 +291,12 @@ class WebhookQueue(asyncio.Queue[Any]):
         if not isinstance(item, Update) or self.inflight is None:
             await super().put(item)
             return
+        durable = self.inflight.accept(item)
+        # Telegram holds a few webhook connections at most: one flooding chat's updates,
+        # each answered only once durable, would hold them all (bot.telegram.inbox).
+        # One loop turn first, so this handler (and any accepted in the same burst)
+        # has taken its place in its chat's queue when the backlog is counted.
+        await asyncio.sleep(0)
+        await self.inflight.park_if_backlogged()
         # shield: a request the client gave up on must not cancel the handling itself
-        await asyncio.wait_for(asyncio.shield(self.inflight.accept(item)), WEBHOOK_WAIT_S)
+        await asyncio.wait_for(asyncio.shield(durable), WEBHOOK_WAIT_S)

@@ -21,7 +21,7 @@ from memory.types import utcnow
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import until_empty
-from tests.telegram.test_polling import bot_on, offsets, user_texts
+from tests.telegram.test_polling import bot_on, free_port, offsets, user_texts
 
 FLOOD = 105  # more than one getUpdates can see past the oldest waiting update
 
@@ -92,3 +92,30 @@ async def test_an_unreadable_parked_update_does_not_block_the_others(
             await tg.wait_for_message(41, contains="echo: parked hi")
             assert await parked(services) == 1  # the unreadable one, left for a human
     assert "a parked update could not be read" in caplog.text
+
+
+async def test_webhook_answers_a_flooding_chat_once_its_updates_are_parked(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    """Telegram holds a handful of webhook connections: POSTs answered only when their
+    chat's turn comes would hold them all, and the other chats' updates with them."""
+    gate = asyncio.Event()
+    llm.push(gated(gate, text("first answer")))
+    port = free_port()
+    webhook = {"url": f"http://127.0.0.1:{port}/hook", "listen": "127.0.0.1", "port": port,
+               "secret_token": "s3cret"}
+    alice = tg.private(41)
+    async with temp_database_url("sqlite", tmp_path) as url, \
+            bot_on(tg, llm, tmp_path, url, webhook=webhook) as services:
+        alice.send("a0")
+        await llm.wait_for_requests(1)
+        for i in range(1, 26):
+            alice.send(f"a{i}")
+        # every POST answered while a0's turn still holds the chat
+        await tg.wait_for(lambda: len((tg.webhook or {}).get("responses", [])) == 26)
+        assert set(tg.webhook["responses"]) == {200}
+        assert len(llm.requests) == 1           # a0's turn is still at the model
+        assert await parked(services) >= 5
+        gate.set()
+        await tg.wait_for_message(41, contains="echo: a25", within=30)
+        assert await user_texts(services, 41) == [f"a{i}" for i in range(26)]
+        await until_empty(lambda: parked(services))
