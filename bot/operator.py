@@ -38,6 +38,7 @@ from memory.types import (
     SearchQuery,
     Session,
     SummarizeOptions,
+    utcnow,
 )
 
 EXIT_OK, EXIT_FAULT, EXIT_USAGE = 0, 1, 2
@@ -362,14 +363,40 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
         else:
             print(f"note: the {m.provider.name} provider offers no integrity checks of its own",
                   file=sys.stderr)
+        waiting = await telegram_backlog(m.engine)
     for fault in faults:
         print(f"FAULT {fault}", file=out)
+    code = EXIT_OK
     if faults:
         codes = sorted({f.code for f in faults})
         _err(f"doctor found {len(faults)} fault(s): {', '.join(codes)}")
-        return EXIT_FAULT
-    print(f"ok: no faults ({', '.join(checked)} checked)", file=out)
-    return EXIT_OK
+        code = EXIT_FAULT
+    else:
+        print(f"ok: no faults ({', '.join(checked)} checked)", file=out)
+    if waiting:
+        print(f"note: {waiting}; the bot handles them when it (re)starts", file=out)
+    return code
+
+
+async def telegram_backlog(engine: AsyncEngine) -> str:
+    """What the Telegram channel left for its next start (not a fault: a stop or crash
+    mid-turn leaves it, by design): parked updates and answers owed."""
+    from bot.telegram.handled import telegram_updates
+    from bot.telegram.inbox import telegram_inbox
+    from bot.telegram.resume import RESUME_WITHIN
+
+    async with engine.connect() as conn:
+        parked = await conn.scalar(sa.select(sa.func.count()).select_from(telegram_inbox))
+        owed = await conn.scalar(
+            sa.select(sa.func.count()).select_from(telegram_updates)
+            .where(telegram_updates.c.resume.is_(True),
+                   telegram_updates.c.handled_at >= utcnow() - RESUME_WITHIN))
+    parts = []
+    if parked:
+        parts.append(f"{parked} Telegram update(s) parked")
+    if owed:
+        parts.append(f"{owed} message(s) possibly owed an answer")
+    return " and ".join(parts)
 
 
 # --- backup ---------------------------------------------------------------------------
