@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from bot.app import Services
@@ -28,24 +29,25 @@ async def owed(services: Services) -> list[int]:
         return sorted(rows.scalars())
 
 
+@pytest.mark.parametrize("provider", ["simple", "lcm"])
 async def test_a_message_cut_off_by_a_stop_is_answered_at_the_next_start(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str) -> None:
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str, provider: str) -> None:
     llm.push(gated(asyncio.Event(), text("never")))  # the first run stops at the model
     alice = tg.private(41)
     async with temp_database_url(db_kind, tmp_path) as url:
-        async with bot_on(tg, llm, tmp_path, url, drain_s=0.2) as services:
+        async with bot_on(tg, llm, tmp_path, url, drain_s=0.2, provider=provider) as services:
             sent = alice.send("what is the capital of Portugal?")
             await llm.wait_for_requests(1)     # stored; the stop cancels the turn
         assert tg.bot_messages(41) == []
 
-        async with bot_on(tg, llm, tmp_path, url) as services:
+        async with bot_on(tg, llm, tmp_path, url, provider=provider) as services:
             reply = await tg.wait_for_message(41, contains="echo: what is the capital")
             assert reply.reply_to == sent["message_id"]  # says what it answers
             await until_empty(lambda: owed(services))
             assert await user_texts(services, 41) == ["what is the capital of Portugal?"]
 
         # Answered: a third start owes nothing and asks the model nothing.
-        async with bot_on(tg, llm, tmp_path, url):
+        async with bot_on(tg, llm, tmp_path, url, provider=provider):
             await asyncio.sleep(0.5)
     assert len(llm.requests) == 2
     assert [m.text for m in tg.bot_messages(41)] == [
