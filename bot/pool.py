@@ -386,6 +386,8 @@ class Pool:
         try:
             # (memory.tool advanced the snapshot after each of its writes already)
             await self.provider.append(session, *result.messages)
+        except SessionArchived:
+            raise  # only under live_session_only: resume() drops the answer
         except Exception:
             log.exception("could not store the answer of session %s", session.id)
             return Reply(ANSWER_NOT_SAVED, error=True)
@@ -394,7 +396,8 @@ class Pool:
     async def resume(self, session: Session, *, on_delta: OnDelta | None = None) -> Reply | None:
         """Answer what the session's last stored message asked, if nobody has: a turn
         cut short by a stop or a crash after its message was stored. None when the
-        conversation does not end with a user message (it was answered meanwhile)."""
+        conversation does not end with a user message (it was answered meanwhile) or
+        was archived by a /new (for providers on `memory.history`, which check that)."""
         if self._closed:
             raise RuntimeError("the pool is closed")
         started = time.monotonic()
@@ -408,7 +411,14 @@ class Pool:
                     return Reply(MEMORY_FAILED_KEPT, error=True)
                 if not history or history[-1].role != "user":
                     return None
-                reply = await self._answer(session, system, tools, history, on_delta)
+                try:
+                    # A /new since the message was stored: the user has moved on.
+                    with live_session_only():
+                        reply = await self._answer(session, system, tools, history,
+                                                   on_delta)
+                except SessionArchived:
+                    log.info("session %s was archived before its owed answer", session.id)
+                    return None
         record_turn(time.monotonic() - started, ok=not reply.error)
         if not reply.error:
             self._schedule_compaction(session)

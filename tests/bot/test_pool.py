@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.pool import Pool
 from memory.errors import Unsupported
-from memory.types import ChangeSource, Session
+from memory.types import ChangeSource, Message, Session
 from tests.bot.conftest import GatedSummarizer, PoolFactory, sql_statements
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text, tool_call
 
@@ -427,3 +427,23 @@ async def test_a_message_resolved_before_a_new_on_another_replica_lands_in_the_n
     await b.chat(await b.current_session(ALICE), "again")
     assert [m.content for m in await a.provider.load_history(nxt.id)] == [
         "after /new", "echo: after /new", "again", "echo: again"]
+
+
+async def test_resume_answers_only_a_live_conversation_that_ends_with_its_user(
+        engine: AsyncEngine, lcm_replica: Callable[[AsyncEngine], Pool],
+        llm_server: FakeOpenAI):
+    pool = lcm_replica(engine)  # on memory.history, which refuses appends to the archived
+    await pool.chat(ALICE, "hello")
+    assert await pool.resume(ALICE) is None          # answered: nothing owed
+    await pool.provider.append(ALICE, Message(role="user", content="still there?"))
+    reply = await pool.resume(ALICE)                 # stored, cut off before the answer
+    assert reply is not None and reply.text == "echo: still there?"
+    assert roles(await pool.provider.load_history(ALICE.id))[-2:] == ["user", "assistant"]
+
+    await pool.provider.append(ALICE, Message(role="user", content="and now?"))
+    await pool.new_session(ALICE)                    # the user moved on before a restart
+    asked = len(llm_server.requests)
+    assert await pool.resume(ALICE) is None
+    history = await pool.provider.load_history(ALICE.id)
+    assert history[-1].content == "and now?"         # nothing appended to the old one
+    assert len(llm_server.requests) == asked + 1     # (the model was asked, then dropped)
