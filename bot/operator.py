@@ -381,7 +381,7 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
 async def telegram_backlog(engine: AsyncEngine) -> str:
     """What the Telegram channel left for its next start (not a fault: a stop or crash
     mid-turn leaves it, by design): parked updates and answers owed."""
-    from bot.telegram.handled import telegram_updates
+    from bot.telegram.handled import owed_since, telegram_updates
     from bot.telegram.inbox import telegram_inbox
     from bot.telegram.resume import RESUME_WITHIN
 
@@ -389,8 +389,7 @@ async def telegram_backlog(engine: AsyncEngine) -> str:
         parked = await conn.scalar(sa.select(sa.func.count()).select_from(telegram_inbox))
         owed = await conn.scalar(
             sa.select(sa.func.count()).select_from(telegram_updates)
-            .where(telegram_updates.c.resume.is_(True),
-                   telegram_updates.c.handled_at >= utcnow() - RESUME_WITHIN))
+            .where(owed_since(utcnow() - RESUME_WITHIN)))
     parts = []
     if parked:
         parts.append(f"{parked} Telegram update(s) parked")

@@ -327,6 +327,10 @@ class Pool:
             reply = Reply(MEMORY_DOWN, error=True)
         if reply.skipped:
             return reply  # no turn happened here
+        return self._turn_done(session, reply, started)
+
+    def _turn_done(self, session: Session, reply: Reply, started: float) -> Reply:
+        """A turn's metrics, and the compaction check that follows a successful one."""
         record_turn(time.monotonic() - started, ok=not reply.error)
         if not reply.error:
             self._schedule_compaction(session)
@@ -419,10 +423,7 @@ class Pool:
                 except SessionArchived:
                     log.info("session %s was archived before its owed answer", session.id)
                     return None
-        record_turn(time.monotonic() - started, ok=not reply.error)
-        if not reply.error:
-            self._schedule_compaction(session)
-        return reply
+        return self._turn_done(session, reply, started)
 
     def _schema_tokens(self, tools: list[Tool]) -> int:
         """What the tool schemas cost in the prompt; counted again only when the tool

@@ -40,7 +40,7 @@ from bot.config import Settings
 from bot.pool import Pool
 from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.delivery import with_retry
-from bot.telegram.handled import SETTLE_EVERY_S
+from bot.telegram.handled import SETTLE_EVERY_S, HandledUpdates
 from bot.telegram.handlers import TelegramChannel
 from bot.telegram.http import AiohttpRequest
 from bot.telegram.inflight import Inflight, WebhookQueue
@@ -105,11 +105,10 @@ async def _answer_owed(channel: TelegramChannel, app: Application) -> int:
         return 0
 
 
-async def _settle_answered(inflight: Inflight) -> None:
+async def _settle_answered(handled: HandledUpdates) -> None:
     while True:
         await asyncio.sleep(SETTLE_EVERY_S)
-        if inflight.handled is not None:
-            await inflight.handled.flush_answered()
+        await handled.flush_answered()
 
 
 def bot_commands() -> list[BotCommand]:
@@ -152,7 +151,9 @@ async def running(app: Application, settings: Settings, *,
                 await poller.start()
                 log.info("receiving updates by long polling")
             owed = asyncio.create_task(_answer_owed(channel, app), name="telegram-answer-owed")
-            settling = asyncio.create_task(_settle_answered(inflight), name="telegram-settle")
+            if inflight.handled is not None:  # nothing recorded without a database
+                settling = asyncio.create_task(_settle_answered(inflight.handled),
+                                               name="telegram-settle")
             yield app
         finally:
             if settling is not None:

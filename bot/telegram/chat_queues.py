@@ -73,6 +73,7 @@ class ChatQueueProcessor(BaseUpdateProcessor):
     def __init__(self, max_concurrent_updates: int) -> None:
         super().__init__(max_concurrent_updates)
         self._queues: dict[ChatKey, deque[_Waiter]] = {}
+        self._queued = 0  # updates in all queues (heads included)
         self._awaiting_slot = 0
 
     @property
@@ -83,7 +84,8 @@ class ChatQueueProcessor(BaseUpdateProcessor):
     @property
     def waiting(self) -> int:
         """Updates queued behind their chat's current one (holding no slot)."""
-        return sum(len(q) - 1 for q in self._queues.values())
+        # Counted, not summed: the polling loop and every webhook POST ask.
+        return self._queued - len(self._queues)
 
     async def process_in_order(self, update: object, coroutine: Awaitable[Any]) -> None:
         """Await `coroutine` (the processing of `update`) once every earlier update of
@@ -148,6 +150,7 @@ class ChatQueueProcessor(BaseUpdateProcessor):
         queue = self._queues.setdefault(key, deque())
         waiter = _Waiter(update)
         queue.append(waiter)
+        self._queued += 1
         if len(queue) == 1:
             waiter.turn.set_result(None)
         try:
@@ -156,6 +159,7 @@ class ChatQueueProcessor(BaseUpdateProcessor):
         finally:
             was_head = queue[0] is waiter
             queue.remove(waiter)
+            self._queued -= 1
             if not queue:
                 del self._queues[key]
             elif was_head and not queue[0].turn.done():

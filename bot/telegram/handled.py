@@ -79,6 +79,12 @@ class ReplyTo:
     message_id: int
 
 
+def owed_since(since: datetime) -> sa.ColumnElement[bool]:
+    """Rows of text messages handled since `since` still marked as owed an answer."""
+    t = telegram_updates.c
+    return sa.and_(t.resume.is_(True), t.handled_at >= since, t.session_id.is_not(None))
+
+
 class HandledUpdates:
     """The handled update ids of one bot (`bot_id`: update ids are numbered per bot)."""
 
@@ -132,8 +138,7 @@ class HandledUpdates:
         t = telegram_updates.c
         query = (sa.select(t.update_id, t.session_id, t.user_id, t.chat_id, t.thread_id,
                            t.message_id, t.handled_at)
-                 .where(t.bot_id == self.bot_id, t.resume.is_(True), t.handled_at >= since,
-                        t.session_id.is_not(None))
+                 .where(t.bot_id == self.bot_id, owed_since(since))
                  .order_by(t.update_id))
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()

@@ -52,7 +52,7 @@ class UpdateReceipt:
         self.update = update
         self.update_id = update.update_id
         self._inflight = inflight
-        self.parked = False  # in the inbox (bot.telegram.inbox): durable until handled
+        self.parked = False  # see park()
         self.durable: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.recorded = False
         self.duplicate = False
@@ -127,6 +127,11 @@ class UpdateReceipt:
             except Exception as exc:  # at worst the update is handled again after a crash
                 log.warning("could not record update %s as handled: %s", self.update_id, exc)
         self.recorded = True
+        self.mark_durable()
+
+    def park(self) -> None:
+        """In the inbox (`bot.telegram.inbox`): durable until handled."""
+        self.parked = True
         self.mark_durable()
 
     def mark_durable(self) -> None:
@@ -215,8 +220,7 @@ class Inflight:
             log.warning("could not park %d waiting update(s): %s", len(receipts), exc)
             return 0
         for receipt in receipts:
-            receipt.parked = True
-            receipt.mark_durable()
+            receipt.park()
         log.info("parked %d update(s) waiting behind their chat's turn", len(receipts))
         return len(receipts)
 
@@ -236,9 +240,7 @@ class Inflight:
                 log.error("a parked update could not be read (%s): %.200r", exc, payload)
                 continue
             self.accept(update)
-            receipt = self._receipts[update.update_id]
-            receipt.parked = True
-            receipt.mark_durable()
+            self._receipts[update.update_id].park()
         if parked:
             log.info("handling %d update(s) parked before the restart", len(parked))
         return len(parked)
