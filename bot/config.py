@@ -3,7 +3,8 @@
 Every key has a default, so a config may hold only what differs from them; an unknown
 key is an error (a typo must never pass silently). Errors surface as `ConfigError`,
 one line naming the key and what was expected, with the value given, except a secret's:
-that line reaches stderr and the logs.
+that line reaches stderr and the logs. Every secret the config sets is masked wherever
+the line would carry it, so one pasted into another key is hidden too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from bot.redact import MASK, MIN_SECRET_CHARS, mask_database_url, url_password_forms
+from bot.redact import MASK, config_secrets, mask, mask_database_url, secret_values
 
 DEFAULT_CONFIG = "config.yaml"
 ENV_CONFIG = "MNEMO_CONFIG"
@@ -219,7 +220,7 @@ def _where(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
 
-def _explain(err: ValidationError, data: Mapping[str, Any]) -> str:
+def _explain(err: ValidationError, secrets: tuple[str, ...]) -> str:
     first = err.errors()[0]
     key = _where(first["loc"]) or "(top level)"
     kind, msg = first["type"], first["msg"]
@@ -228,12 +229,11 @@ def _explain(err: ValidationError, data: Mapping[str, Any]) -> str:
         return f"{key}: unknown key (check the spelling; see config.yaml for the known keys)"
     if kind.startswith("missing"):
         return f"{key}: required value is missing"
-    secrets = _secrets_in(data)
     if _holds_secret(key) and isinstance(given, str | int | float):
-        secrets.add(str(given))
+        secrets = secret_values(*secrets, str(given))  # a section given as the secret
+    # Masked before it is cut short: a cut secret would no longer match.
     shown = _shown(key, given, secrets)
-    msg = _scrub(msg.removeprefix("Value error, "), secrets)
-    return f"{key}: {msg} (got {shown[:80]})"
+    return f"{key}: {msg.removeprefix('Value error, ')} (got {shown[:80]})"
 
 
 def _holds_secret(key: str) -> bool:
@@ -242,27 +242,24 @@ def _holds_secret(key: str) -> bool:
                for s in SECRET_KEYS)
 
 
-def _secrets_in(data: Mapping[str, Any]) -> set[str]:
-    """The secrets this config sets, so that one copied into another key is hidden too."""
-    found: set[str] = set()
-    for key in SECRET_KEYS:
+def _secrets_in(data: Mapping[str, Any]) -> tuple[str, ...]:
+    """The secrets this config sets (as the log masking knows them), so that one copied
+    into another key is hidden too."""
+    def at(key: str) -> str:
         value: Any = data
         for part in key.split("."):
             value = value.get(part) if isinstance(value, Mapping) else None
-        if key == "database.url" and isinstance(value, str):
-            found.update(url_password_forms(value))
-        elif isinstance(value, str | int | float):
-            found.add(str(value))
-    return {s for s in found if len(s) >= MIN_SECRET_CHARS}
+        # All-digit secrets are YAML numbers; a wrong type is not ours to judge here.
+        return str(value) if isinstance(value, str | int | float) else ""
+
+    return config_secrets(
+        token=at("telegram.token"), api_key=at("llm.api_key"),
+        webhook_secret=at("telegram.webhook.secret_token"), database_url=at("database.url"),
+        urls=(at("llm.base_url"), at("telegram.base_url"), at("telegram.webhook.url")),
+    )
 
 
-def _scrub(text: str, secrets: set[str]) -> str:
-    for secret in sorted(secrets, key=len, reverse=True):  # a longer one may hold a shorter
-        text = text.replace(secret, MASK)
-    return text
-
-
-def _shown(key: str, given: Any, secrets: set[str]) -> str:
+def _shown(key: str, given: Any, secrets: tuple[str, ...]) -> str:
     if isinstance(given, dict | list):
         return type(given).__name__
     if key == "database.url" and isinstance(given, str):
@@ -271,7 +268,8 @@ def _shown(key: str, given: Any, secrets: set[str]) -> str:
         return repr(safe) if safe is not None else f"str, {MASK}"
     if _holds_secret(key):
         return f"{type(given).__name__}, {MASK}"
-    return repr(_scrub(given, secrets)) if isinstance(given, str) else _scrub(repr(given), secrets)
+    # A string is masked before repr, which may escape a secret's characters.
+    return repr(mask(given, secrets)) if isinstance(given, str) else mask(repr(given), secrets)
 
 
 def _url_without_password(url: str) -> str | None:
@@ -323,11 +321,22 @@ def load_settings(path: str | os.PathLike[str] | None = None, *, check_provider:
         raise ConfigError(f"{p}: expected a mapping of sections at the top level")
     try:
         data = interpolate(raw)
-        settings = Settings.model_validate(data)
-    except ConfigError as exc:
+    except ConfigError as exc:  # names the key and the variable, never a value
         raise ConfigError(f"{p}: {exc}") from None
+    secrets = _secrets_in(data)
+    try:
+        return _validated(p, data, secrets, check_provider=check_provider)
+    except ConfigError as exc:
+        # Whichever key echoed it (`memory.provider: unknown provider 'sk-...'`), a secret
+        # this config sets never leaves in an error line.
+        raise ConfigError(mask(str(exc), secrets)) from None
+
+
+def _validated(p: Path, data: Any, secrets: tuple[str, ...], *, check_provider: bool) -> Settings:
+    try:
+        settings = Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{p}: {_explain(exc, data)}") from None
+        raise ConfigError(f"{p}: {_explain(exc, secrets)}") from None
     from memory.registry import provider_names
 
     names = provider_names()

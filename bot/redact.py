@@ -35,11 +35,31 @@ _lock = threading.Lock()
 _installed = False
 
 
-def _scrub(text: str) -> str:
-    for secret in _secrets:
+def secret_values(*values: str | None) -> tuple[str, ...]:
+    """These values as a list for `mask`: empty and short ones dropped (they would mask
+    ordinary words), longest first (so a secret containing another is masked whole)."""
+    kept = {v for v in values if v and len(v) >= MIN_SECRET_CHARS}
+    return tuple(sorted(kept, key=len, reverse=True))
+
+
+def mask(text: str, secrets: tuple[str, ...]) -> str:
+    """`text` with every one of `secrets` (as `secret_values` gives them) replaced by `***`."""
+    for secret in secrets:
         if secret in text:
             text = text.replace(secret, MASK)
     return text
+
+
+def config_secrets(*, token: str, api_key: str, webhook_secret: str, database_url: str,
+                   urls: tuple[str, ...]) -> tuple[str, ...]:
+    """Every secret a config sets, in every form a message may carry it: the bot token and
+    its secret part (after the bot id), the API key, the webhook secret, the database
+    URL's password and secret query values, and the credentials in the other `urls`."""
+    return secret_values(
+        token, token.partition(":")[2], api_key, webhook_secret,
+        *(url_password_forms(database_url) if database_url else ()),
+        *(form for url in urls for form in url_credential_forms(url)),
+    )
 
 
 def _factory(base: Any) -> Any:
@@ -50,12 +70,12 @@ def _factory(base: Any) -> Any:
         if not _secrets:
             return record
         message = record.getMessage()
-        clean = _scrub(message)
+        clean = mask(message, _secrets)
         if clean != message:
             record.msg, record.args = clean, ()
         if record.exc_info and record.exc_info[0] is not None:
             # Formatters reuse exc_text when it is set: give them the scrubbed one.
-            record.exc_text = _scrub(formatter.formatException(record.exc_info))
+            record.exc_text = mask(formatter.formatException(record.exc_info), _secrets)
         return record
 
     return make
@@ -65,9 +85,7 @@ def install_redaction(*secrets: str | None) -> None:
     """Mask these secrets in every log record from now on (empty values are ignored)."""
     global _installed, _secrets
     with _lock:
-        added = {s for s in secrets if s and len(s) >= MIN_SECRET_CHARS}
-        # Longest first, so a secret containing another is masked whole.
-        _secrets = tuple(sorted(set(_secrets) | added, key=len, reverse=True))
+        _secrets = secret_values(*_secrets, *secrets)
         if not _installed:
             logging.setLogRecordFactory(_factory(logging.getLogRecordFactory()))
             _installed = True

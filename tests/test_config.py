@@ -8,8 +8,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from bot.cli import EXIT_CONFIG, build_parser, main
 from bot.config import ConfigError, interpolate, load_settings, parse_duration
@@ -225,3 +227,91 @@ def test_readme_documents_exactly_the_config_keys() -> None:
     from bot.config import Settings
 
     assert _readme_keys() == _settings_keys(Settings)
+
+
+# --- a secret pasted into another key is never echoed -------------------------------
+
+API_KEY = "sk-live-4f8a2c9e71d3"
+DB_PASSWORD = "hunter2-db-pass"
+BOT_TOKEN = "424242:AAH-bot-secret-part"
+
+
+def with_secrets(tmp_path: Path, key: str, value: object) -> Path:
+    """A config setting every kind of secret, plus `key: value`."""
+    config: dict[str, Any] = {
+        "llm": {"api_key": API_KEY},
+        "database": {"url": f"postgresql+psycopg://mnemo:{DB_PASSWORD}@db/mnemo"},
+        "telegram": {"token": BOT_TOKEN, "base_url": "http://api:tg-api-pass-5@localhost:8081",
+                     "webhook": {"url": "https://hook:hook-pass-4@bot.example/hook",
+                                 "secret_token": "wh-secret-77"}},
+    }
+    *parents, last = key.split(".")
+    section = config
+    for part in parents:
+        section = section.setdefault(part, {})
+    section[last] = value
+    return write(tmp_path, yaml.safe_dump(config))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "secret"),
+    [
+        ("memory.provider", API_KEY, API_KEY),
+        ("agent.id", f"\x01{DB_PASSWORD}", DB_PASSWORD),
+        ("telegram.allowed_ids", [BOT_TOKEN], BOT_TOKEN),
+        # The token's secret part alone, without the bot id.
+        ("telegram.allowed_ids", ["AAH-bot-secret-part"], "AAH-bot-secret-part"),
+        ("reflect.interval", "tg-api-pass-5", "tg-api-pass-5"),
+        ("agent.id", "\x01hook-pass-4", "hook-pass-4"),
+        ("memory.budget_tokens", "wh-secret-77", "wh-secret-77"),
+    ],
+)
+def test_a_secret_pasted_into_another_key_is_not_echoed(
+    tmp_path: Path, key: str, value: object, secret: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(with_secrets(tmp_path, key, value))
+    text = str(info.value)
+    assert f"{key}" in text and secret not in text and "***" in text, text
+
+
+def test_an_all_digit_api_key_pasted_into_the_model_is_not_echoed(tmp_path: Path) -> None:
+    # YAML reads it as a number, which `llm.model` refuses, quoting the value.
+    path = write(tmp_path, "llm: {api_key: '73920561847302', model: 73920561847302}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert "llm.model: " in str(info.value) and "73920561847302" not in str(info.value)
+
+
+def test_a_secret_inside_a_longer_value_is_masked_the_rest_shown(tmp_path: Path) -> None:
+    path = with_secrets(tmp_path, "memory.provider", f"lcm-{API_KEY}-x")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert "memory.provider: unknown provider 'lcm-***-x'" in str(info.value)
+
+
+def test_llm_url_credentials_are_masked_in_other_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "llm: {base_url: 'https://proxy:llm%40pass-3@proxy.example/v1'}\n"
+                           "agent: {id: \"llm@pass-3 \\x01 llm%40pass-3\"}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert "agent.id: " in str(info.value) and "pass-3" not in str(info.value), info.value
+
+
+def test_short_values_are_not_masked(tmp_path: Path) -> None:
+    # A 3-character password is no secret worth mangling the line for.
+    path = write(tmp_path, "database: {url: 'postgresql+psycopg://u:lcm@db/m'}\n"
+                           "memory: {provider: lcn}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert "unknown provider 'lcn'; installed: lcm, simple" in str(info.value), info.value
+
+
+def test_cli_config_error_names_the_key_not_the_pasted_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = with_secrets(tmp_path, "telegram.allowed_ids", ["AAH-bot-secret-part"])
+    assert main(["memory", "status", "s1", "--config", str(bad)]) == EXIT_CONFIG
+    out = capsys.readouterr()
+    assert out.err.startswith(f"mnemo: config error: {bad}: telegram.allowed_ids.0: "), out.err
+    assert "AAH-bot-secret-part" not in out.err + out.out
