@@ -30,17 +30,15 @@ def setup_logging(level: str = "INFO") -> None:
 
 
 def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Settings:
-    from bot.redact import install_redaction, url_credential_forms, url_password_forms
+    from bot.redact import config_secrets, install_redaction
 
     settings = load_settings(getattr(args, "config", None), check_provider=check_provider)
-    token = settings.telegram.token
-    # Credentials in the other URLs (`https://user:pw@proxy/v1`) are secrets as well.
-    url_secrets = [form for url in (settings.llm.base_url, settings.telegram.base_url,
-                                    settings.telegram.webhook.url)
-                   for form in url_credential_forms(url)]
-    install_redaction(token, token.partition(":")[2], settings.llm.api_key,
-                      settings.telegram.webhook.secret_token,
-                      *url_password_forms(settings.database.url), *url_secrets)
+    install_redaction(*config_secrets(
+        token=settings.telegram.token, api_key=settings.llm.api_key,
+        webhook_secret=settings.telegram.webhook.secret_token,
+        database_url=settings.database.url,
+        urls=(settings.llm.base_url, settings.telegram.base_url,
+              settings.telegram.webhook.url)))
     logging.getLogger().setLevel(settings.log_level)  # the config's `log_level`
     return settings
 
