@@ -4,9 +4,7 @@ imported only by the command that needs them, so `mnemo --help` stays instant.""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -44,17 +42,9 @@ def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Setti
 
 
 def _run_async(coro: Coroutine[Any, Any, int]) -> int:
-    # uvloop where it is installed (a dependency on Linux and macOS): the bot spends its
-    # time in sockets and callbacks, and uvloop cuts the bot's CPU per update by about a
-    # fifth (bench/RESULTS.md). MNEMO_EVENT_LOOP=asyncio keeps the standard loop.
-    if os.environ.get("MNEMO_EVENT_LOOP", "uvloop") != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.run(coro)
-    return asyncio.run(coro)
+    from bot.eventloop import run
+
+    return run(coro)
 
 
 # --- commands -----------------------------------------------------------------------
