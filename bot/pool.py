@@ -425,6 +425,23 @@ class Pool:
                     return None
         return self._turn_done(session, reply, started)
 
+    async def stored_answer(self, session: Session) -> str | None:
+        """The answer the session's last turn stored, read back (no model call): for a
+        channel that could not send it. None when the conversation does not end with an
+        answer, or was archived by a /new since (the user has moved on, as in `resume`)."""
+        if self._closed:
+            raise RuntimeError("the pool is closed")
+        async with self._hold(session.id):  # not half-way through a turn
+            with bind_session(session):
+                if await self._archived(session):
+                    return None
+                history = await self.provider.assemble(
+                    session, self.settings.memory.budget_tokens,
+                    self.settings.memory.fresh_tail)
+        if not history or history[-1].role != "assistant" or history[-1].tool_calls:
+            return None
+        return history[-1].content
+
     def _schema_tokens(self, tools: list[Tool]) -> int:
         """What the tool schemas cost in the prompt; counted again only when the tool
         factory hands out other schema objects (the default one reuses them)."""

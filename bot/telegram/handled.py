@@ -1,7 +1,7 @@
 """The Telegram updates already handled, per bot: a redelivered update (the bot died
 after storing its message but before Telegram heard so) is recognised and skipped.
 
-Table `telegram_updates` (revisions `bot_0001`, `bot_0002`): (bot_id, update_id) ->
+Table `telegram_updates` (revisions `bot_0001`, `bot_0002`, `bot_0004`): (bot_id, update_id) ->
 handled_at. A text update's row is written in the same transaction as the user's message
 (see `memory.append_hook`); a command's right after the command ran. Rows older than
 `KEEP` go: Telegram keeps an unconfirmed update for 24 hours, so none older can return.
@@ -12,6 +12,11 @@ instead. An apology clears the mark at once; sent answers are cleared in batches
 (`answered`, `flush_answered`, every `SETTLE_EVERY_S`) rather than with a write per turn,
 so after a crash the last few seconds' answered rows are still marked: harmless, as
 `bot.telegram.resume` answers only a conversation that still ends with a user message.
+
+An answer stored but never sent (Telegram unreachable past the delivery retries) is
+marked `undelivered` at once (`HandledUpdates.undelivered`), not in the batch: only
+that mark tells a restart to send the stored answer, since a row merely not cleared
+yet may have had its answer sent.
 """
 
 from __future__ import annotations
@@ -52,6 +57,9 @@ class TelegramUpdate(SQLModel, table=True):
                                    sa_column=sa.Column(sa.BigInteger, nullable=True))
     resume: bool = Field(default=False, sa_column=sa.Column(
         sa.Boolean, nullable=False, server_default=sa.false()))
+    # The answer was stored but sending it failed for good (revision bot_0004).
+    undelivered: bool = Field(default=False, sa_column=sa.Column(
+        sa.Boolean, nullable=False, server_default=sa.false()))
 
 
 telegram_updates: sa.Table = TelegramUpdate.__table__  # type: ignore[attr-defined]
@@ -68,6 +76,7 @@ class PendingReply:
     thread_id: int | None
     message_id: int
     handled_at: datetime
+    undelivered: bool = False  # its answer is stored, and was never sent
 
 
 @dataclass(frozen=True)
@@ -137,12 +146,29 @@ class HandledUpdates:
         """Text updates handled since `since` whose answer may still be due, oldest first."""
         t = telegram_updates.c
         query = (sa.select(t.update_id, t.session_id, t.user_id, t.chat_id, t.thread_id,
-                           t.message_id, t.handled_at)
+                           t.message_id, t.handled_at, t.undelivered)
                  .where(t.bot_id == self.bot_id, owed_since(since))
                  .order_by(t.update_id))
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [PendingReply(*row) for row in rows]
+
+    async def undelivered(self, update_id: int) -> None:
+        """The stored answer to `update_id` could not be sent: the next start sends it."""
+        async with write_transaction(self.engine) as conn:
+            await conn.execute(
+                sa.update(telegram_updates)
+                .where(telegram_updates.c.bot_id == self.bot_id,
+                       telegram_updates.c.update_id == update_id)
+                .values(undelivered=True))
+
+    async def latest_turn(self, session_id: str) -> int | None:
+        """The newest text update stored in `session_id` (its row is written with the
+        user's message, so this is the session's last user message)."""
+        t = telegram_updates.c
+        async with self.engine.connect() as conn:
+            return await conn.scalar(sa.select(sa.func.max(t.update_id)).where(
+                t.bot_id == self.bot_id, t.session_id == session_id))
 
     async def settle(self, update_ids: Sequence[int]) -> None:
         """No answer is due for these any more (given, or an apology was sent instead)."""
@@ -153,7 +179,7 @@ class HandledUpdates:
                 sa.update(telegram_updates)
                 .where(telegram_updates.c.bot_id == self.bot_id,
                        telegram_updates.c.update_id.in_(list(update_ids)))
-                .values(resume=False))
+                .values(resume=False, undelivered=False))
 
     async def prune(self, keep: timedelta = KEEP) -> int:
         """Forget rows older than `keep`; returns how many went."""

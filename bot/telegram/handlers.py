@@ -27,7 +27,8 @@ Decisions (README "Telegram" repeats them for operators):
   a text message or command recorded as handled is skipped silently (the record is
   written with the user's message, or right after the command ran). A text message
   stored but not answered (a stop or crash mid-turn) is answered at the next start
-  (`bot.telegram.resume`), as a reply quoting it. Refusals and the
+  (`bot.telegram.resume`), as a reply quoting it; so is a stored answer whose sending
+  failed for good (Telegram unreachable past the retries). Refusals and the
   one-line answers to media, unknown commands or over-long text are not recorded (a
   disallowed user leaves no row): after a crash they may be said twice.
 """
@@ -37,6 +38,7 @@ from __future__ import annotations
 import logging
 
 from telegram import Bot, Message, Update, User
+from telegram.error import BadRequest, NetworkError, TimedOut
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
 from bot.commands import COMMANDS, handle_command
@@ -189,7 +191,15 @@ class TelegramChannel:
             return
         if failed and receipt is not None:
             await receipt.gave_up()
-        await stream.finish(answer)
+        try:
+            await stream.finish(answer)
+        except NetworkError as exc:
+            # 5xx or no connection past the retries: the answer is stored, never seen.
+            # (A timeout may have delivered it, a 400 would fail again: left alone.)
+            if receipt is not None and not failed and not isinstance(
+                    exc, BadRequest | TimedOut):
+                await receipt.undelivered()
+            raise
         if receipt is not None:
             receipt.answered()
 

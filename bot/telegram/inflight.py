@@ -99,6 +99,18 @@ class UpdateReceipt:
             store.answered(self.update_id)
             self._answer_due = False
 
+    async def undelivered(self) -> None:
+        """The answer is stored but could not be sent: marked at once (not in the
+        batch), so the next start sends the stored answer (`bot.telegram.resume`)."""
+        store = self._inflight.handled
+        if store is None or not self._answer_due:
+            return
+        try:
+            await store.undelivered(self.update_id)
+        except Exception as exc:  # the answer stays in the history only, as before
+            log.warning("could not mark the answer to update %s as undelivered: %s",
+                        self.update_id, exc)
+
     async def gave_up(self) -> None:
         """The turn ended without an answer to give later (the user was told why):
         a restart must not answer this message."""

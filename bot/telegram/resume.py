@@ -10,6 +10,19 @@ history that answers only if the conversation still ends with a user message (so
 message answered meanwhile, by another replica or by the user's next message, gets
 nothing). The answer replies to the last such message, so it is clear what it answers.
 
+An answer stored but never seen is sent too: when sending it failed for good (Telegram
+unreachable past the retries of `bot.telegram.delivery`), the handler marks its row
+`undelivered` at once. Such a conversation ends with the answer, so `Pool.resume` does
+nothing; the stored answer is read back (`Pool.stored_answer`, no model call) and sent
+as a reply to its message. Only that explicit mark sends it: a row still marked merely
+because the 5-s batch had not cleared it yet before a crash had its answer sent.
+
+If the user has written in that conversation since (a later message is stored), the
+missed answer is not sent: the later message got (or is owed) its own answer, given by a
+model that saw the missed one, and an old answer arriving late, out of order, would
+confuse more than it tells. Only the answer to the conversation's latest message is
+redelivered; likewise not after a /new archived the conversation.
+
 Sessions are resumed in the background, `RESUME_AT_ONCE` at a time (after a crash under
 load there may be many), while new updates are handled; the pool's per-session lock
 keeps a resumed turn and a new one apart.
@@ -78,9 +91,26 @@ class OwedAnswers:
                 await stream.finish(reply.text)
                 log.info("answered a message of session %s stored before the restart",
                          session_id)
+                sent = True
+            else:
+                sent = last.undelivered and await self._redeliver(session, last, stream)
             await self.handled.settle([r.update_id for r in rows])
         except Exception as exc:  # the next start tries again (within RESUME_WITHIN)
             log.warning("could not answer the owed message of session %s: %s",
                         session_id, exc)
             return False
-        return reply is not None
+        return sent
+
+    async def _redeliver(self, session: Session, row: PendingReply,
+                         stream: ReplyStream) -> bool:
+        """Send the stored answer to `row`'s message, unless the user wrote since."""
+        answer = await self.pool.stored_answer(session)
+        # Checked after the read: a message stored since would be the latest turn.
+        if answer is None or await self.handled.latest_turn(session.id) != row.update_id:
+            log.info("the undelivered answer of session %s is not sent: the "
+                     "conversation has moved on", session.id)
+            return False
+        await stream.finish(answer)
+        log.info("sent the stored answer of session %s that could not be sent before",
+                 session.id)
+        return True

@@ -1,5 +1,6 @@
 """A message stored but not answered before a stop or crash is answered at the next
-start (bot.telegram.resume), once; a turn that ended with an apology is not.
+start (bot.telegram.resume), once; a turn that ended with an apology is not. An answer
+stored but never sent (Telegram down past the retries) is sent then, and only that one.
 
 The real bot in-process against the fake Bot API, as in test_polling."""
 
@@ -12,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from bot.app import Services
+from bot.telegram.delivery import MAX_ATTEMPTS
 from bot.telegram.handled import telegram_updates
 from memory.db import create_engine, write_transaction
 from memory.testing.databases import temp_database_url
@@ -113,3 +115,89 @@ async def test_every_session_cut_off_is_answered(
                 await tg.wait_for_message(100 + i, contains=f"echo: question {i}")
             await until_empty(lambda: owed(services))
     assert all(len(tg.bot_messages(100 + i)) == 1 for i in range(len(chats)))
+
+
+async def undelivered(services: Services) -> list[int]:
+    """Update ids marked as answered in the history but never sent."""
+    async with services.engine.connect() as conn:
+        rows = await conn.execute(sa.select(telegram_updates.c.update_id)
+                                  .where(telegram_updates.c.undelivered.is_(True)))
+        return sorted(rows.scalars())
+
+
+async def until_undelivered(services: Services, within: float = 10.0) -> None:
+    """Until an answer is marked undelivered (a database write: polled)."""
+    for _ in range(int(within / 0.05)):
+        if await undelivered(services):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no answer marked undelivered within {within} s")
+
+
+def fail_answers_for_good(tg: FakeTelegram, contains: str) -> None:
+    """Every attempt delivery.with_retry makes at sending the answer gets a 502."""
+    tg.fail("sendMessage", 502, times=MAX_ATTEMPTS,
+            when=lambda params: contains in str(params.get("text", "")))
+
+
+@pytest.mark.parametrize("provider", ["simple", "lcm"])
+async def test_an_answer_that_could_not_be_sent_is_sent_at_the_next_start(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str, provider: str) -> None:
+    alice = tg.private(41)
+    fail_answers_for_good(tg, "echo: where is Lisbon")
+    async with temp_database_url(db_kind, tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url, provider=provider) as services:
+            sent = alice.send("where is Lisbon?")
+            await until_undelivered(services)  # marked at once
+        assert tg.bot_messages(41) == []
+        requests = len(llm.requests)
+
+        async with bot_on(tg, llm, tmp_path, url, provider=provider) as services:
+            reply = await tg.wait_for_message(41, contains="echo: where is Lisbon?")
+            assert reply.reply_to == sent["message_id"]  # says what it answers
+            await until_empty(lambda: owed(services))
+            assert await undelivered(services) == []
+
+        # Sent: a third start sends nothing more.
+        async with bot_on(tg, llm, tmp_path, url, provider=provider):
+            await asyncio.sleep(0.5)
+    assert len(llm.requests) == requests          # the stored answer, not a new one
+    assert [m.text for m in tg.bot_messages(41)] == ["echo: where is Lisbon?"]
+
+
+async def test_an_answer_sent_before_a_crash_is_not_sent_again(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str) -> None:
+    alice = tg.private(41)
+    async with temp_database_url(db_kind, tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url):
+            alice.send("hello")
+            await tg.wait_for_message(41, contains="echo: hello")
+        # As a crash within SETTLE_EVERY_S of the answer leaves its row: still owed.
+        engine = create_engine(url)
+        try:
+            async with write_transaction(engine) as conn:
+                await conn.execute(sa.update(telegram_updates).values(resume=True))
+        finally:
+            await engine.dispose()
+        requests = len(llm.requests)
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            await until_empty(lambda: owed(services))
+            await asyncio.sleep(0.5)
+    assert len(llm.requests) == requests
+    assert [m.text for m in tg.bot_messages(41)] == ["echo: hello"]
+
+
+async def test_a_missed_answer_is_not_sent_once_the_user_wrote_again(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    alice = tg.private(41)
+    fail_answers_for_good(tg, "echo: first")
+    async with temp_database_url("sqlite", tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            alice.send("first")
+            await until_undelivered(services)
+            alice.send("second")                  # answered with the first in context
+            await tg.wait_for_message(41, contains="echo: second")
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            await until_empty(lambda: owed(services))
+            await asyncio.sleep(0.5)
+    assert [m.text for m in tg.bot_messages(41)] == ["echo: second"]
