@@ -363,7 +363,7 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
         else:
             print(f"note: the {m.provider.name} provider offers no integrity checks of its own",
                   file=sys.stderr)
-        waiting = await telegram_backlog(m.engine)
+        waiting, unreadable = await telegram_backlog(m.engine)
     for fault in faults:
         print(f"FAULT {fault}", file=out)
     code = EXIT_OK
@@ -375,18 +375,26 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
         print(f"ok: no faults ({', '.join(checked)} checked)", file=out)
     if waiting:
         print(f"note: {waiting}; the bot handles them when it (re)starts", file=out)
+    if unreadable:
+        print(f"note: {unreadable} parked Telegram update(s) could not be read and are not "
+              "handled; kept in telegram_inbox (unreadable) for inspection "
+              "(docs/RELIABILITY.md)", file=out)
     return code
 
 
-async def telegram_backlog(engine: AsyncEngine) -> str:
+async def telegram_backlog(engine: AsyncEngine) -> tuple[str, int]:
     """What the Telegram channel left for its next start (not a fault: a stop or crash
-    mid-turn leaves it, by design): parked updates and answers owed."""
+    mid-turn leaves it, by design): parked updates and answers owed; and how many parked
+    updates could not be read (never handled, kept for an operator to look at)."""
     from bot.telegram.handled import owed_since, telegram_updates
     from bot.telegram.inbox import telegram_inbox
     from bot.telegram.resume import RESUME_WITHIN
 
     async with engine.connect() as conn:
-        parked = await conn.scalar(sa.select(sa.func.count()).select_from(telegram_inbox))
+        counts: dict[bool, int] = dict((await conn.execute(
+            sa.select(telegram_inbox.c.unreadable, sa.func.count())
+            .group_by(telegram_inbox.c.unreadable))).all())
+        parked, unreadable = counts.get(False, 0), counts.get(True, 0)
         owed = await conn.scalar(
             sa.select(sa.func.count()).select_from(telegram_updates)
             .where(owed_since(utcnow() - RESUME_WITHIN)))
@@ -395,7 +403,7 @@ async def telegram_backlog(engine: AsyncEngine) -> str:
         parts.append(f"{parked} Telegram update(s) parked")
     if owed:
         parts.append(f"{owed} message(s) possibly owed an answer")
-    return " and ".join(parts)
+    return " and ".join(parts), unreadable
 
 
 # --- backup ---------------------------------------------------------------------------

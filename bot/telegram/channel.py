@@ -105,10 +105,11 @@ async def _answer_owed(channel: TelegramChannel, app: Application) -> int:
         return 0
 
 
-async def _settle_answered(handled: HandledUpdates) -> None:
+async def _settle(inflight: Inflight, handled: HandledUpdates) -> None:
     while True:
         await asyncio.sleep(SETTLE_EVERY_S)
         await handled.flush_answered()
+        await inflight.tend_parked()  # leases of parked updates (bot.telegram.inbox)
 
 
 def bot_commands() -> list[BotCommand]:
@@ -152,7 +153,7 @@ async def running(app: Application, settings: Settings, *,
                 log.info("receiving updates by long polling")
             owed = asyncio.create_task(_answer_owed(channel, app), name="telegram-answer-owed")
             if inflight.handled is not None:  # nothing recorded without a database
-                settling = asyncio.create_task(_settle_answered(inflight.handled),
+                settling = asyncio.create_task(_settle(inflight, inflight.handled),
                                                name="telegram-settle")
             yield app
         finally:
@@ -168,6 +169,7 @@ async def running(app: Application, settings: Settings, *,
             if app.updater.running:
                 await app.updater.stop()
             await inflight.drain(drain_s)
+            await inflight.release_parked()
             if inflight.handled is not None:
                 await inflight.handled.flush_answered()
             if app.running:

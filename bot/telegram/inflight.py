@@ -33,7 +33,7 @@ from telegram.ext import Application
 from bot.pool import AlreadyStored
 from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.handled import HandledUpdates, ReplyTo
-from bot.telegram.inbox import PARK_AT, Inbox
+from bot.telegram.inbox import PARK_AT, Inbox, instance_id
 from memory.types import Session
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ class Inflight:
         """Known once the bot has its identity (getMe): update ids are numbered per bot."""
         if self.engine is not None:
             self.handled = HandledUpdates(self.engine, bot_id)
-            self.inbox = Inbox(self.engine, bot_id)
+            self.inbox = Inbox(self.engine, bot_id, instance_id())
 
     def receipt(self, update: Update) -> UpdateReceipt | None:
         """The receipt of `update` while it is handled (None if it came another way)."""
@@ -237,25 +237,58 @@ class Inflight:
         return len(receipts)
 
     async def replay(self) -> int:
-        """Handle again what a previous run parked and did not finish, oldest first."""
+        """Handle the parked updates nobody holds (a previous run's, or those of a
+        process gone since: `bot.telegram.inbox`), oldest first. Returns how many."""
         if self.inbox is None:
             return 0
         try:
-            parked = await self.inbox.parked()
-        except Exception as exc:  # they stay parked for the next start
+            claimed = await self.inbox.claim()
+        except Exception as exc:  # they stay parked for the next try
             log.error("could not read the parked updates: %s", exc)
             return 0
-        for payload in parked:
+        taken = 0
+        for update_id, payload in claimed:
             try:
                 update = Update.de_json(json.loads(payload), self.app.bot)
-            except Exception as exc:  # never blocks a start; the row stays for a human
-                log.error("a parked update could not be read (%s): %.200r", exc, payload)
+            except Exception as exc:  # never blocks a start; kept for a human, once
+                log.error("parked update %s could not be read (%s, %d characters): "
+                          "marked unreadable", update_id, type(exc).__name__, len(payload))
+                await self._set_unreadable(update_id)
                 continue
             self.accept(update)
             self._receipts[update.update_id].park()
-        if parked:
-            log.info("handling %d update(s) parked before the restart", len(parked))
-        return len(parked)
+            taken += 1
+        if taken:
+            log.info("handling %d parked update(s) nobody else holds", taken)
+        return taken
+
+    async def _set_unreadable(self, update_id: int) -> None:
+        assert self.inbox is not None
+        try:
+            await self.inbox.set_unreadable(update_id)
+        except Exception as exc:  # read again (and reported again) at the next claim
+            log.warning("could not mark parked update %s unreadable: %s", update_id, exc)
+
+    async def tend_parked(self) -> None:
+        """Every `SETTLE_EVERY_S`: renew the lease of the rows this process holds, and
+        take those whose owner has gone (`bot.telegram.inbox`)."""
+        if self.inbox is None:
+            return
+        if any(r.parked for r in self._receipts.values()):
+            try:
+                await self.inbox.renew()
+            except Exception as exc:  # LEASE leaves room for many failed renewals
+                log.warning("could not renew the lease of the parked updates: %s", exc)
+        await self.replay()
+
+    async def release_parked(self) -> None:
+        """At a clean stop, once drained: the next start takes what is left at once."""
+        if self.inbox is None:
+            return
+        try:
+            await self.inbox.release()
+        except Exception as exc:  # taken once its lease lapses instead
+            log.warning("could not release the parked updates: %s", exc)
 
     def undurable(self) -> list[int]:
         """Ids of accepted updates not durable yet (pinned for good if cancelled)."""

@@ -157,6 +157,8 @@ async def test_doctor_notes_what_the_bot_left_for_its_next_start(
     now = utcnow()
     await _execute(db_url, sa.insert(telegram_inbox).values(
         bot_id=7, update_id=9, payload="{}", parked_at=now))
+    await _execute(db_url, sa.insert(telegram_inbox).values(
+        bot_id=7, update_id=10, payload="{x", parked_at=now, unreadable=True))
     await _execute(db_url, sa.insert(telegram_updates).values(
         bot_id=7, update_id=8, handled_at=now, resume=True, session_id="s", user_id=1,
         chat_id=1, message_id=1))
@@ -165,6 +167,7 @@ async def test_doctor_notes_what_the_bot_left_for_its_next_start(
     assert out.startswith("ok: no faults")
     assert ("note: 1 Telegram update(s) parked and 1 message(s) possibly owed an answer; "
             "the bot handles them when it (re)starts") in out
+    assert "note: 1 parked Telegram update(s) could not be read and are not handled" in out
 
 
 async def test_doctor_names_a_missing_message(db_url: str, tmp_path: Path) -> None:

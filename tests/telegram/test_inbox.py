@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.app import Services
-from bot.telegram.inbox import telegram_inbox
+from bot.telegram.inbox import Inbox, telegram_inbox
 from memory.db import write_transaction
 from memory.testing.databases import temp_database_url
 from memory.types import utcnow
@@ -26,9 +29,12 @@ from tests.telegram.test_polling import bot_on, free_port, offsets, user_texts
 FLOOD = 105  # more than one getUpdates can see past the oldest waiting update
 
 
-async def parked(services: Services) -> int:
+async def parked(services: Services, besides: int | None = None) -> int:
+    query = sa.select(sa.func.count()).select_from(telegram_inbox)
+    if besides is not None:
+        query = query.where(telegram_inbox.c.update_id != besides)
     async with services.engine.connect() as conn:
-        return int(await conn.scalar(sa.select(sa.func.count()).select_from(telegram_inbox)))
+        return int(await conn.scalar(query))
 
 
 async def test_a_flooding_chat_does_not_hide_other_chats(
@@ -75,23 +81,82 @@ async def test_parked_updates_are_handled_after_a_restart_in_order(
             await until_empty(lambda: parked(services))
 
 
-async def test_an_unreadable_parked_update_does_not_block_the_others(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
-    message = {"message_id": 1, "date": 0, "chat": {"id": 41, "type": "private"},
-               "from": {"id": 41, "is_bot": False, "first_name": "Ana"}, "text": "parked hi"}
-    async with temp_database_url("sqlite", tmp_path) as url:
+def parked_row(bot_id: int, update_id: int, chat: int, text: str, **columns: Any) -> dict[str, Any]:
+    message = {"message_id": update_id, "date": 0, "chat": {"id": chat, "type": "private"},
+               "from": {"id": chat, "is_bot": False, "first_name": "Ana"}, "text": text}
+    return {"bot_id": bot_id, "update_id": update_id, "parked_at": utcnow(),
+            "payload": json.dumps({"update_id": update_id, "message": message}), **columns}
+
+
+async def insert_parked(services: Services, rows: list[dict[str, Any]]) -> None:
+    async with write_transaction(services.engine) as conn:
+        await conn.execute(sa.insert(telegram_inbox), rows)
+
+
+async def test_a_start_leaves_alone_the_rows_a_live_process_holds(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str) -> None:
+    """A rolling restart, or a webhook replica: another process parked a row and still
+    renews its lease; a row whose owner stopped renewing (gone) is taken, once."""
+    now = utcnow()
+    async with temp_database_url(db_kind, tmp_path) as url:
         async with bot_on(tg, llm, tmp_path, url) as services:  # migrates
-            async with write_transaction(services.engine) as conn:
-                await conn.execute(sa.insert(telegram_inbox), [
-                    {"bot_id": tg.bot_id, "update_id": 500, "payload": "{not json",
-                     "parked_at": utcnow()},
-                    {"bot_id": tg.bot_id, "update_id": 501, "parked_at": utcnow(),
-                     "payload": json.dumps({"update_id": 501, "message": message})}])
+            await insert_parked(services, [
+                parked_row(tg.bot_id, 600, 41, "held elsewhere", owner="live",
+                           lease_until=now + timedelta(hours=1)),
+                parked_row(tg.bot_id, 601, 43, "orphan", owner="gone",
+                           lease_until=now - timedelta(seconds=1))])
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            await tg.wait_for_message(43, contains="echo: orphan")
+            tg.private(42).send("ping")         # polled only once the start's replay ran
+            await tg.wait_for_message(42, contains="echo: ping")
+            await until_empty(lambda: parked(services, besides=600))  # 601 once handled
+            async with services.engine.connect() as conn:
+                left = (await conn.execute(sa.select(
+                    telegram_inbox.c.update_id, telegram_inbox.c.owner))).all()
+            assert [tuple(r) for r in left] == [(600, "live")]
+            assert tg.bot_messages(41) == []
+            assert await user_texts(services, 41) == []
+            assert [m.text for m in tg.bot_messages(43)] == ["echo: orphan"]
+
+
+async def test_two_processes_never_take_the_same_parked_row(
+        engine: AsyncEngine) -> None:
+    rows = [parked_row(7, i, 41, f"m{i}", owner="gone", lease_until=None)
+            for i in range(1, 61)]
+    async with write_transaction(engine) as conn:
+        await conn.execute(sa.insert(telegram_inbox), rows)
+    first, second = Inbox(engine, 7, "first"), Inbox(engine, 7, "second")
+    a, b = await asyncio.gather(first.claim(), second.claim())
+    taken = [uid for uid, _payload in a + b]
+    assert sorted(taken) == list(range(1, 61))  # each row by exactly one of them
+    assert [uid for uid, _ in a] == sorted(uid for uid, _ in a)  # oldest first
+    assert await first.claim() == [] and await second.claim() == []  # leases now fresh
+
+
+async def test_an_unreadable_parked_update_is_set_aside_once(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    async with temp_database_url(db_kind, tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url) as services:  # migrates
+            await insert_parked(services, [
+                {"bot_id": tg.bot_id, "update_id": 500, "payload": '{not json "secret',
+                 "parked_at": utcnow()},
+                parked_row(tg.bot_id, 501, 41, "parked hi")])
         async with bot_on(tg, llm, tmp_path, url) as services:
             await tg.wait_for_message(41, contains="echo: parked hi")
-            assert await parked(services) == 1  # the unreadable one, left for a human
-    assert "a parked update could not be read" in caplog.text
+            await until_empty(lambda: parked(services, besides=500))
+            async with services.engine.connect() as conn:
+                kept = (await conn.execute(sa.select(
+                    telegram_inbox.c.update_id, telegram_inbox.c.unreadable))).all()
+            assert [tuple(r) for r in kept] == [(500, True)]  # kept for a human
+        assert "parked update 500 could not be read" in caplog.text
+        assert "secret" not in caplog.text          # its size is logged, not its text
+        caplog.clear()
+        async with bot_on(tg, llm, tmp_path, url) as services:  # not reported again
+            tg.private(42).send("ping")
+            await tg.wait_for_message(42, contains="echo: ping")
+            assert await parked(services) == 1
+        assert "could not be read" not in caplog.text
 
 
 async def test_webhook_answers_a_flooding_chat_once_its_updates_are_parked(
