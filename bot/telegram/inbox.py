@@ -123,12 +123,18 @@ class Inbox:
         (update id, Telegram's JSON text), oldest first. Atomic: a row is taken by one
         process only."""
         now = utcnow()
+        lapsed = sa.and_(self._rows(), telegram_inbox.c.unreadable == sa.false(),
+                         sa.or_(telegram_inbox.c.lease_until.is_(None),
+                                telegram_inbox.c.lease_until < now))
+        # Asked every few seconds and nearly always empty: a read first, so that an idle
+        # bot takes no write lock (SQLite has one for the whole file).
+        async with self.engine.connect() as conn:
+            if await conn.scalar(sa.select(telegram_inbox.c.update_id).where(lapsed).limit(1)) is None:
+                return []
         async with write_transaction(self.engine) as conn:
             rows = await conn.execute(
                 sa.update(telegram_inbox)
-                .where(self._rows(), telegram_inbox.c.unreadable == sa.false(),
-                       sa.or_(telegram_inbox.c.lease_until.is_(None),
-                              telegram_inbox.c.lease_until < now))
+                .where(lapsed)
                 .values(owner=self.owner, lease_until=now + LEASE)
                 .returning(telegram_inbox.c.update_id, telegram_inbox.c.payload))
             return sorted((r.update_id, r.payload) for r in rows)
