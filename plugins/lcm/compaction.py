@@ -169,6 +169,10 @@ class Compaction:
             _add(total, result)
         if total.changed:
             total.duration_s = time.monotonic() - started
+        else:  # "nothing to compact" still says how big the context is
+            async with self.engine.connect() as conn:
+                total.tokens_before = total.tokens_after = (
+                    await ci.context_size(conn, conv_id))[0]
         return total
 
     async def _round(self, session: Session, conv_id: int) -> CompactionResult:

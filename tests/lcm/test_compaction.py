@@ -63,7 +63,7 @@ async def test_full_repeats_until_nothing_changes(make_provider) -> None:
     assert (await p.describe(view[0], s)).depth == 2
     assert await reconstruct(p, s) == [m.content for m in msgs]
     again = await p.compact(s, FULL)
-    assert again == CompactionResult()
+    assert not again.changed and again.tokens_before == again.tokens_after > 0
 
 
 async def test_later_leaves_condense_with_earlier_ones(make_provider) -> None:
@@ -177,19 +177,23 @@ async def test_a_plan_overtaken_by_another_compaction_is_skipped(make_provider) 
     fast = await p.compact(s, INCREMENTAL)  # the gate holds only the first call
     assert fast.leaf_summaries_created == 2
     gate.set()
-    assert await slow == CompactionResult()
+    overtaken = await slow
+    assert not overtaken.changed and overtaken.tokens_after == (await p.stats(s)).context_tokens
     stats = await p.stats(s)
     assert stats.summary_count == fast.leaf_summaries_created + fast.condensed_summaries_created
     assert await reconstruct(p, s) == [m.content for m in msgs]
 
 
-async def test_nothing_to_compact_is_all_zeros(make_provider) -> None:
+async def test_nothing_to_compact_changes_nothing_and_gives_the_size(make_provider) -> None:
     summarizer = CountingSummarizer()
     p = make_provider(summarizer, keep_tail=4, leaf_chunk_size=4)
     s = session()
     assert await p.compact(s, FULL) == CompactionResult()  # unknown session
     await p.append(s, *numbered(7))  # 3 outside the tail: fewer than a chunk
-    assert await p.compact(s, FULL) == CompactionResult()
+    result = await p.compact(s, FULL)
+    assert not result.changed and result.duration_s == 0
+    # /compact answers "nothing to compact (N tokens in context)" with it
+    assert result.tokens_before == result.tokens_after == (await p.stats(s)).context_tokens > 0
     assert summarizer.calls == 0
 
 

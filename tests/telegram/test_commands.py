@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,12 @@ async def test_commands(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provi
         await ask(tg, "/memory bogus", "Unknown sub-command")
         compacted = await ask(tg, "/compact", "Compacted")
         assert "summar" in compacted
-        await ask(tg, "/memory status", "Summaries: 1")
+        status = await ask(tg, "/memory status", "Summaries: 1")
+        context = re.search(r"Context now: (\d+) tokens", status)
+        assert context is not None and int(context[1]) > 0
+        # Nothing left to compact: the answer still gives the context's real size.
+        await ask(tg, "/compact", f"Nothing to compact: the conversation is short enough "
+                                  f"({context[1]} tokens in context)")
         await ask(tg, "/memory rollback profile 1", "operators only")  # 42 is no admin
         await ask(tg, f"/help@{tg.username}", "/new")
         tg.private(7).send("/memory rollback profile 1")
