@@ -1,7 +1,8 @@
 """Benchmarks of the lcm provider (issue 3), on SQLite and PostgreSQL.
 
     .venv/bin/python bench/lcm_bench.py [--db sqlite,postgres] [--append 100000]
-        [--sizes 1000,10000] [--search-messages 1000000] [--sessions 1000] [--write]
+        [--sizes 1000,10000] [--search-messages 1000000] [--sessions 1000] [--search-only]
+        [--write]
 
 - append: per-turn (user + assistant, one `append` call) p50 and throughput, building one
   session of `--append` messages;
@@ -75,7 +76,8 @@ async def bench_db(kind: str, args: argparse.Namespace, out: list[str]) -> None:
             p = create(
                 ProviderContext(engine=engine, summarizer=summarizer, config={"keep_tail": 20})
             )
-            await bench_append_and_sessions(p, summarizer, args, out)
+            if not args.search_only:
+                await bench_append_and_sessions(p, summarizer, args, out)
             await bench_search(engine, p, args, out)
             await p.close()
 
@@ -257,7 +259,7 @@ async def bench_search(engine, p, args, out) -> None:  # noqa: ANN001
             )
             like_times.append(time.perf_counter() - t0)
     like = p50(like_times)
-    rank = "bm25" if engine.dialect.name == "sqlite" else "ts_rank"
+    rank = "bm25"
     out.append(
         f"- search data: {n} messages in {k} sessions (one user each, {per} messages), "
         f"bulk-built in {build:.0f} s"
@@ -285,6 +287,7 @@ async def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--like-queries", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--search-only", action="store_true", help="skip append/compact/assemble")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     args.sizes = [int(x) for x in args.sizes.split(",") if x]

@@ -8,8 +8,19 @@ Modes and indexes:
 - `full_text`, BM25-ranked. SQLite: FTS5 porter/unicode61 (`bm25()`); the query is the
   user's words, each quoted, so `AND`, `NEAR`, `-`, `*`, quotes or `col:x` are searched as
   words and never parsed. PostgreSQL: stored `to_tsvector('english', content)` in side
-  tables (lcm_0002) with a GIN index, `websearch_to_tsquery` (accepts any input) and
-  `ts_rank`.
+  tables (lcm_0002) with a GIN index; `websearch_to_tsquery` (accepts any input) decides
+  what matches, and BM25 (k1 1.2, b 0.75, as FTS5) ranks it, computed in SQL: tf from the
+  candidate's tsvector positions, document length stored beside it (lcm_0003).
+  BM25 statistics on PostgreSQL (N, mean length, df of each query lexeme) are those of the
+  user's own conversations, not of the whole table as in FTS5. Whole-table N and mean
+  length would cost a pass over every user's rows per query, or a totals row that every
+  insert of every replica updates (a hot row); and whole-table figures would let other
+  users' writing move this user's scores, a side channel across the memory scope. The
+  user's figures come from the indexes the search already uses (the conversation index,
+  which carries the lengths, and the GIN index with the conversation filter), bounded by
+  that user's history like the short substring fallback, and rank by what is rare in this
+  user's memory, which is what recall is about. SQLite's FTS5 keeps whole-table figures;
+  with one user (or users who write alike) the two agree.
 - `substring`, literal and case-insensitive, newest first. SQLite: FTS5 trigram phrase
   query; PostgreSQL: pg_trgm GIN serving `ILIKE` with `%`, `_` and `\\` escaped.
   Patterns shorter than 3 characters have no trigram: they fall back to `LIKE` over the
@@ -213,6 +224,36 @@ async def _sqlite_trigram(
     return [_Hit(r.rowid, 1.0) for r in rows]
 
 
+# BM25 as FTS5 computes it: k1 = 1.2, b = 0.75, an idf at or below zero counts as 1e-6.
+# Statistics are the user's (see the module docstring). Every count goes through an index:
+# N and avgdl through (conversation_id) INCLUDE (doclen); df per query lexeme through the
+# GIN index and the conversation filter; tf from the candidates' stored tsvectors.
+# A lexeme becomes a one-lexeme tsquery quoted, quotes and backslashes doubled.
+_PG_BM25 = r"""
+WITH scope AS MATERIALIZED (
+  SELECT count(*) AS n, greatest(avg(doclen), 1) AS avgdl FROM {side}
+  WHERE conversation_id IN :convs),
+idf AS MATERIALIZED (
+  SELECT t.lexeme, greatest(ln((s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf
+  FROM (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english'::regconfig, :text))) t
+  CROSS JOIN scope s
+  CROSS JOIN LATERAL (
+    SELECT count(*) AS df FROM {side}
+    WHERE conversation_id IN :convs AND tsv @@ (
+      '''' || replace(replace(t.lexeme, '\', '\\'), '''', '''''') || '''')::tsquery) d),
+hits AS MATERIALIZED (
+  SELECT {key} AS rowid, tsv, doclen
+  FROM {side}, websearch_to_tsquery('english'::regconfig, :text) AS q
+  WHERE conversation_id IN :convs AND tsv @@ q)
+SELECT h.rowid, coalesce((
+  SELECT sum(i.idf * u.tf * (1.2 + 1) / (u.tf + 1.2 * (1 - 0.75 + 0.75 * h.doclen / s.avgdl)))
+  FROM (SELECT lexeme, coalesce(array_length(positions, 1), 1) AS tf FROM unnest(h.tsv)) u
+  JOIN idf i ON i.lexeme = u.lexeme), 0) AS rank
+FROM hits h CROSS JOIN scope s
+ORDER BY rank DESC, h.rowid DESC LIMIT :limit
+"""
+
+
 async def _pg_full_text(
     conn: AsyncConnection, source: _Source, conv_ids: list[int], text: str, limit: int
 ) -> list[_Hit]:
@@ -222,12 +263,9 @@ async def _pg_full_text(
         else ("lcm_summaries_tsv", "summary_pk")
     )
     rows = await conn.execute(
-        sa.text(
-            f"SELECT {key} AS rowid, ts_rank(tsv, q) AS rank "
-            f"FROM {side}, websearch_to_tsquery('english'::regconfig, :text) AS q "
-            f"WHERE conversation_id IN :convs AND tsv @@ q "
-            f"ORDER BY rank DESC, {key} DESC LIMIT :limit"
-        ).bindparams(sa.bindparam("convs", expanding=True)),
+        sa.text(_PG_BM25.format(side=side, key=key)).bindparams(
+            sa.bindparam("convs", expanding=True)
+        ),
         {"text": text, "convs": conv_ids, "limit": limit},
     )
     return [_Hit(r.rowid, float(r.rank)) for r in rows]

@@ -200,3 +200,37 @@ async def test_search_statements_use_the_indexes(make_provider, engine, db_kind)
                     await cur.execute("RESET enable_seqscan")
                 assert "Seq Scan" not in plan and "Index" in plan, plan
                 assert "ix_lcm_" in unscoped_plan, unscoped_plan
+
+
+async def test_full_text_ranks_a_rare_term_above_repeated_common_ones(make_provider) -> None:
+    """BM25 on both databases: inverse document frequency (ts_rank has none)."""
+    p = make_provider()
+    s = session()
+    await p.append(
+        s,
+        *(Message("user", f"python tutorial chapter {i}") for i in range(8)),
+        Message("user", "python python python python python asyncio"),
+        Message("user", "python asyncio asyncio"),
+    )
+    # "python" is in ten messages, "asyncio" in two: the rare word weighs more.
+    hits = await p.search(s, q("python asyncio"))
+    assert [h.content for h in hits] == [
+        "python asyncio asyncio",
+        "python python python python python asyncio",
+    ]
+    assert hits[0].score > hits[1].score > 0
+
+
+async def test_full_text_ranks_a_short_document_above_a_long_one(make_provider) -> None:
+    """BM25 on both databases: the same term frequency counts for more in a shorter
+    message (ts_rank ignores length; the longer message is the newer, so ties go to it)."""
+    p = make_provider()
+    s = session()
+    await p.append(
+        s,
+        Message("user", "kestrel sighting today"),
+        Message("user", "kestrel " + " ".join(f"word{i}" for i in range(60))),
+    )
+    hits = await p.search(s, q("kestrel"))
+    assert hits[0].content == "kestrel sighting today"
+    assert hits[0].score > hits[1].score > 0
