@@ -39,10 +39,20 @@ from memory.errors import (
     InvalidArgument,
     MemoryError_,
     NotFound,
+    StoreCorrupt,
     Unsupported,
 )
+from memory.stores import parse_constraints
 from memory.tracing import unwrap
-from memory.types import ChangeSource, CompactionResult, SearchQuery, Session, minute_utc
+from memory.types import (
+    ChangeEntry,
+    ChangeSource,
+    CompactionResult,
+    Scope,
+    SearchQuery,
+    Session,
+    minute_utc,
+)
 
 log = logging.getLogger(__name__)
 
@@ -375,10 +385,28 @@ async def _history(pool: Pool, session: Session, rest: str) -> str:
     for e in entries:
         versions = (f"v{e.version_before}→v{e.version_after}"
                     if e.version_after is not None else "")
-        text = _one_line(e.after_text or e.before_text, 120)
+        text = _change_text(e)
         lines.append(f"• {minute_utc(e.created_at)} {e.scope} {e.action} by {e.source} "
                      f"{versions}: {text}".rstrip(": "))
     return _listing(lines, "Recent memory changes (newest first):")
+
+
+def _change_text(entry: ChangeEntry) -> str:
+    """What a change did, in a line: the rules added and removed for constraints (their
+    stored text is the whole list as JSON), the new text for profile and soul."""
+    if entry.scope == Scope.CONSTRAINT:
+        try:
+            old, new = (
+                {c.id: c.text for c in parse_constraints(t or "")}
+                for t in (entry.before_text, entry.after_text)
+            )
+        except StoreCorrupt:
+            pass  # shown as stored
+        else:
+            done = [f"added “{_one_line(t, 60)}”" for i, t in new.items() if i not in old]
+            done += [f"removed “{_one_line(t, 60)}”" for i, t in old.items() if i not in new]
+            return "; ".join(done) or "rules unchanged"
+    return _one_line(entry.after_text or entry.before_text, 120)
 
 
 async def _rollback(pool: Pool, session: Session, rest: str) -> str:

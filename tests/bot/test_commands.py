@@ -102,8 +102,14 @@ async def test_constraints_are_user_writes_that_the_session_sees(
     assert "No rule with id 'zz'" in await cmd(pool, "/memory unconstrain zz")
     assert (await cmd(pool, f"/memory unconstrain {rule_id}")) == f"Rule {rule_id} removed."
     assert "no rules" in await cmd(pool, "/memory constraints")
-    history = await cmd(pool, "/memory history")
-    assert "constraint delete by user" in history and "constraint create by user" in history
+    await cmd(pool, "/memory constrain Keep answers short.")
+    history = (await cmd(pool, "/memory history")).splitlines()
+    # Newest first, each line saying which rule came or went (not the stored JSON list).
+    assert history[1].endswith("constraint create by user v2→v3: added “Keep answers short.”")
+    assert history[2].endswith(
+        "constraint delete by user v1→v2: removed “Always answer in French.”")
+    assert history[3].endswith(
+        "constraint create by user v0→v1: added “Always answer in French.”")
 
 
 async def test_profile_soul_and_operator_only_rollback(pool: Pool):
