@@ -229,6 +229,8 @@ async def _sqlite_trigram(
 # N and avgdl through (conversation_id) INCLUDE (doclen); df per query lexeme through the
 # GIN index and the conversation filter; tf from the candidates' stored tsvectors.
 # A lexeme becomes a one-lexeme tsquery quoted, quotes and backslashes doubled.
+# tsvector keeps at most 255 positions per lexeme: tf, and a length made of such
+# repeats, stop there (FTS5 counts on); it changes nothing for chat-sized messages.
 _PG_BM25 = r"""
 WITH scope AS MATERIALIZED (
   SELECT count(*) AS n, greatest(avg(doclen), 1) AS avgdl FROM {side}
