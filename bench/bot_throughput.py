@@ -46,7 +46,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench._common import append_results, machine, percentile  # noqa: E402
-from bot import eventloop  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
 from tests.fakes.telegram_server import ApiCall, FakeTelegram  # noqa: E402
 
@@ -390,7 +389,7 @@ if __name__ == "__main__":
     parser.add_argument("--append-results", action="store_true",
                         help="append the figures to bench/RESULTS.md")
     ns = parser.parse_args()
-    text = eventloop.run(turns_only(ns)) if ns.turns_only else report(asyncio.run(main(ns)), ns)
+    text = asyncio.run(turns_only(ns)) if ns.turns_only else report(asyncio.run(main(ns)), ns)
     print(text)
     if ns.append_results:
         append_results(text)

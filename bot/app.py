@@ -4,7 +4,6 @@ from `build_services` and ends with `Services.close()`."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -93,8 +92,6 @@ async def build_services(settings: Settings, *, llm: LLMClient | None = None,
         undo.push_async_callback(locks.close)
         pool = Pool(provider, llm, settings, locks=locks)
         undo.pop_all()  # built: from now on Services.close closes them
-    loop = type(asyncio.get_running_loop()).__module__.partition(".")[0]  # uvloop or asyncio
-    log.info("memory provider %s on %s, %s event loop", settings.memory.provider,
-             engine.dialect.name, loop)
+    log.info("memory provider %s on %s", settings.memory.provider, engine.dialect.name)
     return Services(settings=settings, engine=engine, provider=provider, llm=llm, pool=pool,
                     locks=locks)

@@ -4,6 +4,7 @@ imported only by the command that needs them, so `mnemo --help` stays instant.""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from collections.abc import Callable, Coroutine
@@ -42,9 +43,7 @@ def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Setti
 
 
 def _run_async(coro: Coroutine[Any, Any, int]) -> int:
-    from bot.eventloop import run
-
-    return run(coro)
+    return asyncio.run(coro)
 
 
 # --- commands -----------------------------------------------------------------------
