@@ -38,6 +38,7 @@ from telegram.ext import Application, ApplicationBuilder
 from bot.commands import COMMANDS
 from bot.config import Settings
 from bot.pool import Pool
+from bot.telegram.attachments import MAX_FILE_BYTES
 from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.delivery import with_retry
 from bot.telegram.handled import SETTLE_EVERY_S, HandledUpdates
@@ -78,8 +79,10 @@ def build_application(settings: Settings, pool: Pool, *,
         .concurrent_updates(ChatQueueProcessor(tg.concurrent_updates))
         # aiohttp rather than PTB's httpx (bot/telegram/http.py says why). Each update may
         # hold two connections at once (typing indicator + reply); under load a call
-        # waits for a free connection rather than failing after PTB's usual 1 s.
-        .request(AiohttpRequest(2 * tg.concurrent_updates + 4, pool_timeout=30.0))
+        # waits for a free connection rather than failing after PTB's usual 1 s. Its only
+        # GETs are file downloads: text documents, never read past their size limit.
+        .request(AiohttpRequest(2 * tg.concurrent_updates + 4, pool_timeout=30.0,
+                                max_download_bytes=MAX_FILE_BYTES))
         # A stop cancels the long poll in flight, and its connection may not be free yet
         # for the last getUpdates, the one that acknowledges the durable updates.
         .get_updates_request(AiohttpRequest(2))

@@ -12,8 +12,15 @@ Decisions (README "Telegram" repeats them for operators):
   `/cmd@bot`, since plain `/cmd` may be meant for another bot).
 - Not allowed (`telegram.allowed_ids`): one polite line, and nothing of the message is
   stored (the pool is never called).
-- Photos, stickers, voice, documents and other media: "I only read text for now";
-  nothing is stored.
+- Text documents (a text MIME type or file name, `attachments.TEXT_EXTENSIONS`; at
+  most 512 KiB) are downloaded and read as UTF-8: one turn, the caption first, then
+  `[file name]` and the content. Too big, not UTF-8, or not downloadable: one line,
+  nothing stored; over `MAX_INPUT_CHARS` once read: the too-long line.
+- A photo, video, animation, audio, voice message or other document with a caption: one
+  turn, a note that the user attached something the model cannot see, then the caption
+  (the bot reads no images nor sound). Without a caption, and stickers, locations,
+  polls, contacts, dice: "I only read text for now"; nothing is stored. In groups these
+  follow the text rules (mention in the caption, `[Name]`).
 - Edited messages are ignored, without a reply: the original already had its answer,
   and answering the edit would store a second turn the user did not send as one. To ask
   again, send a new message.
@@ -24,13 +31,14 @@ Decisions (README "Telegram" repeats them for operators):
   (or forum topic) reach these handlers one at a time, in order
   (`bot.telegram.chat_queues`), so no handler orders turns itself.
 - Redelivered updates (the bot died after storing a message, before Telegram heard so):
-  a text message or command recorded as handled is skipped silently (the record is
-  written with the user's message, or right after the command ran). A text message
+  a turn (text, text document, captioned media) or command recorded as handled is
+  skipped silently (the record is written with the user's message, or right after the
+  command ran); a redelivered document is downloaded again before that is known. A turn
   stored but not answered (a stop or crash mid-turn) is answered at the next start
   (`bot.telegram.resume`), as a reply quoting it; so is a stored answer whose sending
-  failed for good (Telegram unreachable past the retries). Refusals and the
-  one-line answers to media, unknown commands or over-long text are not recorded (a
-  disallowed user leaves no row): after a crash they may be said twice.
+  failed for good (Telegram unreachable past the retries). Refusals and the one-line
+  answers to media, unreadable files, unknown commands or over-long text are not
+  recorded (a disallowed user leaves no row): after a crash they may be said twice.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandl
 from bot.commands import COMMANDS, handle_command
 from bot.config import Settings
 from bot.pool import Pool
+from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
 from bot.telegram.delivery import Target
 from bot.telegram.handled import ReplyTo
 from bot.telegram.inflight import Inflight, UpdateReceipt
@@ -152,13 +161,44 @@ class TelegramChannel:
         if admitted is None:
             return
         message, place, user = admitted
-        target = self._target(message, place)
         text = message.text or ""
         if place.is_group:
             text = strip_mention(text, context.bot.username)
             if not text:
-                await send_plain_reply(context.bot, target, ONLY_MENTION)
+                await send_plain_reply(context.bot, self._target(message, place), ONLY_MENTION)
                 return
+        await self._turn(update, context, message, place, user, text)
+
+    async def on_media(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        admitted = await self._admit(update, context)
+        if admitted is None:
+            return
+        message, place, user = admitted
+        target = self._target(message, place)
+        caption = message.caption or ""
+        if place.is_group:
+            caption = strip_mention(caption, context.bot.username)
+        doc = text_document(message)
+        note = media_note(message)
+        if doc is None and (note is None or not caption):
+            await send_plain_reply(context.bot, target, TEXT_ONLY)
+            return
+        if doc is not None:
+            try:
+                content = await read_text(context.bot, doc)
+            except Unreadable as refused:
+                await send_plain_reply(context.bot, target, refused.line)
+                return
+            text = with_file(caption, doc.file_name or "file", content)
+        else:
+            text = f"{note}\n{caption}"
+        await self._turn(update, context, message, place, user, text)
+
+    async def _turn(self, update: Update, context: ContextTypes.DEFAULT_TYPE, message: Message,
+                    place: Place, user: User | None, text: str) -> None:
+        """One turn of the conversation with `text` (the message as the model reads it,
+        before the group's `[Name]`): stored, answered, streamed."""
+        target = self._target(message, place)
         if len(text) > MAX_INPUT_CHARS:
             await send_plain_reply(context.bot, target,
                                    TOO_LONG.format(n=len(text), limit=MAX_INPUT_CHARS))
@@ -240,13 +280,6 @@ class TelegramChannel:
             return
         await send_plain_reply(context.bot, self._target(message, Place.of(message)),
                                UNKNOWN.format(name=name))
-
-    async def on_media(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        admitted = await self._admit(update, context)
-        if admitted is None:
-            return
-        message, place, _ = admitted
-        await send_plain_reply(context.bot, self._target(message, place), TEXT_ONLY)
 
     async def on_edited(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         log.debug("ignored an edited message in chat %s (see bot.telegram.handlers)",

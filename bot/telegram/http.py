@@ -9,14 +9,20 @@ in constant time, and aiohttp is already our dependency (the LLM transport, the 
 servers). Semantics follow `HTTPXRequest`: form-encoded parameters (multipart when a file
 is sent), `TimedOut` for any timeout (waiting for a pooled connection included),
 `NetworkError` for the rest, the status code and body handed back unread by us.
+
+File downloads (`File.download_as_bytearray`, the only GETs PTB makes) read at most
+`max_download_bytes` of the body and raise `DownloadTooLarge` past it, so a file that
+Telegram under-reported is never held whole in memory. Error messages never carry the
+URL: both the API's and the file's hold the bot token.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import aiohttp
-from telegram.error import NetworkError, TimedOut
+from telegram.error import NetworkError, TelegramError, TimedOut
 from telegram.request import BaseRequest, RequestData
 
 # PTB's defaults (HTTPXRequest): seconds.
@@ -24,6 +30,18 @@ CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_S = 5.0
 MEDIA_WRITE_TIMEOUT_S = 20.0
+CHUNK_BYTES = 64 * 1024
+
+_TOKEN_IN_URL = re.compile(r"/bot[^/\s'\"]+")
+
+
+class DownloadTooLarge(TelegramError):
+    """A downloaded file's body is over `max_download_bytes`."""
+
+
+def _redact(text: str) -> str:
+    """`text` with the token of any Bot API or file URL in it replaced."""
+    return _TOKEN_IN_URL.sub("/bot<token>", text)
 
 
 def _given(value: Any, default: float | None) -> float | None:
@@ -38,8 +56,10 @@ class AiohttpRequest(BaseRequest):
                  connect_timeout: float | None = CONNECT_TIMEOUT_S,
                  read_timeout: float | None = READ_TIMEOUT_S,
                  write_timeout: float | None = WRITE_TIMEOUT_S,
-                 media_write_timeout: float | None = MEDIA_WRITE_TIMEOUT_S) -> None:
+                 media_write_timeout: float | None = MEDIA_WRITE_TIMEOUT_S,
+                 max_download_bytes: int | None = None) -> None:
         self.connections = connections
+        self.max_download_bytes = max_download_bytes
         self.pool_timeout = pool_timeout
         self.connect_timeout = connect_timeout
         self._read_timeout = read_timeout
@@ -87,11 +107,24 @@ class AiohttpRequest(BaseRequest):
         )
         try:
             async with self._session.request(method, url, data=data, timeout=timeout) as res:
+                if method == "GET" and self.max_download_bytes is not None:
+                    return res.status, await _read_capped(res, self.max_download_bytes)
                 return res.status, await res.read()
         except TimeoutError as exc:
             raise TimedOut from exc
         except aiohttp.ClientError as exc:
-            raise NetworkError(f"aiohttp.{type(exc).__name__}: {exc}") from exc
+            raise NetworkError(_redact(f"aiohttp.{type(exc).__name__}: {exc}")) from exc
+
+
+async def _read_capped(res: aiohttp.ClientResponse, limit: int) -> bytes:
+    if res.content_length is not None and res.content_length > limit:
+        raise DownloadTooLarge(f"the file is over {limit} bytes")
+    body = bytearray()
+    async for chunk in res.content.iter_chunked(CHUNK_BYTES):
+        body += chunk
+        if len(body) > limit:  # a wrong or missing Content-Length: stop reading here
+            raise DownloadTooLarge(f"the file is over {limit} bytes")
+    return bytes(body)
 
 
 def _form(request_data: RequestData) -> aiohttp.FormData:

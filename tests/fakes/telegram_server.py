@@ -16,8 +16,10 @@ non-string values JSON-encoded, as python-telegram-bot sends them), answers
 
 Methods: getMe, getUpdates (long poll: waits up to `timeout` seconds, drops updates below
 `offset`), setMyCommands, getMyCommands, deleteWebhook, setWebhook, getWebhookInfo,
-sendMessage, editMessageText, sendChatAction, deleteMessage, answerCallbackQuery. Anything
-else answers 404 (and is recorded). A wrong token answers 401.
+sendMessage, editMessageText, sendChatAction, deleteMessage, answerCallbackQuery, getFile
+(400 for a file_id not registered). Anything else answers 404 (and is recorded). A wrong
+token answers 401. Files: `GET /file/bot<token>/<file_path>` serves a registered file's
+bytes (recorded as method "file", params {"path": ...}; `tg.fail("file", ...)` works).
 
 Checked like Telegram does: empty text, text over 4096 UTF-16 units ("message is too
 long"), entities out of range ("can't parse entities"), editing a message that is not the
@@ -29,6 +31,9 @@ Users and chats (the user side):
   chat.send(text, user=, reply_to=)            a text message; a leading /command gets its
                                                bot_command entity, each @name a mention
   chat.send_photo / send_sticker / send_voice / send_document(user=, caption=)
+  chat.send_document(content=b"...", file_name=, mime_type=, file_size=)
+                                               registers the bytes for getFile and the
+                                               download; file_size defaults to their length
   chat.edit(message, new_text)                 an edited_message update
   tg.inject(update_dict)                       any raw update
   When a webhook is set (setWebhook), updates are POSTed to it with the secret token
@@ -64,7 +69,7 @@ from aiohttp import ClientSession, web
 __all__ = ["ApiCall", "BotMessage", "Chat", "FakeTelegram", "User"]
 
 LIMIT = 4096
-_STRING_PARAMS = {"text", "caption", "url", "secret_token", "action", "parse_mode", "description"}
+_STRING_PARAMS = {"text", "caption", "file_id", "url", "secret_token", "action", "parse_mode", "description"}
 _COMMAND = re.compile(r"^/[A-Za-z0-9_]{1,32}(@[A-Za-z0-9_]+)?")
 _MENTION = re.compile(r"@[A-Za-z0-9_]{3,32}")
 
@@ -226,9 +231,20 @@ class Chat:
         return self._media("voice", {"file_id": "voice-1", "file_unique_id": "v1", "duration": 2},
                            user, None)
 
-    def send_document(self, *, user: User | None = None, caption: str | None = None) -> dict[str, Any]:
-        doc = {"file_id": "doc-1", "file_unique_id": "d1", "file_name": "notes.txt"}
-        return self._media("document", doc, user, caption)
+    def send_document(self, *, user: User | None = None, caption: str | None = None,
+                      file_name: str = "notes.txt", content: bytes | None = None,
+                      mime_type: str | None = None, file_size: int | None = None,
+                      reply_to: int | BotMessage | None = None) -> dict[str, Any]:
+        """A document; with `content`, one the bot can download (getFile + GET)."""
+        file_id = self.server.add_file(content, file_name) if content is not None else "doc-1"
+        doc: dict[str, Any] = {"file_id": file_id, "file_unique_id": f"u-{file_id}",
+                               "file_name": file_name}
+        if mime_type is not None:
+            doc["mime_type"] = mime_type
+        size = file_size if file_size is not None else (len(content) if content else None)
+        if size is not None:
+            doc["file_size"] = size
+        return self._media("document", doc, user, caption, reply_to)
 
     def edit(self, message: dict[str, Any], new_text: str) -> dict[str, Any]:
         """The user edits one of their messages (an `edited_message` update)."""
@@ -273,6 +289,7 @@ class FakeTelegram:
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}
         self._bot_messages: dict[tuple[int, int], BotMessage] = {}
         self._faults: list[_Fault] = []
+        self._files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
         self._chats: dict[int, dict[str, Any]] = {}
         self._subscribers: list[Callable[[ApiCall], None]] = []
         self._changed = asyncio.Event()
@@ -288,6 +305,7 @@ class FakeTelegram:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/bot{token}/{method}", self._handle)
         app.router.add_get("/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -358,6 +376,13 @@ class FakeTelegram:
         async with self._client.post(self.webhook["url"], json=update, headers=headers) as resp:
             self.webhook.setdefault("responses", []).append(resp.status)
         self._notify()
+
+    def add_file(self, content: bytes, file_name: str = "file") -> str:
+        """Register a file the bot may fetch; returns its file_id."""
+        file_id = f"file-{len(self._files) + 1}"
+        suffix = file_name.rsplit(".", 1)[-1] if "." in file_name else "bin"
+        self._files[file_id] = (f"documents/{file_id}.{suffix}", content)
+        return file_id
 
     def _next_message_id(self, chat_id: int) -> int:
         counter = self._message_ids.setdefault(chat_id, itertools.count(1))
@@ -496,7 +521,32 @@ class FakeTelegram:
         finally:
             self._notify()
 
+    async def _download(self, request: web.Request) -> web.Response:
+        path = request.match_info["path"]
+        call = ApiCall("file", {"path": path}, time.monotonic())
+        self.calls.append(call)
+        try:
+            if request.match_info["token"] != self.token:
+                return _error(401, "Unauthorized")
+            fault = self._take_fault("file", call.params)
+            if fault is not None:
+                return _error(fault.status, fault.description, fault.retry_after)
+            for file_path, content in self._files.values():
+                if file_path == path:
+                    return web.Response(body=content, content_type="application/octet-stream")
+            return _error(404, "Not Found")
+        finally:
+            self._notify()
+
     # --- methods ---------------------------------------------------------------------
+
+    async def _api_getFile(self, params: dict[str, Any]) -> Any:
+        file_id = str(params.get("file_id", ""))
+        if file_id not in self._files:
+            return _error(400, "Bad Request: invalid file_id")
+        file_path, content = self._files[file_id]
+        return {"file_id": file_id, "file_unique_id": f"u-{file_id}",
+                "file_size": len(content), "file_path": file_path}
 
     async def _api_getMe(self, params: dict[str, Any]) -> Any:
         return self.bot_user

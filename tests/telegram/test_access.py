@@ -52,7 +52,7 @@ async def test_group_mention_mode(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: P
         group.send("and times 3?", user=ALICE, reply_to=answer)
         await tg.wait_for_message(-1001, contains="[Alice] and times 3?")
         group.send_photo(user=ALICE)  # not addressed: ignored
-        group.send_photo(user=ALICE, caption=f"@{tg.username} look")
+        group.send_photo(user=ALICE, reply_to=answer)  # addressed, but nothing to read
         await tg.wait_for_message(-1001, contains="I only read text")
         stats = await bot.provider.stats(
             Session(id="default:telegram:-1001", user_id=-1001, channel="telegram"))
@@ -106,10 +106,10 @@ async def test_media_edits_and_unknown_commands(tg: FakeTelegram, llm: FakeOpenA
                                                 tmp_path: Path) -> None:
     async with running_bot(tg, llm, tmp_path):
         chat = tg.private(42)
-        chat.send_photo(caption="what is this?")
+        chat.send_photo()  # media without a caption (captioned: test_attachments)
         chat.send_sticker()
         chat.send_voice()
-        chat.send_document()
+        chat.send_document(file_name="scan.pdf", mime_type="application/pdf")
         await tg.wait_for(lambda: len(tg.bot_messages(42)) == 4)
         assert {m.text for m in tg.bot_messages(42)} == {
             "I only read text for now: please send your message as text."}

@@ -15,7 +15,7 @@ from aiohttp import web
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import NetworkError, TimedOut
 
-from bot.telegram.http import AiohttpRequest
+from bot.telegram.http import AiohttpRequest, DownloadTooLarge
 
 TOKEN = "123456:secret-token-never-in-errors"
 CHAT = 42
@@ -89,8 +89,21 @@ async def api() -> AsyncIterator[BotApi]:
         await state.release.wait()
         return web.json_response({"ok": True, "result": True})
 
+    async def file(request: web.Request) -> web.StreamResponse:
+        size = int(request.match_info["size"])
+        if request.query.get("chunked"):  # no Content-Length: only reading tells the size
+            res = web.StreamResponse()
+            res.enable_chunked_encoding()
+            await res.prepare(request)
+            for _ in range(size // 1000):
+                await res.write(b"x" * 1000)
+            await res.write_eof()
+            return res
+        return web.Response(body=b"x" * size)
+
     app = web.Application()
     app.router.add_post("/bot{token}/{method}", bot_method)
+    app.router.add_get("/file/bot{token}/{size}", file)
     app.router.add_post("/hold", hold)
     runner = web.AppRunner(app)
     await runner.setup()
@@ -227,3 +240,18 @@ async def test_do_request_needs_initialize_and_survives_a_restart(api: BotApi) -
         await req.shutdown()
     assert status == 200
     assert json.loads(body)["result"]["username"] == "mnemo_bot"
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_a_download_is_read_up_to_its_cap(api: BotApi, chunked: bool) -> None:
+    req = AiohttpRequest(2, max_download_bytes=10_000)
+    await req.initialize()
+    query = "?chunked=1" if chunked else ""
+    try:
+        body = await req.retrieve(f"{api.url}/file/bot{TOKEN}/10000{query}")  # a GET
+        assert body == b"x" * 10_000
+        with pytest.raises(DownloadTooLarge) as caught:
+            await req.retrieve(f"{api.url}/file/bot{TOKEN}/11000{query}")
+    finally:
+        await req.shutdown()
+    assert TOKEN not in str(caught.value)
