@@ -33,7 +33,8 @@ Decisions (README "Telegram" repeats them for operators):
 - Redelivered updates (the bot died after storing a message, before Telegram heard so):
   a turn (text, text document, captioned media) or command recorded as handled is
   skipped silently (the record is written with the user's message, or right after the
-  command ran); a redelivered document is downloaded again before that is known. A turn
+  command ran); a document is looked up before it is downloaded, so a redelivery is
+  not fetched again. A turn
   stored but not answered (a stop or crash mid-turn) is answered at the next start
   (`bot.telegram.resume`), as a reply quoting it; so is a stored answer whose sending
   failed for good (Telegram unreachable past the retries). Refusals and the one-line
@@ -184,6 +185,11 @@ class TelegramChannel:
             await send_plain_reply(context.bot, target, TEXT_ONLY)
             return
         if doc is not None:
+            receipt = self._receipt(update)
+            # A redelivery stored before: no second download (which, failing, would
+            # answer with a refusal a message that had its answer).
+            if receipt is not None and await receipt.seen_before():
+                return
             try:
                 content = await read_text(context.bot, doc)
             except Unreadable as refused:

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram, User
 from tests.telegram.harness import running_bot
+from tests.telegram.test_polling import bot_on, offsets, user_texts
 
 ALICE = User(42, "Alice")
 TEXT_ONLY = "I only read text for now: please send your message as text."
@@ -118,3 +120,26 @@ async def test_group_mention_mode_applies_to_captions(
     assert len(llm.requests) == 2
     assert not any("our cat" in t for r in llm.requests for t in
                    (m["content"] for m in r["messages"] if m["role"] == "user"))
+
+
+async def test_a_redelivered_document_is_not_downloaded_again(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    acknowledging = [True]
+    # As if the bot died after storing and answering, before Telegram heard of it.
+    tg.fail("getUpdates", 502, times=10_000,
+            when=lambda params: acknowledging[0] and bool(params.get("offset")))
+    async with temp_database_url("sqlite", tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url):
+            tg.private(42).send_document(file_name="a.txt", content=b"apricot")
+            await tg.wait_for_message(42, contains="apricot")
+        acknowledging[0] = False
+        tg.fail("file", 502, times=10)  # a second download would fail...
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            await tg.wait_for(lambda: 2 in offsets(tg))  # the redelivery was handled
+            tg.private(42).send("next")
+            await tg.wait_for_message(42, contains="echo: next")
+            assert await user_texts(services, 42) == ["[file a.txt]\napricot", "next"]
+    # ...and would have answered with a refusal a message that had its answer.
+    assert [m.text for m in tg.bot_messages(42)] == ["echo: [file a.txt]\napricot",
+                                                     "echo: next"]
+    assert len(tg.calls_to("file")) == 1
