@@ -74,6 +74,8 @@ class LLMSettings(_Section):
     api_key: str = ""
     model: str = "gpt-4o-mini"
     summary_model: str = ""  # empty = same as model
+    # Empty = voice messages are not transcribed (bot.telegram.voice says why opt-in).
+    transcription_model: str = ""
     timeout_s: float = Field(default=60, gt=0)
     max_retries: int = Field(default=4, ge=0, le=20)
     max_tool_rounds: int = Field(default=8, ge=1, le=50)

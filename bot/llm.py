@@ -150,7 +150,8 @@ def _translate(exc: BaseException) -> LLMError:
 
 
 class LLMClient:
-    """`complete` (streaming, tools) for the chat; `generate` (one prompt) for summaries."""
+    """`complete` (streaming, tools) for the chat; `generate` (one prompt) for summaries;
+    `transcribe` for voice messages."""
 
     def __init__(self, settings: LLMSettings, *, http_client: Any = None,
                  backoff_s: float = 0.5, backoff_cap_s: float = 8.0) -> None:
@@ -211,7 +212,7 @@ class LLMClient:
                        kind: str = "chat") -> AssistantTurn:
         """One streamed model turn. `on_delta` receives the whole text so far after each
         text delta (a retry starts the text over). Raises LLMError. `kind` labels the
-        latency/error metrics (chat | summary)."""
+        latency/error metrics (chat | summary; `transcribe` counts as transcription)."""
         payload = [m.to_openai() if isinstance(m, Message) else m for m in messages]
         kwargs: dict[str, Any] = {
             "model": model or self.settings.model,
@@ -230,15 +231,40 @@ class LLMClient:
                                              stream=True, stream_cls=_CHUNKS)
             return await _collect(stream, on_delta)
 
+        turn: AssistantTurn = await self._measured(call, kind)
+        return turn
+
+    async def transcribe(self, data: bytes, filename: str) -> str:
+        """The text spoken in `data` (an audio file; the server infers its format from
+        `filename`'s extension) by `llm.transcription_model`, retried like `complete`.
+        Raises LLMError (also when no transcription model is configured)."""
+        model = self.settings.transcription_model
+        if not model:
+            raise LLMError("no transcription model is configured (llm.transcription_model)")
+
+        async def call() -> str:
+            # The SDK's `create` here: it builds the multipart body, one request per message.
+            result = await self._client.audio.transcriptions.create(
+                model=model, file=(filename, data))
+            spoken = getattr(result, "text", None)
+            if not isinstance(spoken, str):
+                raise _malformed()
+            return spoken.strip()
+
+        spoken: str = await self._measured(call, "transcription")
+        return spoken
+
+    async def _measured(self, call: Callable[[], Awaitable[Any]], kind: str) -> Any:
+        """`call` with retries, its latency and failure counted under `kind`."""
         started = time.monotonic()
         try:
-            turn = await self._with_retries(call)
+            result = await self._with_retries(call)
         except LLMError as exc:
             cause = exc.__cause__ or exc
             record_llm_call(time.monotonic() - started, kind=kind, error=type(cause).__name__)
             raise
         record_llm_call(time.monotonic() - started, kind=kind)
-        return turn
+        return result
 
     async def generate(self, prompt: str, model: str | None = None) -> str:
         """One prompt, one answer, no tools (the summarizer's `generate`)."""

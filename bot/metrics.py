@@ -45,7 +45,7 @@ TURN_SECONDS = Histogram(
 )
 LLM_SECONDS = Histogram(
     "mnemo_llm_request_duration_seconds",
-    "Latency of LLM requests (kind: chat|summary|reflect), successful or not.",
+    "Latency of LLM requests (kind: chat|summary|reflect|transcription), successful or not.",
     ["kind"], buckets=_SLOW_BUCKETS, registry=REGISTRY,
 )
 LLM_ERRORS = Counter(

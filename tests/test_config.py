@@ -90,6 +90,12 @@ def test_defaults_and_partial_config(tmp_path: Path) -> None:
     assert parse_duration("1d") == 86400
 
 
+def test_transcription_is_off_unless_a_model_is_set(tmp_path: Path) -> None:
+    assert load_settings().llm.transcription_model == ""
+    settings = load_settings(write(tmp_path, "llm: {transcription_model: whisper-1}\n"))
+    assert settings.llm.transcription_model == "whisper-1"
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "message"),
     [

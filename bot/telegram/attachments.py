@@ -7,6 +7,9 @@
   become a turn only with a caption: a bracketed note saying what was attached, then the
   caption. Without one there is nothing to answer.
 
+Voice messages, audio files and video notes are transcribed (when configured) by
+`bot.telegram.voice`, through `download` here.
+
 Refusals are `Unreadable(line)`: the handler sends the line and stores nothing.
 """
 
@@ -14,10 +17,10 @@ from __future__ import annotations
 
 import logging
 
-from telegram import Bot, Document, Message
+from telegram import Audio, Bot, Document, Message, VideoNote, Voice
 from telegram.error import TelegramError
 
-from bot.telegram.http import DownloadTooLarge
+from bot.telegram.http import DownloadTooLarge, download_cap
 
 log = logging.getLogger(__name__)
 
@@ -76,29 +79,43 @@ def media_note(message: Message) -> str | None:
     return None
 
 
-async def read_text(bot: Bot, doc: Document) -> str:
-    """The document's content, decoded. Raises Unreadable."""
-    if doc.file_size is not None and doc.file_size > MAX_FILE_BYTES:
-        raise Unreadable(TOO_BIG)
+async def download(bot: Bot, file: Document | Voice | Audio | VideoNote, limit: int,
+                   too_big: str) -> bytes:
+    """The file's bytes, at most `limit` of them: refused (`Unreadable(too_big)`) before
+    the download when Telegram says it is bigger, during it when Telegram under-said.
+    Raises Unreadable."""
+    if file.file_size is not None and file.file_size > limit:
+        raise Unreadable(too_big)
     try:
-        file = await bot.get_file(doc.file_id)
-        body = await file.download_as_bytearray()  # our request caps it (channel.py)
+        with download_cap(limit):
+            body = await (await bot.get_file(file.file_id)).download_as_bytearray()
     except DownloadTooLarge:
-        raise Unreadable(TOO_BIG) from None
+        raise Unreadable(too_big) from None
     except (TelegramError, RuntimeError) as exc:
         # Never the traceback: its aiohttp cause may quote the file URL, token included.
-        log.warning("could not download document %s: %s: %s", doc.file_unique_id,
-                    type(exc).__name__, str(exc).replace(bot.token, "<token>"))
+        log.warning("could not download %s %s: %s: %s", type(file).__name__.lower(),
+                    file.file_unique_id, type(exc).__name__,
+                    str(exc).replace(bot.token, "<token>"))
         raise Unreadable(NO_DOWNLOAD) from None
-    if len(body) > MAX_FILE_BYTES:  # a request class without the cap
-        raise Unreadable(TOO_BIG)
+    if len(body) > limit:  # a request class without the cap
+        raise Unreadable(too_big)
+    return bytes(body)
+
+
+async def read_text(bot: Bot, doc: Document) -> str:
+    """The document's content, decoded. Raises Unreadable."""
+    body = await download(bot, doc, MAX_FILE_BYTES, TOO_BIG)
     try:
-        return bytes(body).decode("utf-8-sig")
+        return body.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise Unreadable(NOT_UTF8) from None
 
 
 def with_file(caption: str, name: str, content: str) -> str:
     """The turn's text: the caption, then the file."""
-    part = f"[file {name}]\n{content}"
+    return with_part(caption, f"[file {name}]\n{content}")
+
+
+def with_part(caption: str, part: str) -> str:
+    """The turn's text: the caption, then what was read of the attachment."""
     return f"{caption}\n\n{part}" if caption else part

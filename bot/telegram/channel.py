@@ -38,7 +38,6 @@ from telegram.ext import Application, ApplicationBuilder
 from bot.commands import COMMANDS
 from bot.config import Settings
 from bot.pool import Pool
-from bot.telegram.attachments import MAX_FILE_BYTES
 from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.delivery import with_retry
 from bot.telegram.handled import SETTLE_EVERY_S, HandledUpdates
@@ -46,6 +45,7 @@ from bot.telegram.handlers import TelegramChannel
 from bot.telegram.http import AiohttpRequest
 from bot.telegram.inflight import Inflight, WebhookQueue
 from bot.telegram.polling import Poller, prune_handled
+from bot.telegram.voice import MAX_AUDIO_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +80,10 @@ def build_application(settings: Settings, pool: Pool, *,
         # aiohttp rather than PTB's httpx (bot/telegram/http.py says why). Each update may
         # hold two connections at once (typing indicator + reply); under load a call
         # waits for a free connection rather than failing after PTB's usual 1 s. Its only
-        # GETs are file downloads: text documents, never read past their size limit.
+        # GETs are file downloads, never read past the Bot API's 20 MB (a text document:
+        # past its own limit, `attachments.download`).
         .request(AiohttpRequest(2 * tg.concurrent_updates + 4, pool_timeout=30.0,
-                                max_download_bytes=MAX_FILE_BYTES))
+                                max_download_bytes=MAX_AUDIO_BYTES))
         # A stop cancels the long poll in flight, and its connection may not be free yet
         # for the last getUpdates, the one that acknowledges the durable updates.
         .get_updates_request(AiohttpRequest(2))

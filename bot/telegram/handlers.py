@@ -16,9 +16,18 @@ Decisions (README "Telegram" repeats them for operators):
   most 512 KiB) are downloaded and read as UTF-8: one turn, the caption first, then
   `[file name]` and the content. Too big, not UTF-8, or not downloadable: one line,
   nothing stored; over `MAX_INPUT_CHARS` once read: the too-long line.
+- Voice messages, audio files and video notes are transcribed only when
+  `llm.transcription_model` is set (empty by default: transcription costs money and
+  many self-hosted servers lack `/audio/transcriptions`; e.g. `whisper-1` or
+  `gpt-4o-mini-transcribe` on OpenAI). Then: at most 20 MB (the Bot API's download
+  limit, refused by `file_size` before downloading), one turn, the caption first, then
+  `[voice message, transcribed]` and the transcript; too big, not downloadable, no
+  words heard, or the server failing past its retries (or lacking the endpoint, 404/400):
+  one line, nothing stored (`bot.telegram.voice`). Off: without a caption, one line
+  asking to type it; with one, as below.
 - A photo, video, animation, audio, voice message or other document with a caption: one
   turn, a note that the user attached something the model cannot see, then the caption
-  (the bot reads no images nor sound). Without a caption, and stickers, locations,
+  (the bot reads no images). Without a caption, and stickers, locations,
   polls, contacts, dice: "I only read text for now"; nothing is stored. In groups these
   follow the text rules (mention in the caption, `[Name]`).
 - Edited messages are ignored, without a reply: the original already had its answer,
@@ -31,10 +40,10 @@ Decisions (README "Telegram" repeats them for operators):
   (or forum topic) reach these handlers one at a time, in order
   (`bot.telegram.chat_queues`), so no handler orders turns itself.
 - Redelivered updates (the bot died after storing a message, before Telegram heard so):
-  a turn (text, text document, captioned media) or command recorded as handled is
-  skipped silently (the record is written with the user's message, or right after the
-  command ran); a document is looked up before it is downloaded, so a redelivery is
-  not fetched again. A turn
+  a turn (text, text document, captioned media, voice) or command recorded as handled
+  is skipped silently (the record is written with the user's message, or right after
+  the command ran); a document or recording is looked up before it is downloaded, so a
+  redelivery is not fetched (nor transcribed) again. A turn
   stored but not answered (a stop or crash mid-turn) is answered at the next start
   (`bot.telegram.resume`), as a reply quoting it; so is a stored answer whose sending
   failed for good (Telegram unreachable past the retries). Refusals and the one-line
@@ -46,7 +55,7 @@ from __future__ import annotations
 
 import logging
 
-from telegram import Bot, Message, Update, User
+from telegram import Bot, Document, Message, Update, User
 from telegram.error import BadRequest, NetworkError, TimedOut
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
@@ -66,6 +75,13 @@ from bot.telegram.sessions import (
     is_admin,
     is_allowed,
     strip_mention,
+)
+from bot.telegram.voice import (
+    NOT_LISTENING,
+    Recording,
+    Transcriber,
+    recording,
+    transcribed,
 )
 
 log = logging.getLogger(__name__)
@@ -103,6 +119,10 @@ class TelegramChannel:
         self.inflight = inflight
         self.settings = settings
         self.tg = settings.telegram
+        # Voice is transcribed only when configured (bot.telegram.voice says why).
+        self.transcriber: Transcriber | None = (
+            pool.llm if settings.llm.transcription_model and isinstance(pool.llm, Transcriber)
+            else None)
         self.pacer = EditPacer(EDIT_MIN_GAP_S)
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
 
@@ -181,24 +201,35 @@ class TelegramChannel:
             caption = strip_mention(caption, context.bot.username)
         doc = text_document(message)
         note = media_note(message)
-        if doc is None and (note is None or not caption):
-            await send_plain_reply(context.bot, target, TEXT_ONLY)
+        sound = recording(message)
+        listening = sound is not None and self.transcriber is not None
+        if not listening and doc is None and (note is None or not caption):
+            line = NOT_LISTENING if sound is not None else TEXT_ONLY
+            await send_plain_reply(context.bot, target, line)
             return
-        if doc is not None:
+        if listening or doc is not None:
             receipt = self._receipt(update)
-            # A redelivery stored before: no second download (which, failing, would
-            # answer with a refusal a message that had its answer).
+            # A redelivery stored before: no second download nor transcription (which,
+            # failing, would answer with a refusal a message that had its answer).
             if receipt is not None and await receipt.seen_before():
                 return
             try:
-                content = await read_text(context.bot, doc)
+                text = await self._read(context.bot, sound, doc, caption)
             except Unreadable as refused:
                 await send_plain_reply(context.bot, target, refused.line)
                 return
-            text = with_file(caption, doc.file_name or "file", content)
         else:
             text = f"{note}\n{caption}"
         await self._turn(update, context, message, place, user, text)
+
+    async def _read(self, bot: Bot, sound: Recording | None, doc: Document | None,
+                    caption: str) -> str:
+        """The turn's text of a recording (transcribed) or a text document. Raises
+        Unreadable."""
+        if sound is not None and self.transcriber is not None:
+            return await transcribed(bot, self.transcriber, sound, caption)
+        assert doc is not None
+        return with_file(caption, doc.file_name or "file", await read_text(bot, doc))
 
     async def _turn(self, update: Update, context: ContextTypes.DEFAULT_TYPE, message: Message,
                     place: Place, user: User | None, text: str) -> None:

@@ -11,14 +11,18 @@ is sent), `TimedOut` for any timeout (waiting for a pooled connection included),
 `NetworkError` for the rest, the status code and body handed back unread by us.
 
 File downloads (`File.download_as_bytearray`, the only GETs PTB makes) read at most
-`max_download_bytes` of the body and raise `DownloadTooLarge` past it, so a file that
-Telegram under-reported is never held whole in memory. Error messages never carry the
+`max_download_bytes` of the body, or less inside `download_cap(n)` (PTB passes no
+per-call limit through), and raise `DownloadTooLarge` past it, so a file that Telegram
+under-reported is never held whole in memory. Error messages never carry the
 URL: both the API's and the file's hold the bot token.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
@@ -36,7 +40,20 @@ _TOKEN_IN_URL = re.compile(r"/bot[^/\s'\"]+")
 
 
 class DownloadTooLarge(TelegramError):
-    """A downloaded file's body is over `max_download_bytes`."""
+    """A downloaded file's body is over `max_download_bytes` (or the `download_cap`)."""
+
+
+_CAP: ContextVar[int | None] = ContextVar("download_cap", default=None)
+
+
+@contextmanager
+def download_cap(limit: int) -> Iterator[None]:
+    """Downloads in this block (this task) read at most `limit` bytes."""
+    token = _CAP.set(limit)
+    try:
+        yield
+    finally:
+        _CAP.reset(token)
 
 
 def _redact(text: str) -> str:
@@ -107,8 +124,10 @@ class AiohttpRequest(BaseRequest):
         )
         try:
             async with self._session.request(method, url, data=data, timeout=timeout) as res:
-                if method == "GET" and self.max_download_bytes is not None:
-                    return res.status, await _read_capped(res, self.max_download_bytes)
+                limit = min((n for n in (self.max_download_bytes, _CAP.get())
+                             if n is not None), default=None)
+                if method == "GET" and limit is not None:
+                    return res.status, await _read_capped(res, limit)
                 return res.status, await res.read()
         except TimeoutError as exc:
             raise TimedOut from exc

@@ -23,6 +23,13 @@ Scripted responses:
   empty()                       an answer with no text and no tool calls
   gated(event, response)        waits for `event` (an asyncio.Event) before answering
 
+Transcriptions: `POST /v1/audio/transcriptions` (multipart, as the SDK's
+`audio.transcriptions.create` sends it) answers `{"text": ...}` from its own queue,
+`push_transcription(text("hello"), error(500), ...)` (every kind above but `empty`;
+`text("")` is an empty transcript), else `transcribe_responder(upload)` (default: "fake
+transcript of <filename>"). `transcriptions` records each request as an `Upload`
+(model, filename, file bytes); they are not in `requests`.
+
 `pause()` / `resume()` hold every request at arrival until resumed; `wait_for_requests(n)`
 waits until n requests have arrived; `in_flight` counts requests not yet answered.
 """
@@ -42,6 +49,7 @@ from aiohttp import web
 __all__ = [
     "FakeOpenAI",
     "Response",
+    "Upload",
     "echo",
     "empty",
     "error",
@@ -67,6 +75,16 @@ class Response:
     gate: asyncio.Event | None = None
     then: Response | None = None
     chunk_size: int = 8
+
+
+@dataclass
+class Upload:
+    """One transcription request as received."""
+
+    model: str
+    filename: str
+    file: bytes
+    fields: dict[str, str]  # the other form fields
 
 
 _ids = itertools.count(1)
@@ -131,6 +149,10 @@ class FakeOpenAI:
         self.responder = responder
         self.model = model
         self.requests: list[dict[str, Any]] = []
+        self.transcriptions: list[Upload] = []
+        self.transcribe_responder: Callable[[Upload], Response] = (
+            lambda upload: text(f"fake transcript of {upload.filename}"))
+        self._transcription_script: list[Response] = []
         self.in_flight = 0
         self._script: list[Response] = []
         self._open = asyncio.Event()
@@ -144,6 +166,9 @@ class FakeOpenAI:
 
     def push(self, *responses: Response) -> None:
         self._script.extend(responses)
+
+    def push_transcription(self, *responses: Response) -> None:
+        self._transcription_script.extend(responses)
 
     @property
     def pending(self) -> int:
@@ -165,6 +190,7 @@ class FakeOpenAI:
     async def __aenter__(self) -> FakeOpenAI:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -194,6 +220,31 @@ class FakeOpenAI:
             await self._open.wait()
             resp = self._script.pop(0) if self._script else self.responder(body)
             return await self._answer(request, body, resp)
+        finally:
+            self.in_flight -= 1
+
+    async def _transcribe(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        upload_field = form.get("file")
+        if not isinstance(upload_field, web.FileField):
+            return web.json_response({"error": {"message": "no file"}}, status=400)
+        upload = Upload(model=str(form.get("model", "")), filename=upload_field.filename,
+                        file=upload_field.file.read(),
+                        fields={k: v for k, v in form.items()
+                                if isinstance(v, str) and k != "model"})
+        self.transcriptions.append(upload)
+        self.in_flight += 1
+        try:
+            await self._open.wait()
+            resp = (self._transcription_script.pop(0) if self._transcription_script
+                    else self.transcribe_responder(upload))
+            while resp.kind == "gated":
+                assert resp.gate is not None and resp.then is not None
+                await resp.gate.wait()
+                resp = resp.then
+            if resp.kind == "reply":
+                return web.json_response({"text": resp.content})
+            return await self._answer(request, {}, resp)
         finally:
             self.in_flight -= 1
 

@@ -32,8 +32,11 @@ Users and chats (the user side):
                                                bot_command entity, each @name a mention
   chat.send_photo / send_sticker / send_voice / send_document(user=, caption=)
   chat.send_document(content=b"...", file_name=, mime_type=, file_size=)
-                                               registers the bytes for getFile and the
-                                               download; file_size defaults to their length
+  chat.send_voice(content=b"...", mime_type="audio/ogg", duration=, file_size=)
+  chat.send_video_note(content=b"...", duration=, file_size=)
+                                               with `content`, registers the bytes for
+                                               getFile and the download; file_size
+                                               defaults to their length
   chat.edit(message, new_text)                 an edited_message update
   tg.inject(update_dict)                       any raw update
   When a webhook is set (setWebhook), updates are POSTed to it with the secret token
@@ -227,23 +230,45 @@ class Chat:
                    "width": 512, "height": 512, "is_animated": False, "is_video": False}
         return self._media("sticker", sticker, user, None)
 
-    def send_voice(self, *, user: User | None = None) -> dict[str, Any]:
-        return self._media("voice", {"file_id": "voice-1", "file_unique_id": "v1", "duration": 2},
-                           user, None)
+    def send_voice(self, *, user: User | None = None, caption: str | None = None,
+                   content: bytes | None = None, mime_type: str | None = "audio/ogg",
+                   duration: int = 2, file_size: int | None = None,
+                   reply_to: int | BotMessage | None = None) -> dict[str, Any]:
+        """A voice message; with `content`, one the bot can download (getFile + GET)."""
+        voice = self._file("voice", content, "voice.oga", file_size, "voice-1")
+        voice["duration"] = duration
+        if mime_type is not None:
+            voice["mime_type"] = mime_type
+        return self._media("voice", voice, user, caption, reply_to)
+
+    def send_video_note(self, *, user: User | None = None, content: bytes | None = None,
+                        duration: int = 2, file_size: int | None = None) -> dict[str, Any]:
+        """A round video message (no caption, no MIME type: Telegram sends MPEG-4)."""
+        note = self._file("video_notes", content, "note.mp4", file_size, "video-note-1")
+        note.update(duration=duration, length=240)
+        return self._media("video_note", note, user, None)
+
+    def _file(self, folder: str, content: bytes | None, file_name: str,
+              file_size: int | None, default_id: str) -> dict[str, Any]:
+        """The file fields of a media object; with `content`, registered for download.
+        `file_size` defaults to the content's length (a lie when given otherwise)."""
+        file_id = (self.server.add_file(content, file_name, folder=folder)
+                   if content is not None else default_id)
+        out: dict[str, Any] = {"file_id": file_id, "file_unique_id": f"u-{file_id}"}
+        size = file_size if file_size is not None else (len(content) if content else None)
+        if size is not None:
+            out["file_size"] = size
+        return out
 
     def send_document(self, *, user: User | None = None, caption: str | None = None,
                       file_name: str = "notes.txt", content: bytes | None = None,
                       mime_type: str | None = None, file_size: int | None = None,
                       reply_to: int | BotMessage | None = None) -> dict[str, Any]:
         """A document; with `content`, one the bot can download (getFile + GET)."""
-        file_id = self.server.add_file(content, file_name) if content is not None else "doc-1"
-        doc: dict[str, Any] = {"file_id": file_id, "file_unique_id": f"u-{file_id}",
-                               "file_name": file_name}
+        doc = self._file("documents", content, file_name, file_size, "doc-1")
+        doc["file_name"] = file_name
         if mime_type is not None:
             doc["mime_type"] = mime_type
-        size = file_size if file_size is not None else (len(content) if content else None)
-        if size is not None:
-            doc["file_size"] = size
         return self._media("document", doc, user, caption, reply_to)
 
     def edit(self, message: dict[str, Any], new_text: str) -> dict[str, Any]:
@@ -377,11 +402,12 @@ class FakeTelegram:
             self.webhook.setdefault("responses", []).append(resp.status)
         self._notify()
 
-    def add_file(self, content: bytes, file_name: str = "file") -> str:
+    def add_file(self, content: bytes, file_name: str = "file", *,
+                 folder: str = "documents") -> str:
         """Register a file the bot may fetch; returns its file_id."""
         file_id = f"file-{len(self._files) + 1}"
         suffix = file_name.rsplit(".", 1)[-1] if "." in file_name else "bin"
-        self._files[file_id] = (f"documents/{file_id}.{suffix}", content)
+        self._files[file_id] = (f"{folder}/{file_id}.{suffix}", content)
         return file_id
 
     def _next_message_id(self, chat_id: int) -> int:

@@ -42,12 +42,13 @@ class RunningBot:
     settings: Settings
 
 
-def make_settings(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, **telegram: Any) -> Settings:
+def make_settings(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, *,
+                  transcription_model: str = "", **telegram: Any) -> Settings:
     tmp_path.mkdir(parents=True, exist_ok=True)
     return Settings.model_validate({
         "data_dir": str(tmp_path / "data"),
         "llm": {"base_url": llm.base_url, "api_key": "test-key", "timeout_s": 5,
-                "max_retries": 1},
+                "max_retries": 1, "transcription_model": transcription_model},
         "telegram": {"token": tg.token, "base_url": tg.base_url, "concurrent_updates": 16,
                      **telegram},
         "compaction": {"max_tokens": -1, "keep_tail": 2},
@@ -57,8 +58,10 @@ def make_settings(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, **telegram:
 
 @asynccontextmanager
 async def running_bot(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, *,
-                      provider: str = "reference", **telegram: Any) -> AsyncIterator[RunningBot]:
-    settings = make_settings(tg, llm, tmp_path, **telegram)
+                      provider: str = "reference", transcription_model: str = "",
+                      **telegram: Any) -> AsyncIterator[RunningBot]:
+    settings = make_settings(tg, llm, tmp_path, transcription_model=transcription_model,
+                             **telegram)
     async with temp_engine("sqlite", tmp_path) as engine:
         ctx = ProviderContext(
             engine=engine, summarizer=StaticSummarizer("a short summary"),

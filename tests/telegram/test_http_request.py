@@ -15,7 +15,7 @@ from aiohttp import web
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import NetworkError, TimedOut
 
-from bot.telegram.http import AiohttpRequest, DownloadTooLarge
+from bot.telegram.http import AiohttpRequest, DownloadTooLarge, download_cap
 
 TOKEN = "123456:secret-token-never-in-errors"
 CHAT = 42
@@ -255,3 +255,14 @@ async def test_a_download_is_read_up_to_its_cap(api: BotApi, chunked: bool) -> N
     finally:
         await req.shutdown()
     assert TOKEN not in str(caught.value)
+
+
+async def test_a_download_cap_tightens_the_limit_for_its_block(api: BotApi) -> None:
+    req = AiohttpRequest(2, max_download_bytes=20_000)
+    await req.initialize()
+    try:
+        with download_cap(5_000), pytest.raises(DownloadTooLarge):
+            await req.retrieve(f"{api.url}/file/bot{TOKEN}/10000")
+        assert await req.retrieve(f"{api.url}/file/bot{TOKEN}/10000") == b"x" * 10_000
+    finally:
+        await req.shutdown()
