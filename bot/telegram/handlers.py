@@ -53,6 +53,7 @@ Decisions (README "Telegram" repeats them for operators):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from telegram import Bot, Document, Message, Update, User
@@ -78,6 +79,7 @@ from bot.telegram.sessions import (
 )
 from bot.telegram.voice import (
     NOT_LISTENING,
+    RECORDINGS_AT_ONCE,
     Recording,
     Transcriber,
     recording,
@@ -123,6 +125,8 @@ class TelegramChannel:
         self.transcriber: Transcriber | None = (
             pool.llm if settings.llm.transcription_model and isinstance(pool.llm, Transcriber)
             else None)
+        # A recording may be 20 MB, held whole while it is transcribed: a few at a time.
+        self.recordings = asyncio.Semaphore(RECORDINGS_AT_ONCE)
         self.pacer = EditPacer(EDIT_MIN_GAP_S)
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
 
@@ -227,7 +231,8 @@ class TelegramChannel:
         """The turn's text of a recording (transcribed) or a text document. Raises
         Unreadable."""
         if sound is not None and self.transcriber is not None:
-            return await transcribed(bot, self.transcriber, sound, caption)
+            async with self.recordings:
+                return await transcribed(bot, self.transcriber, sound, caption)
         assert doc is not None
         return with_file(caption, doc.file_name or "file", await read_text(bot, doc))
 

@@ -25,6 +25,9 @@ from bot.telegram.attachments import Unreadable, download, with_part
 log = logging.getLogger(__name__)
 
 MAX_AUDIO_BYTES = 20 * 1024 * 1024  # getFile serves files up to 20 MB
+# Recordings downloaded and transcribed at once per process (the rest wait their turn):
+# at most this many times MAX_AUDIO_BYTES in memory, whatever `concurrent_updates` is.
+RECORDINGS_AT_ONCE = 4
 
 TOO_BIG = ("That recording is too big for me: Telegram lets bots download files of up to "
            "20 MB.")

@@ -4,13 +4,15 @@ be transcribed gets one line and nothing is stored."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
 import pytest
 
+from bot.telegram.voice import RECORDINGS_AT_ONCE
 from memory.testing.databases import temp_database_url
-from tests.fakes.openai_server import FakeOpenAI, error, text
+from tests.fakes.openai_server import FakeOpenAI, error, gated, text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot
 from tests.telegram.test_attachments import answer_to, no_token_logged, user_turns
@@ -130,3 +132,25 @@ async def test_a_redelivered_voice_message_is_not_downloaded_or_transcribed_agai
     assert [m.text for m in tg.bot_messages(42)] == [
         "echo: [voice message, transcribed]\napricot jam", "echo: next"]
     assert len(tg.calls_to("file")) == 1 and len(llm.transcriptions) == 1
+
+
+async def test_a_few_recordings_are_transcribed_at_once(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    """Each recording (up to 20 MB) is held whole while transcribed: a burst of them from
+    many chats waits its turn instead of filling the memory."""
+    gate = asyncio.Event()
+    llm.transcribe_responder = lambda upload: gated(gate, text("hello"))
+    chats = range(50, 50 + RECORDINGS_AT_ONCE + 3)
+    async with running_bot(tg, llm, tmp_path, transcription_model=MODEL):
+        for chat_id in chats:
+            tg.private(chat_id).send_voice(content=OGG)
+        await tg.wait_for(lambda: len(llm.transcriptions) == RECORDINGS_AT_ONCE)
+        # Time for the others to come through, were they not waiting (the held ones must
+        # be let go within the LLM timeout of 5 s).
+        await asyncio.sleep(1)
+        assert len(llm.transcriptions) == RECORDINGS_AT_ONCE
+        assert len(tg.calls_to("file")) == RECORDINGS_AT_ONCE
+        gate.set()
+        for chat_id in chats:
+            await tg.wait_for_message(chat_id, contains="echo: [voice message, transcribed]")
+    assert len(llm.transcriptions) == len(chats)
