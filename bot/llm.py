@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 OnDelta = Callable[[str], Awaitable[None]]
 
 RETRY_AFTER_CAP_S = 30.0
+# Transcription time allowed per MB of audio (beyond `timeout_s`): 20 MB -> 300 s.
+TRANSCRIBE_S_PER_MB = 15.0
 # `object`: openai hands each chunk over as parsed JSON, unconverted.
 _CHUNKS = AsyncStream[object]
 # What `create` sends: bearer auth only (the client's default would also try admin keys).
@@ -245,7 +247,7 @@ class LLMClient:
         async def call() -> str:
             # The SDK's `create` here: it builds the multipart body, one request per message.
             result = await self._client.audio.transcriptions.create(
-                model=model, file=(filename, data))
+                model=model, file=(filename, data), timeout=self._transcribe_timeout(data))
             spoken = getattr(result, "text", None)
             if not isinstance(spoken, str):
                 raise _malformed()
@@ -253,6 +255,11 @@ class LLMClient:
 
         spoken: str = await self._measured(call, "transcription")
         return spoken
+
+    def _transcribe_timeout(self, data: bytes) -> float:
+        """`llm.timeout_s`, stretched for long recordings: a server transcribes a 20 MB
+        file (about 20 minutes of voice) in well over the 60 s a chat answer gets."""
+        return max(self.settings.timeout_s, TRANSCRIBE_S_PER_MB * len(data) / 1_000_000)
 
     async def _measured(self, call: Callable[[], Awaitable[Any]], kind: str) -> Any:
         """`call` with retries, its latency and failure counted under `kind`."""

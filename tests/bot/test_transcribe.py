@@ -3,6 +3,7 @@ with `complete`, and its own metric label."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from bot.config import LLMSettings
 from bot.llm import LLMClient, LLMError
 from bot.metrics import REGISTRY
-from tests.fakes.openai_server import FakeOpenAI, error, text
+from tests.fakes.openai_server import FakeOpenAI, error, gated, text
 
 OGG = b"OggS\x00voice"
 
@@ -88,3 +89,18 @@ async def test_without_a_model_nothing_is_sent(server: FakeOpenAI) -> None:
     finally:
         await client.close()
     assert server.transcriptions == []
+
+
+async def test_a_long_recording_gets_more_time_than_a_chat_answer(server: FakeOpenAI) -> None:
+    # 0.2 MB of audio at 15 s per MB: 3 s allowed, against the 0.5 s chat timeout.
+    settings = LLMSettings(base_url=server.base_url, api_key="k", timeout_s=0.5,
+                           max_retries=0, transcription_model="whisper-1")
+    client = LLMClient(settings)
+    gate = asyncio.Event()
+    asyncio.get_running_loop().call_later(1.0, gate.set)
+    server.push_transcription(gated(gate, text("a long story")))
+    try:
+        assert await client.transcribe(OGG * (200_000 // len(OGG)), "voice.ogg") == (
+            "a long story")
+    finally:
+        await client.close()
