@@ -76,6 +76,9 @@ class LLMSettings(_Section):
     summary_model: str = ""  # empty = same as model
     # Empty = voice messages are not transcribed (bot.telegram.voice says why opt-in).
     transcription_model: str = ""
+    # Photos are shown to the model only when on: many self-hosted OpenAI-compatible
+    # servers and models reject image parts (bot.images says how they are sent).
+    vision: bool = False
     timeout_s: float = Field(default=60, gt=0)
     max_retries: int = Field(default=4, ge=0, le=20)
     max_tool_rounds: int = Field(default=8, ge=1, le=50)

@@ -12,6 +12,11 @@ turns, different sessions run in parallel, and idle slots are reaped. A turn:
 5. append the rest of the turn (assistant tool calls, tool results, final answer) in one
    call, or nothing at all when the model failed: no half assistant turn is ever stored.
 
+Images sent with a message (`chat(images=...)`, `bot.images`) go to the model with the
+turn's user message in its model calls only: never stored, logged or resumed; each counts
+`IMAGE_TOKENS` against `memory.budget_tokens`. A server that rejects them (400) fails the
+turn like any model failure: the text is kept, the user gets the apology.
+
 Automatic compaction runs *after* the reply, as a background task outside the session's
 lock: the provider takes its own lock only for the short transaction that swaps items for
 the summary, so no user waits for a summarizer. A failure logs a warning and changes
@@ -42,7 +47,7 @@ import logging
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +56,7 @@ from typing import Any, Protocol
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.config import Settings
+from bot.images import IMAGE_TOKENS, Image
 from bot.llm import LLMError, OnDelta
 from bot.metrics import record_compaction, record_compaction_failure, record_turn
 from bot.prompt import MemoryReader, build_system_prompt
@@ -293,11 +299,12 @@ class Pool:
     # --- turns ----------------------------------------------------------------------
 
     async def chat(self, session: Session, text: str, *, on_delta: OnDelta | None = None,
-                   receipt: Receipt | None = None) -> Reply:
+                   receipt: Receipt | None = None, images: Sequence[Image] = ()) -> Reply:
         """One user message in, one reply out. Never raises for model or memory failures:
         those become `Reply(error=True)` with a plain line naming the problem. `receipt`
         is written with the user's message (see `Receipt`); a message it finds stored
-        already gives `Reply(skipped=True)`, to be shown nothing."""
+        already gives `Reply(skipped=True)`, to be shown nothing. `images` go to the
+        model with this message, in this turn only (see the module doc)."""
         if self._closed:
             raise RuntimeError("the pool is closed")
         if not text.strip():
@@ -312,7 +319,8 @@ class Pool:
                         entered = True
                         with bind_session(session):
                             reply = await self._turn(session, text, on_delta, receipt,
-                                                     live_only=moves < SESSION_MOVES)
+                                                     live_only=moves < SESSION_MOVES,
+                                                     images=images)
                     break
                 except SessionArchived:  # nothing stored: follow it to the live session
                     entered = False
@@ -337,7 +345,8 @@ class Pool:
         return reply
 
     async def _turn(self, session: Session, text: str, on_delta: OnDelta | None,
-                    receipt: Receipt | None, *, live_only: bool = False) -> Reply:
+                    receipt: Receipt | None, *, live_only: bool = False,
+                    images: Sequence[Image] = ()) -> Reply:
         provider = self.provider
         kept = False
         try:
@@ -352,7 +361,8 @@ class Pool:
             kept = True
             if receipt is not None and hook is not None:
                 await receipt.stored(atomic=hook.ran)
-            system, tools, history = await self._context(session, version)
+            system, tools, history = await self._context(session, version,
+                                                         images=len(images))
         except AlreadyStored as exc:
             log.info("message for session %s was already stored elsewhere, not again: %s",
                      session.id, exc)
@@ -362,27 +372,31 @@ class Pool:
         except Exception:
             log.exception("memory failed before the model was called (session %s)", session.id)
             return Reply(MEMORY_FAILED_KEPT if kept else MEMORY_DOWN, error=True)
-        return await self._answer(session, system, tools, history, on_delta)
+        return await self._answer(session, system, tools, history, on_delta, images)
 
-    async def _context(self, session: Session,
-                       version: int | None) -> tuple[str, list[Tool], list[Message]]:
-        """The system prompt, the tools and the history the model gets."""
+    async def _context(self, session: Session, version: int | None, *,
+                       images: int = 0) -> tuple[str, list[Tool], list[Message]]:
+        """The system prompt, the tools and the history the model gets (next to
+        `images` images)."""
         provider = self.provider
         system = build_system_prompt(self.settings.agent.system_prompt,
                                      await self._memory.read(session, version))
         tools = self._tools(provider, session) if self._tools else []
-        overhead = estimate_tokens(system) + self._schema_tokens(tools)
+        overhead = (estimate_tokens(system) + self._schema_tokens(tools)
+                    + images * IMAGE_TOKENS)
         budget = max(MIN_HISTORY_BUDGET, self.settings.memory.budget_tokens - overhead)
         history = await provider.assemble(session, budget, self.settings.memory.fresh_tail)
         return system, tools, history
 
     async def _answer(self, session: Session, system: str, tools: list[Tool],
-                      history: list[Message], on_delta: OnDelta | None) -> Reply:
-        """Call the model on `history` and append what it said."""
+                      history: list[Message], on_delta: OnDelta | None,
+                      images: Sequence[Image] = ()) -> Reply:
+        """Call the model on `history` (its last user message with `images`) and append
+        what it said."""
         try:
             result = await run_turn(self.llm, [Message(role="system", content=system), *history],
                                     tools, max_rounds=self.settings.llm.max_tool_rounds,
-                                    on_delta=_guarded(on_delta, session))
+                                    on_delta=_guarded(on_delta, session), images=images)
         except LLMError as exc:
             log.warning("turn of session %s failed after %d attempt(s): %s",
                         session.id, exc.attempts, exc.reason)
@@ -401,7 +415,8 @@ class Pool:
         """Answer what the session's last stored message asked, if nobody has: a turn
         cut short by a stop or a crash after its message was stored. None when the
         conversation does not end with a user message (it was answered meanwhile) or
-        was archived by a /new (for providers on `memory.history`, which check that)."""
+        was archived by a /new (for providers on `memory.history`, which check that).
+        The turn's images were never stored: a resumed photo is answered from its text."""
         if self._closed:
             raise RuntimeError("the pool is closed")
         started = time.monotonic()

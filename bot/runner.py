@@ -3,17 +3,20 @@
 Bounded by `llm.max_tool_rounds`: a model that keeps calling tools gets a last round
 without tools, so the turn always ends with text. An unknown tool or a tool that raises
 becomes an error *result* the model reads (it can recover), never an exception here.
-The runner only collects messages; the pool decides what to store.
+The runner only collects messages; the pool decides what to store. Images the user sent
+with the turn ride on the current user message of every round's request, never on what
+the runner collects (`bot.images`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from bot.images import Image, with_images
 from bot.llm import AssistantTurn, LLMError, OnDelta
 from memory.types import Message, ToolCall
 
@@ -23,7 +26,8 @@ ToolHandler = Callable[[dict[str, Any]], Awaitable[str]]
 
 
 class Completer(Protocol):
-    async def complete(self, messages: list[Message], tools: list[dict[str, Any]] | None = None,
+    async def complete(self, messages: list[Message] | list[dict[str, Any]],
+                       tools: list[dict[str, Any]] | None = None,
                        *, on_delta: OnDelta | None = None) -> AssistantTurn: ...
 
 
@@ -74,15 +78,19 @@ async def run_tool_call(call: ToolCall, tools: dict[str, Tool]) -> str:
 
 
 async def run_turn(llm: Completer, prompt: list[Message], tools: list[Tool], *,
-                   max_rounds: int, on_delta: OnDelta | None = None) -> TurnResult:
+                   max_rounds: int, on_delta: OnDelta | None = None,
+                   images: Sequence[Image] = ()) -> TurnResult:
     """Run the model with tools until it answers in text. Raises LLMError (the caller
-    stores nothing of the turn then) or when the model's final answer is empty."""
+    stores nothing of the turn then) or when the model's final answer is empty.
+    `images` go with the prompt's last user message in every round."""
     by_name = {t.name: t for t in tools}
     schemas = [t.schema for t in tools] or None
+    parts = [image.part() for image in images]  # encoded once for all the rounds
     result = TurnResult()
     for round_no in range(1, max_rounds + 2):
         last = round_no > max_rounds
-        turn = await llm.complete(prompt + result.messages,
+        sent = prompt + result.messages
+        turn = await llm.complete(with_images(sent, parts) if parts else sent,
                                   None if last else schemas, on_delta=on_delta)
         result.rounds = round_no
         message = turn.to_message()

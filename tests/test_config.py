@@ -96,6 +96,11 @@ def test_transcription_is_off_unless_a_model_is_set(tmp_path: Path) -> None:
     assert settings.llm.transcription_model == "whisper-1"
 
 
+def test_vision_is_off_unless_turned_on(tmp_path: Path) -> None:
+    assert load_settings().llm.vision is False
+    assert load_settings(write(tmp_path, "llm: {vision: true}\n")).llm.vision is True
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "message"),
     [

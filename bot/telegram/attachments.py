@@ -8,7 +8,8 @@
   caption. Without one there is nothing to answer.
 
 Voice messages, audio files and video notes are transcribed (when configured) by
-`bot.telegram.voice`, through `download` here.
+`bot.telegram.voice`, and photos shown to the model (`llm.vision`) by
+`bot.telegram.photos`, through `download` here.
 
 Refusals are `Unreadable(line)`: the handler sends the line and stores nothing.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from telegram import Audio, Bot, Document, Message, VideoNote, Voice
+from telegram import Audio, Bot, Document, Message, PhotoSize, VideoNote, Voice
 from telegram.error import TelegramError
 
 from bot.telegram.http import DownloadTooLarge, download_cap
@@ -79,8 +80,8 @@ def media_note(message: Message) -> str | None:
     return None
 
 
-async def download(bot: Bot, file: Document | Voice | Audio | VideoNote, limit: int,
-                   too_big: str) -> bytes:
+async def download(bot: Bot, file: Document | Voice | Audio | VideoNote | PhotoSize,
+                   limit: int, too_big: str) -> bytes:
     """The file's bytes, at most `limit` of them: refused (`Unreadable(too_big)`) before
     the download when Telegram says it is bigger, during it when Telegram under-said.
     Raises Unreadable."""

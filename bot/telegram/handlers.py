@@ -25,9 +25,18 @@ Decisions (README "Telegram" repeats them for operators):
   words heard, or the server failing past its retries (or lacking the endpoint, 404/400):
   one line, nothing stored (`bot.telegram.voice`). Off: without a caption, one line
   asking to type it; with one, as below.
-- A photo, video, animation, audio, voice message or other document with a caption: one
-  turn, a note that the user attached something the model cannot see, then the caption
-  (the bot reads no images). Without a caption, and stickers, locations,
+- Photos are shown to the model only when `llm.vision` is on (off by default: many
+  self-hosted OpenAI-compatible servers and models reject image parts; gpt-4o-mini on
+  OpenAI takes them). Then a photo, captioned or not, is downloaded (Telegram's largest
+  size of at most 10 MB; none that small, or not downloadable: one line, nothing stored)
+  and is one turn whose stored text is `[photo]` then the caption; the image goes to the
+  model with that message in this turn only and is never stored: later turns see the
+  text and the answer (what was said about the photo). A turn resumed after a crash is
+  answered from the text. A server rejecting images (400) fails the turn like any model
+  error: the apology line, the `[photo]` message kept (`bot.telegram.photos`).
+- A photo (vision off), video, animation, audio, voice message or other document with a
+  caption: one turn, a note that the user attached something the model cannot see, then
+  the caption. Without a caption, and stickers, locations,
   polls, contacts, dice: "I only read text for now"; nothing is stored. In groups these
   follow the text rules (mention in the caption, `[Name]`).
 - Edited messages are ignored, without a reply: the original already had its answer,
@@ -40,10 +49,10 @@ Decisions (README "Telegram" repeats them for operators):
   (or forum topic) reach these handlers one at a time, in order
   (`bot.telegram.chat_queues`), so no handler orders turns itself.
 - Redelivered updates (the bot died after storing a message, before Telegram heard so):
-  a turn (text, text document, captioned media, voice) or command recorded as handled
-  is skipped silently (the record is written with the user's message, or right after
-  the command ran); a document or recording is looked up before it is downloaded, so a
-  redelivery is not fetched (nor transcribed) again. A turn
+  a turn (text, text document, captioned media, voice, photo) or command recorded as
+  handled is skipped silently (the record is written with the user's message, or right
+  after the command ran); a document, recording or photo is looked up before it is
+  downloaded, so a redelivery is not fetched (nor transcribed) again. A turn
   stored but not answered (a stop or crash mid-turn) is answered at the next start
   (`bot.telegram.resume`), as a reply quoting it; so is a stored answer whose sending
   failed for good (Telegram unreachable past the retries). Refusals and the one-line
@@ -55,18 +64,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
-from telegram import Bot, Document, Message, Update, User
+from telegram import Bot, Document, Message, PhotoSize, Update, User
 from telegram.error import BadRequest, NetworkError, TimedOut
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
 from bot.commands import COMMANDS, handle_command
 from bot.config import Settings
+from bot.images import Image
 from bot.pool import Pool
 from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
 from bot.telegram.delivery import Target
 from bot.telegram.handled import ReplyTo
 from bot.telegram.inflight import Inflight, UpdateReceipt
+from bot.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
 from bot.telegram.replies import EditPacer, ReplyStream, send_plain_reply, typing
 from bot.telegram.resume import OwedAnswers
 from bot.telegram.sessions import (
@@ -127,6 +139,10 @@ class TelegramChannel:
             else None)
         # A recording may be 20 MB, held whole while it is transcribed: a few at a time.
         self.recordings = asyncio.Semaphore(RECORDINGS_AT_ONCE)
+        # Photos are shown to the model only when on (bot.telegram.photos says why).
+        self.vision = settings.llm.vision
+        # A photo (up to 10 MB) is held until its turn's answer: a few turns at a time.
+        self.photos = asyncio.Semaphore(PHOTOS_AT_ONCE)
         self.pacer = EditPacer(EDIT_MIN_GAP_S)
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
 
@@ -207,6 +223,10 @@ class TelegramChannel:
         note = media_note(message)
         sound = recording(message)
         listening = sound is not None and self.transcriber is not None
+        photo = photo_size(message) if self.vision else None
+        if photo is not None:
+            await self._photo(update, context, message, place, user, photo, caption)
+            return
         if not listening and doc is None and (note is None or not caption):
             line = NOT_LISTENING if sound is not None else TEXT_ONLY
             await send_plain_reply(context.bot, target, line)
@@ -226,6 +246,23 @@ class TelegramChannel:
             text = f"{note}\n{caption}"
         await self._turn(update, context, message, place, user, text)
 
+    async def _photo(self, update: Update, context: ContextTypes.DEFAULT_TYPE,
+                     message: Message, place: Place, user: User | None, photo: PhotoSize,
+                     caption: str) -> None:
+        """A turn of the photo, shown to the model."""
+        receipt = self._receipt(update)
+        # A redelivery stored before: not downloaded again (as for documents, below).
+        if receipt is not None and await receipt.seen_before():
+            return
+        async with self.photos:  # until the answer: the photo is in memory until then
+            try:
+                image = await fetched(context.bot, photo)
+            except Unreadable as refused:
+                await send_plain_reply(context.bot, self._target(message, place), refused.line)
+                return
+            await self._turn(update, context, message, place, user, photo_text(caption),
+                             images=[image])
+
     async def _read(self, bot: Bot, sound: Recording | None, doc: Document | None,
                     caption: str) -> str:
         """The turn's text of a recording (transcribed) or a text document. Raises
@@ -237,9 +274,11 @@ class TelegramChannel:
         return with_file(caption, doc.file_name or "file", await read_text(bot, doc))
 
     async def _turn(self, update: Update, context: ContextTypes.DEFAULT_TYPE, message: Message,
-                    place: Place, user: User | None, text: str) -> None:
+                    place: Place, user: User | None, text: str, *,
+                    images: Sequence[Image] = ()) -> None:
         """One turn of the conversation with `text` (the message as the model reads it,
-        before the group's `[Name]`): stored, answered, streamed."""
+        before the group's `[Name]`): stored, answered, streamed. `images` go to the
+        model with it, unstored."""
         target = self._target(message, place)
         if len(text) > MAX_INPUT_CHARS:
             await send_plain_reply(context.bot, target,
@@ -260,7 +299,7 @@ class TelegramChannel:
         async with typing(context.bot, target):
             try:
                 reply = await self.pool.chat(session, text, on_delta=stream.on_delta,
-                                             receipt=receipt)
+                                             receipt=receipt, images=images)
                 answer, failed = reply.text, reply.error
             except Exception:  # the pool reports its own failures; this is a bug
                 log.exception("turn of %s failed", session.id)

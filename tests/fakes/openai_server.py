@@ -137,7 +137,8 @@ def echo(body: dict[str, Any]) -> Response:
     last = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), None)
     content = last.get("content") if last else ""
     if isinstance(content, list):  # content parts
-        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+        content = " ".join(p.get("text", "") for p in content
+                           if isinstance(p, dict) and p.get("type", "text") == "text")
     return text(f"echo: {content or ''}")
 
 

@@ -34,6 +34,7 @@ Users and chats (the user side):
   chat.send_document(content=b"...", file_name=, mime_type=, file_size=)
   chat.send_voice(content=b"...", mime_type="audio/ogg", duration=, file_size=)
   chat.send_video_note(content=b"...", duration=, file_size=)
+  chat.send_photo(content=b"...", file_size=, thumbnail=b"...", thumbnail_size=)
                                                with `content`, registers the bytes for
                                                getFile and the download; file_size
                                                defaults to their length
@@ -221,9 +222,18 @@ class Chat:
         return msg
 
     def send_photo(self, *, user: User | None = None, caption: str | None = None,
-                   reply_to: int | BotMessage | None = None) -> dict[str, Any]:
-        size = {"file_id": "photo-1", "file_unique_id": "p1", "width": 90, "height": 90}
-        return self._media("photo", [size], user, caption, reply_to)
+                   reply_to: int | BotMessage | None = None, content: bytes | None = None,
+                   file_size: int | None = None, thumbnail: bytes = b"thumbnail-jpeg",
+                   thumbnail_size: int | None = None) -> dict[str, Any]:
+        """A photo. With `content`, in two sizes the bot can download, as Telegram sends
+        them: a 90x90 `thumbnail`, then the 1280x960 photo (`content`)."""
+        if content is None:
+            size = {"file_id": "photo-1", "file_unique_id": "p1", "width": 90, "height": 90}
+            return self._media("photo", [size], user, caption, reply_to)
+        small = self._file("photos", thumbnail, "thumb.jpg", thumbnail_size, "photo-0")
+        large = self._file("photos", content, "photo.jpg", file_size, "photo-1")
+        sizes = [dict(small, width=90, height=90), dict(large, width=1280, height=960)]
+        return self._media("photo", sizes, user, caption, reply_to)
 
     def send_sticker(self, *, user: User | None = None) -> dict[str, Any]:
         sticker = {"file_id": "sticker-1", "file_unique_id": "s1", "type": "regular",

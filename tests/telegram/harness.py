@@ -43,12 +43,14 @@ class RunningBot:
 
 
 def make_settings(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, *,
-                  transcription_model: str = "", **telegram: Any) -> Settings:
+                  transcription_model: str = "", vision: bool = False,
+                  **telegram: Any) -> Settings:
     tmp_path.mkdir(parents=True, exist_ok=True)
     return Settings.model_validate({
         "data_dir": str(tmp_path / "data"),
         "llm": {"base_url": llm.base_url, "api_key": "test-key", "timeout_s": 5,
-                "max_retries": 1, "transcription_model": transcription_model},
+                "max_retries": 1, "transcription_model": transcription_model,
+                "vision": vision},
         "telegram": {"token": tg.token, "base_url": tg.base_url, "concurrent_updates": 16,
                      **telegram},
         "compaction": {"max_tokens": -1, "keep_tail": 2},
@@ -59,9 +61,9 @@ def make_settings(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, *,
 @asynccontextmanager
 async def running_bot(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, *,
                       provider: str = "reference", transcription_model: str = "",
-                      **telegram: Any) -> AsyncIterator[RunningBot]:
+                      vision: bool = False, **telegram: Any) -> AsyncIterator[RunningBot]:
     settings = make_settings(tg, llm, tmp_path, transcription_model=transcription_model,
-                             **telegram)
+                             vision=vision, **telegram)
     async with temp_engine("sqlite", tmp_path) as engine:
         ctx = ProviderContext(
             engine=engine, summarizer=StaticSummarizer("a short summary"),

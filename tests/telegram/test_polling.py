@@ -34,13 +34,14 @@ from tests.fakes.telegram_server import FakeTelegram, User
 
 
 def settings_for(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, url: str,
-                 provider: str, *, transcription_model: str = "",
+                 provider: str, *, transcription_model: str = "", vision: bool = False,
                  **telegram: Any) -> Settings:
     return Settings.model_validate({
         "database": {"url": url},
         "data_dir": str(tmp_path / "data"),
         "llm": {"base_url": llm.base_url, "api_key": "test-key", "timeout_s": 5,
-                "max_retries": 1, "transcription_model": transcription_model},
+                "max_retries": 1, "transcription_model": transcription_model,
+                "vision": vision},
         "telegram": {"token": tg.token, "base_url": tg.base_url, "concurrent_updates": 8,
                      "stream_edit_interval_s": 0.2, **telegram},
         "memory": {"provider": provider, "fresh_tail": 4,
@@ -53,9 +54,10 @@ def settings_for(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, url: str,
 @asynccontextmanager
 async def bot_on(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, url: str, *,
                  provider: str = "simple", drain_s: float = 2, transcription_model: str = "",
-                 **telegram: Any) -> AsyncIterator[Services]:
+                 vision: bool = False, **telegram: Any) -> AsyncIterator[Services]:
     settings = settings_for(tg, llm, tmp_path, url, provider,
-                            transcription_model=transcription_model, **telegram)
+                            transcription_model=transcription_model, vision=vision,
+                            **telegram)
     services = await build_services(settings, llm=LLMClient(settings.llm, backoff_s=0.01),
                                     summarizer=StaticSummarizer("summary"))
     try:
