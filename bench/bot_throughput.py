@@ -75,7 +75,7 @@ class InstantPool:
         return base
 
     async def chat(self, session: object, text: str, *, on_delta: object = None,
-                   receipt: object = None) -> object:
+                   receipt: object = None, images: object = ()) -> object:
         from bot.pool import Reply
 
         if receipt is not None:  # durable at once, as after the pool's user-message append
