@@ -149,7 +149,7 @@ class Driver:
         self.tg = tg
         self.pid = pid
         self.cpu_s = 0.0
-        self.waiting: dict[int, tuple[float, asyncio.Future[float]]] = {}
+        self.waiting: dict[int, tuple[float, str, asyncio.Future[float]]] = {}
         self.counting = False
         self.calls: dict[str, int] = {}
         tg.subscribe(self._on_call)
@@ -160,12 +160,19 @@ class Driver:
         if call.method != "sendMessage":
             return
         entry = self.waiting.pop(int(call.params["chat_id"]), None)
-        if entry is not None and not entry[1].done():
-            entry[1].set_result(call.at - entry[0])
+        if entry is None or entry[2].done():
+            return
+        sent, asked, future = entry
+        # Every bot here echoes: anything else (an apology) is a failure, not throughput.
+        answer = str(call.params.get("text", ""))
+        if asked in answer:
+            future.set_result(call.at - sent)
+        else:
+            future.set_exception(RuntimeError(f"asked {asked!r}, answered {answer[:200]!r}"))
 
     async def ask(self, chat_id: int, text: str) -> float:
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        self.waiting[chat_id] = (time.monotonic(), future)
+        self.waiting[chat_id] = (time.monotonic(), text, future)
         self.tg.private(chat_id).send(text)
         return await asyncio.wait_for(future, 120)
 
