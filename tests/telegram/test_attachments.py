@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from memory.testing.databases import temp_database_url
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, error, text
 from tests.fakes.telegram_server import FakeTelegram, User
 from tests.telegram.harness import running_bot
 from tests.telegram.test_polling import bot_on, offsets, user_texts
@@ -122,24 +122,42 @@ async def test_group_mention_mode_applies_to_captions(
                    (m["content"] for m in r["messages"] if m["role"] == "user"))
 
 
-async def test_a_redelivered_document_is_not_downloaded_again(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+# kind -> how the chat sends it, the bot's options, the turn's stored text
+REDELIVERED = {
+    "document": (lambda chat: chat.send_document(file_name="a.txt", content=b"apricot"),
+                 {}, "[file a.txt]\napricot"),
+    "photo": (lambda chat: chat.send_photo(content=b"\xff\xd8apricots\xff\xd9",
+                                           caption="apricots"),
+              {"vision": True}, "[photo]\napricots"),
+    "voice": (lambda chat: chat.send_voice(content=b"OggS\x00apricot"),
+              {"transcription_model": "whisper-1"}, "[voice message, transcribed]\napricot"),
+}
+
+
+@pytest.mark.parametrize("kind", REDELIVERED)
+async def test_a_redelivered_file_is_not_fetched_again(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, kind: str) -> None:
+    send, options, stored = REDELIVERED[kind]
     acknowledging = [True]
     # As if the bot died after storing and answering, before Telegram heard of it.
     tg.fail("getUpdates", 502, times=10_000,
             when=lambda params: acknowledging[0] and bool(params.get("offset")))
+    llm.push_transcription(text("apricot"))
     async with temp_database_url("sqlite", tmp_path) as url:
-        async with bot_on(tg, llm, tmp_path, url):
-            tg.private(42).send_document(file_name="a.txt", content=b"apricot")
+        async with bot_on(tg, llm, tmp_path, url, **options):
+            send(tg.private(42))
             await tg.wait_for_message(42, contains="apricot")
         acknowledging[0] = False
-        tg.fail("file", 502, times=10)  # a second download would fail...
-        async with bot_on(tg, llm, tmp_path, url) as services:
+        # A second download or transcription would fail...
+        tg.fail("file", 502, times=10)
+        llm.push_transcription(error(500), error(500))
+        async with bot_on(tg, llm, tmp_path, url, **options) as services:
             await tg.wait_for(lambda: 2 in offsets(tg))  # the redelivery was handled
             tg.private(42).send("next")
             await tg.wait_for_message(42, contains="echo: next")
-            assert await user_texts(services, 42) == ["[file a.txt]\napricot", "next"]
+            assert await user_texts(services, 42) == [stored, "next"]
     # ...and would have answered with a refusal a message that had its answer.
-    assert [m.text for m in tg.bot_messages(42)] == ["echo: [file a.txt]\napricot",
-                                                     "echo: next"]
+    assert [m.text for m in tg.bot_messages(42)] == [f"echo: {stored}", "echo: next"]
     assert len(tg.calls_to("file")) == 1
+    assert len(llm.transcriptions) == (kind == "voice")
+    assert len(llm.requests) == 2

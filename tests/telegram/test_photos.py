@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 
-from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, error
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot
 from tests.telegram.test_attachments import ALICE, answer_to, no_token_logged
-from tests.telegram.test_polling import bot_on, offsets, user_texts
 from tests.telegram.test_voice import stored_messages
 
 JPEG = b"\xff\xd8\xff\xe0fake-jpeg-of-a-cat\xff\xd9"
@@ -122,25 +120,3 @@ async def test_a_server_rejecting_images_fails_the_turn_and_keeps_the_text(
         assert "Messages: 1 " in await stored_messages(tg, 42)  # "[photo]", no answer
     assert len(llm.requests) == 1 and has_image(llm.requests[0])
 
-
-async def test_a_redelivered_photo_is_not_downloaded_again(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
-    acknowledging = [True]
-    # As if the bot died after storing and answering, before Telegram heard of it.
-    tg.fail("getUpdates", 502, times=10_000,
-            when=lambda params: acknowledging[0] and bool(params.get("offset")))
-    async with temp_database_url("sqlite", tmp_path) as url:
-        async with bot_on(tg, llm, tmp_path, url, vision=True):
-            tg.private(42).send_photo(content=JPEG, caption="apricots")
-            await tg.wait_for_message(42, contains="apricots")
-        acknowledging[0] = False
-        tg.fail("file", 502, times=10)  # a second download would fail...
-        async with bot_on(tg, llm, tmp_path, url, vision=True) as services:
-            await tg.wait_for(lambda: 2 in offsets(tg))  # the redelivery was handled
-            tg.private(42).send("next")
-            await tg.wait_for_message(42, contains="echo: next")
-            assert await user_texts(services, 42) == ["[photo]\napricots", "next"]
-    # ...and would have answered with a refusal a message that had its answer.
-    assert [m.text for m in tg.bot_messages(42)] == ["echo: [photo]\napricots",
-                                                     "echo: next"]
-    assert len(tg.calls_to("file")) == 1 and len(llm.requests) == 2

@@ -11,12 +11,10 @@ from pathlib import Path
 import pytest
 
 from bot.telegram.voice import RECORDINGS_AT_ONCE
-from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot
 from tests.telegram.test_attachments import answer_to, no_token_logged, user_turns
-from tests.telegram.test_polling import bot_on, offsets, user_texts
 
 MODEL = "whisper-1"
 OGG = b"OggS\x00fake-opus-frames"
@@ -108,30 +106,6 @@ async def test_a_failed_or_empty_transcription_gets_one_line_and_nothing_is_stor
     no_token_logged(caplog, tg.token)
     assert not any("test-key" in r.getMessage() for r in caplog.records)
 
-
-async def test_a_redelivered_voice_message_is_not_downloaded_or_transcribed_again(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
-    acknowledging = [True]
-    # As if the bot died after storing and answering, before Telegram heard of it.
-    tg.fail("getUpdates", 502, times=10_000,
-            when=lambda params: acknowledging[0] and bool(params.get("offset")))
-    llm.push_transcription(text("apricot jam"))
-    async with temp_database_url("sqlite", tmp_path) as url:
-        async with bot_on(tg, llm, tmp_path, url, transcription_model=MODEL):
-            tg.private(42).send_voice(content=OGG)
-            await tg.wait_for_message(42, contains="apricot")
-        acknowledging[0] = False
-        llm.push_transcription(error(500), error(500))  # a second one would fail...
-        async with bot_on(tg, llm, tmp_path, url, transcription_model=MODEL) as services:
-            await tg.wait_for(lambda: 2 in offsets(tg))  # the redelivery was handled
-            tg.private(42).send("next")
-            await tg.wait_for_message(42, contains="echo: next")
-            assert await user_texts(services, 42) == [
-                "[voice message, transcribed]\napricot jam", "next"]
-    # ...and would have answered with a refusal a message that had its answer.
-    assert [m.text for m in tg.bot_messages(42)] == [
-        "echo: [voice message, transcribed]\napricot jam", "echo: next"]
-    assert len(tg.calls_to("file")) == 1 and len(llm.transcriptions) == 1
 
 
 async def test_a_few_recordings_are_transcribed_at_once(
