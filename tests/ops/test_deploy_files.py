@@ -94,6 +94,12 @@ def test_bot_environment_reaches_mnemo_config(compose: dict[str, Any], tmp_path:
     settings = load_settings(path)
     assert settings.database.url == url
     assert settings.health.enabled and settings.health.listen == "0.0.0.0"
+    # Voice and photos stay off unless the operator's environment turns them on.
+    assert (settings.llm.transcription_model, settings.llm.vision) == ("", False)
+    env.update(MNEMO_TRANSCRIPTION_MODEL="whisper-1", MNEMO_VISION="true")
+    path.write_text(yaml.safe_dump(interpolate(raw, env)), encoding="utf-8")
+    llm = load_settings(path).llm
+    assert (llm.transcription_model, llm.vision) == ("whisper-1", True)
     assert f"127.0.0.1:{settings.health.port}" in compose["services"]["bot"]["healthcheck"]["test"][-1]
     ports = [_compose_env(p) for p in compose["services"]["bot"]["ports"]]
     assert f"127.0.0.1:{settings.health.port}:{settings.health.port}" in ports
