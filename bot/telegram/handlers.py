@@ -238,7 +238,8 @@ class TelegramChannel:
             if receipt is not None and await receipt.seen_before():
                 return
             try:
-                text = await self._read(context.bot, sound, doc, caption)
+                async with typing(context.bot, target):  # a download, maybe a transcription
+                    text = await self._read(context.bot, sound, doc, caption)
             except Unreadable as refused:
                 await send_plain_reply(context.bot, target, refused.line)
                 return
@@ -256,7 +257,8 @@ class TelegramChannel:
             return
         async with self.photos:  # until the answer: the photo is in memory until then
             try:
-                image = await fetched(context.bot, photo)
+                async with typing(context.bot, self._target(message, place)):
+                    image = await fetched(context.bot, photo)
             except Unreadable as refused:
                 await send_plain_reply(context.bot, self._target(message, place), refused.line)
                 return

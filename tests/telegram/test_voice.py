@@ -128,3 +128,17 @@ async def test_a_few_recordings_are_transcribed_at_once(
         for chat_id in chats:
             await tg.wait_for_message(chat_id, contains="echo: [voice message, transcribed]")
     assert len(llm.transcriptions) == len(chats)
+
+
+async def test_typing_shows_while_a_recording_is_transcribed(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    gate = asyncio.Event()
+    llm.push_transcription(gated(gate, text("a slow one")))
+    async with running_bot(tg, llm, tmp_path, transcription_model=MODEL):
+        tg.private(42).send_voice(content=OGG)
+        await tg.wait_for(lambda: len(llm.transcriptions) == 1)
+        # the user sees the bot at work while the server transcribes
+        typing = await tg.wait_for(lambda: tg.calls_to("sendChatAction"))
+        assert typing[0].params["action"] == "typing" and tg.bot_messages(42) == []
+        gate.set()
+        await tg.wait_for_message(42, contains="a slow one")
