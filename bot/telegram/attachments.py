@@ -93,10 +93,10 @@ async def download(bot: Bot, file: Document | Voice | Audio | VideoNote | PhotoS
     except DownloadTooLarge:
         raise Unreadable(too_big) from None
     except (TelegramError, RuntimeError) as exc:
-        # Never the traceback: its aiohttp cause may quote the file URL, token included.
+        # Never the traceback: its aiohttp cause may quote the file URL, token included
+        # (the message itself has it cut out by `bot.telegram.http`).
         log.warning("could not download %s %s: %s: %s", type(file).__name__.lower(),
-                    file.file_unique_id, type(exc).__name__,
-                    str(exc).replace(bot.token, "<token>"))
+                    file.file_unique_id, type(exc).__name__, exc)
         raise Unreadable(NO_DOWNLOAD) from None
     if len(body) > limit:  # a request class without the cap
         raise Unreadable(too_big)

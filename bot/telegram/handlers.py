@@ -64,7 +64,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from telegram import Bot, Document, Message, PhotoSize, Update, User
 from telegram.error import BadRequest, NetworkError, TimedOut
@@ -99,6 +100,8 @@ from bot.telegram.voice import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 COMMAND_NAMES = tuple(name for name, _ in COMMANDS)
 
@@ -232,17 +235,11 @@ class TelegramChannel:
             await send_plain_reply(context.bot, target, line)
             return
         if listening or doc is not None:
-            receipt = self._receipt(update)
-            # A redelivery stored before: no second download nor transcription (which,
-            # failing, would answer with a refusal a message that had its answer).
-            if receipt is not None and await receipt.seen_before():
+            read = await self._fetch(update, context.bot, target,
+                                     lambda: self._read(context.bot, sound, doc, caption))
+            if read is None:
                 return
-            try:
-                async with typing(context.bot, target):  # a download, maybe a transcription
-                    text = await self._read(context.bot, sound, doc, caption)
-            except Unreadable as refused:
-                await send_plain_reply(context.bot, target, refused.line)
-                return
+            text = read
         else:
             text = f"{note}\n{caption}"
         await self._turn(update, context, message, place, user, text)
@@ -251,19 +248,28 @@ class TelegramChannel:
                      message: Message, place: Place, user: User | None, photo: PhotoSize,
                      caption: str) -> None:
         """A turn of the photo, shown to the model."""
-        receipt = self._receipt(update)
-        # A redelivery stored before: not downloaded again (as for documents, below).
-        if receipt is not None and await receipt.seen_before():
-            return
         async with self.photos:  # until the answer: the photo is in memory until then
-            try:
-                async with typing(context.bot, self._target(message, place)):
-                    image = await fetched(context.bot, photo)
-            except Unreadable as refused:
-                await send_plain_reply(context.bot, self._target(message, place), refused.line)
-                return
-            await self._turn(update, context, message, place, user, photo_text(caption),
-                             images=[image])
+            image = await self._fetch(update, context.bot, self._target(message, place),
+                                      lambda: fetched(context.bot, photo))
+            if image is not None:
+                await self._turn(update, context, message, place, user, photo_text(caption),
+                                 images=[image])
+
+    async def _fetch(self, update: Update, bot: Bot, target: Target,
+                     fetch: Callable[[], Awaitable[T]]) -> T | None:
+        """What `fetch` downloads (and reads) for a turn, with "typing…" meanwhile. None
+        when the update was handled before (a redelivery is not fetched again: a failing
+        second download would answer with a refusal a message that had its answer), or
+        when the file is refused (its line sent)."""
+        receipt = self._receipt(update)
+        if receipt is not None and await receipt.seen_before():
+            return None
+        try:
+            async with typing(bot, target):
+                return await fetch()
+        except Unreadable as refused:
+            await send_plain_reply(bot, target, refused.line)
+            return None
 
     async def _read(self, bot: Bot, sound: Recording | None, doc: Document | None,
                     caption: str) -> str:
