@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from memory.sanitize import storable
+from memory.stopwords import STOP_WORDS
 
 SNIPPET_CHARS = 500
 # A query of more words than this keeps its first ones: a pasted page is not a query.
@@ -29,14 +30,25 @@ def like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
-def query_terms(text: str) -> list[str]:
-    """The distinct words of `text`, in order, at most MAX_QUERY_TERMS."""
+def query_terms(text: str, skip: frozenset[str] = frozenset()) -> list[str]:
+    """The distinct words of `text` (casefolded) not in `skip`, in order, at most
+    MAX_QUERY_TERMS."""
     seen: dict[str, None] = {}
     for word in _WORD.findall(text):
-        seen.setdefault(word.casefold(), None)
+        folded = word.casefold()
+        if folded in skip:
+            continue
+        seen.setdefault(folded, None)
         if len(seen) >= MAX_QUERY_TERMS:
             break
     return list(seen)
+
+
+def ranked_terms(text: str) -> list[str]:
+    """The words a ranked search looks for: `query_terms` without English stop words.
+    Empty when nothing is left ("who are you", "🐙", "%"): the caller then searches
+    the text literally."""
+    return query_terms(text, STOP_WORDS)
 
 
 def fts5_string(text: str) -> str:

@@ -157,8 +157,9 @@ class SearchScope(enum.StrEnum):
 
 
 class SearchMode(enum.StrEnum):
-    SUBSTRING = "substring"
-    FULL_TEXT = "full_text"
+    SUBSTRING = "substring"  # the text literally, newest first
+    FULL_TEXT = "full_text"  # BM25 over any of the query's words
+    HYBRID = "hybrid"  # full_text fused with embedding similarity (full_text without)
 
 
 @dataclass
@@ -176,6 +177,9 @@ class SearchResult:
     content: str  # snippet, at most ~500 characters
     score: float = 0.0
     timestamp: datetime | None = None
+    session_id: str = ""  # the conversation it came from, when known
+    # What found it: "words" (lexical), "meaning" (embeddings), "substring"
+    signals: tuple[str, ...] = ()
 
 
 @dataclass

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from memory.capabilities import ProviderContext
 from memory.errors import InvalidArgument
 from memory.history import HistoryStore, SessionCounts, SessionHistory
+from memory.recall import Recall
 from memory.stores import SharedStores
 from memory.types import (
     CompactionMode,
@@ -45,7 +46,7 @@ from plugins.lcm.compaction import Compaction, Settings
 from plugins.lcm.explorer import Explorer
 from plugins.lcm.maintenance import LcmMaintenance
 from plugins.lcm.models import summaries
-from plugins.lcm.retrieval import Retrieval
+from plugins.lcm.retrieval import INDEXES
 from plugins.lcm.review import build_review_context
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
             ctx.engine, self.history, ctx.summarizer, self.settings,
             on_applied=self._record_compaction,
         )
-        self._retrieval = Retrieval(ctx.engine)
+        self._recall = Recall(ctx.engine, INDEXES)
         self._explorer = Explorer(ctx.engine, self.history)
         self._closed = False
         self._adopted: set[str] = set()  # sessions whose uncovered messages were adopted
@@ -175,7 +176,7 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
     # -- Searcher / Explorer ---------------------------------------------------------------
 
     async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]:
-        return await self._retrieval.search(session, query)
+        return await self._recall.search(session, query)
 
     async def describe(self, summary_id: str, session: Session | None) -> DescribeResult:
         return await self._explorer.describe(summary_id, session)

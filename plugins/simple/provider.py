@@ -35,11 +35,12 @@ from memory.history import (
     SessionCounts,
     SessionHistory,
     StoredMessage,
-    conversations,
     messages,
 )
+from memory.lexical import MESSAGES
+from memory.recall import Recall
 from memory.sanitize import storable
-from memory.search_text import clean_query, like_pattern, query_terms, snippet
+from memory.search_text import snippet
 from memory.stores import SharedStores
 from memory.summarizer import SummarizerError
 from memory.tokens import estimate_tokens
@@ -53,14 +54,12 @@ from memory.types import (
     NoteHit,
     NoteKind,
     Role,
-    SearchMode,
     SearchQuery,
     SearchResult,
     SearchScope,
     Session,
     SessionStats,
     SummarizeOptions,
-    as_utc,
     utcnow,
 )
 from plugins.simple import markers
@@ -83,7 +82,6 @@ DEFAULT_MAX_SOURCE_TOKENS = 60_000
 # Reflect reads the review context in one LLM call: keep its newest part within this.
 MAX_REVIEW_TOKENS = 24000
 PAGE = 256
-MAX_SEARCH_CHARS = 4096
 
 SUMMARY_INTRO = (
     "The earlier part of this conversation was compacted. Its handoff summary follows "
@@ -123,6 +121,7 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
         self.max_source_tokens = max(1, int(max_source_tokens))
         self.history = HistoryStore(ctx.engine)
         self.notes = NotesStore(Path(store_dir))
+        self._recall = Recall(ctx.engine, [MESSAGES], extra=self)
         # One compaction per session at a time in this process (a second /compact waits
         # and then finds nothing new); appends never wait for it.
         self._compacting: weakref.WeakValueDictionary[str, asyncio.Lock] = (
@@ -326,37 +325,26 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
     # ---- Searcher ------------------------------------------------------------------
 
     async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]:
-        """Notes and archives (BM25 in `full_text` mode, substring otherwise), then the
-        user's messages (substring, newest first: simple keeps no message index).
-        Scope `summaries` means the archives, `messages` the history. The scope is the
-        session's user (DESIGN §4), across their sessions with this agent; blank text
-        finds nothing."""
-        text = clean_query(query.text) if isinstance(query.text, str) else ""
-        if not text:
-            return []
-        # SQLite refuses LIKE patterns over 50,000 bytes; a pasted page is no query, and
-        # search never raises for user text (conformance): its head is what we look for.
-        text = text[:MAX_SEARCH_CHARS]
-        limit = max(1, min(int(query.limit or 20), 100))
-        try:
-            scope, mode = SearchScope(query.scope), SearchMode(query.mode)
-        except ValueError as exc:
-            raise InvalidArgument(f"bad search scope or mode: {exc}") from exc
-        out: list[SearchResult] = []
-        if scope != SearchScope.MESSAGES:
-            kinds = {NoteKind.ARCHIVE} if scope == SearchScope.SUMMARIES else set(NoteKind)
-            out += await self._search_entries(session, text, mode, kinds, limit)
-        if scope != SearchScope.SUMMARIES and len(out) < limit:
-            out += await self._search_messages(session, text, limit - len(out))
-        return out[:limit]
+        """The user's messages (core's shared index, memory/recall.py) and their notes
+        and archives, in one list: ranked modes merge BM25 scores, substring is newest
+        first. Scope `summaries` means the archives, `messages` the history."""
+        return await self._recall.search(session, query)
 
-    async def _search_entries(
-        self, session: Session, text: str, mode: SearchMode, kinds: set[NoteKind], limit: int
+    async def search_extra(
+        self, session: Session, text: str, terms: list[str], scope: SearchScope, limit: int
     ) -> list[SearchResult]:
-        if mode == SearchMode.FULL_TEXT:
+        """Notes and archives for `Recall` (its `ExtraSource`): BM25 over `terms`, or
+        `text` literally when `terms` is empty."""
+        if scope == SearchScope.MESSAGES:
+            return []
+        kinds = {NoteKind.ARCHIVE} if scope == SearchScope.SUMMARIES else set(NoteKind)
+        if terms:
             # Ask for more when filtering by kind, so the filter cannot starve the result.
             wanted = limit if len(kinds) == len(NoteKind) else limit * 4
-            hits = await self.notes.search(session.agent_id, session.user_id, text, wanted)
+            hits = await self.notes.search(
+                session.agent_id, session.user_id, " ".join(terms), wanted
+            )
+            signal = "words"
         else:
             needle = text.casefold()
             hits = [
@@ -364,44 +352,19 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
                 for e in reversed(await self.notes.entries(session.agent_id, session.user_id))
                 if needle in e.content.casefold() or needle in e.name.casefold()
             ]
-        # Snippets centre on a query word for ranked hits, on the whole text for substrings.
-        needles = query_terms(text) if mode == SearchMode.FULL_TEXT else [text]
+            signal = "substring"
         return [
             SearchResult(
                 source_type="archive" if h.entry.kind == NoteKind.ARCHIVE else "note",
                 source_id=h.entry.name,
-                content=snippet(h.entry.content, needles),
+                content=snippet(h.entry.content, terms or [text]),
                 score=h.score,
                 timestamp=h.entry.created_at,
+                signals=(signal,),
             )
             for h in hits
             if h.entry.kind in kinds
         ][:limit]
-
-    async def _search_messages(self, session: Session, text: str, limit: int) -> list[SearchResult]:
-        query = (
-            sa.select(messages.c.id, messages.c.content, messages.c.created_at)
-            .join(conversations, conversations.c.id == messages.c.conversation_id)
-            .where(
-                conversations.c.user_id == session.user_id,
-                conversations.c.agent_id == session.agent_id,
-                messages.c.content.ilike(like_pattern(text), escape="\\"),
-            )
-            .order_by(messages.c.created_at.desc(), messages.c.id.desc())
-            .limit(limit)
-        )
-        async with self.engine.connect() as conn:
-            rows = (await conn.execute(query)).all()
-        return [
-            SearchResult(
-                source_type="message",
-                source_id=str(r.id),
-                content=snippet(r.content, [text]),
-                score=0.0,
-                timestamp=as_utc(r.created_at),
-            )
-            for r in rows
-        ]
 
     # ---- NoteStore -----------------------------------------------------------------
 

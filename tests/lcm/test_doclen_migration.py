@@ -41,7 +41,8 @@ async def test_upgrade_backfills_document_lengths(db_url: str) -> None:
             hits = await p.search(s, SearchQuery("kestrel", limit=10))
             assert [h.content for h in hits][:1] == ["kestrel sighting today"]
             assert hits[0].score > hits[1].score > 0
-            await p.append(s, Message("user", "a kestrel"))
+            # (after a short message: a message's context counts in its length)
+            await p.append(s, Message("assistant", "noted"), Message("user", "a kestrel"))
             hits = await p.search(s, SearchQuery("kestrel", limit=10))
             assert [h.content for h in hits][:2] == ["a kestrel", "kestrel sighting today"]
         finally:

@@ -22,20 +22,27 @@ def q(text: str, mode: SearchMode = FT, scope: SearchScope = SearchScope.BOTH, l
 async def test_full_text_is_bm25_ranked_and_stemmed(make_provider) -> None:
     p = make_provider()
     s = session()
+    await p.append(s, *(Message("user", f"small talk number {i}") for i in range(12)))
+    garden = "gardening gardening gardening: we garden a lot"
+    note = "a note about gardening tools " + "filler words here " * 20
     await p.append(
-        s,
-        Message("user", "a note about gardening tools " + "filler words here " * 20),
-        Message("user", "gardening gardening gardening: we garden a lot"),
-        Message("user", "nothing relevant at all"),
+        s, Message("user", note), Message("assistant", "ok"),
+        Message("user", garden), Message("assistant", "nice"),
     )
     hits = await p.search(s, q("gardens"))
-    assert [h.content.startswith("gardening gardening") for h in hits] == [True, False]
-    assert hits[0].score > hits[1].score > 0
+    contents = [h.content for h in hits]
+    # Stemmed; the message saying it most (and shortest) first; a reply is found through
+    # the message it answers (its context), below that message.
+    assert contents[0] == garden
+    assert sorted(contents) == sorted([garden, note, "ok", "nice"])
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert hits[-1].score > 0
     assert all(h.source_type == "message" and h.timestamp is not None for h in hits)
-    # Every word must be there (no OR semantics).
-    assert [h.content for h in await p.search(s, q("gardening lot"))] == [
-        "gardening gardening gardening: we garden a lot"
-    ]
+    assert all(h.signals == ("words",) and h.session_id == s.id for h in hits)
+    # Any word is enough; sharing more of them ranks higher.
+    hits = await p.search(s, q("gardening lot of talk"))
+    assert hits[0].content == garden
+    assert {h.content for h in hits} >= {garden, note, "small talk number 3"}
 
 
 async def test_snippets_are_cut_around_the_match(make_provider) -> None:
@@ -199,7 +206,8 @@ async def test_search_statements_use_the_indexes(make_provider, engine, db_kind)
                     unscoped_plan = " ".join(r[0] for r in await cur.fetchall())
                     await cur.execute("RESET enable_seqscan")
                 assert "Seq Scan" not in plan and "Index" in plan, plan
-                assert "ix_lcm_" in unscoped_plan, unscoped_plan
+                # (lcm's own for summaries, core's shared one for messages)
+                assert re.search(r"ix_\w+_(gin|trgm)", unscoped_plan), unscoped_plan
 
 
 async def test_full_text_ranks_a_rare_term_above_repeated_common_ones(make_provider) -> None:
@@ -214,7 +222,8 @@ async def test_full_text_ranks_a_rare_term_above_repeated_common_ones(make_provi
     )
     # "python" is in ten messages, "asyncio" in two: the rare word weighs more.
     hits = await p.search(s, q("python asyncio"))
-    assert [h.content for h in hits] == [
+    assert len(hits) == 10  # any of the words is enough
+    assert [h.content for h in hits][:2] == [
         "python asyncio asyncio",
         "python python python python python asyncio",
     ]

@@ -1,0 +1,135 @@
+"""Search a user's memory: the one `Searcher.search` behind every SQL provider.
+
+A provider hands `Recall` the indexed tables it searches (core's messages for all; lcm
+adds its summaries) and any source of its own outside the database (simple's notes and
+archives, an `ExtraSource`). `Recall` decides what a query means and merges the lists:
+
+- `full_text`: BM25 over any of the query's non-stop words (memory/lexical.py), every
+  source's hits merged by score. A query with no such word ("🐙", "%", "who are you") is
+  searched literally instead, so anything stored can be found.
+- `hybrid`: `full_text` fused with embedding similarity when the provider has embeddings
+  (memory/fusion.py); without them it is `full_text`.
+- `substring`: the text literally, case-insensitive, newest first.
+
+Scope (DESIGN §4): every conversation of the session's (user, agent), current and
+archived, and nothing else. Blank text finds nothing (an empty list, not an error).
+Results carry their time, the conversation they came from and what found them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from memory import lexical
+from memory.errors import InvalidArgument
+from memory.history import conversations
+from memory.lexical import TextIndex
+from memory.search_text import clean_query, ranked_terms
+from memory.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
+
+MAX_LIMIT = 200
+# Longer text is cut to its head: a pasted page is no query, and SQLite refuses LIKE
+# patterns over 50,000 bytes.
+MAX_QUERY_CHARS = 10_000
+WORDS, SUBSTRING = "words", "substring"
+
+
+class ExtraSource(Protocol):
+    """A provider's searchable memory outside the indexed tables (simple's notes)."""
+
+    async def search_extra(
+        self, session: Session, text: str, terms: list[str], scope: SearchScope, limit: int
+    ) -> list[SearchResult]:
+        """Hits for `terms` ranked by a BM25 score (or, with `terms` empty, for `text`
+        literally, newest first), within `scope`; at most `limit`."""
+        ...
+
+
+async def owned_conversations(conn: AsyncConnection, user_id: int, agent_id: str) -> list[int]:
+    rows = await conn.execute(
+        sa.select(conversations.c.id).where(
+            conversations.c.user_id == user_id, conversations.c.agent_id == agent_id
+        )
+    )
+    return list(rows.scalars())
+
+
+def parse_query(query: SearchQuery) -> tuple[str, SearchMode, SearchScope, int]:
+    """(text, mode, scope, limit) of `query`, validated; text "" means find nothing."""
+    try:
+        mode, scope = SearchMode(query.mode), SearchScope(query.scope)
+    except ValueError as exc:
+        raise InvalidArgument(f"bad search query: {exc}") from exc
+    if isinstance(query.limit, bool) or not isinstance(query.limit, int) or query.limit < 1:
+        raise InvalidArgument("search limit must be a whole number, at least 1")
+    text = clean_query(query.text) if isinstance(query.text, str) else ""
+    return text[:MAX_QUERY_CHARS], mode, scope, min(query.limit, MAX_LIMIT)
+
+
+def _newest_first(results: list[SearchResult]) -> list[SearchResult]:
+    floor = datetime.min.replace(tzinfo=UTC)
+    return sorted(results, key=lambda r: r.timestamp or floor, reverse=True)
+
+
+def _best_first(results: list[SearchResult]) -> list[SearchResult]:
+    floor = datetime.min.replace(tzinfo=UTC)
+    return sorted(results, key=lambda r: (r.score, r.timestamp or floor), reverse=True)
+
+
+class Recall:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        indexes: Sequence[TextIndex],
+        extra: ExtraSource | None = None,
+    ) -> None:
+        self.engine = engine
+        self.indexes = list(indexes)
+        self.extra = extra
+
+    def _indexes_for(self, scope: SearchScope) -> list[TextIndex]:
+        if scope == SearchScope.BOTH:
+            return self.indexes
+        want_messages = scope == SearchScope.MESSAGES
+        return [i for i in self.indexes if (i is lexical.MESSAGES) == want_messages]
+
+    async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]:
+        text, mode, scope, limit = parse_query(query)
+        if not text:
+            return []
+        terms = [] if mode == SearchMode.SUBSTRING else ranked_terms(text)
+        results: list[SearchResult] = []
+        async with self.engine.connect() as conn:
+            conv_ids = await owned_conversations(conn, session.user_id, session.agent_id)
+            for index in self._indexes_for(scope):
+                results += await self._from_index(conn, index, conv_ids, text, terms, limit)
+        if self.extra is not None:
+            results += await self.extra.search_extra(session, text, terms, scope, limit)
+        ranked = _best_first(results) if terms else _newest_first(results)
+        return ranked[:limit]
+
+    async def _from_index(
+        self,
+        conn: AsyncConnection,
+        index: TextIndex,
+        conv_ids: list[int],
+        text: str,
+        terms: list[str],
+        limit: int,
+    ) -> list[SearchResult]:
+        if terms:
+            hits = await lexical.bm25(conn, index, conv_ids, terms, limit)
+            found = await lexical.resolve(conn, index, hits, terms)
+            signal = WORDS
+        else:
+            hits, verify = await lexical.literal(conn, index, conv_ids, text, limit)
+            found = (await lexical.resolve(conn, index, hits, [text], verify))[:limit]
+            signal = SUBSTRING
+        for result in found:
+            result.signals = (signal,)
+        return found
