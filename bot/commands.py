@@ -26,9 +26,11 @@ from memory.capabilities import (
     Compactor,
     ConstraintStore,
     Explorer,
+    MessageReader,
     NoteStore,
     ProfileStore,
     Searcher,
+    SessionManager,
     SessionSnapshotStore,
     VersionedProfileStore,
     capabilities_of,
@@ -49,7 +51,9 @@ from memory.types import (
     ChangeSource,
     CompactionResult,
     Scope,
+    SearchMode,
     SearchQuery,
+    SearchResult,
     Session,
     minute_utc,
 )
@@ -60,6 +64,7 @@ log = logging.getLogger(__name__)
 MAX_REPLY = 3900
 EXPAND_TOKEN_CAP = 800  # about 3200 characters: an expansion fits one message
 SEARCH_LIMIT = 10
+SEARCH_POOL = 200  # hits asked for, to count them; more are "200+"
 HISTORY_LIMIT = 10
 
 # Every command and what it does, once: /help lists them (all but /start, whose answer
@@ -78,7 +83,7 @@ HELP = "Commands:\n" + "\n".join(f"/{name} — {what}" for name, what in COMMAND
 MEMORY_USAGE: dict[str, str] = {
     "status": "/memory status — memory statistics of this conversation",
     "search": "/memory search <text> — search everything I remember of our conversations",
-    "show": "/memory show <summary_id> — a summary and where it sits in the tree",
+    "show": "/memory show <id> — a message found by search, or a summary and where it sits in the tree",
     "expand": "/memory expand <summary_id> — what a summary was built from",
     "profile": "/memory profile — what I know about you",
     "soul": "/memory soul — my personality as you have shaped it",
@@ -257,18 +262,58 @@ async def _search(pool: Pool, session: Session, rest: str) -> str:
     p = pool.provider
     if not isinstance(p, Searcher):
         return _lacks(p, "search")
-    hits = await p.search(session, SearchQuery(text=rest, limit=SEARCH_LIMIT))
+    # Asked for more than are shown, to say how many there are ("first 10 of 12").
+    query = SearchQuery(text=rest, limit=SEARCH_POOL, mode=SearchMode.HYBRID)
+    hits = await p.search(session, query)
     if not hits:
-        return f"No matches for {rest!r}."
-    lines = [f"• [{h.source_type} {h.source_id}] {minute_utc(h.timestamp)}: {_one_line(h.content, 300)}"
-             for h in hits]
-    return _listing(lines, f"{len(hits)} match{'es' if len(hits) != 1 else ''} for {rest!r}:")
+        return f"No matches for “{rest}”."
+    shown = hits[:SEARCH_LIMIT]
+    origins = await _origins(p, session, shown)
+    lines = [
+        f"• [{h.source_type} {h.source_id}] {minute_utc(h.timestamp)}{origins.get(h.session_id, '')}: "
+        f"{_one_line(h.content, 300)}"
+        for h in shown
+    ]
+    if len(hits) > len(shown):
+        total = f"{len(hits)}+" if len(hits) >= SEARCH_POOL else str(len(hits))
+        header = f"First {len(shown)} of {total} matches for “{rest}”:"
+    else:
+        header = f"{len(hits)} match{'es' if len(hits) != 1 else ''} for “{rest}”:"
+    footer = "\n(/memory show <id> shows one in full)"
+    return _listing(lines, header, MAX_REPLY - len(footer)) + footer
+
+
+async def _origins(p: object, session: Session, hits: list[SearchResult]) -> dict[str, str]:
+    """Where each hit's conversation is, as a suffix: nothing for this one, else the
+    earlier conversation's title and start."""
+    out: dict[str, str] = {}
+    for sid in {h.session_id for h in hits if h.session_id and h.session_id != session.id}:
+        if not isinstance(p, SessionManager):
+            out[sid] = " (an earlier conversation)"
+            continue
+        try:
+            info = await p.load_info(sid)
+        except NotFound:
+            continue
+        title = _one_line(info.title, 40) or "untitled"
+        out[sid] = f" (earlier conversation “{title}”, begun {minute_utc(info.created_at)[:10]})"
+    return out
 
 
 async def _show(pool: Pool, session: Session, rest: str) -> str:
     if not rest or " " in rest:
         return _usage("show")
     p = pool.provider
+    if rest.isdigit() and isinstance(p, MessageReader):
+        found = await p.read_message(session, rest)
+        where = "this conversation" if found.session.id == session.id else (
+            f"earlier conversation “{_one_line(found.session.title, 60) or 'untitled'}”"
+        )
+        head = (
+            f"Message {rest} ({found.message.role}, {minute_utc(found.message.created_at)}), "
+            f"#{found.seq} of {where}:\n\n"
+        )
+        return clip(head + found.message.content)
     if not isinstance(p, Explorer):
         return _lacks(p, "summaries")
     d = await p.describe(rest, session)

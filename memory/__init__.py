@@ -20,7 +20,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "memory.capabilities": (
         "CAPABILITIES", "ChangelogReader", "ChangelogWriter", "Compactor", "ConstraintStore",
-        "Explorer", "NoteStore", "ProfileStore", "Provider", "ProviderContext", "Reviewer",
+        "Explorer", "MessageReader", "NoteStore", "ProfileStore", "Provider", "ProviderContext", "Reviewer",
         "SessionManager", "SessionSnapshotStore", "Searcher", "Summarizer",
         "VersionedConstraintStore", "VersionedProfileStore", "capabilities_of",
     ),
@@ -72,6 +72,7 @@ if TYPE_CHECKING:  # static re-exports for type checkers and IDEs
         Compactor,
         ConstraintStore,
         Explorer,
+        MessageReader,
         NoteStore,
         ProfileStore,
         Provider,

@@ -9,9 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+if TYPE_CHECKING:
+    from memory.history import FoundMessage
 
 from memory.types import (
     ChangeEntry,
@@ -79,6 +82,14 @@ class Compactor(Protocol):
 @runtime_checkable
 class Searcher(Protocol):
     async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]: ...
+
+
+@runtime_checkable
+class MessageReader(Protocol):
+    """One message by the id a search hit gave, within `session`'s memory scope (its
+    user and agent); `NotFound` otherwise."""
+
+    async def read_message(self, session: Session, message_id: str) -> FoundMessage: ...
 
 
 @runtime_checkable
@@ -213,6 +224,7 @@ CAPABILITIES: dict[str, type] = {
     "Compactor": Compactor,
     "Searcher": Searcher,
     "Explorer": Explorer,
+    "MessageReader": MessageReader,
     "ProfileStore": ProfileStore,
     "ConstraintStore": ConstraintStore,
     "VersionedProfileStore": VersionedProfileStore,

@@ -92,6 +92,15 @@ class SessionCounter(Protocol):
 
 
 @dataclass(frozen=True)
+class FoundMessage:
+    """One stored message and the conversation it belongs to (`read_message`)."""
+
+    session: SessionInfo
+    seq: int
+    message: Message
+
+
+@dataclass(frozen=True)
 class StoredMessage:
     id: int
     seq: int
@@ -521,10 +530,38 @@ class HistoryStore:
         ]
 
 
+    async def read_message(self, session: Session, message_id: str) -> FoundMessage:
+        """Message `message_id` (a search hit's id) if it belongs to one of the
+        conversations of `session`'s user and agent; else `NotFound`, the same for an
+        id that does not exist as for another user's."""
+        if not message_id.isdigit() or len(message_id) > 18:
+            raise NotFound(f"message {message_id!r} not found")
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    sa.select(conversations, messages.c.seq)
+                    .join(messages, messages.c.conversation_id == conversations.c.id)
+                    .where(
+                        messages.c.id == int(message_id),
+                        conversations.c.user_id == session.user_id,
+                        conversations.c.agent_id == session.agent_id,
+                    )
+                )
+            ).mappings().first()
+            if row is None:
+                raise NotFound(f"message {message_id!r} not found")
+            [(_stored, msg)] = await self.load_messages(conn, ids=[int(message_id)])
+        return FoundMessage(self._info(row), row["seq"], msg)
+
+
 class SessionHistory:
-    """`SessionManager` for providers that keep a `self.history: HistoryStore`."""
+    """`SessionManager` and `MessageReader` for providers that keep a
+    `self.history: HistoryStore`."""
 
     history: HistoryStore
+
+    async def read_message(self, session: Session, message_id: str) -> FoundMessage:
+        return await self.history.read_message(session, message_id)
 
     async def save_info(self, info: SessionInfo) -> None:
         await self.history.save_info(info)

@@ -91,7 +91,9 @@ _PARAMS: dict[str, _Param] = {
                                     "(default all); profile_rollback: what to roll back"},
                     choices=(*_SEARCH_SCOPES, *_CHANGE_SCOPES)),
     "mode": _Param({"type": "string", "enum": [m.value for m in SearchMode],
-                    "description": "search: full_text (ranked words, default) or substring"},
+                    "description": "search: hybrid (default: ranked by words and, when "
+                                   "embeddings are on, meaning), full_text (ranked words) "
+                                   "or substring (the exact text, newest first)"},
                    choices=tuple(m.value for m in SearchMode)),
     "limit": _Param({"type": "integer", "minimum": 1, "maximum": 50,
                      "description": "maximum number of results"},
@@ -139,7 +141,9 @@ class _Action:
 
 _ACTIONS: dict[str, _Action] = {
     "status": _Action(None, "memory statistics of this conversation"),
-    "search": _Action(Searcher, "search earlier messages and summaries",
+    "search": _Action(Searcher, "search earlier messages and summaries; ask in plain "
+                      "words (a question or a few keywords: any of them may match, rarer "
+                      "ones weigh more); each hit has its id, date and a snippet",
                       ("text",), ("scope", "mode", "limit")),
     "describe": _Action(Explorer, "show a summary with its parents and children",
                         ("summary_id",)),
@@ -484,16 +488,20 @@ async def _search(c: _Call) -> str:
         text=c.params["text"],
         scope=SearchScope(c.params.get("scope", SearchScope.BOTH)),
         limit=c.params.get("limit", DEFAULT_SEARCH_LIMIT),
-        mode=SearchMode(c.params.get("mode", SearchMode.FULL_TEXT)),
+        mode=SearchMode(c.params.get("mode", SearchMode.HYBRID)),
     )
     hits = await c.provider.search(c.session, query)
-    shown = _preview(query.text, 60)
+    shown = f"“{_preview(query.text, 60)}” ({query.mode}, {query.scope})"
     if not hits:
-        return f"no results for {shown!r} ({query.mode}, {query.scope})"
-    lines = [f"{len(hits)} result(s) for {shown!r} ({query.mode}, {query.scope}):"]
+        return f"no results for {shown}"
+    lines = [f"{len(hits)} result(s) for {shown}, best first:"]
     for hit in hits:
         when = f" {minute_utc(hit.timestamp)}" if hit.timestamp else ""
-        lines.append(f"[{hit.source_type} {hit.source_id}] score {hit.score:.3g}{when}")
+        where = ""
+        if hit.session_id and hit.session_id != c.session.id:
+            where = " (an earlier conversation)"
+        how = f" [{'+'.join(hit.signals)}]" if hit.signals else ""
+        lines.append(f"[{hit.source_type} {hit.source_id}]{when}{where}{how}")
         lines.append(f"  {_preview(hit.content, 500)}")
     if any(h.source_type == "summary" for h in hits):
         lines.append("(describe or expand a summary id to see what it covers)")

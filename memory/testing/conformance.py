@@ -371,6 +371,64 @@ class ProviderConformance:
             assert any("quokka" in h.content for h in hits), mode
             assert all(h.source_type in {"message", "summary", "note", "archive"} for h in hits)
 
+    async def test_a_question_finds_a_message_sharing_some_of_its_words(
+        self, provider: Provider
+    ) -> None:
+        """Ranked search is natural language: any of the question's words may match (stop
+        words aside), the message sharing more of them ranks first, and every hit has
+        its time."""
+        self.require(provider, Searcher)
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(
+            s,
+            Message(role="user", content="we adopted a beagle puppy named Biscuit"),
+            Message(role="assistant", content="lovely, beagles are friendly"),
+            Message(role="user", content="the weather was grey all week"),
+        )
+        question = "When did Caroline adopt her puppy and what is its name?"
+        for mode in (SearchMode.FULL_TEXT, SearchMode.HYBRID):
+            hits = await provider.search(s, SearchQuery(question, mode=mode))  # type: ignore[attr-defined]
+            assert hits and "Biscuit" in hits[0].content, mode
+            assert all(h.timestamp is not None for h in hits), mode
+            assert not any("weather" in h.content for h in hits), mode
+
+    async def test_text_without_words_is_found_literally(self, provider: Provider) -> None:
+        """A query with nothing a ranked index can hold (an emoji, `%`, only stop words)
+        is looked up as written rather than finding nothing."""
+        self.require(provider, Searcher)
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(
+            s,
+            Message(role="user", content="my favourite animal 🐙 and 100% sure"),
+            Message(role="user", content="who are you?"),
+        )
+        for mode in (SearchMode.FULL_TEXT, SearchMode.HYBRID):
+            for text, expected in (("🐙", "🐙"), ("%", "100%"), ("who are you", "who are")):
+                hits = await provider.search(s, SearchQuery(text, mode=mode))  # type: ignore[attr-defined]
+                assert any(expected in h.content for h in hits), (mode, text)
+
+    async def test_tool_results_are_not_search_hits(self, provider: Provider) -> None:
+        """Earlier searches' results (tool messages) never crowd out what was said."""
+        self.require(provider, Searcher)
+        s = self.session()
+        await provider.bootstrap(s)
+        call = ToolCall(id="c1", name="memory", arguments='{"action": "search"}')
+        await provider.append(
+            s,
+            Message(role="user", content="the capybara is my favourite"),
+            Message(role="assistant", content="", tool_calls=[call]),
+            Message(role="tool", content="1 result: capybara capybara", tool_call_id="c1",
+                    name="memory"),
+            Message(role="assistant", content="noted"),
+        )
+        for mode in SearchMode:
+            hits = await provider.search(s, SearchQuery("capybara", mode=mode))  # type: ignore[attr-defined]
+            assert [h.content for h in hits if "capybara" in h.content] == [
+                "the capybara is my favourite"
+            ], mode
+
     async def test_substring_search_is_literal(self, provider: Provider) -> None:
         self.require(provider, Searcher)
         s = self.session()

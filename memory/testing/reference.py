@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from memory.capabilities import ProviderContext, Summarizer
 from memory.context import change_source_from_context
 from memory.errors import Conflict, InvalidArgument, NotFound
-from memory.search_text import snippet
+from memory.search_text import ranked_terms, snippet
 from memory.stores import SharedStores
 from memory.summarizer import leaf_target, truncate_to_tokens
 from memory.tokens import estimate_tokens, message_tokens
@@ -230,14 +230,19 @@ class ReferenceProvider(SharedStores):
         for conv in self._visible(session):
             if query.scope != SearchScope.SUMMARIES:
                 for i, m in enumerate(conv.messages):
-                    candidates.append(("message", f"{conv.session.id}:{i}", m.text(), m.created_at))
+                    if m.role != "tool":  # tool results are not searched
+                        candidates.append(
+                            ("message", f"{conv.session.id}:{i}", m.text(), m.created_at)
+                        )
         if query.scope != SearchScope.MESSAGES:
             for s in self._summaries.values():
                 if s.user_id == session.user_id and s.agent_id == session.agent_id:
                     candidates.append(("summary", s.id, s.content, s.created_at))
 
         hits: list[SearchResult] = []
-        if query.mode == SearchMode.SUBSTRING:
+        # Ranked modes look for any non-stop word; with none, the text literally.
+        terms = set() if query.mode == SearchMode.SUBSTRING else set(ranked_terms(query.text))
+        if not terms:
             needle = query.text.casefold()
             if not needle.strip():
                 return []
@@ -245,9 +250,6 @@ class ReferenceProvider(SharedStores):
                 if needle in text.casefold():
                     hits.append(SearchResult(kind, sid, snippet(text, [needle]), 1.0, at))
         else:
-            terms = set(_WORD.findall(query.text.casefold()))
-            if not terms:
-                return []
             for kind, sid, text, at in candidates:
                 words = _WORD.findall(text.casefold())
                 matched = terms.intersection(words)
