@@ -38,8 +38,8 @@ async def test_start_help_and_unknown(pool: Pool):
     ("/memory help", "/memory rollback"),
     ("/memory bogus", "/memory search <text>"),
     ("/memory search", "/memory search <text>"),
-    ("/memory show", "/memory show <summary_id>"),
-    ("/memory show a b", "/memory show <summary_id>"),
+    ("/memory show", "/memory show <id>"),
+    ("/memory show a b", "/memory show <id>"),
     ("/memory expand", "/memory expand <summary_id>"),
     ("/memory constrain", "/memory constrain <text>"),
     ("/memory unconstrain", "/memory unconstrain <id>"),
@@ -61,8 +61,8 @@ async def test_status_search_show_expand_and_compact(pool: Pool):
     assert "Capabilities:" in status and "Compactor" in status
     found = await cmd(pool, "/memory search blue kite")
     header, best = found.splitlines()[:2]
-    assert header.endswith("for 'blue kite':") and best.endswith(": the blue kite flies")
-    assert (await cmd(pool, "/memory search zeppelin")) == "No matches for 'zeppelin'."
+    assert header.endswith("for “blue kite”:") and best.endswith(": the blue kite flies")
+    assert (await cmd(pool, "/memory search zeppelin")) == "No matches for “zeppelin”."
 
     answer = await cmd(pool, "/compact")
     assert answer.startswith("Compacted 4 messages into 1 summary (1 leaf, 0 condensed)")

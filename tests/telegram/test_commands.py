@@ -53,3 +53,32 @@ async def test_commands(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provi
     # commands never reach the model
     assert all(not m["content"].startswith("/") for r in llm.requests for m in r["messages"]
                if m["role"] == "user")
+
+
+@pytest.mark.parametrize("provider", ["lcm", "simple"])
+async def test_memory_search_counts_hits_names_their_conversation_and_shows_one(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provider: str
+) -> None:
+    async with running_bot(tg, llm, tmp_path, provider=provider):
+        for i in range(6):
+            tg.private(42).send(f"kiwi fact {i}")
+            await tg.wait_for_message(42, contains=f"echo: kiwi fact {i}")
+        await ask(tg, "/new", "")
+        tg.private(42).send("it's fine, the kiwi sleeps")
+        await tg.wait_for_message(42, contains="echo: it's fine")
+        found = await ask(tg, "/memory search kiwi", "matches for “kiwi”")
+        # 7 messages and their 7 echoes hold the word: the answer says how many it shows.
+        assert found.startswith("First 10 of 14 matches for “kiwi”:"), found
+        assert "earlier conversation “kiwi fact 0”" in found
+        found = await ask(tg, "/memory search sleeping kiwis", "matches for “sleeping kiwis”")
+        best = found.splitlines()[1]
+        assert best.endswith(": it's fine, the kiwi sleeps") and "earlier" not in best  # here
+        message_id = re.search(r"\[message (\d+)\]", best)[1]  # type: ignore[index]
+        shown = await ask(tg, f"/memory show {message_id}", f"Message {message_id} (user, ")
+        assert shown.endswith("it's fine, the kiwi sleeps") and "this conversation" in shown
+        # The query is echoed once, as typed; another user cannot read the message.
+        quoted = await ask(tg, "/memory search \"it's fine\"", "for “\"it's fine\"”")
+        assert "\\'" not in quoted
+        tg.private(43).send(f"/memory show {message_id}")
+        [other] = await tg.wait_for(lambda: tg.bot_messages(43))
+        assert other.text == "Not found."
