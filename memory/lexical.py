@@ -215,16 +215,20 @@ async def resolve(
     hits: list[Hit],
     needles: list[str],
     verify: str | None = None,
+    *,
+    ranked: bool = False,
 ) -> list[SearchResult]:
     """`hits` as results, in their order: public id, snippet around a needle, time,
-    and the session the row belongs to."""
+    and the session the row belongs to. A ranked hit found through its context only
+    shows that context too, so a bare "noted" is seen to answer what was asked."""
     if not hits:
         return []
     rows = (
         await conn.execute(
             sa.text(
                 f"SELECT t.{index.rowid} AS rowid, t.id AS public_id, t.content AS content, "
-                f"t.{index.stamp} AS stamp, c.session_id AS session_id "
+                f"t.{index.stamp} AS stamp, c.session_id AS session_id, "
+                f"t.conversation_id AS conv, {'t.seq' if index.context else '0'} AS seq "
                 f"FROM {index.table} t JOIN conversations c ON c.id = t.conversation_id "
                 f"WHERE t.{index.rowid} IN :ids"
             ).bindparams(sa.bindparam("ids", expanding=True)),
@@ -237,14 +241,41 @@ async def resolve(
         row = by_rowid.get(hit.rowid)
         if row is None or (verify is not None and verify not in row["content"].casefold()):
             continue
+        content = snippet(row["content"], needles)
+        if ranked and index.context and not _mentions(row["content"], needles):
+            previous = await _previous_text(conn, row["conv"], row["seq"])
+            if previous:
+                content = (
+                    f"{snippet(row['content'], needles, 200)} (replying to: "
+                    f"{snippet(previous, needles, 280)})"
+                )
         out.append(
             SearchResult(
                 source_type=index.label,
                 source_id=str(row["public_id"]),
-                content=snippet(row["content"], needles),
+                content=content,
                 score=hit.score,
                 timestamp=_utc(row["stamp"]),
                 session_id=row["session_id"],
             )
         )
     return out
+
+
+def _mentions(content: str, terms: list[str]) -> bool:
+    """Whether `content` seems to hold one of `terms` itself: a term's first four
+    letters, so stemmed forms count ("adopted" for "adopt", "puppy" for "puppies")."""
+    folded = content.casefold()
+    return any(term[:4] in folded for term in terms)
+
+
+async def _previous_text(conn: AsyncConnection, conv_id: int, seq: int) -> str:
+    """The message a context was taken from (see core revision 0004)."""
+    text = await conn.scalar(
+        sa.text(
+            "SELECT content FROM messages WHERE conversation_id = :conv AND seq < :seq "
+            "AND role <> 'tool' AND content <> '' ORDER BY seq DESC LIMIT 1"
+        ),
+        {"conv": conv_id, "seq": seq},
+    )
+    return text or ""

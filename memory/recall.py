@@ -124,7 +124,7 @@ class Recall:
     ) -> list[SearchResult]:
         if terms:
             hits = await lexical.bm25(conn, index, conv_ids, terms, limit)
-            found = await lexical.resolve(conn, index, hits, terms)
+            found = await lexical.resolve(conn, index, hits, terms, ranked=True)
             signal = WORDS
         else:
             hits, verify = await lexical.literal(conn, index, conv_ids, text, limit)

@@ -17,9 +17,8 @@ field that memory/lexical.py weighs below the message's own words.
   contentless FTS5 trigram over (scope, content), serves substring search.
 - PostgreSQL: `messages_search` (message_id, conversation_id, tsv, doclen), where tsv is
   `to_tsvector('english', content)` at weight A followed by the context's at weight B,
-  kept by a trigger, with a GIN index and `(conversation_id) INCLUDE (doclen)`; doclen is
-  the tsvector's last position, which counts stop words too, as FTS5 counts every token
-  of a row. A pg_trgm GIN index on messages.content (tool results left out) serves
+  kept by a trigger, with a GIN index and `(conversation_id) INCLUDE (doclen)`; doclen
+  counts both fields' tokens, stop words too, as FTS5 counts every token of a row. A pg_trgm GIN index on messages.content (tool results left out) serves
   substring search.
 
 A message's context is read when the message is stored; a later edit of the previous
@@ -129,8 +128,7 @@ def _sqlite_upgrade() -> None:
 
 def _pg_upgrade() -> None:
     op.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
-    # The last position: positions advance over stop words, so this counts them, as
-    # FTS5 counts every token of a row.
+    # The last position of a tsvector: of a 'simple' one, the number of tokens.
     op.execute(
         "CREATE FUNCTION mnemo_tsv_len(tsvector) RETURNS integer LANGUAGE sql IMMUTABLE "
         "PARALLEL SAFE AS $$ SELECT coalesce(max(p), 0)::integer "
@@ -143,16 +141,21 @@ def _pg_upgrade() -> None:
     )
     tsv = (
         "setweight(to_tsvector('english'::regconfig, {content}), 'A') || "
-        "setweight(to_tsvector('english'::regconfig, coalesce({context}, '')), 'B')"
+        "setweight(to_tsvector('english'::regconfig, {context}), 'B')"
     )
+    # Tokens, stop words included, as FTS5 counts them: the 'simple' configuration keeps
+    # every word ('english' leaves no position for trailing stop words).
+    length = "mnemo_tsv_len(to_tsvector('simple'::regconfig, {}))"
+    doclen = f"{length.format('{content}')} + {length.format('{context}')}"
     op.execute(
         "CREATE FUNCTION messages_search_sync() RETURNS trigger LANGUAGE plpgsql AS $$ "
-        "DECLARE v tsvector; BEGIN "
+        "DECLARE ctx text; BEGIN "
         f"IF NOT (NEW.{_INDEXED}) THEN "
         "DELETE FROM messages_search WHERE message_id = NEW.id; RETURN NEW; END IF; "
-        f"v := {tsv.format(content='NEW.content', context=_previous('NEW', f'right({{}}, {CONTEXT_CHARS})'))}; "
+        f"ctx := coalesce({_previous('NEW', f'right({{}}, {CONTEXT_CHARS})')}, ''); "
         "INSERT INTO messages_search (message_id, conversation_id, tsv, doclen) "
-        "VALUES (NEW.id, NEW.conversation_id, v, mnemo_tsv_len(v)) "
+        f"VALUES (NEW.id, NEW.conversation_id, {tsv.format(content='NEW.content', context='ctx')}, "
+        f"{doclen.format(content='NEW.content', context='ctx')}) "
         "ON CONFLICT (message_id) DO UPDATE SET conversation_id = EXCLUDED.conversation_id, "
         "tsv = EXCLUDED.tsv, doclen = EXCLUDED.doclen; RETURN NEW; END $$"
     )
@@ -162,9 +165,10 @@ def _pg_upgrade() -> None:
     )
     op.execute(
         "INSERT INTO messages_search (message_id, conversation_id, tsv, doclen) "
-        "SELECT id, conversation_id, v, mnemo_tsv_len(v) FROM ("
-        f"SELECT m.id, m.conversation_id, "
-        f"{tsv.format(content='m.content', context=_previous('m', f'right({{}}, {CONTEXT_CHARS})'))} AS v "
+        f"SELECT id, conversation_id, {tsv.format(content='content', context='ctx')}, "
+        f"{doclen.format(content='content', context='ctx')} FROM ("
+        "SELECT m.id, m.conversation_id, m.content, "
+        f"coalesce({_previous('m', f'right({{}}, {CONTEXT_CHARS})')}, '') AS ctx "
         f"FROM messages m WHERE m.{_INDEXED}) AS rows"
     )
     op.execute(

@@ -3,8 +3,8 @@
 Core revision 0004_search_index indexes every provider's messages; lcm's own message
 indexes (lcm_0001's FTS5 tables and pg_trgm index, lcm_0002/0003's tsvector side table)
 only cost writes now and are dropped. lcm keeps its summary indexes. Their document
-length on PostgreSQL becomes the tsvector's last position (stop words counted, as FTS5
-and core's index count them), so summaries and messages are ranked on one scale.
+length on PostgreSQL becomes the number of tokens, stop words included (as FTS5 and
+core's index count them), so summaries and messages are ranked on one scale.
 
 Downgrade rebuilds lcm's message indexes from the messages table.
 
@@ -37,7 +37,7 @@ def upgrade() -> None:
         op.execute("DROP FUNCTION IF EXISTS lcm_messages_tsv_sync()")
         op.execute("DROP TABLE IF EXISTS lcm_messages_tsv")
         op.execute("DROP INDEX IF EXISTS ix_lcm_messages_trgm")
-        _doclen("SELECT coalesce(max(p), 0)::integer FROM unnest($1) u, unnest(u.positions) p")
+        _summary_lengths("mnemo_tsv_len(to_tsvector('simple'::regconfig, {}))")
 
 
 def downgrade() -> None:
@@ -46,10 +46,7 @@ def downgrade() -> None:
         _sqlite_restore("lcm_messages_fts", "porter unicode61 remove_diacritics 2")
         _sqlite_restore("lcm_messages_trgm", "trigram")
     elif dialect == "postgresql":
-        _doclen(
-            "SELECT coalesce(sum(coalesce(array_length(positions, 1), 1)), 0)::integer "
-            "FROM unnest($1)"
-        )
+        _summary_lengths(f"lcm_doclen({_TSV})")
         op.execute(
             "CREATE TABLE lcm_messages_tsv ("
             "message_id BIGINT PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE, "
@@ -80,13 +77,21 @@ def downgrade() -> None:
         op.execute("CREATE INDEX ix_lcm_messages_trgm ON messages USING gin (content gin_trgm_ops)")
 
 
-def _doclen(body: str) -> None:
-    """Redefine lcm_doclen and recompute the summaries' lengths with it."""
+def _summary_lengths(length: str) -> None:
+    """Summaries' document lengths computed as `length` (of the content), from now on
+    and for the rows there are."""
     op.execute(
-        "CREATE OR REPLACE FUNCTION lcm_doclen(tsvector) RETURNS integer LANGUAGE sql "
-        f"IMMUTABLE PARALLEL SAFE AS $$ {body} $$"
+        "CREATE OR REPLACE FUNCTION lcm_summaries_tsv_sync() RETURNS trigger "
+        f"LANGUAGE plpgsql AS $$ DECLARE v tsvector := {_TSV.format('NEW.content')}; BEGIN "
+        "INSERT INTO lcm_summaries_tsv (summary_pk, conversation_id, tsv, doclen) "
+        f"VALUES (NEW.pk, NEW.conversation_id, v, {length.format('NEW.content')}) "
+        "ON CONFLICT (summary_pk) DO UPDATE SET conversation_id = EXCLUDED.conversation_id, "
+        "tsv = EXCLUDED.tsv, doclen = EXCLUDED.doclen; RETURN NEW; END $$"
     )
-    op.execute("UPDATE lcm_summaries_tsv SET doclen = lcm_doclen(tsv)")
+    op.execute(
+        f"UPDATE lcm_summaries_tsv t SET doclen = {length.format('s.content')} "
+        "FROM summaries s WHERE s.pk = t.summary_pk"
+    )
 
 
 def _sqlite_restore(fts: str, tokenizer: str) -> None:
