@@ -71,7 +71,7 @@ from telegram import Bot, Document, Message, PhotoSize, Update, User
 from telegram.error import BadRequest, NetworkError, TimedOut
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
-from bot.commands import COMMANDS, handle_command
+from bot.commands import COMMANDS, command_parts, handle_command
 from bot.config import Settings
 from bot.images import Image
 from bot.pool import Pool
@@ -345,8 +345,7 @@ class TelegramChannel:
         receipt = self._receipt(update)
         if receipt is not None and await receipt.seen_before():
             return
-        head, _, args = (message.text or "").partition(" ")
-        name = head.lstrip("/").split("@", 1)[0].lower()
+        name, args = command_parts(message.text or "")
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         async with typing(context.bot, target):
             answer = await handle_command(self.pool, base, name, args.strip(),

@@ -53,3 +53,13 @@ async def test_commands(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provi
     # commands never reach the model
     assert all(not m["content"].startswith("/") for r in llm.requests for m in r["messages"]
                if m["role"] == "user")
+
+
+async def test_a_newline_ends_the_command_word_like_a_space(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    async with running_bot(tg, llm, tmp_path):
+        status = await ask(tg, "/memory\nstatus", "Memory provider")
+        assert "Unknown" not in status
+        await ask(tg, "/memory\tprofile", "")  # any whitespace, not only a space
+        await ask(tg, "/help\n", "/compact")
+    assert llm.requests == []  # commands, not turns
