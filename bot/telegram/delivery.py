@@ -28,7 +28,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_ATTEMPTS = 4
-MAX_RETRY_AFTER_S = 60.0  # beyond this, give up rather than hold a reply for minutes
+# A caller waits out flood control itself only this long; beyond it (or after
+# MAX_ATTEMPTS) the RetryAfter is raised, and an answer is owed to the chat and sent
+# later by bot.telegram.outbox, rather than a handler holding its chat for minutes.
+MAX_RETRY_AFTER_S = 5.0
 BACKOFF_S = (0.5, 1.0, 2.0)
 
 
