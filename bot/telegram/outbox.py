@@ -81,8 +81,9 @@ class Outbox:
         """An answer is owed in `chat_id`, or it is held: a new one must queue behind."""
         return bool(self._queues.get(chat_id)) or self.held(chat_id) > 0
 
-    def owe(self, chat_id: int, deliver: Deliver, *, what: str,
-            failure: BaseException | None = None) -> None:
+    def owe(
+        self, chat_id: int, deliver: Deliver, *, what: str, failure: BaseException | None = None
+    ) -> None:
         """Deliver later, after what is already owed in `chat_id`; `failure` is what
         stopped the first attempt (a `RetryAfter` holds the chat for its wait)."""
         if isinstance(failure, RetryAfter):
@@ -90,11 +91,14 @@ class Outbox:
         elif failure is not None:  # past delivery's own quick retries: not at once
             self.hold(chat_id, FIRST_BACKOFF_S)
         self._queues.setdefault(chat_id, deque()).append(_Owed(deliver, what))
-        log.info("%s in chat %s is owed: delivered in %.0f s at the earliest",
-                 what, chat_id, self.held(chat_id))
+        log.info(
+            "%s in chat %s is owed: delivered in %.0f s at the earliest",
+            what,
+            chat_id,
+            self.held(chat_id),
+        )
         if chat_id not in self._tasks:
-            self._tasks[chat_id] = asyncio.create_task(self._run(chat_id),
-                                                       name=f"outbox:{chat_id}")
+            self._tasks[chat_id] = asyncio.create_task(self._run(chat_id), name=f"outbox:{chat_id}")
 
     async def _run(self, chat_id: int) -> None:
         queue = self._queues[chat_id]
@@ -108,15 +112,19 @@ class Outbox:
                     await owed.deliver()
                 except RetryAfter as exc:
                     self.hold(chat_id, retry_after_seconds(exc))
-                    log.info("%s in chat %s: flood control again, next try in %.0f s",
-                             owed.what, chat_id, retry_after_seconds(exc))
+                    log.info(
+                        "%s in chat %s: flood control again, next try in %.0f s",
+                        owed.what,
+                        chat_id,
+                        retry_after_seconds(exc),
+                    )
                     continue
                 except (BadRequest, Forbidden, TimedOut) as exc:
-                    log.warning("%s in chat %s could not be delivered: %s",
-                                owed.what, chat_id, exc)
+                    log.warning("%s in chat %s could not be delivered: %s", owed.what, chat_id, exc)
                 except NetworkError as exc:
-                    log.info("%s in chat %s: %s; next try in %.0f s",
-                             owed.what, chat_id, exc, backoff)
+                    log.info(
+                        "%s in chat %s: %s; next try in %.0f s", owed.what, chat_id, exc, backoff
+                    )
                     self.hold(chat_id, backoff)
                     backoff = min(MAX_BACKOFF_S, backoff * 2)
                     continue
@@ -143,15 +151,20 @@ class Outbox:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.pending:
-            log.info("stopping with %d answer(s) owed: the next start sends them",
-                     self.pending)
+            log.info("stopping with %d answer(s) owed: the next start sends them", self.pending)
         self._queues.clear()
 
 
-async def finish_or_owe(outbox: Outbox, stream: ReplyStream, answer: str, *, what: str,
-                        quote: int | None = None,
-                        mark: Callable[[str], Awaitable[None]] | None = None,
-                        late: Callable[[], Awaitable[None]] | None = None) -> bool:
+async def finish_or_owe(
+    outbox: Outbox,
+    stream: ReplyStream,
+    answer: str,
+    *,
+    what: str,
+    quote: int | None = None,
+    mark: Callable[[str], Awaitable[None]] | None = None,
+    late: Callable[[], Awaitable[None]] | None = None,
+) -> bool:
     """Show `answer` through `stream` now; True once shown. When Telegram cannot take it
     now (flood control, 5xx or no connection past the retries), or the chat already owes
     earlier answers, `mark(answer)` records it as owed (awaited before handing over, so a stop
