@@ -54,8 +54,9 @@ Decisions (README "Telegram" repeats them for operators):
   after the command ran); a document, recording or photo is looked up before it is
   downloaded, so a redelivery is not fetched (nor transcribed) again. A turn
   stored but not answered (a stop or crash mid-turn) is answered at the next start
-  (`bot.telegram.resume`), as a reply quoting it; so is a stored answer whose sending
-  failed for good (Telegram unreachable past the retries). Refusals and the one-line
+  (`bot.telegram.resume`), as a reply quoting it. A stored answer Telegram does not
+  take (flood control, or unreachable past the retries) is owed: marked at once and
+  sent later by `bot.telegram.outbox`, or else at the next start. Refusals and the one-line
   answers to media, unreadable files, unknown commands or over-long text are not
   recorded (a disallowed user leaves no row): after a crash they may be said twice.
 """

@@ -226,3 +226,27 @@ async def test_every_missed_answer_is_sent_in_order_even_once_the_user_wrote_aga
     assert [(m.text, m.reply_to) for m in tg.bot_messages(41)] == [
         ("echo: first", first["message_id"]), ("echo: second", second["message_id"])]
     assert len(llm.requests) == 2
+
+
+async def test_a_row_marked_before_answers_were_kept_reads_the_history(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    """A row marked undelivered by a version without its text (before bot_0006): the
+    latest answer is read back from the history, once, with no model call."""
+    alice = tg.private(41)
+    async with temp_database_url("sqlite", tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url):
+            sent = alice.send("hello")
+            await tg.wait_for_message(41, contains="echo: hello")
+        engine = create_engine(url)
+        try:
+            async with write_transaction(engine) as conn:
+                await conn.execute(sa.update(telegram_updates).values(
+                    resume=True, undelivered=True, answer=None))
+        finally:
+            await engine.dispose()
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            await tg.wait_for(lambda: len(tg.bot_messages(41)) == 2)
+            await until_empty(lambda: owed(services))
+    assert [(m.text, m.reply_to) for m in tg.bot_messages(41)] == [
+        ("echo: hello", None), ("echo: hello", sent["message_id"])]
+    assert len(llm.requests) == 1
