@@ -14,11 +14,15 @@ Decisions:
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
+from bot.llm import LLMError
 from bot.pool import GENERATION_SEP, Pool, bind_session
 from memory import snapshots
 from memory.capabilities import (
@@ -45,6 +49,7 @@ from memory.errors import (
     Unsupported,
 )
 from memory.stores import parse_constraints
+from memory.summarizer import SummarizerError
 from memory.tracing import unwrap
 from memory.types import (
     ChangeEntry,
@@ -131,6 +136,14 @@ def _one_line(text: str, width: int = 160) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+def command_parts(text: str) -> tuple[str, str]:
+    """`/name@bot args` -> ("name", "args"). The command ends at any whitespace, a
+    newline included (`/memory\nstatus` is /memory with "status")."""
+    head, *rest = text.split(None, 1) or [""]
+    name = head.lstrip("/").split("@", 1)[0].lower()
+    return name, rest[0].strip() if rest else ""
+
+
 def base_of(session: Session) -> Session:
     """The base session of a live one (its generation suffix removed)."""
     head, sep, tail = session.id.rpartition(GENERATION_SEP)
@@ -164,10 +177,30 @@ async def handle_command(pool: Pool, session: Session, name: str, args: str, *,
         return str(exc) or "That request is not valid."
     except MemoryError_ as exc:
         return f"The memory store refused: {exc}"
-    except Exception:
+    except Exception as exc:
         # The user gets a plain sentence; the exception and its traceback go to the log.
         log.exception("command /%s failed", command)
-        return f"Sorry, /{command} failed on my side; nothing was changed."
+        return f"Sorry, /{command} failed: {failure_reason(exc)}; nothing was changed."
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why a command failed, in words a user understands (never an exception's name):
+    the first cause along `__cause__`/`__context__` that can be named."""
+    fallback = "something went wrong on my side"
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, LLMError):
+            return cause.reason  # "the language model could not be reached", ...
+        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            return "the disk is full"
+        if isinstance(cause, SQLAlchemyError):
+            return "my memory store could not be reached"
+        if isinstance(cause, SummarizerError):  # a deeper cause may say more
+            fallback = "the language model gave no usable summary"
+        cause = cause.__cause__ or cause.__context__
+    return fallback
 
 
 def _start(pool: Pool) -> str:
@@ -185,7 +218,8 @@ async def _compact(pool: Pool, session: Session) -> str:
         # that trying again continues. The cause goes to the log, like any failure.
         log.warning("/compact of %s stopped part way", session.id, exc_info=exc)
         return clip("Compaction stopped part way: what it had done is kept, the rest "
-                    "failed. " + _compacted(exc.result) + " Send /compact again to finish.")
+                    f"failed ({failure_reason(exc.__cause__ or exc)}). "
+                    + _compacted(exc.result) + " Send /compact again to finish.")
     if not result.changed:
         return (f"Nothing to compact: the conversation is short enough "
                 f"({result.tokens_before} tokens in context).")
@@ -217,8 +251,7 @@ Handler = Callable[[Pool, Session, str], Awaitable[str]]
 
 
 async def _memory(pool: Pool, session: Session, args: str, *, is_admin: bool) -> str:
-    sub, _, rest = args.strip().partition(" ")
-    sub, rest = sub.lower(), rest.strip()
+    sub, rest = command_parts(args)
     if sub in ("", "help"):
         return _usage()
     handler = _MEMORY.get(sub)

@@ -33,6 +33,7 @@ from urllib.parse import urlparse
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from telegram import BotCommand
+from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder
 
 from bot.commands import COMMANDS
@@ -134,7 +135,11 @@ async def running(app: Application, settings: Settings, *,
     settling: asyncio.Task[None] | None = None
     async with app:  # initialize (getMe) ... shutdown
         inflight.bind(app.bot.id)
-        await with_retry(lambda: app.bot.set_my_commands(bot_commands()), what="setMyCommands")
+        try:
+            await with_retry(lambda: app.bot.set_my_commands(bot_commands()),
+                             what="setMyCommands")
+        except TelegramError as exc:  # only the command menu: never worth not starting
+            log.warning("could not set the command menu: %s", exc)
         await app.start()
         assert app.updater is not None
         await inflight.replay()  # updates parked by a previous run (bot.telegram.inbox)
@@ -173,6 +178,7 @@ async def running(app: Application, settings: Settings, *,
             if app.updater.running:
                 await app.updater.stop()
             await inflight.drain(drain_s)
+            await channel.outbox.close()  # what it still owes is marked for the next start
             await inflight.release_parked()
             if inflight.handled is not None:
                 await inflight.handled.flush_answered()

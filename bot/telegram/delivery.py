@@ -1,7 +1,8 @@
 """Sending and editing messages: retries on flood control, plain-text fallback.
 
 python-telegram-bot does not retry by itself. A `RetryAfter` (HTTP 429) is honoured and
-retried, a bounded number of times; a 5xx or a connection failure is retried with a short
+retried here while its wait is short (`MAX_RETRY_AFTER_S`), a bounded number of times;
+a longer one is raised, and the caller owes the answer (`bot.telegram.outbox`). A 5xx or a connection failure is retried with a short
 backoff (Telegram did not take the message). A timeout is not retried for a send, since
 the message may have arrived. When Telegram refuses the formatting (400 "can't parse
 entities"), the piece goes again as plain text, its Markdown source, so nothing is lost.
@@ -28,7 +29,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_ATTEMPTS = 4
-MAX_RETRY_AFTER_S = 60.0  # beyond this, give up rather than hold a reply for minutes
+# A caller waits out flood control itself only this long; beyond it (or after
+# MAX_ATTEMPTS) the RetryAfter is raised, and an answer is owed to the chat and sent
+# later by bot.telegram.outbox, rather than a handler holding its chat for minutes.
+MAX_RETRY_AFTER_S = 5.0
 BACKOFF_S = (0.5, 1.0, 2.0)
 
 

@@ -1,26 +1,20 @@
 """Markdown from the model -> Telegram text plus message entities.
 
-telegramify-markdown converts Markdown into plain text and `MessageEntity` ranges
-(offsets in UTF-16 units), which is sturdier than MarkdownV2 escaping: nothing in the
-model's text can break the parse. Each piece keeps its Markdown source as the plain-text
-fallback sent when Telegram still refuses the entities.
+`bot.telegram.markdown` turns the model's Markdown into the text Telegram shows and
+`MessageEntity` ranges (offsets in UTF-16 units), removing only the Markdown markers it
+defines, so no character the model wrote is lost; entities rather than MarkdownV2
+escaping, so nothing in the model's text can break the parse. Each piece keeps its
+Markdown source as the plain-text fallback sent when Telegram still refuses the entities.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
-import telegramify_markdown
 from telegram import MessageEntity
-from telegramify_markdown import RenderConfig
 
+from bot.telegram.markdown import render_markdown
 from bot.telegram.splitting import TELEGRAM_LIMIT, split_markdown, utf16_len
-
-log = logging.getLogger(__name__)
-
-# Our own config: the library's global one is shared mutable state.
-_CONFIG = RenderConfig.isolated()
 
 
 @dataclass(frozen=True)
@@ -32,44 +26,32 @@ class Piece:
     fallback: str
 
 
-def _entities(raw: list[telegramify_markdown.MessageEntity]) -> tuple[MessageEntity, ...]:
-    return tuple(
-        MessageEntity(
-            type=e.type,
-            offset=e.offset,
-            length=e.length,
-            url=e.url,
-            language=e.language,
-            custom_emoji_id=e.custom_emoji_id,
-        )
-        for e in raw
-    )
-
-
-def render_piece(markdown: str, limit: int = TELEGRAM_LIMIT) -> list[Piece]:
-    """Render one Markdown piece (already split to size). The rendering is usually shorter
-    than the source, but headings gain an emoji: a rare overflow is split again."""
-    try:
-        text, raw = telegramify_markdown.convert(markdown, config=_CONFIG)
-    except Exception:  # a converter bug must never cost the user the reply
-        log.warning("markdown conversion failed; sending plain text", exc_info=True)
-        return [Piece(markdown, (), markdown)]
+def render_piece(markdown: str) -> Piece:
+    """Render one Markdown piece (already split to size: rendering only removes
+    characters, so it still fits). Text that would show blank (only markers, as an
+    empty code block) is sent as written."""
+    rendered = render_markdown(markdown)
+    text = rendered.text
     if not text.strip():
-        return [Piece(markdown, (), markdown)]
-    if utf16_len(text) <= limit:
-        return [Piece(text, _entities(raw), markdown)]
-    return [
-        Piece(part, _entities(ents), part)
-        for part, ents in telegramify_markdown.split_entities(text, raw, limit)
-    ]
+        return Piece(markdown, (), markdown)
+    entities = tuple(
+        MessageEntity(
+            type=s.type,
+            offset=utf16_len(text[: s.start]),
+            length=utf16_len(text[s.start : s.end]),
+            url=s.url,
+            language=s.language,
+        )
+        for s in sorted(rendered.spans, key=lambda s: (s.start, -s.end))
+    )
+    # Refused formatting: the source, whose markers still say what was meant (a link's
+    # URL included, which the unformatted text would lose).
+    return Piece(text, entities, markdown)
 
 
 def render(markdown: str, limit: int = TELEGRAM_LIMIT) -> list[Piece]:
     """The whole reply as Telegram messages, in order; empty for blank text."""
-    pieces: list[Piece] = []
-    for chunk in split_markdown(markdown, limit):
-        pieces.extend(render_piece(chunk, limit))
-    return pieces
+    return [render_piece(chunk) for chunk in split_markdown(markdown, limit)]
 
 
 def plain_pieces(text: str, limit: int = TELEGRAM_LIMIT) -> list[str]:

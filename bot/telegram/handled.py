@@ -1,7 +1,7 @@
 """The Telegram updates already handled, per bot: a redelivered update (the bot died
 after storing its message but before Telegram heard so) is recognised and skipped.
 
-Table `telegram_updates` (revisions `bot_0001`, `bot_0002`, `bot_0004`): (bot_id, update_id) ->
+Table `telegram_updates` (revisions `bot_0001`, `bot_0002`, `bot_0004`, `bot_0006`): (bot_id, update_id) ->
 handled_at. A text update's row is written in the same transaction as the user's message
 (see `memory.append_hook`); a command's right after the command ran. Rows older than
 `KEEP` go: Telegram keeps an unconfirmed update for 24 hours, so none older can return.
@@ -13,10 +13,10 @@ instead. An apology clears the mark at once; sent answers are cleared in batches
 so after a crash the last few seconds' answered rows are still marked: harmless, as
 `bot.telegram.resume` answers only a conversation that still ends with a user message.
 
-An answer stored but never sent (Telegram unreachable past the delivery retries) is
-marked `undelivered` at once (`HandledUpdates.undelivered`), not in the batch: only
-that mark tells a restart to send the stored answer, since a row merely not cleared
-yet may have had its answer sent.
+An answer stored but not taken by Telegram (flood control, or Telegram unreachable past
+the delivery retries) is marked `undelivered` at once, with its text
+(`HandledUpdates.undelivered`), not in the batch: only that mark tells a restart to
+send it, since a row merely not cleared yet may have had its answer sent.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ class TelegramUpdate(SQLModel, table=True):
     # The answer was stored but sending it failed for good (revision bot_0004).
     undelivered: bool = Field(default=False, sa_column=sa.Column(
         sa.Boolean, nullable=False, server_default=sa.false()))
+    # Its text, while owed (revision bot_0006); None on rows marked before it.
+    answer: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
 
 
 telegram_updates: sa.Table = TelegramUpdate.__table__  # type: ignore[attr-defined]
@@ -77,6 +79,7 @@ class PendingReply:
     message_id: int
     handled_at: datetime
     undelivered: bool = False  # its answer is stored, and was never sent
+    answer: str | None = None  # that answer's text (None: read it from the history)
 
 
 @dataclass(frozen=True)
@@ -146,21 +149,22 @@ class HandledUpdates:
         """Text updates handled since `since` whose answer may still be due, oldest first."""
         t = telegram_updates.c
         query = (sa.select(t.update_id, t.session_id, t.user_id, t.chat_id, t.thread_id,
-                           t.message_id, t.handled_at, t.undelivered)
+                           t.message_id, t.handled_at, t.undelivered, t.answer)
                  .where(t.bot_id == self.bot_id, owed_since(since))
                  .order_by(t.update_id))
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [PendingReply(*row) for row in rows]
 
-    async def undelivered(self, update_id: int) -> None:
-        """The stored answer to `update_id` could not be sent: the next start sends it."""
+    async def undelivered(self, update_id: int, answer: str) -> None:
+        """The stored `answer` to `update_id` was not taken by Telegram: owed until sent
+        (by `bot.telegram.outbox`, or else by the next start)."""
         async with write_transaction(self.engine) as conn:
             await conn.execute(
                 sa.update(telegram_updates)
                 .where(telegram_updates.c.bot_id == self.bot_id,
                        telegram_updates.c.update_id == update_id)
-                .values(undelivered=True))
+                .values(undelivered=True, answer=answer))
 
     async def latest_turn(self, session_id: str) -> int | None:
         """The newest text update stored in `session_id` (its row is written with the
@@ -179,7 +183,7 @@ class HandledUpdates:
                 sa.update(telegram_updates)
                 .where(telegram_updates.c.bot_id == self.bot_id,
                        telegram_updates.c.update_id.in_(list(update_ids)))
-                .values(resume=False, undelivered=False))
+                .values(resume=False, undelivered=False, answer=None))
 
     async def prune(self, keep: timedelta = KEEP) -> int:
         """Forget rows older than `keep`; returns how many went."""

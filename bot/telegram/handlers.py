@@ -54,8 +54,9 @@ Decisions (README "Telegram" repeats them for operators):
   after the command ran); a document, recording or photo is looked up before it is
   downloaded, so a redelivery is not fetched (nor transcribed) again. A turn
   stored but not answered (a stop or crash mid-turn) is answered at the next start
-  (`bot.telegram.resume`), as a reply quoting it; so is a stored answer whose sending
-  failed for good (Telegram unreachable past the retries). Refusals and the one-line
+  (`bot.telegram.resume`), as a reply quoting it. A stored answer Telegram does not
+  take (flood control, or unreachable past the retries) is owed: marked at once and
+  sent later by `bot.telegram.outbox`, or else at the next start. Refusals and the one-line
   answers to media, unreadable files, unknown commands or over-long text are not
   recorded (a disallowed user leaves no row): after a crash they may be said twice.
 """
@@ -63,15 +64,15 @@ Decisions (README "Telegram" repeats them for operators):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from telegram import Bot, Document, Message, PhotoSize, Update, User
-from telegram.error import BadRequest, NetworkError, TimedOut
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
-from bot.commands import COMMANDS, handle_command
+from bot.commands import COMMANDS, command_parts, handle_command
 from bot.config import Settings
 from bot.images import Image
 from bot.pool import Pool
@@ -79,6 +80,7 @@ from bot.telegram.attachments import Unreadable, media_note, read_text, text_doc
 from bot.telegram.delivery import Target
 from bot.telegram.handled import ReplyTo
 from bot.telegram.inflight import Inflight, UpdateReceipt
+from bot.telegram.outbox import Outbox, finish_or_owe
 from bot.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
 from bot.telegram.replies import EditPacer, ReplyStream, send_plain_reply, typing
 from bot.telegram.resume import OwedAnswers
@@ -147,6 +149,7 @@ class TelegramChannel:
         # A photo (up to 10 MB) is held until its turn's answer: a few turns at a time.
         self.photos = asyncio.Semaphore(PHOTOS_AT_ONCE)
         self.pacer = EditPacer(EDIT_MIN_GAP_S)
+        self.outbox = Outbox()  # answers Telegram could not take yet
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
 
     async def answer_owed(self, bot: Bot) -> int:
@@ -154,7 +157,7 @@ class TelegramChannel:
         if self.inflight is None or self.inflight.handled is None:
             return 0
         return await OwedAnswers(bot, self.pool, self.inflight.handled, self.settings,
-                                 self.pacer, self.stream_interval).answer()
+                                 self.pacer, self.stream_interval, self.outbox).answer()
 
     def register(self, app: Application) -> None:
         new = filters.UpdateType.MESSAGE  # edited messages have their own handler
@@ -304,9 +307,13 @@ class TelegramChannel:
             receipt.reply_to = ReplyTo(place.chat_id, place.thread_id, message.message_id)
         session = await self.pool.current_session(base)
         stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
-        async with typing(context.bot, target):
+        # A chat under flood control (or owed earlier answers) gets no streaming and no
+        # "typing…": Telegram takes nothing there now, and the answer queues behind.
+        quiet = self.outbox.owes(place.chat_id)
+        async with contextlib.nullcontext() if quiet else typing(context.bot, target):
             try:
-                reply = await self.pool.chat(session, text, on_delta=stream.on_delta,
+                reply = await self.pool.chat(session, text,
+                                             on_delta=None if quiet else stream.on_delta,
                                              receipt=receipt, images=images)
                 answer, failed = reply.text, reply.error
             except Exception:  # the pool reports its own failures; this is a bug
@@ -320,16 +327,15 @@ class TelegramChannel:
             return
         if failed and receipt is not None:
             await receipt.gave_up()
-        try:
-            await stream.finish(answer)
-        except NetworkError as exc:
-            # 5xx or no connection past the retries: the answer is stored, never seen.
-            # (A timeout may have delivered it, a 400 would fail again: left alone.)
-            if receipt is not None and not failed and not isinstance(
-                    exc, BadRequest | TimedOut):
-                await receipt.undelivered()
-            raise
-        if receipt is not None:
+        # Stored, so never lost: what Telegram does not take now is owed, marked so a
+        # restart sends it, and shown later by the outbox (bot.telegram.outbox).
+        marks = receipt is not None and not failed
+        shown = await finish_or_owe(
+            self.outbox, stream, answer, what=f"the answer to update {update.update_id}",
+            quote=message.message_id,
+            mark=receipt.undelivered if marks and receipt else None,
+            late=receipt.delivered if marks and receipt else None)
+        if shown and receipt is not None:
             receipt.answered()
 
     async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -345,8 +351,7 @@ class TelegramChannel:
         receipt = self._receipt(update)
         if receipt is not None and await receipt.seen_before():
             return
-        head, _, args = (message.text or "").partition(" ")
-        name = head.lstrip("/").split("@", 1)[0].lower()
+        name, args = command_parts(message.text or "")
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         async with typing(context.bot, target):
             answer = await handle_command(self.pool, base, name, args.strip(),

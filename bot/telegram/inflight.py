@@ -99,14 +99,14 @@ class UpdateReceipt:
             store.answered(self.update_id)
             self._answer_due = False
 
-    async def undelivered(self) -> None:
-        """The answer is stored but could not be sent: marked at once (not in the
-        batch), so the next start sends the stored answer (`bot.telegram.resume`)."""
+    async def undelivered(self, answer: str) -> None:
+        """The answer is stored but Telegram did not take it: marked at once (not in
+        the batch), with its text, so the next start sends it (`bot.telegram.resume`)."""
         store = self._inflight.handled
         if store is None or not self._answer_due:
             return
         try:
-            await store.undelivered(self.update_id)
+            await store.undelivered(self.update_id, answer)
         except Exception as exc:  # the answer stays in the history only, as before
             log.warning("could not mark the answer to update %s as undelivered: %s",
                         self.update_id, exc)
@@ -114,6 +114,14 @@ class UpdateReceipt:
     async def gave_up(self) -> None:
         """The turn ended without an answer to give later (the user was told why):
         a restart must not answer this message."""
+        await self._settle_now()
+
+    async def delivered(self) -> None:
+        """The answer marked undelivered was sent after all (`bot.telegram.outbox`):
+        cleared at once, not in the batch, since the mark alone makes a restart send."""
+        await self._settle_now()
+
+    async def _settle_now(self) -> None:
         store = self._inflight.handled
         if store is None or not self._answer_due:
             return

@@ -10,18 +10,19 @@ history that answers only if the conversation still ends with a user message (so
 message answered meanwhile, by another replica or by the user's next message, gets
 nothing). The answer replies to the last such message, so it is clear what it answers.
 
-An answer stored but never seen is sent too: when sending it failed for good (Telegram
-unreachable past the retries of `bot.telegram.delivery`), the handler marks its row
-`undelivered` at once. Such a conversation ends with the answer, so `Pool.resume` does
-nothing; the stored answer is read back (`Pool.stored_answer`, no model call) and sent
-as a reply to its message. Only that explicit mark sends it: a row still marked merely
-because the 5-s batch had not cleared it yet before a crash had its answer sent.
+An answer stored but never seen is sent too: when Telegram did not take it (flood
+control, or unreachable past the retries of `bot.telegram.delivery`), the handler marks
+its row `undelivered` at once, with the answer's text, and hands it to the outbox
+(`bot.telegram.outbox`); a stop before the outbox sent it leaves the mark. Each marked
+answer is sent, oldest first, as a reply quoting its own message, from the row (no model
+call), and a newer message of the same conversation does not cancel it: the user never
+saw it. Only that explicit mark sends it: a row still marked merely because the 5-s
+batch had not cleared it yet before a crash had its answer sent. If Telegram still
+holds the chat under flood control, the outbox sends it once allowed.
 
-If the user has written in that conversation since (a later message is stored), the
-missed answer is not sent: the later message got (or is owed) its own answer, given by a
-model that saw the missed one, and an old answer arriving late, out of order, would
-confuse more than it tells. Only the answer to the conversation's latest message is
-redelivered; likewise not after a /new archived the conversation.
+Rows marked before revision bot_0006 carry no text: the latest answer is read back
+(`Pool.stored_answer`) and sent only while its message is still the conversation's
+latest (not after the user wrote again, nor after a /new).
 
 Sessions are resumed in the background, `RESUME_AT_ONCE` at a time (after a crash under
 load there may be many), while new updates are handled; the pool's per-session lock
@@ -31,7 +32,9 @@ keeps a resumed turn and a new one apart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from telegram import Bot
@@ -40,6 +43,7 @@ from bot.config import Settings
 from bot.pool import Pool
 from bot.telegram.delivery import Target
 from bot.telegram.handled import HandledUpdates, PendingReply
+from bot.telegram.outbox import Outbox, finish_or_owe
 from bot.telegram.replies import EditPacer, ReplyStream, typing
 from bot.telegram.sessions import CHANNEL
 from memory.types import Session, utcnow
@@ -56,13 +60,14 @@ class OwedAnswers:
     """What a previous run stored but did not answer, answered through `pool`."""
 
     def __init__(self, bot: Bot, pool: Pool, handled: HandledUpdates, settings: Settings,
-                 pacer: EditPacer, stream_interval: float) -> None:
+                 pacer: EditPacer, stream_interval: float, outbox: Outbox) -> None:
         self.bot = bot
         self.pool = pool
         self.handled = handled
         self.agent_id = settings.agent.id
         self.pacer = pacer
         self.stream_interval = stream_interval
+        self.outbox = outbox
 
     async def answer(self) -> int:
         """Answer every session still owed an answer; returns how many were sent."""
@@ -78,39 +83,72 @@ class OwedAnswers:
         return sum(await asyncio.gather(*(one(sid, rows) for sid, rows in owed.items())))
 
     async def _resume(self, session_id: str, rows: list[PendingReply]) -> bool:
-        """Answer one session's owed message(s), if still owed; True if an answer went."""
+        """Answer one session's owed message(s), if still owed; True if an answer went
+        (or was handed to the outbox, when Telegram could not take it yet)."""
         last = rows[-1]
         session = Session(id=session_id, agent_id=self.agent_id, user_id=last.user_id,
                           channel=CHANNEL)
-        target = Target(last.chat_id, last.thread_id, last.message_id)
-        stream = ReplyStream(self.bot, target, self.pacer, self.stream_interval)
+        sent = False
         try:
-            async with typing(self.bot, target):
-                reply = await self.pool.resume(session, on_delta=stream.on_delta)
-            if reply is not None:
-                await stream.finish(reply.text)
-                log.info("answered a message of session %s stored before the restart",
-                         session_id)
-                sent = True
-            else:
-                sent = last.undelivered and await self._redeliver(session, last, stream)
-            await self.handled.settle([r.update_id for r in rows])
+            # Answers stored and owed, oldest first, each quoting its own message.
+            settled: list[int] = []
+            for row in rows:
+                if row.undelivered and row.answer is not None:
+                    sent |= await self._send(row, row.answer, self._stream(row), mark=None,
+                                             what="a stored answer Telegram did not take")
+                else:
+                    settled.append(row.update_id)
+            stream = self._stream(last)
+            quiet = self.outbox.owes(last.chat_id)  # no calls in a held chat
+            async with contextlib.nullcontext() if quiet else typing(self.bot, stream.target):
+                reply = await self.pool.resume(
+                    session, on_delta=None if quiet else stream.on_delta)
+            if reply is not None:  # stored now (unless an apology): owed like any answer
+                sent |= await self._send(
+                    last, reply.text, stream, what="the answer to a message cut off by a stop",
+                    mark=None if reply.error else self._mark(last))
+                settled = [u for u in settled if u != last.update_id]
+            elif last.undelivered and last.answer is None:  # marked before bot_0006
+                answer = await self._stored_answer(session, last)
+                if answer is not None:
+                    sent |= await self._send(last, answer, stream, mark=None,
+                                             what="a stored answer that could not be sent")
+                    settled = [u for u in settled if u != last.update_id]
+            await self.handled.settle(settled)
         except Exception as exc:  # the next start tries again (within RESUME_WITHIN)
             log.warning("could not answer the owed message of session %s: %s",
                         session_id, exc)
-            return False
         return sent
 
-    async def _redeliver(self, session: Session, row: PendingReply,
-                         stream: ReplyStream) -> bool:
-        """Send the stored answer to `row`'s message, unless the user wrote since."""
+    def _stream(self, row: PendingReply) -> ReplyStream:
+        target = Target(row.chat_id, row.thread_id, row.message_id)
+        return ReplyStream(self.bot, target, self.pacer, self.stream_interval)
+
+    def _mark(self, row: PendingReply) -> Callable[[str], Awaitable[None]]:
+        async def mark(answer: str) -> None:
+            await self.handled.undelivered(row.update_id, answer)
+        return mark
+
+    async def _send(self, row: PendingReply, answer: str, stream: ReplyStream, *,
+                    what: str, mark: Callable[[str], Awaitable[None]] | None) -> bool:
+        """Show `answer` to `row`'s message now or through the outbox; its row is
+        settled once it went."""
+        async def settle() -> None:
+            await self.handled.settle([row.update_id])
+
+        if await finish_or_owe(self.outbox, stream, answer, what=what, mark=mark,
+                               late=settle):
+            await settle()
+            log.info("sent %s (session %s)", what, row.session_id)
+        return True
+
+    async def _stored_answer(self, session: Session, row: PendingReply) -> str | None:
+        """The latest answer read back from the history, unless the user wrote since
+        (rows marked before revision bot_0006 carry no text of their own)."""
         answer = await self.pool.stored_answer(session)
         # Checked after the read: a message stored since would be the latest turn.
         if answer is None or await self.handled.latest_turn(session.id) != row.update_id:
             log.info("the undelivered answer of session %s is not sent: the "
                      "conversation has moved on", session.id)
-            return False
-        await stream.finish(answer)
-        log.info("sent the stored answer of session %s that could not be sent before",
-                 session.id)
-        return True
+            return None
+        return answer

@@ -55,6 +55,15 @@ Observing the bot:
 Faults on demand (each taken by the next matching call):
   tg.fail(method, status=429, retry_after=1, description=, times=1, when=params->bool)
   tg.reject_entities(times=1)   400 "can't parse entities" on calls that carry entities
+
+Flood control, as Telegram applies it to a chat:
+  tg.flood(retry_after, chat_id=None, methods=FLOOD_METHODS, when=params->bool)
+      the next matching call starts a window of `retry_after` seconds in its chat: it
+      and every call of `methods` in that chat until the window ends answer 429 with
+      the seconds left (rounded up) as `parameters.retry_after`
+  tg.flood_violations       calls made in a window after its first 429: the bot did not
+                            wait as told
+  tg.end_flood()            ends every window now (time passing between two runs)
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import re
 import time
 from collections.abc import Callable
@@ -73,6 +83,7 @@ from aiohttp import ClientSession, web
 __all__ = ["ApiCall", "BotMessage", "Chat", "FakeTelegram", "User"]
 
 LIMIT = 4096
+FLOOD_METHODS = ("sendMessage", "editMessageText", "deleteMessage")
 _STRING_PARAMS = {"text", "caption", "file_id", "url", "secret_token", "action", "parse_mode", "description"}
 _COMMAND = re.compile(r"^/[A-Za-z0-9_]{1,32}(@[A-Za-z0-9_]+)?")
 _MENTION = re.compile(r"@[A-Za-z0-9_]{3,32}")
@@ -132,6 +143,15 @@ class _Fault:
     retry_after: int | None
     times: int
     when: Callable[[dict[str, Any]], bool] | None
+
+
+@dataclass
+class _Flood:
+    retry_after: int
+    chat_id: int | None
+    methods: tuple[str, ...]
+    when: Callable[[dict[str, Any]], bool] | None
+    window: tuple[int, float] | None = None  # (chat, monotonic end) once started
 
 
 @dataclass
@@ -324,6 +344,8 @@ class FakeTelegram:
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}
         self._bot_messages: dict[tuple[int, int], BotMessage] = {}
         self._faults: list[_Fault] = []
+        self._floods: list[_Flood] = []
+        self.flood_violations: list[ApiCall] = []
         self._files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
         self._chats: dict[int, dict[str, Any]] = {}
         self._subscribers: list[Callable[[ApiCall], None]] = []
@@ -503,6 +525,39 @@ class FakeTelegram:
             self.fail(method, 400, description="Bad Request: can't parse entities: "
                       "unsupported start tag at byte offset 0", times=times, when=has_entities)
 
+    def flood(self, retry_after: int, *, chat_id: int | None = None,
+              methods: tuple[str, ...] = FLOOD_METHODS,
+              when: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        """Flood control in a chat (module docstring): armed now, started by the next
+        matching call."""
+        self._floods.append(_Flood(retry_after, chat_id, methods, when))
+
+    def end_flood(self) -> None:
+        self._floods.clear()
+
+    def _flooded(self, call: ApiCall) -> int | None:
+        """Seconds left of the flood window `call` falls in, if any (starting one)."""
+        if not self._floods:
+            return None
+        try:
+            chat = int(call.params.get("chat_id", 0))
+        except (TypeError, ValueError):
+            return None
+        now = time.monotonic()
+        for flood in self._floods:
+            if call.method not in flood.methods:
+                continue
+            if flood.window is not None:
+                in_chat, end = flood.window
+                if in_chat == chat and now < end:
+                    self.flood_violations.append(call)
+                    return max(1, math.ceil(end - now))
+            elif (flood.chat_id in (None, chat)
+                  and (flood.when is None or flood.when(call.params))):
+                flood.window = (chat, now + flood.retry_after)
+                return flood.retry_after
+        return None
+
     def _take_fault(self, method: str, params: dict[str, Any]) -> _Fault | None:
         for fault in self._faults:
             if fault.method == method and fault.times > 0 and (fault.when is None or fault.when(params)):
@@ -544,6 +599,9 @@ class FakeTelegram:
         try:
             if request.match_info["token"] != self.token:
                 return _error(401, "Unauthorized")
+            flooded = self._flooded(call)
+            if flooded is not None:
+                return _error(429, f"Too Many Requests: retry after {flooded}", flooded)
             fault = self._take_fault(method, params)
             if fault is not None:
                 return _error(fault.status, fault.description, fault.retry_after)

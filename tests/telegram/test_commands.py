@@ -82,3 +82,13 @@ async def test_memory_search_counts_hits_names_their_conversation_and_shows_one(
         tg.private(43).send(f"/memory show {message_id}")
         [other] = await tg.wait_for(lambda: tg.bot_messages(43))
         assert other.text == "Not found."
+
+
+async def test_a_newline_ends_the_command_word_like_a_space(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    async with running_bot(tg, llm, tmp_path):
+        status = await ask(tg, "/memory\nstatus", "Memory provider")
+        assert "Unknown" not in status
+        await ask(tg, "/memory\tprofile", "")  # any whitespace, not only a space
+        await ask(tg, "/help\n", "/compact")
+    assert llm.requests == []  # commands, not turns

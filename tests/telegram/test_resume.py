@@ -7,13 +7,13 @@ The real bot in-process against the fake Bot API, as in test_polling."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from bot.app import Services
-from bot.telegram.delivery import MAX_ATTEMPTS
 from bot.telegram.handled import telegram_updates
 from memory.db import create_engine, write_transaction
 from memory.testing.databases import temp_database_url
@@ -125,32 +125,37 @@ async def undelivered(services: Services) -> list[int]:
         return sorted(rows.scalars())
 
 
-async def until_undelivered(services: Services, within: float = 10.0) -> None:
-    """Until an answer is marked undelivered (a database write: polled)."""
+async def until_undelivered(services: Services, within: float = 10.0, *,
+                            count: int = 1) -> None:
+    """Until `count` answers are marked undelivered (a database write: polled)."""
     for _ in range(int(within / 0.05)):
-        if await undelivered(services):
+        if len(await undelivered(services)) >= count:
             return
         await asyncio.sleep(0.05)
-    raise AssertionError(f"no answer marked undelivered within {within} s")
+    raise AssertionError(f"not {count} answer(s) marked undelivered within {within} s")
 
 
-def fail_answers_for_good(tg: FakeTelegram, contains: str) -> None:
-    """Every attempt delivery.with_retry makes at sending the answer gets a 502."""
-    tg.fail("sendMessage", 502, times=MAX_ATTEMPTS,
-            when=lambda params: contains in str(params.get("text", "")))
+def fail_answers_until_healed(tg: FakeTelegram, contains: str) -> Callable[[], None]:
+    """Every attempt at sending the answer gets a 502 (past delivery.with_retry's
+    MAX_ATTEMPTS and the outbox's later tries) until the returned function is called."""
+    healed = asyncio.Event()
+    tg.fail("sendMessage", 502, times=10_000,
+            when=lambda params: not healed.is_set() and contains in str(params.get("text", "")))
+    return healed.set
 
 
 @pytest.mark.parametrize("provider", ["simple", "lcm"])
 async def test_an_answer_that_could_not_be_sent_is_sent_at_the_next_start(
         tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str, provider: str) -> None:
     alice = tg.private(41)
-    fail_answers_for_good(tg, "echo: where is Lisbon")
+    heal = fail_answers_until_healed(tg, "echo: where is Lisbon")
     async with temp_database_url(db_kind, tmp_path) as url:
         async with bot_on(tg, llm, tmp_path, url, provider=provider) as services:
             sent = alice.send("where is Lisbon?")
             await until_undelivered(services)  # marked at once
         assert tg.bot_messages(41) == []
         requests = len(llm.requests)
+        heal()
 
         async with bot_on(tg, llm, tmp_path, url, provider=provider) as services:
             reply = await tg.wait_for_message(41, contains="echo: where is Lisbon?")
@@ -163,6 +168,21 @@ async def test_an_answer_that_could_not_be_sent_is_sent_at_the_next_start(
             await asyncio.sleep(0.5)
     assert len(llm.requests) == requests          # the stored answer, not a new one
     assert [m.text for m in tg.bot_messages(41)] == ["echo: where is Lisbon?"]
+
+
+async def test_an_answer_that_could_not_be_sent_is_sent_later_without_a_restart(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    alice = tg.private(41)
+    heal = fail_answers_until_healed(tg, "echo: where is Lisbon")
+    async with temp_database_url("sqlite", tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            sent = alice.send("where is Lisbon?")
+            await until_undelivered(services)
+            heal()                                   # Telegram is back: the outbox sends it
+            reply = await tg.wait_for_message(41, contains="echo: where is Lisbon?")
+            assert reply.reply_to == sent["message_id"]
+            assert await undelivered(services) == []  # cleared at once, not in the batch
+    assert len(llm.requests) == 1
 
 
 async def test_an_answer_sent_before_a_crash_is_not_sent_again(
@@ -187,17 +207,46 @@ async def test_an_answer_sent_before_a_crash_is_not_sent_again(
     assert [m.text for m in tg.bot_messages(41)] == ["echo: hello"]
 
 
-async def test_a_missed_answer_is_not_sent_once_the_user_wrote_again(
+async def test_every_missed_answer_is_sent_in_order_even_once_the_user_wrote_again(
         tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
     alice = tg.private(41)
-    fail_answers_for_good(tg, "echo: first")
+    heal = fail_answers_until_healed(tg, "echo: first")
     async with temp_database_url("sqlite", tmp_path) as url:
         async with bot_on(tg, llm, tmp_path, url) as services:
-            alice.send("first")
+            first = alice.send("first")
             await until_undelivered(services)
-            alice.send("second")                  # answered with the first in context
-            await tg.wait_for_message(41, contains="echo: second")
+            second = alice.send("second")         # its answer queues behind the first
+            await llm.wait_for_requests(2)
+            await until_undelivered(services, count=2)
+        assert tg.bot_messages(41) == []          # nothing overtook the first answer
+        heal()
         async with bot_on(tg, llm, tmp_path, url) as services:
+            await tg.wait_for(lambda: len(tg.bot_messages(41)) == 2)
             await until_empty(lambda: owed(services))
-            await asyncio.sleep(0.5)
-    assert [m.text for m in tg.bot_messages(41)] == ["echo: second"]
+    assert [(m.text, m.reply_to) for m in tg.bot_messages(41)] == [
+        ("echo: first", first["message_id"]), ("echo: second", second["message_id"])]
+    assert len(llm.requests) == 2
+
+
+async def test_a_row_marked_before_answers_were_kept_reads_the_history(
+        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    """A row marked undelivered by a version without its text (before bot_0006): the
+    latest answer is read back from the history, once, with no model call."""
+    alice = tg.private(41)
+    async with temp_database_url("sqlite", tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url):
+            sent = alice.send("hello")
+            await tg.wait_for_message(41, contains="echo: hello")
+        engine = create_engine(url)
+        try:
+            async with write_transaction(engine) as conn:
+                await conn.execute(sa.update(telegram_updates).values(
+                    resume=True, undelivered=True, answer=None))
+        finally:
+            await engine.dispose()
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            await tg.wait_for(lambda: len(tg.bot_messages(41)) == 2)
+            await until_empty(lambda: owed(services))
+    assert [(m.text, m.reply_to) for m in tg.bot_messages(41)] == [
+        ("echo: hello", None), ("echo: hello", sent["message_id"])]
+    assert len(llm.requests) == 1
