@@ -68,7 +68,8 @@ def _storable(value: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise PydanticCustomError(
-            "text", "contains a lone UTF-16 surrogate, which cannot be stored") from None
+            "text", "contains a lone UTF-16 surrogate, which cannot be stored"
+        ) from None
     return value
 
 
@@ -98,8 +99,10 @@ def bounded(column: sa.Column[Any]) -> Any:
     def check(value: str) -> str:
         if len(value) > limit:
             raise PydanticCustomError(
-                "too_long", "{n} characters, longer than the limit of {limit}",
-                {"n": len(value), "limit": limit})
+                "too_long",
+                "{n} characters, longer than the limit of {limit}",
+                {"n": len(value), "limit": limit},
+            )
         return value
 
     return Annotated[str, AfterValidator(_storable), AfterValidator(check)]
@@ -133,11 +136,13 @@ class SessionRecord(Strict):
         # every message whose user is not the session's: the two must agree.
         prefix = f"{self.agent_id}:{self.channel}:"
         if self.id.startswith(prefix):
-            named = re.match(r"-?\d+(?=$|[:#])", self.id[len(prefix):])
+            named = re.match(r"-?\d+(?=$|[:#])", self.id[len(prefix) :])
             if named is not None and int(named.group()) != self.user_id:
                 raise PydanticCustomError(
-                    "owner", "the session id names user {named}, but user_id is {user}",
-                    {"named": int(named.group()), "user": self.user_id})
+                    "owner",
+                    "the session id names user {named}, but user_id is {user}",
+                    {"named": int(named.group()), "user": self.user_id},
+                )
         return self
 
 
@@ -178,9 +183,11 @@ def _constraints(value: str) -> str:
     except ValueError:
         items = None
     if not isinstance(items, list) or not all(
-            isinstance(i, dict) and {"id", "text", "created_at"} <= i.keys() for i in items):
+        isinstance(i, dict) and {"id", "text", "created_at"} <= i.keys() for i in items
+    ):
         raise PydanticCustomError(
-            "constraints", "expected a JSON list of constraints (id, text, created_at)")
+            "constraints", "expected a JSON list of constraints (id, text, created_at)"
+        )
     return value
 
 
@@ -228,30 +235,34 @@ class SessionDocument(Strict):
         seen: set[int] = set()
         for i, m in enumerate(self.messages):
             if m.seq in seen:
-                raise _at(("messages", i, "seq"), f"{m.seq} appears twice")
+                raise refused_at(("messages", i, "seq"), f"{m.seq} appears twice")
             seen.add(m.seq)
             if m.seq != i + 1:
-                raise _at(("messages", i, "seq"),
-                          f"expected {i + 1} (messages are numbered 1, 2, 3... in order), "
-                          f"got {m.seq}")
+                raise refused_at(
+                    ("messages", i, "seq"),
+                    f"expected {i + 1} (messages are numbered 1, 2, 3... in order), got {m.seq}",
+                )
         snap, s = self.snapshot, self.session
         if snap is not None and (snap.user_id, snap.agent_id) != (s.user_id, s.agent_id):
-            raise _at(("snapshot",),
-                      f"belongs to user {snap.user_id} agent {snap.agent_id!r}, not to the "
-                      f"session's user {s.user_id} agent {s.agent_id!r}")
+            raise refused_at(
+                ("snapshot",),
+                f"belongs to user {snap.user_id} agent {snap.agent_id!r}, not to the "
+                f"session's user {s.user_id} agent {s.agent_id!r}",
+            )
         return self
 
 
-class _Located(ValueError):
-    """A cross-field problem found by a model validator, with the path it concerns."""
+class Refused(ValueError):
+    """A problem found by a cross-field validator: `line` is the path (relative to the
+    part of the document being validated) and the message, as the user reads it."""
 
-    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
-        super().__init__(message)
-        self.loc, self.message = loc, message
+    def __init__(self, line: str) -> None:
+        super().__init__(line)
+        self.line = line
 
 
-def _at(loc: tuple[str | int, ...], message: str) -> _Located:
-    return _Located(loc, message)
+def refused_at(loc: tuple[str | int, ...], message: str) -> Refused:
+    return Refused(f"{_path(loc)}: {message}")
 
 
 # --- providers ------------------------------------------------------------------------
@@ -311,11 +322,15 @@ def validate_document(doc: Any, provider: Any = None) -> SessionDocument:
     if not isinstance(doc, dict):
         raise InvalidArgument(f"document: expected an object, got {_describe(doc)}")
     if doc.get("format") != FORMAT:
-        raise InvalidArgument(f"not a mnemo session export (format is "
-                              f"{_describe(doc.get('format'))}, expected {FORMAT!r})")
+        raise InvalidArgument(
+            f"not a mnemo session export (format is "
+            f"{_describe(doc.get('format'))}, expected {FORMAT!r})"
+        )
     if doc.get("version") != VERSION:
-        raise InvalidArgument(f"export version {_describe(doc.get('version'))} is not "
-                              f"supported (this mnemo reads {VERSION})")
+        raise InvalidArgument(
+            f"export version {_describe(doc.get('version'))} is not "
+            f"supported (this mnemo reads {VERSION})"
+        )
     parsed = _validate(lambda: SessionDocument.model_validate(doc), "")
     overlay = parsed.provider
     if overlay is not None:
@@ -324,12 +339,15 @@ def validate_document(doc: Any, provider: Any = None) -> SessionDocument:
             raise InvalidArgument(
                 f"the export carries {overlay.name!r} provider data but the configured "
                 f"provider is {configured or 'none'!r}; set memory.provider: "
-                f"{overlay.name} to import it")
+                f"{overlay.name} to import it"
+            )
         schema = _overlay_schema(provider)
         if schema is not None:
             seqs = {m.seq for m in parsed.messages}
-            _validate(lambda: schema.overlay_model.model_validate(
-                overlay.data, context={"seqs": seqs}), ".provider.data")
+            _validate(
+                lambda: schema.overlay_model.model_validate(overlay.data, context={"seqs": seqs}),
+                ".provider.data",
+            )
     return parsed
 
 
@@ -345,16 +363,16 @@ def _validate(run: Callable[[], Any], root: str) -> Any:
         return run()
     except ValidationError as exc:
         raise InvalidArgument(_first_error(exc, root)) from None
-    except _Located as exc:  # raised by a model validator, outside pydantic's wrapping
-        raise InvalidArgument(f"{root}{_path(exc.loc)}: {exc.message}") from None
+    except Refused as exc:  # raised by a model validator, outside pydantic's wrapping
+        raise InvalidArgument(f"{root}{exc.line}") from None
 
 
 def _first_error(exc: ValidationError, root: str) -> str:
     err = exc.errors(include_url=False, include_context=True)[0]
     loc = tuple(err["loc"])
     cause = (err.get("ctx") or {}).get("error")
-    if isinstance(cause, _Located):  # a cross-field check names its own place
-        return f"{root}{_path(cause.loc)}: {cause.message}"
+    if isinstance(cause, Refused):  # a cross-field check names its own place
+        return f"{root}{cause.line}"
     return f"{root}{_path(loc) or ' document'}: {_message(err)}"
 
 
@@ -363,9 +381,15 @@ def _path(loc: tuple[Any, ...]) -> str:
 
 
 _EXPECTED = {
-    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
-    "string_type": "a string", "bool_type": "true or false", "list_type": "a list",
-    "dict_type": "an object", "model_type": "an object", "model_attributes_type": "an object",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
     "datetime_type": "an ISO-8601 timestamp with offset",
 }
 
