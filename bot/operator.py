@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import Settings
 from memory.capabilities import Compactor, ProviderContext, Searcher
-from memory.errors import CompactionIncomplete, MemoryError_
+from memory.errors import CompactionIncomplete, InvalidArgument, MemoryError_
 from memory.types import (
     CompactionMode,
     CompactionResult,
@@ -227,15 +227,16 @@ def _read_text(path: str) -> str:
 
 
 async def import_(settings: Settings, path: str) -> int:
+    from memory.export_schema import load_document
     from memory.session_export import import_session
 
     try:
         raw = await asyncio.to_thread(_read_text, path)
-        doc = json.loads(raw)
+        doc = load_document(raw)
     except OSError as exc:
         _err(f"cannot read {path}: {exc.strerror or exc}")
         return EXIT_FAULT
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (InvalidArgument, UnicodeDecodeError) as exc:
         _err(f"{path} is not a JSON export: {exc}")
         return EXIT_FAULT
     async with open_memory(settings) as m:

@@ -69,6 +69,7 @@ from memory.capabilities import (
     SessionManager,
 )
 from memory.context import with_agent_id, with_change_source, with_session_id, with_user_id
+from memory.db import RECONNECT_ATTEMPTS, CommitUncertain, retry_on_disconnect
 from memory.errors import CompactionIncomplete, NotFound, SessionArchived, Unsupported
 from memory.history import live_session_only
 from memory.identity import seed_identity
@@ -347,22 +348,17 @@ class Pool:
     async def _turn(self, session: Session, text: str, on_delta: OnDelta | None,
                     receipt: Receipt | None, *, live_only: bool = False,
                     images: Sequence[Image] = ()) -> Reply:
-        provider = self.provider
         kept = False
+        what = f"turn of session {session.id}"
         try:
-            await provider.bootstrap(session)
-            await self._seed_identity(session)
-            version = await self._memory.snapshot_version(session)
-            hook = (AppendHook(functools.partial(receipt.write, session=session))
-                    if receipt is not None else None)
-            live = live_session_only() if live_only else contextlib.nullcontext()
-            with with_append_hook(hook), live:
-                await provider.append(session, Message(role="user", content=text))
+            version = await retry_on_disconnect(lambda: self._prepare(session), what)
+            hook = await self._append(session, [Message(role="user", content=text)],
+                                      receipt=receipt, live_only=live_only)
             kept = True
             if receipt is not None and hook is not None:
                 await receipt.stored(atomic=hook.ran)
-            system, tools, history = await self._context(session, version,
-                                                         images=len(images))
+            system, tools, history = await retry_on_disconnect(
+                lambda: self._context(session, version, images=len(images)), what)
         except AlreadyStored as exc:
             log.info("message for session %s was already stored elsewhere, not again: %s",
                      session.id, exc)
@@ -373,6 +369,56 @@ class Pool:
             log.exception("memory failed before the model was called (session %s)", session.id)
             return Reply(MEMORY_FAILED_KEPT if kept else MEMORY_DOWN, error=True)
         return await self._answer(session, system, tools, history, on_delta, images)
+
+    async def _prepare(self, session: Session) -> int | None:
+        """The session's record, identity files and snapshot version (all idempotent)."""
+        await self.provider.bootstrap(session)
+        await self._seed_identity(session)
+        return await self._memory.snapshot_version(session)
+
+    async def _append(self, session: Session, msgs: Sequence[Message], *,
+                      receipt: Receipt | None = None,
+                      live_only: bool = False) -> AppendHook | None:
+        """Append `msgs` (with `receipt`, in their transaction) in one transaction, run
+        again whole on a new connection when the server dropped the old one
+        (`retry_on_disconnect`). A COMMIT whose answer was lost is not repeated
+        blindly: the session's newest stored message tells whether it went through.
+        Returns the hook of the attempt that stored them."""
+        what = f"append to session {session.id}"
+        hooks: list[AppendHook | None] = []
+
+        async def once() -> None:
+            # A fresh hook each time: one that ran in a rolled-back attempt must run again.
+            hook = (AppendHook(functools.partial(receipt.write, session=session))
+                    if receipt is not None else None)
+            hooks.append(hook)
+            live = live_session_only() if live_only else contextlib.nullcontext()
+            with with_append_hook(hook), live:
+                await self.provider.append(session, *msgs)
+
+        for attempt in range(1, RECONNECT_ATTEMPTS + 1):
+            try:
+                await retry_on_disconnect(once, what)
+                return hooks[-1]
+            except CommitUncertain:
+                if await retry_on_disconnect(lambda: self._stored_last(session, msgs[-1]),
+                                             what):
+                    log.info("%s: the lost COMMIT went through", what)
+                    return hooks[-1]
+                if attempt == RECONNECT_ATTEMPTS:
+                    raise
+                log.warning("%s: the lost COMMIT did not go through; appending again", what)
+        raise AssertionError("unreachable")
+
+    async def _stored_last(self, session: Session, msg: Message) -> bool:
+        """Whether `msg` is the session's newest stored message (same role and creation
+        time, to the microsecond: under the turn lock nobody else appends)."""
+        manager = self._manager()
+        if manager is None:
+            return False  # cannot tell: the caller reports the failure
+        history = await manager.load_history(session.id)
+        return bool(history) and (history[-1].role, history[-1].created_at) == (
+            msg.role, msg.created_at)
 
     async def _context(self, session: Session, version: int | None, *,
                        images: int = 0) -> tuple[str, list[Tool], list[Message]]:
@@ -403,7 +449,7 @@ class Pool:
             return Reply(apology(exc.reason), error=True)
         try:
             # (memory.tool advanced the snapshot after each of its writes already)
-            await self.provider.append(session, *result.messages)
+            await self._append(session, result.messages)
         except SessionArchived:
             raise  # only under live_session_only: resume() drops the answer
         except Exception:
@@ -420,11 +466,14 @@ class Pool:
         if self._closed:
             raise RuntimeError("the pool is closed")
         started = time.monotonic()
+        what = f"resuming session {session.id}"
         async with self._hold(session.id):
             with bind_session(session):
                 try:
-                    version = await self._memory.snapshot_version(session)
-                    system, tools, history = await self._context(session, version)
+                    version = await retry_on_disconnect(
+                        lambda: self._memory.snapshot_version(session), what)
+                    system, tools, history = await retry_on_disconnect(
+                        lambda: self._context(session, version), what)
                 except Exception:
                     log.exception("memory failed before resuming session %s", session.id)
                     return Reply(MEMORY_FAILED_KEPT, error=True)

@@ -13,17 +13,18 @@ import asyncio
 import hashlib
 import logging
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Table, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from memory import sqlite_inline
@@ -53,9 +54,16 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
         # autocommit mode: transactions are begun by the `begin` hook below, because
         # Python's sqlite3 would otherwise not BEGIN before DDL and start writes late.
         [database], options = SQLiteDialect_aiosqlite().create_connect_args(parsed)
-        engine = create_async_engine(url, echo=echo, async_creator=partial(
-            sqlite_inline.connect, database, busy_wait=float(options.get("timeout", 30)),
-            uri=bool(options.get("uri"))))
+        engine = create_async_engine(
+            url,
+            echo=echo,
+            async_creator=partial(
+                sqlite_inline.connect,
+                database,
+                busy_wait=float(options.get("timeout", 30)),
+                uri=bool(options.get("uri")),
+            ),
+        )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         event.listen(engine.sync_engine, "begin", _sqlite_begin)
         return engine
@@ -114,8 +122,66 @@ async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
                     yield conn
         return
     async with engine.connect() as conn:
-        async with conn.begin():
-            yield conn
+        committing = False
+        try:
+            async with conn.begin():
+                yield conn
+                committing = True
+        except DBAPIError as exc:
+            # The server answered COMMIT with an error (a termination's FATAL included):
+            # nothing was committed. Only a connection lost with no answer leaves the
+            # outcome open, and retrying then could write the transaction twice.
+            if (
+                committing
+                and exc.connection_invalidated
+                and getattr(exc.orig, "sqlstate", None) is None
+            ):
+                raise CommitUncertain(
+                    "the database connection was lost during COMMIT; the transaction "
+                    "may or may not have been committed"
+                ) from exc
+            raise
+
+
+class CommitUncertain(Exception):
+    """The connection died while COMMIT was on its way: committed or not, nobody knows.
+    Deliberately not a `DBAPIError`, so `retry_on_disconnect` never repeats it."""
+
+
+# Attempts of a whole transaction (or read) whose connection the server closed: a
+# restart, a failover or a proxy's idle timeout drops every connection at once, and the
+# pool's pre-ping only tests a connection when it is checked out.
+RECONNECT_ATTEMPTS = 3
+RECONNECT_PAUSE_S = 0.05
+
+T = TypeVar("T")
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """`exc` says the connection was lost (the statement never reached a live server,
+    or its transaction died with the connection), not that the statement was wrong."""
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+async def retry_on_disconnect(run: Callable[[], Awaitable[T]], what: str) -> T:
+    """`await run()`, run again on a fresh connection when the server dropped the
+    connection under it. `run` must be one whole unit: reads, or a transaction from its
+    BEGIN (a dead connection's transaction is rolled back by the server, so it is redone
+    whole, never continued). A database that stays unreachable fails the next attempt's
+    connect, which is raised as is."""
+    for attempt in range(1, RECONNECT_ATTEMPTS + 1):
+        try:
+            return await run()
+        except DBAPIError as exc:
+            if not is_disconnect(exc) or attempt == RECONNECT_ATTEMPTS:
+                raise
+            log.warning(
+                "%s: the database connection was lost (%s); retrying on a new one",
+                what,
+                type(exc.orig).__name__,
+            )
+        await asyncio.sleep(RECONNECT_PAUSE_S * attempt)
+    raise AssertionError("unreachable")
 
 
 def conflict_insert(conn: AsyncConnection, table: Table) -> postgresql.Insert | sqlite.Insert:
@@ -127,7 +193,9 @@ def conflict_insert(conn: AsyncConnection, table: Table) -> postgresql.Insert | 
 
 def advisory_key(name: str) -> int:
     """A stable signed 64-bit key for PostgreSQL advisory locks."""
-    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
+    return int.from_bytes(
+        hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True
+    )
 
 
 async def lock_for_transaction(conn: AsyncConnection, name: str) -> None:

@@ -8,7 +8,8 @@ summary DAG and context items, simple's markers and its user's notes file). Data
 ids are left out (messages are referred to by seq), so export -> import into another
 database -> export gives the same document.
 
-Import is one transaction: a session that already exists is refused and nothing is
+Import checks the whole document first (`memory.export_schema`), then writes it in one
+transaction: a session that already exists is refused and nothing is
 written; the (user, agent) memory is written only when the target has none for them
 (an existing one is kept and the report says so: two sessions of one user carry the
 same memory, and we never overwrite memory with an older copy). Provider data kept
@@ -21,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -29,14 +29,19 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.db import lock_for_transaction, write_transaction
 from memory.errors import Conflict, InvalidArgument, NotFound
+from memory.export_schema import (
+    FORMAT,
+    VERSION,
+    MessageRecord,
+    SnapshotRecord,
+    UserMemory,
+    validate_document,
+)
 from memory.history import conversations, messages, parts
-from memory.maintenance import Exporter, StagedFiles, parse_timestamp
+from memory.maintenance import Exporter, StagedFiles
 from memory.stores import changelog_table, snapshot_table, state_table
 from memory.tracing import unwrap
 from memory.types import iso_utc
-
-FORMAT = "mnemo.session-export"
-VERSION = 1
 
 _CHANGELOG_FIELDS = ("session_id", "scope", "action", "source", "version_before",
                      "version_after", "before_text", "after_text", "created_at")
@@ -138,8 +143,9 @@ async def _export_user_memory(conn: AsyncConnection, user_id: int, agent_id: str
 
 
 class DocumentReader:
-    """Typed access to an untrusted document; every error names the JSON path. Providers'
-    import hooks (plugins/*/maintenance.py) read their sections with it too."""
+    """Typed access to an untrusted object; every error names the JSON path. Providers'
+    import hooks (plugins/*/maintenance.py) read their sections with it (the document
+    itself is checked whole by `memory.export_schema` before the import writes)."""
 
     def __init__(self, obj: Any, path: str) -> None:
         if not isinstance(obj, dict):
@@ -151,14 +157,11 @@ class DocumentReader:
             raise InvalidArgument(f"{self.path}.{key}: missing")
         return self.obj[key]
 
-    def _fail(self, key: str, expected: str) -> InvalidArgument:
-        return InvalidArgument(f"{self.path}.{key}: expected {expected}, got {self.obj.get(key)!r:.60}")
-
     def text(self, key: str, *, optional: bool = False) -> str | None:
         value = self._get(key)
         if isinstance(value, str) or (optional and value is None):
             return value
-        raise self._fail(key, "a string")
+        raise InvalidArgument(f"{self.path}.{key}: expected a string")
 
     def bounded(self, key: str, column: sa.Column[Any]) -> str:
         """A string that fits `column`'s VARCHAR(n). PostgreSQL refuses a longer one with
@@ -171,42 +174,6 @@ class DocumentReader:
                 f"{self.path}.{key}: {len(value)} characters, longer than the limit of {limit}"
             )
         return value
-
-    def integer(self, key: str, *, optional: bool = False) -> int | None:
-        value = self._get(key)
-        if (isinstance(value, int) and not isinstance(value, bool)) or (optional and value is None):
-            return value
-        raise self._fail(key, "an integer")
-
-    def flag(self, key: str) -> bool:
-        value = self._get(key)
-        if isinstance(value, bool):
-            return value
-        raise self._fail(key, "true or false")
-
-    def timestamp(self, key: str) -> datetime:
-        return parse_timestamp(self._get(key), f"{self.path}.{key}")
-
-    def items(self, key: str) -> list[Any]:
-        value = self._get(key)
-        if isinstance(value, list):
-            return value
-        raise self._fail(key, "a list")
-
-    def child(self, key: str, *, optional: bool = False) -> DocumentReader | None:
-        value = self._get(key)
-        if optional and value is None:
-            return None
-        return DocumentReader(value, f"{self.path}.{key}")
-
-
-def _check_header(doc: Any) -> DocumentReader:
-    top = DocumentReader(doc, "")
-    if doc.get("format") != FORMAT:
-        raise InvalidArgument(f"not a mnemo session export (format is {doc.get('format')!r}, expected {FORMAT!r})")
-    if doc.get("version") != VERSION:
-        raise InvalidArgument(f"export version {doc.get('version')!r} is not supported (this mnemo reads {VERSION})")
-    return top
 
 
 # --- import ---------------------------------------------------------------------------
@@ -222,62 +189,38 @@ class ImportReport:
 async def import_session(engine: AsyncEngine, doc: Any, provider: Any = None) -> ImportReport:
     """Write an exported session into `engine`'s database, all or nothing.
 
-    Raises InvalidArgument for a malformed document (a string longer than its column
-    included) or provider data the configured provider cannot take, Conflict when the
-    session already exists.
+    The document is checked whole first (`memory.export_schema`, the provider's data by
+    the provider's schema): InvalidArgument naming the first problem, before any write.
+    Conflict when the session already exists.
     """
-    top = _check_header(doc)
-    session = top.child("session")
-    assert session is not None
-    session_id = session.bounded("id", conversations.c.session_id)
-    if not session_id:
-        raise InvalidArgument(".session.id: must not be empty")
-    # Read (and so validate) every session field before the transaction starts.
-    agent_id = session.bounded("agent_id", conversations.c.agent_id)
-    user_id = session.integer("user_id")
-    assert user_id is not None
-    conv_values: dict[str, Any] = {
-        "session_id": session_id, "agent_id": agent_id, "user_id": user_id,
-        "channel": session.bounded("channel", conversations.c.channel),
-        "title": session.bounded("title", conversations.c.title), "archived": session.flag("archived"),
-        "created_at": session.timestamp("created_at"), "updated_at": session.timestamp("updated_at"),
-    }
-    overlay = top.child("provider", optional=True)
+    checked = validate_document(doc, provider)
     exporter = _exporter(provider)
-    if overlay is not None:
-        name = overlay.text("name")
-        if exporter is None or name != provider.name:
-            configured = getattr(provider, "name", "none")
-            raise InvalidArgument(
-                f"the export carries {name!r} provider data but the configured provider is "
-                f"{configured!r}; set memory.provider: {name} to import it"
-            )
-    report = ImportReport(session_id)
+    s = checked.session
+    report = ImportReport(s.id)
     staged: StagedFiles | None = None
     try:
         async with write_transaction(engine) as conn:
-            await lock_for_transaction(conn, f"session:{session_id}")
+            await lock_for_transaction(conn, f"session:{s.id}")
             exists = await conn.scalar(
-                sa.select(conversations.c.id).where(conversations.c.session_id == session_id)
+                sa.select(conversations.c.id).where(conversations.c.session_id == s.id)
             )
             if exists is not None:
-                raise Conflict(f"session {session_id!r} already exists; nothing was imported")
+                raise Conflict(f"session {s.id!r} already exists; nothing was imported")
             conv_id = await conn.scalar(
-                sa.insert(conversations).values(**conv_values).returning(conversations.c.id)
+                sa.insert(conversations).values(
+                    session_id=s.id, agent_id=s.agent_id, user_id=s.user_id, channel=s.channel,
+                    title=s.title, archived=s.archived, created_at=s.created_at,
+                    updated_at=s.updated_at,
+                ).returning(conversations.c.id)
             )
-            ids = await _import_messages(conn, conv_id, top.items("messages"))
+            ids = await _import_messages(conn, conv_id, checked.messages)
             report.messages = len(ids)
-            await _import_snapshot(conn, session_id, top.child("snapshot", optional=True))
-            memory = top.child("user_memory")
-            assert memory is not None
-            note = await _import_user_memory(conn, user_id, agent_id, memory)
+            await _import_snapshot(conn, s.id, checked.snapshot)
+            note = await _import_user_memory(conn, s.user_id, s.agent_id, checked.user_memory)
             if note:
                 report.notes.append(note)
-            if overlay is not None and exporter is not None:
-                data = overlay.obj.get("data")
-                if not isinstance(data, dict):
-                    raise InvalidArgument(".provider.data: expected an object")
-                staged = await exporter.import_overlay(conn, conv_id, data, ids)
+            if checked.provider is not None and exporter is not None:
+                staged = await exporter.import_overlay(conn, conv_id, checked.provider.data, ids)
     except BaseException:
         # Rolled back, or the commit failed: the provider's staged files go as well.
         if staged is not None:
@@ -291,37 +234,29 @@ async def import_session(engine: AsyncEngine, doc: Any, provider: Any = None) ->
     return report
 
 
-async def _import_messages(conn: AsyncConnection, conv_id: int, items: list[Any]) -> dict[int, int]:
+async def _import_messages(
+    conn: AsyncConnection, conv_id: int, items: list[MessageRecord]
+) -> dict[int, int]:
     ids: dict[int, int] = {}
-    for i, item in enumerate(items):
-        m = DocumentReader(item, f".messages[{i}]")
-        seq = m.integer("seq")
-        assert seq is not None
-        if seq in ids:
-            raise InvalidArgument(f".messages[{i}].seq: {seq} appears twice")
+    for m in items:
         msg_id = await conn.scalar(
             sa.insert(messages).values(
-                conversation_id=conv_id, seq=seq, role=m.bounded("role", messages.c.role),
-                content=m.text("content"),
-                token_count=m.integer("token_count"), created_at=m.timestamp("created_at"),
+                conversation_id=conv_id, seq=m.seq, role=m.role, content=m.content,
+                token_count=m.token_count, created_at=m.created_at,
             ).returning(messages.c.id)
         )
-        ids[seq] = msg_id
-        rows = []
-        for j, raw in enumerate(m.items("parts")):
-            p = DocumentReader(raw, f".messages[{i}].parts[{j}]")
-            rows.append({
-                "message_id": msg_id, "ordinal": p.integer("ordinal"),
-                "kind": p.bounded("kind", parts.c.kind),
-                "tool_call_id": p.text("tool_call_id", optional=True),
-                "tool_name": p.text("tool_name", optional=True), "content": p.text("content"),
-            })
-        if rows:
-            await conn.execute(sa.insert(parts), rows)
+        ids[m.seq] = msg_id
+        if m.parts:
+            await conn.execute(sa.insert(parts), [
+                {"message_id": msg_id, "ordinal": p.ordinal, "kind": p.kind,
+                 "tool_call_id": p.tool_call_id, "tool_name": p.tool_name,
+                 "content": p.content}
+                for p in m.parts
+            ])
     return ids
 
 
-async def _import_snapshot(conn: AsyncConnection, session_id: str, snap: DocumentReader | None) -> None:
+async def _import_snapshot(conn: AsyncConnection, session_id: str, snap: SnapshotRecord | None) -> None:
     if snap is None:
         return
     taken = await conn.scalar(
@@ -330,16 +265,14 @@ async def _import_snapshot(conn: AsyncConnection, session_id: str, snap: Documen
     if taken is not None:
         raise Conflict(f"session {session_id!r} already has a memory snapshot; nothing was imported")
     await conn.execute(sa.insert(snapshot_table).values(
-        session_id=session_id, user_id=snap.integer("user_id"),
-        agent_id=snap.bounded("agent_id", snapshot_table.c.agent_id),
-        version=snap.integer("version"), updated_at=snap.timestamp("updated_at"),
+        session_id=session_id, user_id=snap.user_id, agent_id=snap.agent_id,
+        version=snap.version, updated_at=snap.updated_at,
     ))
 
 
-async def _import_user_memory(conn: AsyncConnection, user_id: int, agent_id: str, memory: DocumentReader) -> str:
-    state = memory.child("state", optional=True)
-    changelog = memory.items("changelog")
-    if state is None and not changelog:
+async def _import_user_memory(conn: AsyncConnection, user_id: int, agent_id: str, memory: UserMemory) -> str:
+    state = memory.state
+    if state is None and not memory.changelog:
         return ""
     existing = await conn.scalar(
         sa.select(state_table.c.version)
@@ -355,27 +288,13 @@ async def _import_user_memory(conn: AsyncConnection, user_id: int, agent_id: str
                 f"(version {existing or 0}); the export's copy was not imported")
     if state is not None:
         await conn.execute(sa.insert(state_table).values(
-            user_id=user_id, agent_id=agent_id, profile=state.text("profile"),
-            soul=state.text("soul"), constraints=state.text("constraints"),
-            version=state.integer("version"), updated_at=state.timestamp("updated_at"),
+            user_id=user_id, agent_id=agent_id, profile=state.profile, soul=state.soul,
+            constraints=state.constraints, version=state.version, updated_at=state.updated_at,
         ))
-    rows = []
-    for i, raw in enumerate(changelog):
-        c = DocumentReader(raw, f".user_memory.changelog[{i}]")
-        rows.append({
-            "user_id": user_id, "agent_id": agent_id,
-            "session_id": c.bounded("session_id", changelog_table.c.session_id),
-            "scope": c.bounded("scope", changelog_table.c.scope),
-            "action": c.bounded("action", changelog_table.c.action),
-            "source": c.bounded("source", changelog_table.c.source),
-            "version_before": c.integer("version_before", optional=True),
-            "version_after": c.integer("version_after", optional=True),
-            "before_text": c.text("before_text"), "after_text": c.text("after_text"),
-            "created_at": c.timestamp("created_at"),
-        })
     # One row at a time keeps ids in export order (executemany order is not promised).
-    for row in rows:
-        await conn.execute(sa.insert(changelog_table).values(**row))
+    for c in memory.changelog:
+        await conn.execute(sa.insert(changelog_table).values(
+            user_id=user_id, agent_id=agent_id, **c.model_dump()))
     return ""
 
 

@@ -22,6 +22,12 @@ would deadlock against its own append on another.
 
 Connections holding a lock never go back to the pool still holding it: if an unlock is
 not confirmed, the connection is invalidated (closed for real), which frees the lock.
+
+The shared connection lives as long as the process, outside the pool's pre-ping, so a
+server that dropped it (a restart, a failover, a proxy's idle timeout,
+`pg_terminate_backend`) is found out by the next turn's statement: that turn takes the
+lock again on a new connection (`memory.db.retry_on_disconnect`), and a turn that held
+its lock on the dead one releases nothing (the server already did).
 """
 
 from __future__ import annotations
@@ -30,11 +36,12 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memory.db import advisory_key
+from memory.db import advisory_key, retry_on_disconnect
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +84,15 @@ class SessionLocks:
                     yield
                     return
                 key = turn_lock_key(session_id)
-                dedicated = await self._acquire(key)
+                holder = await retry_on_disconnect(
+                    lambda: self._acquire(key), f"turn lock of session {session_id}"
+                )
                 try:
                     yield
                 finally:
                     # Shielded: a cancelled turn must still unlock, or the chat stays
                     # locked for as long as this process lives.
-                    await asyncio.shield(self._release(key, dedicated))
+                    await asyncio.shield(self._release(key, holder))
         finally:
             entry.users -= 1
             if entry.users == 0:
@@ -102,9 +111,10 @@ class SessionLocks:
             self._shared = await conn.execution_options(isolation_level="AUTOCOMMIT")
         return self._shared
 
-    async def _acquire(self, key: int) -> AsyncConnection | None:
-        """Take the advisory lock; returns the dedicated connection holding it, or None
-        when the shared connection holds it."""
+    async def _acquire(self, key: int) -> _Holder:
+        """Take the advisory lock; returns the connection holding it. A connection the
+        server dropped raises a disconnect (`hold` retries on a new connection): the
+        lock, if it was granted, died with it."""
         async with self._shared_guard:
             conn = await self._shared_conn()
             try:
@@ -113,7 +123,7 @@ class SessionLocks:
                 await self._drop_shared()
                 raise
         if got:
-            return None
+            return _Holder(conn, dedicated=False)
         # Another replica runs a turn of this session: wait on a connection of our own.
         conn = await self.engine.connect()
         try:
@@ -124,30 +134,36 @@ class SessionLocks:
             # before; closing the connection for real is the only safe way out.
             await _discard(conn)
             raise
-        return conn
+        return _Holder(conn, dedicated=True)
 
-    async def _release(self, key: int, dedicated: AsyncConnection | None) -> None:
-        if dedicated is not None:
-            try:
-                ok = await dedicated.scalar(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-            except Exception:
-                ok = False
-            if ok:
-                await dedicated.close()
-            else:
-                await _discard(dedicated)
-            return
-        async with self._shared_guard:
-            conn = self._shared
-            if conn is None or conn.closed or conn.invalidated:
-                # The connection died while the turn ran: the server already dropped
-                # the lock, and another replica may have run a turn meanwhile.
-                log.warning("turn lock connection was lost while a turn held it")
-                return
+    async def _release(self, key: int, holder: _Holder) -> None:
+        conn = holder.conn
+        if holder.dedicated:
             try:
                 ok = await conn.scalar(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
             except Exception:
                 ok = False
+            if ok:
+                await conn.close()
+            else:
+                await _discard(conn)
+            return
+        async with self._shared_guard:
+            if conn is not self._shared or conn.closed or conn.invalidated:
+                # The connection died while the turn ran (and was replaced, perhaps): the
+                # server dropped the lock with it, and another replica may have run a
+                # turn meanwhile. Unlocking on its replacement would be wrong: that one
+                # holds other sessions' locks.
+                log.warning("turn lock connection was lost while a turn held it")
+                return
+            try:
+                ok = await conn.scalar(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            except Exception as exc:
+                log.warning(
+                    "turn lock connection failed at release (%s); dropping it", type(exc).__name__
+                )
+                await self._drop_shared()
+                return
             if not ok:
                 log.warning("turn lock was not held at release; dropping the lock connection")
                 await self._drop_shared()
@@ -163,6 +179,15 @@ class SessionLocks:
         async with self._shared_guard:
             # Discarded, not pooled: a pooled connection would keep its session locks.
             await self._drop_shared()
+
+
+@dataclass(frozen=True)
+class _Holder:
+    """The connection a turn's advisory lock lives on: the shared one, or a dedicated
+    one opened to wait for another replica's turn."""
+
+    conn: AsyncConnection
+    dedicated: bool
 
 
 async def _discard(conn: AsyncConnection) -> None:

@@ -28,12 +28,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memory.errors import InvalidArgument
+from memory.errors import Conflict, InvalidArgument
 from memory.history import HistoryStore, conversations, messages
 from memory.maintenance import Fault, parse_timestamp
 from memory.session_export import DocumentReader
 from memory.types import iso_utc
 from plugins.lcm.dag import CONDENSED, LEAF
+from plugins.lcm.export_schema import LcmOverlay
 from plugins.lcm.models import context_items, summaries, summary_messages, summary_parents
 
 _SUMMARY_FIELDS = (
@@ -69,6 +70,8 @@ def _parent_links(conv_id: int) -> sa.Select:
 class LcmMaintenance:
     engine: AsyncEngine
     history: HistoryStore
+    # Checked with the whole document before the import writes (memory.export_schema).
+    overlay_model = LcmOverlay
 
     # -- Exporter ----------------------------------------------------------------------
 
@@ -202,6 +205,17 @@ class LcmMaintenance:
                     "summary_id": sid,
                     "token_count": it.get("token_count", 0),
                 }
+            )
+        # Summary ids are public and unique database-wide: an export imported twice (under
+        # another session id) would otherwise fail on a raw unique violation.
+        taken = (
+            await conn.execute(
+                sa.select(summaries.c.id).where(summaries.c.id.in_(list(known))).limit(1)
+            )
+        ).scalar()
+        if taken is not None:
+            raise Conflict(
+                f"summary {taken!r} already exists in this database; nothing was imported"
             )
         # One row at a time: `pk` order must follow export order (it orders the next export).
         for row in rows:

@@ -29,6 +29,7 @@ from memory.maintenance import Fault, StagedFiles, parse_timestamp
 from memory.session_export import DocumentReader
 from memory.types import iso_utc
 from plugins.simple import notes_transfer
+from plugins.simple.export_schema import SimpleOverlay
 from plugins.simple.markers import markers
 from plugins.simple.notes_store import NotesStore
 
@@ -47,6 +48,8 @@ class SimpleMaintenance:
     engine: AsyncEngine
     history: HistoryStore
     notes: NotesStore
+    # Checked with the whole document before the import writes (memory.export_schema).
+    overlay_model = SimpleOverlay
 
     async def export_overlay(self, session_id: str) -> dict[str, Any] | None:
         async with self.engine.connect() as conn:

@@ -97,7 +97,10 @@ class LiveBot:
 async def live_bot(tmp_path: Path, tg: FakeTelegram, model: FakeOpenAI, *,
                    db_kind: str = "sqlite", db_url: str | None = None,
                    provider: str = "simple", summarizer: Any = None,
+                   record_updates: bool = False,
                    **sections: dict[str, Any]) -> AsyncIterator[LiveBot]:
+    """`record_updates`: handled update ids go to the database, as `mnemo run` does
+    (each text update's record in its user message's transaction)."""
     async with _url(db_kind, tmp_path, db_url) as url:
         settings = bot_settings(tmp_path, tg, model, url, provider=provider, **sections)
         client = LLMClient(settings.llm, backoff_s=0.01, backoff_cap_s=0.05)
@@ -105,7 +108,8 @@ async def live_bot(tmp_path: Path, tg: FakeTelegram, model: FakeOpenAI, *,
             settings, llm=client,
             summarizer=summarizer or StaticSummarizer("summary: the talk so far"))
         try:
-            app = build_application(settings, services.pool)
+            app = build_application(settings, services.pool,
+                                    engine=services.engine if record_updates else None)
             async with running(app, settings, poll_timeout=1):
                 yield LiveBot(services, app, settings)
         finally:
