@@ -98,7 +98,7 @@ _LAUGHS = 'lol0: &lol0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", 
     ("telegram:\n  token: '1:abcdef'\n  token: '2:ghijkl'\n", "duplicate key 'token' at line 3"),
     ("llm: {model: a, model: b}\n", "duplicate key 'model' at line 1"),
     ("reflect: {interval: 99999999999999h}\n", "reflect.interval: expected a duration"),
-    ("reflect: {interval: " + "9" * 400 + "}\n", "reflect.interval"),
+    ("reflect: {interval: " + "9" * 400 + "s}\n", "reflect.interval"),  # inf seconds
     ("llm: {temperature: .nan}\n", "llm.temperature"),
     ("llm: {temperature: nan}\n", "llm.temperature"),
     ("llm: {timeout_s: .inf}\n", "llm.timeout_s"),

@@ -82,7 +82,7 @@ async def test_a_rejected_token_ends_the_start_in_one_line_without_the_token(
         assert "Calling Bot API endpoint `getMe`" in err  # DEBUG was on, getMe was sent
 
 
-@pytest.mark.parametrize("form", ["/bot", "/bot/", "/bot{token}", "/"])
+@pytest.mark.parametrize("form", ["/bot", "/bot{token}"])
 async def test_base_url_in_python_telegram_bots_form(tg: FakeTelegram, llm: FakeOpenAI,
                                                      tmp_path: Path, form: str) -> None:
     bot = BotProcess(tmp_path, _config(tmp_path, tg, llm, base_url=tg.base_url + form), tg)
