@@ -2,7 +2,8 @@
 CSI, DEL) and bidi controls (a right-to-left override) in a first message, which
 becomes the session title, reach `mnemo chat`, `memory sessions`, `status`, `search` and
 `export --format markdown` only as visible escapes; the JSON export keeps them exactly
-(as JSON escapes) and imports back unchanged. Every command runs as a subprocess."""
+(as JSON escapes) and imports back unchanged; log lines quoting them escape them too.
+Every command runs as a subprocess."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -86,3 +88,15 @@ async def test_control_and_bidi_characters_never_reach_the_terminal(server: Fake
     assert not RAW.findall(out + err), out + err
     rc, out, err = await _mnemo(fresh / "config.yaml", "memory", "export", SESSION)
     assert json.loads(out)["messages"] == doc["messages"]
+
+
+def test_log_lines_show_quoted_text_escaped() -> None:
+    # Log lines quote users, models and servers (an error message, a tool's failure); the
+    # CLI's logging (every command sets it up) escapes what they quote, newlines kept.
+    script = ("import logging; from bot.cli import setup_logging; setup_logging(); "
+              "logging.getLogger('mnemo.test').warning('tool failed: %s', "
+              f"{HOSTILE!r} + chr(10) + 'next line')")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert "tool failed: \\x1b]0;pwned\\x07" in done.stderr, done.stderr
+    assert done.stderr.endswith("\nnext line\n") and not RAW.findall(done.stderr), done.stderr
