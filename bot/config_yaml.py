@@ -48,7 +48,8 @@ class _ConfigLoader(yaml.SafeLoader):
             target = self.anchors.get(event.anchor)
             if target is not None and id(target) not in self._sizes:
                 raise ConfigYamlRefused(
-                    f"an alias refers to its own anchor (line {event.start_mark.line + 1})")
+                    f"an alias refers to its own anchor (line {event.start_mark.line + 1})"
+                )
         self._open += 1
         try:
             node = super().compose_node(parent, index)
@@ -72,10 +73,12 @@ class _ConfigLoader(yaml.SafeLoader):
             depth = max(depth, size[1] + 1)
         if values > MAX_VALUES:
             raise ConfigYamlRefused(
-                f"aliases expand to more than {MAX_VALUES} values (line {_line(node)})")
+                f"aliases expand to more than {MAX_VALUES} values (line {_line(node)})"
+            )
         if depth > MAX_DEPTH:
             raise ConfigYamlRefused(
-                f"aliases nest deeper than {MAX_DEPTH} levels (line {_line(node)})")
+                f"aliases nest deeper than {MAX_DEPTH} levels (line {_line(node)})"
+            )
         return values, depth
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -93,7 +96,8 @@ class _ConfigLoader(yaml.SafeLoader):
                 shown = repr(key) if len(repr(key)) <= 40 else repr(key)[:37] + "..."
                 raise ConfigYamlRefused(
                     f"duplicate key {shown} at line {_line(key_node)} (first given at line "
-                    f"{seen}); give each key once")
+                    f"{seen}); give each key once"
+                )
             first[key] = _line(key_node)
         return super().construct_mapping(node, deep=deep)
 

@@ -17,7 +17,9 @@ import re
 
 # C0 controls but tab and newline, DEL, C1 controls; the bidi marks, embeddings,
 # overrides and isolates; the line and paragraph separators (some terminals break there).
-_UNSAFE_IN_LINES = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+_UNSAFE_IN_LINES = (
+    "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029"
+)
 _MULTILINE = re.compile(f"[{_UNSAFE_IN_LINES}]")
 _ONE_LINE = re.compile(f"[\t\n{_UNSAFE_IN_LINES}]")
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}

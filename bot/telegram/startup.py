@@ -47,8 +47,13 @@ async def _unless_stopped(work: Awaitable[None], stop: asyncio.Event) -> bool:
     return True
 
 
-async def reach_bot_api(bot: Bot, stop: asyncio.Event, *, first_wait_s: float = FIRST_WAIT_S,
-                        max_wait_s: float = MAX_WAIT_S) -> bool:
+async def reach_bot_api(
+    bot: Bot,
+    stop: asyncio.Event,
+    *,
+    first_wait_s: float = FIRST_WAIT_S,
+    max_wait_s: float = MAX_WAIT_S,
+) -> bool:
     """Initialize `bot` (getMe), retrying until it answers. True once it has; False if
     `stop` was set first (the bot's connections are closed then). Raises TokenRejected."""
     wait, attempt = first_wait_s, 0
@@ -65,11 +70,17 @@ async def reach_bot_api(bot: Bot, stop: asyncio.Event, *, first_wait_s: float = 
             server = _first_line(scrub(str(exc.__cause__ or "")))[:200]
             raise TokenRejected(
                 f"the Telegram Bot API refused the bot token ({server}): check telegram.token "
-                "(TELEGRAM_BOT_TOKEN) and telegram.base_url") from None
+                "(TELEGRAM_BOT_TOKEN) and telegram.base_url"
+            ) from None
         except TelegramError as exc:  # down, unreachable, overloaded: it may come back
             delay = max(wait, retry_after_seconds(exc)) if isinstance(exc, RetryAfter) else wait
-            log.warning("Telegram Bot API unreachable (attempt %d: %s: %s); retrying in %.0f s",
-                        attempt, type(exc).__name__, _first_line(str(exc)), delay)
+            log.warning(
+                "Telegram Bot API unreachable (attempt %d: %s: %s); retrying in %.0f s",
+                attempt,
+                type(exc).__name__,
+                _first_line(str(exc)),
+                delay,
+            )
             if await _unless_stopped(asyncio.sleep(delay), stop):
                 wait = min(wait * 2, max_wait_s)
                 continue

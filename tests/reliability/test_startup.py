@@ -30,8 +30,9 @@ SECRET_PART = SECRET_TOKEN.split(":", 1)[1]
 
 
 def _config(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, **telegram: object) -> dict:
-    config = run_config(tmp_path, tg, llm, f"sqlite+aiosqlite:///{tmp_path / 'bot.db'}",
-                        log_level="DEBUG")  # PTB logs its Bot API URL, token included
+    config = run_config(
+        tmp_path, tg, llm, f"sqlite+aiosqlite:///{tmp_path / 'bot.db'}", log_level="DEBUG"
+    )  # PTB logs its Bot API URL, token included
     config["telegram"] = {**config["telegram"], **telegram}  # type: ignore[dict-item]
     return config
 
@@ -41,8 +42,17 @@ async def _run_to_exit(tmp_path: Path, config: dict) -> tuple[int, str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("MNEMO_CONFIG", None)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "--config", str(path), "run", cwd=tmp_path, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "bot.cli",
+        "--config",
+        str(path),
+        "run",
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), 60)
     except TimeoutError:
@@ -53,19 +63,26 @@ async def _run_to_exit(tmp_path: Path, config: dict) -> tuple[int, str, str]:
 
 
 def _files_holding(root: Path, secret: str, skip: Path) -> list[Path]:
-    return [p for p in root.rglob("*")
-            if p.is_file() and p != skip and secret.encode() in p.read_bytes()]
+    return [
+        p
+        for p in root.rglob("*")
+        if p.is_file() and p != skip and secret.encode() in p.read_bytes()
+    ]
 
 
-@pytest.mark.parametrize(("token", "suffix", "refused"), [
-    ("424242:revoked-or-wrong-token-x", "", "refused the bot token (Unauthorized)"),
-    (SECRET_TOKEN, "/not-the-bot-api", "refused the bot token (Not Found"),
-    ("not a token", "", "config error:"),
-    ("SECRET not a token: 424242", "", "config error:"),
-], ids=["revoked-401", "wrong-url-404", "not-a-token", "token-with-spaces"])
+@pytest.mark.parametrize(
+    ("token", "suffix", "refused"),
+    [
+        ("424242:revoked-or-wrong-token-x", "", "refused the bot token (Unauthorized)"),
+        (SECRET_TOKEN, "/not-the-bot-api", "refused the bot token (Not Found"),
+        ("not a token", "", "config error:"),
+        ("SECRET not a token: 424242", "", "config error:"),
+    ],
+    ids=["revoked-401", "wrong-url-404", "not-a-token", "token-with-spaces"],
+)
 async def test_a_rejected_token_ends_the_start_in_one_line_without_the_token(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, token: str, suffix: str,
-        refused: str) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, token: str, suffix: str, refused: str
+) -> None:
     config = _config(tmp_path, tg, llm, token=token, base_url=tg.base_url + suffix)
     code, out, err = await _run_to_exit(tmp_path, config)
     assert code == 2, err[-3000:]
@@ -83,8 +100,9 @@ async def test_a_rejected_token_ends_the_start_in_one_line_without_the_token(
 
 
 @pytest.mark.parametrize("form", ["/bot", "/bot{token}"])
-async def test_base_url_in_python_telegram_bots_form(tg: FakeTelegram, llm: FakeOpenAI,
-                                                     tmp_path: Path, form: str) -> None:
+async def test_base_url_in_python_telegram_bots_form(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, form: str
+) -> None:
     bot = BotProcess(tmp_path, _config(tmp_path, tg, llm, base_url=tg.base_url + form), tg)
     await bot.start()
     try:
@@ -103,15 +121,17 @@ async def _log_lines(bot: BotProcess, mark: str, count: int, within: float = 60.
         if len(lines) >= count:
             return lines
         if bot.proc is not None and bot.proc.returncode is not None:
-            raise AssertionError(f"the bot exited with {bot.proc.returncode}:\n"
-                                 f"{bot.stderr_text()[-3000:]}")
+            raise AssertionError(
+                f"the bot exited with {bot.proc.returncode}:\n{bot.stderr_text()[-3000:]}"
+            )
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"no {count} {mark!r} lines:\n{bot.stderr_text()[-3000:]}")
         await asyncio.sleep(0.05)
 
 
-async def test_unreachable_at_start_is_retried_until_it_answers(llm: FakeOpenAI,
-                                                                tmp_path: Path) -> None:
+async def test_unreachable_at_start_is_retried_until_it_answers(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
     tg = FakeTelegram(token=SECRET_TOKEN, port=free_port())  # nothing listens there yet
     bot = BotProcess(tmp_path, _config(tmp_path, tg, llm), tg)
     starting = asyncio.create_task(bot.start(within=120))
@@ -134,8 +154,9 @@ async def test_unreachable_at_start_is_retried_until_it_answers(llm: FakeOpenAI,
     assert SECRET_TOKEN not in logged and SECRET_PART not in logged
 
 
-async def test_a_failing_bot_api_is_retried(tg: FakeTelegram, llm: FakeOpenAI,
-                                            tmp_path: Path) -> None:
+async def test_a_failing_bot_api_is_retried(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     tg.fail("getMe", 502, times=2)
     bot = BotProcess(tmp_path, _config(tmp_path, tg, llm), tg)
     await bot.start(within=60)
@@ -146,9 +167,9 @@ async def test_a_failing_bot_api_is_retried(tg: FakeTelegram, llm: FakeOpenAI,
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-async def test_a_stop_during_the_retry_wait_ends_it_cleanly(tg: FakeTelegram, llm: FakeOpenAI,
-                                                            tmp_path: Path,
-                                                            sig: signal.Signals) -> None:
+async def test_a_stop_during_the_retry_wait_ends_it_cleanly(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, sig: signal.Signals
+) -> None:
     tg.fail("getMe", 429, retry_after=3600)  # the next attempt would be an hour away
     bot = BotProcess(tmp_path, _config(tmp_path, tg, llm), tg)
     starting = asyncio.create_task(bot.start())
