@@ -11,21 +11,38 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bot.config import ConfigError, Settings, load_settings
+from memory.display import terminal_safe
 
 log = logging.getLogger("mnemo")
 
+EXIT_FAULT = 1
 EXIT_CONFIG = 2
 EXIT_UNAVAILABLE = 3
 
 
+class TerminalSafeFormatter(logging.Formatter):
+    """Log lines quote what users and models wrote: their control and bidi characters
+    are shown as escapes, never sent to the terminal (memory.display)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_safe(super().format(record), multiline=True)
+
+
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=getattr(logging, level, logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(TerminalSafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level, logging.INFO), handlers=[handler])
+    logging.captureWarnings(True)  # warnings too become records, masked like the rest
     # Bot API URLs carry the token: httpx logs every URL at INFO.
     for noisy in ("httpx", "httpx2", "httpcore", "telegram.ext.Updater", "apscheduler", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _error(line: str) -> None:
+    """One line on stderr: `mnemo: ...`, never a secret, never a control character."""
+    from bot.redact import scrub
+
+    print(f"mnemo: {scrub(terminal_safe(line))}", file=sys.stderr)
 
 
 def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Settings:
@@ -62,10 +79,10 @@ def cmd_providers(args: argparse.Namespace) -> int:
     for entry in entries:
         mark = "*" if entry.name == configured else " "
         if entry.error:
-            print(f"{mark} {entry.name}  ({entry.target})  ERROR: {entry.error}")
+            print(terminal_safe(f"{mark} {entry.name}  ({entry.target})  ERROR: {entry.error}"))
             continue
         caps = ", ".join(_static_capabilities(entry.factory)) or "-"
-        print(f"{mark} {entry.name}  ({entry.target})  capabilities: {caps}")
+        print(terminal_safe(f"{mark} {entry.name}  ({entry.target})  capabilities: {caps}"))
     return 0
 
 
@@ -139,7 +156,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     try:
         require_api_key(settings.llm)
     except MissingApiKey as exc:
-        print(f"mnemo: {exc}", file=sys.stderr)
+        _error(str(exc))
         return EXIT_CONFIG
 
     async def go() -> int:
@@ -179,15 +196,16 @@ def cmd_memory(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from bot.llm import MissingApiKey, require_api_key
     from bot.telegram.channel import MissingToken, require_token, run_bot
+    from bot.telegram.startup import TokenRejected
 
     settings = _settings(args)
     try:
         require_token(settings)
         require_api_key(settings.llm)
-    except (MissingToken, MissingApiKey) as exc:
-        print(f"mnemo: {exc}", file=sys.stderr)
+        return _run_async(run_bot(settings))
+    except (MissingToken, MissingApiKey, TokenRejected) as exc:
+        _error(str(exc))
         return EXIT_CONFIG
-    return _run_async(run_bot(settings))
 
 
 def cmd_reflect(args: argparse.Namespace) -> int:
@@ -198,7 +216,7 @@ def cmd_reflect(args: argparse.Namespace) -> int:
     try:
         require_api_key(settings.llm)
     except MissingApiKey as exc:
-        print(f"mnemo: {exc}", file=sys.stderr)
+        _error(str(exc))
         return EXIT_CONFIG
     return _run_async(reflect_command(settings, args.once))
 
@@ -277,24 +295,36 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        print(f"mnemo: config error: {exc}", file=sys.stderr)
+        _error(f"config error: {exc}")
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
     except OSError as exc:  # the environment: a path that cannot be made, a port in use
-        print(f"mnemo: {exc}", file=sys.stderr)
+        _error(str(exc))
         return EXIT_UNAVAILABLE
     except Exception as exc:
         from memory.registry import ProviderLoadError
 
         if isinstance(exc, ProviderLoadError):  # a plugin that fails to load, or two of one name
-            print(f"mnemo: {exc}", file=sys.stderr)
+            _error(str(exc))
             return EXIT_CONFIG
         reason = _database_unavailable(exc)
         if reason is None:
-            raise
-        print(f"mnemo: the database is unavailable: {reason}", file=sys.stderr)
+            _last_resort(exc)
+            return EXIT_FAULT
+        _error(f"the database is unavailable: {reason}")
         return EXIT_UNAVAILABLE
+
+
+def _last_resort(exc: BaseException) -> None:
+    """A bug's traceback, as Python would print it, but with every configured secret
+    masked: a library's message may quote the bot token or a URL's password."""
+    import traceback
+
+    from bot.redact import scrub
+
+    text = "".join(traceback.format_exception(exc))
+    print(scrub(terminal_safe(text, multiline=True)), end="", file=sys.stderr)
 
 
 def _database_unavailable(exc: BaseException) -> str | None:

@@ -9,15 +9,17 @@ the line would carry it, so one pasted into another key is hidden too.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from bot.config_yaml import ConfigYamlRefused, parse_config_yaml
 from bot.redact import MASK, config_secrets, mask, mask_database_url, secret_values
 
 DEFAULT_CONFIG = "config.yaml"
@@ -29,6 +31,17 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 # Keys whose value a config error must not show (database.url: its password and secret
 # query parameters such as `?password=`).
 SECRET_KEYS = ("telegram.token", "llm.api_key", "telegram.webhook.secret_token", "database.url")
+# Bounds of the numeric keys: each admits every sensible setting and refuses what would
+# fail later, at a worse time (an interval no timer can hold, a LIMIT no database takes).
+MAX_TOKENS = 10_000_000  # far above any model's context window
+MAX_MESSAGES = 100_000  # message counts: keep_tail, fresh_tail, chunk sizes
+TELEGRAM_ID = 2**63 - 1  # chat and user ids are 64-bit signed in the Bot API
+REFLECT_INTERVAL_S = (10.0, 365 * 86400.0)
+# A bot token as @BotFather issues it: the bot's numeric id, a colon, the secret part.
+# Anything else would be refused by Telegram anyway, and may not even form a URL.
+_TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
+# PTB's own form of a Bot API URL ends in /bot (or /bot{token}); ours is the server root.
+_PTB_SUFFIXES = ("/bot{token}", "/bot")
 
 
 class ConfigError(Exception):
@@ -36,7 +49,9 @@ class ConfigError(Exception):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # No NaN or infinity anywhere: every comparison with one is false, so it would pass
+    # the bounds below and fail every turn (`llm.temperature: nan`).
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class AgentSettings(_Section):
@@ -79,10 +94,10 @@ class LLMSettings(_Section):
     # Photos are shown to the model only when on: many self-hosted OpenAI-compatible
     # servers and models reject image parts (bot.images says how they are sent).
     vision: bool = False
-    timeout_s: float = Field(default=60, gt=0)
+    timeout_s: float = Field(default=60, gt=0, le=3600)
     max_retries: int = Field(default=4, ge=0, le=20)
     max_tool_rounds: int = Field(default=8, ge=1, le=50)
-    temperature: float | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)  # OpenAI's range
 
 
 class WebhookSettings(_Section):
@@ -92,21 +107,46 @@ class WebhookSettings(_Section):
     secret_token: str = ""
 
 
+TelegramId = Annotated[int, Field(ge=-TELEGRAM_ID, le=TELEGRAM_ID)]
+
+
 class TelegramSettings(_Section):
     token: str = ""
-    base_url: str = ""  # self-hosted Bot API server, e.g. http://localhost:8081
-    allowed_ids: list[int] = Field(default_factory=list)
-    admin_ids: list[int] = Field(default_factory=list)
+    # A self-hosted Bot API server's root, e.g. http://localhost:8081; PTB's form
+    # (http://localhost:8081/bot) is accepted and read as the root.
+    base_url: str = ""
+    allowed_ids: list[TelegramId] = Field(default_factory=list)
+    admin_ids: list[TelegramId] = Field(default_factory=list)
     group_mode: Literal["mention", "always", "disabled"] = "mention"
     webhook: WebhookSettings = Field(default_factory=WebhookSettings)
     concurrent_updates: int = Field(default=64, ge=1, le=4096)
-    stream_edit_interval_s: float = Field(default=1.5, ge=0.2)
+    stream_edit_interval_s: float = Field(default=1.5, ge=0.2, le=60)
+
+    @field_validator("token")
+    @classmethod
+    def _token_shape(cls, v: str) -> str:
+        if v.strip() and not _TOKEN.match(v.strip()):
+            raise ValueError("expected a bot token as @BotFather gives it, like 123456:ABC-def")
+        return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _api_root(cls, v: str) -> str:
+        if not v:
+            return v
+        if not v.startswith(("http://", "https://")) or len(v.partition("://")[2]) == 0:
+            raise ValueError("expected the Bot API server's URL, like http://localhost:8081")
+        root = v.rstrip("/")
+        for suffix in _PTB_SUFFIXES:
+            if root.endswith(suffix):
+                return root.removesuffix(suffix)
+        return root
 
 
 class LcmSettings(_Section):
-    leaf_chunk_size: int = Field(default=10, ge=2)
-    condensed_min: int = Field(default=2, ge=2)
-    max_full_rounds: int = Field(default=10, ge=1)
+    leaf_chunk_size: int = Field(default=10, ge=2, le=MAX_MESSAGES)
+    condensed_min: int = Field(default=2, ge=2, le=MAX_MESSAGES)
+    max_full_rounds: int = Field(default=10, ge=1, le=1000)
 
 
 class SimpleSettings(_Section):
@@ -115,11 +155,11 @@ class SimpleSettings(_Section):
 
 class MemorySettings(BaseModel):
     # Extra keys allowed here only: a third-party provider's own section, `memory.<name>`.
-    model_config = ConfigDict(extra="allow", validate_default=True)
+    model_config = ConfigDict(extra="allow", validate_default=True, allow_inf_nan=False)
 
     provider: str = "lcm"
-    budget_tokens: int = Field(default=80000, ge=256)
-    fresh_tail: int = Field(default=20, ge=0)
+    budget_tokens: int = Field(default=80000, ge=256, le=MAX_TOKENS)
+    fresh_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
     lcm: LcmSettings = Field(default_factory=LcmSettings)
     simple: SimpleSettings = Field(default_factory=SimpleSettings)
 
@@ -133,19 +173,22 @@ class MemorySettings(BaseModel):
 
 
 class CompactionSettings(_Section):
-    max_tokens: int = Field(default=80000, ge=-1)  # -1 disables automatic compaction
-    keep_tail: int = Field(default=20, ge=0)
+    max_tokens: int = Field(default=80000, ge=-1, le=MAX_TOKENS)  # -1: no auto-compaction
+    keep_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
 
 
 class ReflectSettings(_Section):
     enabled: bool = True
     interval: str = "1h"
-    batch: int = Field(default=5, ge=1)
+    batch: int = Field(default=5, ge=1, le=1000)
 
     @field_validator("interval")
     @classmethod
     def _duration(cls, v: str) -> str:
-        parse_duration(v)
+        low, high = REFLECT_INTERVAL_S
+        # An interval no timer can hold (99999999999999h) would crash `mnemo run`.
+        if not low <= parse_duration(v) <= high:
+            raise ValueError("expected a duration from 10s to 365d")
         return v
 
     @property
@@ -187,7 +230,7 @@ def parse_duration(value: str | int | float) -> float:
         if not m:
             raise ValueError(f"expected a duration like 30s, 5m, 1h or 1d, got {value!r}")
         seconds = float(m.group(1)) * _UNITS[m.group(2)]
-    if seconds <= 0:
+    if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError("expected a positive duration")
     return seconds
 
@@ -313,7 +356,9 @@ def load_settings(path: str | os.PathLike[str] | None = None, *, check_provider:
         raw = None
     else:
         try:
-            raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+            raw = parse_config_yaml(p.read_text(encoding="utf-8"))
+        except ConfigYamlRefused as exc:
+            raise ConfigError(f"{p}: {exc}") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -6,7 +6,9 @@ needs the LLM for summaries); the others give the provider a summarizer that ref
 `doctor`, `export` or `backup` never need an API key.
 
 Output goes to stdout; progress and diagnostics to stderr. Exit codes: 0 done, 1 a fault
-or failure (named on stderr), 2 bad usage.
+or failure (named on stderr), 2 bad usage. Stored text (titles, messages, ids of imported
+sessions) is printed through `memory.display.terminal_safe`: its control and bidi
+characters never act on the terminal; the JSON export escapes them losslessly.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import Settings
 from memory.capabilities import Compactor, ProviderContext, Searcher
+from memory.display import json_terminal_safe, terminal_safe
 from memory.errors import CompactionIncomplete, InvalidArgument, MemoryError_
 from memory.types import (
     CompactionMode,
@@ -90,7 +93,7 @@ async def open_memory(settings: Settings, *, with_llm: bool = False) -> AsyncIte
 
 
 def _err(message: str) -> None:
-    print(f"mnemo: {message}", file=sys.stderr)
+    print(f"mnemo: {terminal_safe(message)}", file=sys.stderr)
 
 
 def _when(value: Any) -> str:
@@ -142,7 +145,7 @@ async def status(settings: Settings, session_id: str, out: TextIO = sys.stdout) 
         ("archived", "yes" if info.archived else "no"),
     ]
     for key, value in rows:
-        print(f"{key:<10} {value}", file=out)
+        print(f"{key:<10} {terminal_safe(value)}", file=out)
     return EXIT_OK
 
 
@@ -163,9 +166,10 @@ async def sessions(settings: Settings, out: TextIO = sys.stdout) -> int:
                 info = row.info
                 stats = await m.provider.stats(Session(info.id, info.agent_id, info.user_id, info.channel))
                 rows[i] = replace(row, summary_count=stats.summary_count)
-        lines = [
-            (r.info.id, str(r.info.user_id), str(r.message_count), str(r.summary_count),
-             _when(r.info.last_active), ("[archived] " if r.info.archived else "") + r.info.title)
+        lines = [  # escaped before the widths are measured
+            (terminal_safe(r.info.id), str(r.info.user_id), str(r.message_count),
+             str(r.summary_count), _when(r.info.last_active),
+             ("[archived] " if r.info.archived else "") + terminal_safe(r.info.title))
             for r in rows
         ]
     if not lines:
@@ -196,7 +200,8 @@ async def search(settings: Settings, session_id: str, text: str, out: TextIO = s
             return EXIT_FAULT
     for hit in hits:
         snippet = " ".join(hit.content.split())
-        print(f"[{hit.source_type} {hit.source_id}] {_when(hit.timestamp)}  {snippet}", file=out)
+        print(terminal_safe(f"[{hit.source_type} {hit.source_id}] {_when(hit.timestamp)}  "
+                            f"{snippet}"), file=out)
     print(f"{len(hits)} result(s)", file=sys.stderr)
     return EXIT_OK
 
@@ -215,10 +220,9 @@ async def export(settings: Settings, session_id: str, fmt: str, out: TextIO = sy
             _err(f"no session {session_id!r} (see `mnemo memory sessions`)")
             return EXIT_FAULT
         if fmt == "markdown":
-            out.write(render_markdown(doc, m.provider))
-        else:
-            json.dump(doc, out, indent=2, ensure_ascii=False)
-            out.write("\n")
+            out.write(render_markdown(doc, m.provider))  # escaped for display
+        else:  # lossless: escaped only as JSON escapes
+            out.write(json_terminal_safe(json.dumps(doc, indent=2, ensure_ascii=False)) + "\n")
     return EXIT_OK
 
 
@@ -246,8 +250,8 @@ async def import_(settings: Settings, path: str) -> int:
             _err(f"import refused, nothing was written: {exc}")
             return EXIT_FAULT
     for note in report.notes:
-        print(f"note: {note}", file=sys.stderr)
-    print(f"imported session {report.session_id} ({report.messages} messages)")
+        print(f"note: {terminal_safe(note)}", file=sys.stderr)
+    print(f"imported session {terminal_safe(report.session_id)} ({report.messages} messages)")
     return EXIT_OK
 
 
@@ -335,7 +339,7 @@ async def compact(settings: Settings, session_id: str | None, everything: bool) 
                 total.tokens_before += result.tokens_before if result.changed else 0
                 total.tokens_after += result.tokens_after if result.changed else 0
             total.duration_s += time.monotonic() - started
-            bar.show(n, session.id)
+            bar.show(n, terminal_safe(session.id))
         bar.close()
     print(f"compacted {len(targets) - len(failed)}/{len(targets)} session(s): "
           f"{total.messages_compacted} messages into {total.leaf_summaries_created} leaf and "
@@ -366,7 +370,7 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
                   file=sys.stderr)
         waiting, unreadable = await telegram_backlog(m.engine)
     for fault in faults:
-        print(f"FAULT {fault}", file=out)
+        print(f"FAULT {terminal_safe(str(fault))}", file=out)
     code = EXIT_OK
     if faults:
         codes = sorted({f.code for f in faults})

@@ -50,6 +50,12 @@ def mask(text: str, secrets: tuple[str, ...]) -> str:
     return text
 
 
+def scrub(text: str) -> str:
+    """`text` with every secret installed by `install_redaction` masked: for what reaches
+    the terminal without a log record (an error line, a last-resort traceback)."""
+    return mask(text, _secrets)
+
+
 def config_secrets(*, token: str, api_key: str, webhook_secret: str, database_url: str,
                    urls: tuple[str, ...]) -> tuple[str, ...]:
     """Every secret a config sets, in every form a message may carry it: the bot token and

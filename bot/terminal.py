@@ -3,7 +3,9 @@
 Lines starting with `/` go to the shared command handler (the local operator is an
 admin); end-of-input or `/quit` ends the session. Replies stream when stdout is a
 terminal; piped output gets each reply whole, one block per message, which keeps it
-easy to script.
+easy to script. Every reply and command answer is shown through
+`memory.display.terminal_safe` (as streamed, piece by piece): a model or a stored
+message can never send control or bidi characters to the terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TextIO
 
 from bot.commands import handle_command
 from bot.pool import Pool
+from memory.display import terminal_safe
 from memory.types import Session
 
 CLI_CHANNEL = "cli"
@@ -28,6 +31,11 @@ def terminal_session(agent_id: str, name: str) -> Session:
                    user_id=CLI_USER_ID, channel=CLI_CHANNEL)
 
 
+def _show(out: TextIO, text: str) -> None:
+    # Escaping is per character, so escaped pieces of a stream join up as the whole would.
+    out.write(terminal_safe(text, multiline=True))
+
+
 class _Printer:
     """Prints streamed text as it grows; starts over on a new line if it is replaced (a
     retried model call streams from the beginning again)."""
@@ -38,9 +46,9 @@ class _Printer:
 
     async def __call__(self, text: str) -> None:
         if text.startswith(self.shown):
-            self.out.write(text[len(self.shown):])
+            _show(self.out, text[len(self.shown):])
         else:
-            self.out.write("\n" + text)
+            _show(self.out, "\n" + text)
         self.shown = text
         self.out.flush()
 
@@ -92,7 +100,7 @@ async def run_terminal(pool: Pool, base: Session, *, stdin: TextIO = sys.stdin,
         if text.startswith("/"):
             name, _, args = text.partition(" ")
             answer = await handle_command(pool, base, name, args, is_admin=True)
-            stdout.write(answer + "\n\n")
+            _show(stdout, answer + "\n\n")
             stdout.flush()
             continue
         session = await pool.current_session(base)
@@ -101,10 +109,10 @@ async def run_terminal(pool: Pool, base: Session, *, stdin: TextIO = sys.stdin,
             stdout.write("mnemo> ")
             reply = await pool.chat(session, text, on_delta=printer)
             if reply.error or reply.text != printer.shown:
-                stdout.write(("\n" if printer.shown else "") + reply.text)
+                _show(stdout, ("\n" if printer.shown else "") + reply.text)
             stdout.write("\n\n")
         else:
             reply = await pool.chat(session, text)
-            stdout.write(reply.text + "\n\n")
+            _show(stdout, reply.text + "\n\n")
         stdout.flush()
     return 0

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.db import lock_for_transaction, write_transaction
+from memory.display import terminal_safe
 from memory.errors import Conflict, InvalidArgument, NotFound
 from memory.export_schema import (
     FORMAT,
@@ -302,13 +303,16 @@ async def _import_user_memory(conn: AsyncConnection, user_id: int, agent_id: str
 
 
 def render_markdown(doc: dict[str, Any], provider: Any = None) -> str:
-    """A readable rendering of an export document (JSON stays the lossless format)."""
+    """A readable rendering of an export document (JSON stays the lossless format). For
+    display: control and bidi characters are shown as escapes (`memory.display`), and
+    the one-line fields (ids, title) keep to their line."""
     s = doc["session"]
+    one = terminal_safe  # a one-line field
     out = [
-        f"# Session `{s['id']}`",
+        f"# Session `{one(s['id'])}`",
         "",
-        f"- agent: `{s['agent_id']}`, user: `{s['user_id']}`, channel: `{s['channel']}`",
-        f"- title: {s['title'] or '(none)'}",
+        f"- agent: `{one(s['agent_id'])}`, user: `{s['user_id']}`, channel: `{one(s['channel'])}`",
+        f"- title: {one(s['title'] or '') or '(none)'}",
         f"- created: {s['created_at']}, last active: {s['updated_at']}"
         + (", archived" if s["archived"] else ""),
         "",
@@ -351,4 +355,4 @@ def render_markdown(doc: dict[str, Any], provider: Any = None) -> str:
             out.append(exporter.overlay_markdown(overlay["data"]).rstrip())
         else:
             out += ["```json", json.dumps(overlay["data"], indent=2, ensure_ascii=False), "```"]
-    return "\n".join(out) + "\n"
+    return terminal_safe("\n".join(out), multiline=True) + "\n"

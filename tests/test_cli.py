@@ -64,3 +64,22 @@ def test_chat_refuses_session_names_it_could_not_keep_apart(
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "argument --session" in err and why in err
+
+
+def test_an_unexpected_error_prints_its_traceback_without_secrets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # A library's message may quote the token (python-telegram-bot's InvalidToken does):
+    # the last-resort traceback keeps the story and masks every configured secret.
+    token, key = "424242:SECRET-token-in-a-traceback", "sk-SECRET-key-in-a-traceback"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"telegram: {{token: '{token}'}}\nllm: {{api_key: '{key}'}}\n")
+
+    async def broken_run_bot(settings: object) -> int:
+        raise RuntimeError(f"the server said no to {token} (key {key})")
+
+    monkeypatch.setattr("bot.telegram.channel.run_bot", broken_run_bot)
+    assert main(["run", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "RuntimeError: the server said no" in err
+    for secret in (token, token.split(":")[1], key):
+        assert secret not in err, err

@@ -127,6 +127,28 @@ def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, yaml_text: str, m
     assert text.startswith(f"{path}: ") and message in text and "\n" not in text
 
 
+@pytest.mark.parametrize("given", [
+    "http://host:8081", "http://host:8081/", "http://host:8081/bot", "http://host:8081/bot/",
+    "http://host:8081/bot{token}",
+])
+def test_telegram_base_url_as_root_or_in_ptb_form(tmp_path: Path, given: str) -> None:
+    # The bot adds /bot<token> and /file/bot<token> to the root.
+    path = write(tmp_path, f"telegram: {{base_url: '{given}'}}\n")
+    assert load_settings(path).telegram.base_url == "http://host:8081"
+
+
+def test_a_server_under_a_path_keeps_its_path(tmp_path: Path) -> None:
+    path = write(tmp_path, "telegram: {base_url: 'https://proxy.example/telegram/bot'}\n")
+    assert load_settings(path).telegram.base_url == "https://proxy.example/telegram"
+
+
+@pytest.mark.parametrize("text", ["reflect: {interval: 10s}\n", "reflect: {interval: 365d}\n",
+                                  "llm: {temperature: 0}\n", "llm: {temperature: 2}\n",
+                                  "telegram: {allowed_ids: [-1001234567890, 42]}\n"])
+def test_the_edges_of_each_range_are_accepted(tmp_path: Path, text: str) -> None:
+    load_settings(write(tmp_path, text))
+
+
 def test_unknown_provider_lists_installed(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"installed: .*lcm.*simple"):
         load_settings(write(tmp_path, "memory: {provider: nope}\n"))

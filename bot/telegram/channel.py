@@ -46,6 +46,7 @@ from bot.telegram.handlers import TelegramChannel
 from bot.telegram.http import AiohttpRequest
 from bot.telegram.inflight import Inflight, WebhookQueue
 from bot.telegram.polling import Poller, prune_handled
+from bot.telegram.startup import reach_bot_api
 from bot.telegram.voice import MAX_AUDIO_BYTES
 
 log = logging.getLogger(__name__)
@@ -204,6 +205,8 @@ async def run_bot(settings: Settings) -> int:
             loop.add_signal_handler(sig, stop.set)
         health = await start_health_server(services.engine, settings.health,
                                            provider=settings.memory.provider)
+        if not await reach_bot_api(app.bot, stop):  # retried until up (bot.telegram.startup)
+            return 0
         async with running(app, settings):
             me = app.bot.username
             log.info("@%s is up (memory provider %s)", me, settings.memory.provider)

@@ -52,6 +52,9 @@ Observing the bot:
   tg.commands               the last setMyCommands list
   tg.subscribe(callback)    callback(ApiCall) for every call as it arrives (benchmarks)
 
+Unreachable, then up: `FakeTelegram(port=free_port())` serves a port chosen before it
+starts, so a bot can be pointed at it while nothing listens there yet.
+
 Faults on demand (each taken by the next matching call):
   tg.fail(method, status=429, retry_after=1, description=, times=1, when=params->bool)
   tg.reject_entities(times=1)   400 "can't parse entities" on calls that carry entities
@@ -73,6 +76,7 @@ import itertools
 import json
 import math
 import re
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,13 +84,20 @@ from typing import Any
 
 from aiohttp import ClientSession, web
 
-__all__ = ["ApiCall", "BotMessage", "Chat", "FakeTelegram", "User"]
+__all__ = ["ApiCall", "BotMessage", "Chat", "FakeTelegram", "User", "free_port"]
 
 LIMIT = 4096
 FLOOD_METHODS = ("sendMessage", "editMessageText", "deleteMessage")
 _STRING_PARAMS = {"text", "caption", "file_id", "url", "secret_token", "action", "parse_mode", "description"}
 _COMMAND = re.compile(r"^/[A-Za-z0-9_]{1,32}(@[A-Za-z0-9_]+)?")
 _MENTION = re.compile(r"@[A-Za-z0-9_]{3,32}")
+
+
+def free_port() -> int:
+    """A local TCP port nothing listens on (free when asked; the OS may reuse it later)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def utf16_len(text: str) -> int:
@@ -331,7 +342,7 @@ class FakeTelegram:
     """The server; see the module docstring for the API."""
 
     def __init__(self, *, token: str = "123456:TEST-token", bot_id: int = 777000,
-                 username: str = "mnemo_test_bot") -> None:
+                 username: str = "mnemo_test_bot", port: int = 0) -> None:
         self.token = token
         self.bot_id = bot_id
         self.username = username
@@ -354,7 +365,7 @@ class FakeTelegram:
         self._runner: web.AppRunner | None = None
         self._client: ClientSession | None = None
         self._delivery: set[asyncio.Task[None]] = set()
-        self.port = 0
+        self.port = port  # 0: any free port
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -365,7 +376,7 @@ class FakeTelegram:
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
