@@ -16,8 +16,11 @@ non-stop-word terms on an in-memory sqlite3, so every figure is compared within 
 
 `hybrid` starts bench/embedding_server.py (all-MiniLM-L6-v2 on the CPU, the `bench`
 extra) on a free port, creates the providers with an `Embedder` on it, and embeds what
-was loaded with `embed_backlog` ("embed s", timed apart from loading). Without the
-semantic search API in `memory`, or without the bench extra, hybrid rows read n/a.
+was loaded with `embed_backlog` ("embed s", timed apart from loading). It also scores two
+more references: the model alone (brute-force cosine over every turn) and its reciprocal
+rank fusion with the FTS5 reference (k=60, nothing tuned), so the hybrid target can be
+read against what this small model gives. Without the semantic search API in `memory`,
+or without the bench extra, the providers' hybrid rows read n/a.
 
     python -m bench.recall [--provider lcm|simple|all] [--db sqlite|postgres|all]
         [--modes substring,full_text,hybrid] [--conversations N] [--data PATH]
@@ -44,6 +47,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -62,6 +68,8 @@ LIMIT = max(KS)
 PROVIDERS = ("lcm", "simple")
 DATABASES = ("sqlite", "postgres")
 MODES = ("substring", "full_text", "hybrid")
+EMBED_MODEL = "all-MiniLM-L6-v2"  # what bench/embedding_server.py serves
+EMBED_BATCH = 64
 DATA_NAME = Path("shared/data/locomo-dev.json")
 EVIDENCE = re.compile(r"D\d+:\d+")
 SESSION = re.compile(r"session_(\d+)")
@@ -219,12 +227,33 @@ class Outcome:
         }
 
 
-# --- the README's reference ------------------------------------------------------------
+# --- references, scored in the same run ---------------------------------------------
+
+# How deep the references rank for fusion (recall needs only the first LIMIT).
+DEPTH = 100
+RRF_K = 60  # reciprocal rank fusion's usual constant
 
 
-def reference(convs: list[Conversation]) -> Outcome:
-    """SQLite FTS5 bm25() with the porter tokenizer, OR of the non-stop-word terms."""
-    out = Outcome("reference FTS5", "sqlite :memory:", "full_text")
+@dataclass
+class Rankings:
+    """Each kept question's ranked dia_ids (in conversation, then question order) and the
+    seconds it took; what a reference row is scored from and what fusion combines."""
+
+    ranked: list[list[str]] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+
+def scored(row: Outcome, convs: list[Conversation], rankings: Rankings) -> Outcome:
+    questions = [q for c in convs for q in c.questions]
+    for q, ranked, seconds in zip(questions, rankings.ranked, rankings.seconds, strict=True):
+        row.score(ranked[:LIMIT], q.evidence, seconds)
+    return row
+
+
+def reference_fts5(convs: list[Conversation]) -> tuple[Outcome, Rankings]:
+    """The data README's reference: SQLite FTS5 bm25() with the porter tokenizer over an
+    OR of the question's non-stop-word terms."""
+    row, out = Outcome("reference FTS5", "sqlite :memory:", "full_text"), Rankings()
     for conv in convs:
         db = sqlite3.connect(":memory:")
         try:
@@ -233,19 +262,65 @@ def reference(convs: list[Conversation]) -> Outcome:
             with db:
                 db.executemany("INSERT INTO t(rowid, content) VALUES (?, ?)",
                                [(i, t.content) for i, t in enumerate(conv.turns)])
-            out.load_s += time.perf_counter() - t0
-            out.messages += len(conv.turns)
+            row.load_s += time.perf_counter() - t0
+            row.messages += len(conv.turns)
             for q in conv.questions:
                 t0 = time.perf_counter()
                 words = dict.fromkeys(w.casefold() for w in re.findall(r"\w+", q.text))
                 match = " OR ".join(f'"{w}"' for w in words if w not in STOP_WORDS)
-                rows = db.execute("SELECT rowid FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT ?",
-                                  (match, LIMIT)).fetchall() if match else []
-                out.score([conv.turns[r[0]].dia_id for r in rows], q.evidence,
-                          time.perf_counter() - t0)
+                hits = db.execute("SELECT rowid FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT ?",
+                                  (match, DEPTH)).fetchall() if match else []
+                out.ranked.append([conv.turns[h[0]].dia_id for h in hits])
+                out.seconds.append(time.perf_counter() - t0)
         finally:
             db.close()
-    return out
+    return scored(row, convs, out), out
+
+
+async def embed(http: aiohttp.ClientSession, url: str, texts: list[str]) -> np.ndarray:
+    async with http.post(f"{url}/embeddings", json={"input": texts, "model": EMBED_MODEL}) as r:
+        body = await r.json()
+        if r.status != 200:
+            raise BenchError(f"embeddings server: HTTP {r.status}: {body}")
+    return np.array([d["embedding"] for d in sorted(body["data"], key=lambda d: d["index"])],
+                    dtype=np.float32)
+
+
+async def reference_dense(convs: list[Conversation], url: str) -> tuple[Outcome, Rankings]:
+    """Cosine similarity of all-MiniLM-L6-v2 vectors from the local server, every turn
+    ranked by brute force: what the small model finds on its own. Each question is
+    embedded by its own request, as a search would."""
+    row, out = Outcome("reference MiniLM", "numpy", "dense"), Rankings()
+    row.embed_s = 0.0
+    async with aiohttp.ClientSession() as http:
+        for conv in convs:
+            t0 = time.perf_counter()
+            texts = [t.content for t in conv.turns]
+            turns = np.concatenate([await embed(http, url, texts[i:i + EMBED_BATCH])
+                                    for i in range(0, len(texts), EMBED_BATCH)])
+            row.embed_s += time.perf_counter() - t0
+            row.messages += len(conv.turns)
+            for q in conv.questions:
+                t0 = time.perf_counter()
+                sims = turns @ (await embed(http, url, [q.text]))[0]
+                top = np.argsort(-sims)[:DEPTH]
+                out.ranked.append([conv.turns[i].dia_id for i in top])
+                out.seconds.append(time.perf_counter() - t0)
+    return scored(row, convs, out), out
+
+
+def reference_fused(convs: list[Conversation], lexical: Rankings, dense: Rankings) -> Outcome:
+    """Reciprocal rank fusion of the two references (k=60), no weights tuned."""
+    out = Rankings()
+    for a, b, sa, sb in zip(lexical.ranked, dense.ranked, lexical.seconds, dense.seconds,
+                            strict=True):
+        scores: dict[str, float] = {}
+        for ranked in (a, b):
+            for rank, dia_id in enumerate(ranked):
+                scores[dia_id] = scores.get(dia_id, 0.0) + 1 / (RRF_K + rank + 1)
+        out.ranked.append(sorted(scores, key=scores.__getitem__, reverse=True))
+        out.seconds.append(sa + sb)
+    return scored(Outcome("reference FTS5+MiniLM RRF", "-", "hybrid"), convs, out)
 
 
 # --- the embeddings server -------------------------------------------------------------
@@ -254,8 +329,11 @@ def reference(convs: list[Conversation]) -> Outcome:
 @contextlib.contextmanager
 def embedding_server(timeout_s: float = 180.0) -> Iterator[str]:
     """Start bench/embedding_server.py on a free port; yield its base URL (`.../v1`)."""
+    # One torch thread: beside the bench and a database on a 2-core machine, two threads
+    # oversubscribe the CPU and one query takes 5x longer (180 ms against 35).
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.embedding_server", "--port", "0"], cwd=REPO,
+        [sys.executable, "-m", "bench.embedding_server", "--port", "0", "--threads", "1"],
+        cwd=REPO,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -359,7 +437,7 @@ async def run_provider(
     embedder = None
     if "hybrid" in modes and not hybrid_note:
         embedder_class, _ = semantic
-        embedder = embedder_class("all-MiniLM-L6-v2", base_url=embed_url, api_key="bench")
+        embedder = embedder_class(EMBED_MODEL, base_url=embed_url, api_key="bench")
     try:
         async with fresh_provider(name, db, tmp, embedder) as (provider, engine):
             t0 = time.perf_counter()
@@ -434,7 +512,7 @@ def table(rows: list[Outcome]) -> str:
 def targets(rows: list[Outcome]) -> list[str]:
     """Issue 14's targets, each `ok` or `MISSED`, for the rows this run has."""
     out = []
-    scored = [r for r in rows if not r.note and r.system != "reference FTS5"]
+    scored = [r for r in rows if not r.note and not r.system.startswith("reference")]
     full = [r for r in scored if r.mode == "full_text"]
 
     def line(ok: bool, text: str) -> None:
@@ -494,16 +572,21 @@ def choices(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
 
 
 async def run(args: argparse.Namespace, convs: list[Conversation]) -> tuple[list[Outcome], list[str]]:
-    rows = [reference(convs)]
+    lexical_row, lexical = reference_fts5(convs)
+    rows = [lexical_row]
     failures: list[str] = []
     semantic: tuple[Any, Any] | str = semantic_api() if "hybrid" in args.modes else ""
     with contextlib.ExitStack() as stack:
         url = None
-        if "hybrid" in args.modes and not isinstance(semantic, str):
+        if "hybrid" in args.modes:
             try:
                 url = stack.enter_context(embedding_server())
+                dense_row, dense = await reference_dense(convs, url)
+                rows += [dense_row, reference_fused(convs, lexical, dense)]
             except BenchError as exc:
-                semantic = f"n/a: {exc}"
+                rows.append(Outcome("reference MiniLM", "numpy", "dense", note=f"n/a: {exc}"))
+                semantic = semantic if isinstance(semantic, str) else f"n/a: {exc}"
+                url = None
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="recall-bench-")))
         for name in args.provider:
             for db in args.db:
