@@ -55,11 +55,15 @@ class Encoder:
     def encode(self, texts: list[str]) -> tuple[Any, int]:
         """(unit vectors as a float32 array, tokens the model read)."""
         vectors = self.model.encode(
-            texts, batch_size=self.batch_size, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=False,
+            texts,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
         ).astype("<f4")
-        ids = self.model.tokenizer(texts, truncation=True,
-                                   max_length=self.model.max_seq_length)["input_ids"]
+        ids = self.model.tokenizer(texts, truncation=True, max_length=self.model.max_seq_length)[
+            "input_ids"
+        ]
         return vectors, sum(len(i) for i in ids)
 
 
@@ -98,15 +102,17 @@ def build_app(encoder: Encoder) -> web.Application:
             return _error(400, texts, "invalid_input")
         model = body.get("model") or MODEL_NAME
         if model not in ALIASES:
-            return _error(404, f"model {model!r} is not served; use {MODEL_NAME!r}",
-                          "model_not_found")
+            return _error(
+                404, f"model {model!r} is not served; use {MODEL_NAME!r}", "model_not_found"
+            )
         fmt = body.get("encoding_format") or "float"
         if fmt not in ("float", "base64"):
             return _error(400, "'encoding_format' must be 'float' or 'base64'", "invalid_format")
         dims = body.get("dimensions")
         if dims is not None and dims != encoder.dimensions:
-            return _error(400, f"this model has {encoder.dimensions} dimensions only",
-                          "invalid_dimensions")
+            return _error(
+                400, f"this model has {encoder.dimensions} dimensions only", "invalid_dimensions"
+            )
         loop = asyncio.get_running_loop()
         vectors, tokens = await loop.run_in_executor(worker, encoder.encode, texts)
         data = [
@@ -114,19 +120,27 @@ def build_app(encoder: Encoder) -> web.Application:
                 "object": "embedding",
                 "index": i,
                 "embedding": base64.b64encode(v.tobytes()).decode("ascii")
-                if fmt == "base64" else v.tolist(),
+                if fmt == "base64"
+                else v.tolist(),
             }
             for i, v in enumerate(vectors)
         ]
-        return web.json_response({
-            "object": "list", "data": data, "model": MODEL_NAME,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        })
+        return web.json_response(
+            {
+                "object": "list",
+                "data": data,
+                "model": MODEL_NAME,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
 
     async def models(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "local"}
-        ]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "local"}],
+            }
+        )
 
     async def stop_worker(_: web.Application) -> None:
         worker.shutdown(wait=True, cancel_futures=True)
@@ -156,14 +170,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8089, help="0 picks a free port")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch CPU threads (0: torch's default)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch CPU threads (0: torch's default)"
+    )
     args = parser.parse_args(argv)
     try:
         encoder = Encoder(args.batch_size, args.threads)
     except ImportError as exc:
-        print(f"embedding_server: {exc.name or exc} is missing; install the bench extra: "
-              'pip install -e ".[bench]"', file=sys.stderr)
+        print(
+            f"embedding_server: {exc.name or exc} is missing; install the bench extra: "
+            'pip install -e ".[bench]"',
+            file=sys.stderr,
+        )
         return 2
     try:
         asyncio.run(serve(args.host, args.port, encoder))

@@ -80,7 +80,8 @@ TARGET_P50_MS = {"full_text": 20.0, "hybrid": 60.0}
 
 # The reference's stop words: NLTK's English list (the README names none; this one gives
 # its figures within 0.01).
-STOP_WORDS = frozenset("""
+STOP_WORDS = frozenset(
+    """
 a about above after again against ain all am an and any are aren aren't as at be because
 been before being below between both but by can couldn couldn't d did didn didn't do does
 doesn doesn't doing don don't down during each few for from further had hadn hadn't has
@@ -92,7 +93,8 @@ so some such t than that that'll the their theirs them themselves then there the
 this those through to too under until up ve very was wasn wasn't we were weren weren't
 what when where which while who whom why will with won won't wouldn wouldn't y you you'd
 you'll you're you've your yours yourself yourselves
-""".split())
+""".split()
+)
 
 
 class BenchError(Exception):
@@ -153,8 +155,9 @@ def parse_conversation(raw: dict[str, Any]) -> Conversation:
     questions = []
     for qa in raw["qa"]:
         # Only whole `D<n>:<m>` ids count ("D8:6; D9:17" or "D" do not): 759 questions.
-        evidence = frozenset(e.strip() for e in qa.get("evidence", [])
-                             if EVIDENCE.fullmatch(e.strip()))
+        evidence = frozenset(
+            e.strip() for e in qa.get("evidence", []) if EVIDENCE.fullmatch(e.strip())
+        )
         if qa.get("category") != ADVERSARIAL and evidence:
             questions.append(Question(qa["question"], evidence))
     return Conversation(str(raw.get("sample_id", len(turns))), turns, questions)
@@ -163,6 +166,8 @@ def parse_conversation(raw: dict[str, Any]) -> Conversation:
 def load_locomo(path: Path, limit: int | None = None) -> list[Conversation]:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(raw, list):
+            raise BenchError(f"{path} is not LoCoMo data: expected a list of conversations")
         convs = [parse_conversation(c) for c in raw[:limit]]
     except OSError as exc:
         raise BenchError(f"cannot read {path}: {exc.strerror or exc}") from exc
@@ -215,15 +220,24 @@ class Outcome:
     def to_json(self) -> dict[str, Any]:
         ms = [s * 1000 for s in self.latencies_s]
         return {
-            "system": self.system, "db": self.db, "mode": self.mode,
-            "questions": self.questions, "errors": self.errors, "note": self.note or None,
+            "system": self.system,
+            "db": self.db,
+            "mode": self.mode,
+            "questions": self.questions,
+            "errors": self.errors,
+            "note": self.note or None,
             "first_error": self.first_error or None,
             "recall": None if self.note else {f"@{k}": round(self.recall(k), 4) for k in KS},
-            "messages": self.messages, "load_s": round(self.load_s, 3),
+            "messages": self.messages,
+            "load_s": round(self.load_s, 3),
             "load_msgs_per_s": round(self.messages / self.load_s, 1) if self.load_s else None,
             "embed_s": None if self.embed_s is None else round(self.embed_s, 3),
-            "query_ms": {"p50": round(percentile(ms, 0.5), 3), "p95": round(percentile(ms, 0.95), 3)}
-            if ms else None,
+            "query_ms": {
+                "p50": round(percentile(ms, 0.5), 3),
+                "p95": round(percentile(ms, 0.95), 3),
+            }
+            if ms
+            else None,
         }
 
 
@@ -260,16 +274,24 @@ def reference_fts5(convs: list[Conversation]) -> tuple[Outcome, Rankings]:
             db.execute("CREATE VIRTUAL TABLE t USING fts5(content, tokenize='porter unicode61')")
             t0 = time.perf_counter()
             with db:
-                db.executemany("INSERT INTO t(rowid, content) VALUES (?, ?)",
-                               [(i, t.content) for i, t in enumerate(conv.turns)])
+                db.executemany(
+                    "INSERT INTO t(rowid, content) VALUES (?, ?)",
+                    [(i, t.content) for i, t in enumerate(conv.turns)],
+                )
             row.load_s += time.perf_counter() - t0
             row.messages += len(conv.turns)
             for q in conv.questions:
                 t0 = time.perf_counter()
                 words = dict.fromkeys(w.casefold() for w in re.findall(r"\w+", q.text))
                 match = " OR ".join(f'"{w}"' for w in words if w not in STOP_WORDS)
-                hits = db.execute("SELECT rowid FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT ?",
-                                  (match, DEPTH)).fetchall() if match else []
+                hits = (
+                    db.execute(
+                        "SELECT rowid FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT ?",
+                        (match, DEPTH),
+                    ).fetchall()
+                    if match
+                    else []
+                )
                 out.ranked.append([conv.turns[h[0]].dia_id for h in hits])
                 out.seconds.append(time.perf_counter() - t0)
         finally:
@@ -282,8 +304,9 @@ async def embed(http: aiohttp.ClientSession, url: str, texts: list[str]) -> np.n
         body = await r.json()
         if r.status != 200:
             raise BenchError(f"embeddings server: HTTP {r.status}: {body}")
-    return np.array([d["embedding"] for d in sorted(body["data"], key=lambda d: d["index"])],
-                    dtype=np.float32)
+    return np.array(
+        [d["embedding"] for d in sorted(body["data"], key=lambda d: d["index"])], dtype=np.float32
+    )
 
 
 async def reference_dense(convs: list[Conversation], url: str) -> tuple[Outcome, Rankings]:
@@ -296,8 +319,12 @@ async def reference_dense(convs: list[Conversation], url: str) -> tuple[Outcome,
         for conv in convs:
             t0 = time.perf_counter()
             texts = [t.content for t in conv.turns]
-            turns = np.concatenate([await embed(http, url, texts[i:i + EMBED_BATCH])
-                                    for i in range(0, len(texts), EMBED_BATCH)])
+            turns = np.concatenate(
+                [
+                    await embed(http, url, texts[i : i + EMBED_BATCH])
+                    for i in range(0, len(texts), EMBED_BATCH)
+                ]
+            )
             row.embed_s += time.perf_counter() - t0
             row.messages += len(conv.turns)
             for q in conv.questions:
@@ -312,8 +339,9 @@ async def reference_dense(convs: list[Conversation], url: str) -> tuple[Outcome,
 def reference_fused(convs: list[Conversation], lexical: Rankings, dense: Rankings) -> Outcome:
     """Reciprocal rank fusion of the two references (k=60), no weights tuned."""
     out = Rankings()
-    for a, b, sa, sb in zip(lexical.ranked, dense.ranked, lexical.seconds, dense.seconds,
-                            strict=True):
+    for a, b, sa, sb in zip(
+        lexical.ranked, dense.ranked, lexical.seconds, dense.seconds, strict=True
+    ):
         scores: dict[str, float] = {}
         for ranked in (a, b):
             for rank, dia_id in enumerate(ranked):
@@ -331,32 +359,39 @@ def embedding_server(timeout_s: float = 180.0) -> Iterator[str]:
     """Start bench/embedding_server.py on a free port; yield its base URL (`.../v1`)."""
     # One torch thread: beside the bench and a database on a 2-core machine, two threads
     # oversubscribe the CPU and one query takes 5x longer (180 ms against 35).
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.embedding_server", "--port", "0", "--threads", "1"],
-        cwd=REPO,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        line = _read_line(proc, timeout_s)
-        if not line.startswith("listening on "):
-            err = proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
-            tail = err.strip().splitlines()[-1:] or [line.strip() or "no answer"]
-            raise BenchError(f"the embeddings server did not start: {tail[0]}")
-        yield line.removeprefix("listening on ").strip()
-    finally:
-        proc.terminate()
+    # stderr to a file: a pipe nobody reads while the bench runs could fill and stall it.
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.embedding_server", "--port", "0", "--threads", "1"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            line = _read_line(proc, timeout_s)
+            if not line.startswith("listening on "):
+                proc.terminate()
+                proc.wait(timeout=10)
+                errors.seek(0)
+                tail = errors.read().strip().splitlines()[-1:] or [line.strip() or "no answer"]
+                raise BenchError(f"the embeddings server did not start: {tail[0]}")
+            yield line.removeprefix("listening on ").strip()
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str:
     """The server's first stdout line, or "" if it exits or takes longer than timeout_s."""
     box: list[str] = []
-    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline() if proc.stdout
-                                                        else ""), daemon=True)
+    reader = threading.Thread(
+        target=lambda: box.append(proc.stdout.readline() if proc.stdout else ""), daemon=True
+    )
     reader.start()
     reader.join(timeout_s)
     return box[0] if box else ""
@@ -383,17 +418,25 @@ def semantic_api() -> tuple[Any, Any] | str:
 async def fresh_provider(name: str, db: str, tmp: Path, embedder: Any) -> AsyncIterator[Any]:
     """Provider `name` through the registry, on a new migrated database of kind `db`."""
     async with temp_database_url(db, tmp) as url:
-        settings = Settings.model_validate({
-            "database": {"url": url}, "data_dir": str(tmp),
-            "memory": {"provider": name, "simple": {"store_dir": str(tmp / f"notes-{db}")}},
-        })
+        settings = Settings.model_validate(
+            {
+                "database": {"url": url},
+                "data_dir": str(tmp),
+                "memory": {"provider": name, "simple": {"store_dir": str(tmp / f"notes-{db}")}},
+            }
+        )
         engine = create_engine(url)
         try:
             await migrate(engine)
             extra = {"embedder": embedder} if embedder is not None else {}
-            ctx = ProviderContext(engine=engine, summarizer=TruncatingSummarizer(),
-                                  agent_id="bench", data_dir=tmp,
-                                  config=settings.provider_config(), **extra)
+            ctx = ProviderContext(
+                engine=engine,
+                summarizer=TruncatingSummarizer(),
+                agent_id="bench",
+                data_dir=tmp,
+                config=settings.provider_config(),
+                **extra,
+            )
             provider = await create_provider_async(name, ctx)
             try:
                 yield provider, engine
@@ -404,8 +447,9 @@ async def fresh_provider(name: str, db: str, tmp: Path, embedder: Any) -> AsyncI
 
 
 def chat_of(index: int, conv: Conversation) -> Session:
-    return Session(id=f"locomo:{conv.sample_id}", agent_id="bench", user_id=1000 + index,
-                   channel="bench")
+    return Session(
+        id=f"locomo:{conv.sample_id}", agent_id="bench", user_id=1000 + index, channel="bench"
+    )
 
 
 async def stored_dia_ids(engine: Any, convs: list[Conversation]) -> dict[str, str]:
@@ -417,23 +461,36 @@ async def stored_dia_ids(engine: Any, convs: list[Conversation]) -> dict[str, st
         for i, conv in enumerate(convs):
             session = chat_of(i, conv)
             conv_id = await history.conversation_id(session.id, conn)
-            rows = await history.load_messages(conn, messages.c.conversation_id == conv_id) \
-                if conv_id is not None else []
+            rows = (
+                await history.load_messages(conn, messages.c.conversation_id == conv_id)
+                if conv_id is not None
+                else []
+            )
             stored = [m.content for _, m in rows]
             if stored != [t.content for t in conv.turns]:
-                raise BenchError(f"{session.id}: {len(stored)} messages stored do not match the "
-                                 f"{len(conv.turns)} turns appended")
+                raise BenchError(
+                    f"{session.id}: {len(stored)} messages stored do not match the "
+                    f"{len(conv.turns)} turns appended"
+                )
             out.update({str(s.id): t.dia_id for (s, _), t in zip(rows, conv.turns, strict=True)})
     return out
 
 
 async def run_provider(
-    name: str, db: str, modes: list[str], convs: list[Conversation], embed_url: str | None,
-    semantic: tuple[Any, Any] | str, tmp: Path,
+    name: str,
+    db: str,
+    modes: list[str],
+    convs: list[Conversation],
+    embed_url: str | None,
+    semantic: tuple[Any, Any] | str,
+    tmp: Path,
 ) -> list[Outcome]:
     rows = {m: Outcome(name, db, m) for m in modes}
-    hybrid_note = semantic if isinstance(semantic, str) else (
-        "" if embed_url else "n/a: no embeddings server")
+    hybrid_note = (
+        semantic
+        if isinstance(semantic, str)
+        else ("" if embed_url else "n/a: no embeddings server")
+    )
     embedder = None
     if "hybrid" in modes and not hybrid_note:
         embedder_class, _ = semantic
@@ -445,8 +502,9 @@ async def run_provider(
                 session = chat_of(i, conv)
                 await provider.bootstrap(session)
                 for turn in conv.turns:
-                    await provider.append(session, Message(role="user", content=turn.content,
-                                                           created_at=turn.at))
+                    await provider.append(
+                        session, Message(role="user", content=turn.content, created_at=turn.at)
+                    )
             load_s = time.perf_counter() - t0
             embed_s = None
             if embedder is not None:
@@ -469,8 +527,9 @@ async def run_provider(
     return list(rows.values())
 
 
-async def ask_all(provider: Any, convs: list[Conversation], ids: dict[str, str],
-                  mode: SearchMode, row: Outcome) -> None:
+async def ask_all(
+    provider: Any, convs: list[Conversation], ids: dict[str, str], mode: SearchMode, row: Outcome
+) -> None:
     for i, conv in enumerate(convs):
         session = chat_of(i, conv)
         for q in conv.questions:
@@ -488,8 +547,10 @@ async def ask_all(provider: Any, convs: list[Conversation], ids: dict[str, str],
 
 # --- report ----------------------------------------------------------------------------
 
-HEADER = ("| system | db | mode | questions | errors | R@1 | R@5 | R@10 | R@20 | load msg/s "
-          "| embed s | query p50 ms | query p95 ms |")
+HEADER = (
+    "| system | db | mode | questions | errors | R@1 | R@5 | R@10 | R@20 | load msg/s "
+    "| embed s | query p50 ms | query p95 ms |"
+)
 
 
 def table(rows: list[Outcome]) -> str:
@@ -519,26 +580,33 @@ def targets(rows: list[Outcome]) -> list[str]:
         out.append(f"- {'ok' if ok else 'MISSED'}: {text}")
 
     for r in full:
-        line(r.recall(10) >= TARGET_FULL_TEXT,
-             f"full_text R@10 {r.recall(10):.3f} >= {TARGET_FULL_TEXT} ({r.system}, {r.db})")
+        line(
+            r.recall(10) >= TARGET_FULL_TEXT,
+            f"full_text R@10 {r.recall(10):.3f} >= {TARGET_FULL_TEXT} ({r.system}, {r.db})",
+        )
     if len(full) > 1:
         spread = max(r.recall(10) for r in full) - min(r.recall(10) for r in full)
         line(spread <= TARGET_SPREAD, f"full_text R@10 spread {spread:.3f} <= {TARGET_SPREAD}")
     for r in (r for r in scored if r.mode == "hybrid"):
-        line(r.recall(10) >= TARGET_HYBRID,
-             f"hybrid R@10 {r.recall(10):.3f} >= {TARGET_HYBRID} ({r.system}, {r.db})")
+        line(
+            r.recall(10) >= TARGET_HYBRID,
+            f"hybrid R@10 {r.recall(10):.3f} >= {TARGET_HYBRID} ({r.system}, {r.db})",
+        )
     for r in scored:
         if r.mode in TARGET_P50_MS:
             p50 = percentile([s * 1000 for s in r.latencies_s], 0.5)
-            line(p50 <= TARGET_P50_MS[r.mode], f"{r.mode} p50 {p50:.1f} ms <= "
-                 f"{TARGET_P50_MS[r.mode]:g} ms ({r.system}, {r.db})")
+            line(
+                p50 <= TARGET_P50_MS[r.mode],
+                f"{r.mode} p50 {p50:.1f} ms <= {TARGET_P50_MS[r.mode]:g} ms ({r.system}, {r.db})",
+            )
     errors = sum(r.errors for r in scored)
     line(errors == 0, f"{errors} question errors")
     return out
 
 
-def report(args: argparse.Namespace, convs: list[Conversation], rows: list[Outcome],
-           failures: list[str]) -> str:
+def report(
+    args: argparse.Namespace, convs: list[Conversation], rows: list[Outcome], failures: list[str]
+) -> str:
     questions = sum(len(c.questions) for c in convs)
     turns = sum(len(c.turns) for c in convs)
     lines = [
@@ -566,12 +634,16 @@ def choices(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
     picked = list(allowed) if value == "all" else [v.strip() for v in value.split(",") if v.strip()]
     unknown = [v for v in picked if v not in allowed]
     if unknown or not picked:
-        raise BenchError(f"unknown {what} {', '.join(unknown) or value!r}; "
-                         f"choose from {', '.join(allowed)} or all")
+        raise BenchError(
+            f"unknown {what} {', '.join(unknown) or value!r}; "
+            f"choose from {', '.join(allowed)} or all"
+        )
     return picked
 
 
-async def run(args: argparse.Namespace, convs: list[Conversation]) -> tuple[list[Outcome], list[str]]:
+async def run(
+    args: argparse.Namespace, convs: list[Conversation]
+) -> tuple[list[Outcome], list[str]]:
     lexical_row, lexical = reference_fts5(convs)
     rows = [lexical_row]
     failures: list[str] = []
@@ -602,15 +674,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--provider", default="all", help="lcm, simple or all")
     parser.add_argument("--db", default="all", help="sqlite, postgres or all")
-    parser.add_argument("--modes", default="substring,full_text,hybrid",
-                        help="comma-separated: substring, full_text, hybrid")
-    parser.add_argument("--conversations", type=int, default=None,
-                        help="only the first N conversations")
-    parser.add_argument("--data", type=Path, default=None,
-                        help="LoCoMo JSON (default: ../shared/data/locomo-dev.json)")
+    parser.add_argument(
+        "--modes",
+        default="substring,full_text,hybrid",
+        help="comma-separated: substring, full_text, hybrid",
+    )
+    parser.add_argument(
+        "--conversations", type=int, default=None, help="only the first N conversations"
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="LoCoMo JSON (default: ../shared/data/locomo-dev.json)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
-    parser.add_argument("--append-results", action="store_true",
-                        help="append the report to bench/RESULTS.md")
+    parser.add_argument(
+        "--append-results", action="store_true", help="append the report to bench/RESULTS.md"
+    )
     args = parser.parse_args(argv)
     args.command = "python -m bench.recall " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
@@ -630,12 +711,23 @@ def main(argv: list[str] | None = None) -> int:
     text = report(args, convs, rows, failures)
     print(text)
     if args.json:
-        args.json.write_text(json.dumps({
-            "machine": machine(), "date": f"{datetime.now(UTC):%Y-%m-%d}",
-            "command": args.command, "data": str(args.data), "conversations": len(convs),
-            "questions": sum(len(c.questions) for c in convs),
-            "results": [r.to_json() for r in rows], "failures": failures,
-        }, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": machine(),
+                    "date": f"{datetime.now(UTC):%Y-%m-%d}",
+                    "command": args.command,
+                    "data": str(args.data),
+                    "conversations": len(convs),
+                    "questions": sum(len(c.questions) for c in convs),
+                    "results": [r.to_json() for r in rows],
+                    "failures": failures,
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
     if args.append_results:
         append_results(text)
     return 1 if failures else 0
