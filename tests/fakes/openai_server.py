@@ -30,6 +30,15 @@ Transcriptions: `POST /v1/audio/transcriptions` (multipart, as the SDK's
 transcript of <filename>"). `transcriptions` records each request as an `Upload`
 (model, filename, file bytes); they are not in `requests`.
 
+Embeddings: `POST /v1/embeddings` answers a deterministic vector per input: a hashed bag
+of its words (`fake_embedding`), so texts sharing words are close, of `embedding_dim`
+dimensions (change it to play a server whose model changed). Switches: `push_embedding(
+error(500), error(429, retry_after=0), ...)` scripts failures (then answers resume);
+`embeddings_status = 404` answers every request with that error (a server without the
+endpoint); `rejects(text) -> bool` refuses (400) a request holding such an input, as a
+server refuses input too long. An empty input is refused (400), as real servers do.
+`embedding_requests` records each request body (not in `requests`).
+
 `pause()` / `resume()` hold every request at arrival until resumed; `wait_for_requests(n)`
 waits until n requests have arrived; `in_flight` counts requests not yet answered.
 """
@@ -37,8 +46,13 @@ waits until n requests have arrived; `in_flight` counts requests not yet answere
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import itertools
 import json
+import math
+import re
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +66,7 @@ __all__ = [
     "Upload",
     "echo",
     "empty",
+    "fake_embedding",
     "error",
     "gated",
     "garbage",
@@ -142,6 +157,22 @@ def echo(body: dict[str, Any]) -> Response:
     return text(f"echo: {content or ''}")
 
 
+_WORD = re.compile(r"\w+")
+
+
+def fake_embedding(text: str, dim: int = 64) -> list[float]:
+    """A unit vector: every word of `text` (case-folded) adds +-1 at a position its hash
+    picks. Texts sharing words are close; texts sharing none are near orthogonal."""
+    vec = [0.0] * dim
+    for word in _WORD.findall(text.casefold()):
+        digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+        vec[int.from_bytes(digest[:4], "big") % dim] += 1.0 if digest[4] & 1 else -1.0
+    norm = math.sqrt(sum(v * v for v in vec))
+    if norm == 0:  # no words (punctuation only): a fixed direction, still a unit vector
+        return [1.0] + [0.0] * (dim - 1)
+    return [v / norm for v in vec]
+
+
 class FakeOpenAI:
     """The server. `responder(body) -> Response` answers when the script queue is empty."""
 
@@ -154,6 +185,11 @@ class FakeOpenAI:
         self.transcribe_responder: Callable[[Upload], Response] = (
             lambda upload: text(f"fake transcript of {upload.filename}"))
         self._transcription_script: list[Response] = []
+        self.embedding_dim = 64
+        self.embeddings_status: int | None = None
+        self.rejects: Callable[[str], bool] = lambda _text: False
+        self.embedding_requests: list[dict[str, Any]] = []
+        self._embedding_script: list[Response] = []
         self.in_flight = 0
         self._script: list[Response] = []
         self._open = asyncio.Event()
@@ -170,6 +206,9 @@ class FakeOpenAI:
 
     def push_transcription(self, *responses: Response) -> None:
         self._transcription_script.extend(responses)
+
+    def push_embedding(self, *responses: Response) -> None:
+        self._embedding_script.extend(responses)
 
     @property
     def pending(self) -> int:
@@ -192,6 +231,7 @@ class FakeOpenAI:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        app.router.add_post("/v1/embeddings", self._embed)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -246,6 +286,42 @@ class FakeOpenAI:
             if resp.kind == "reply":
                 return web.json_response({"text": resp.content})
             return await self._answer(request, {}, resp)
+        finally:
+            self.in_flight -= 1
+
+    async def _embed(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response({"error": {"message": "body is not JSON"}}, status=400)
+        self.embedding_requests.append(body)
+        self.in_flight += 1
+        try:
+            await self._open.wait()
+            if self.embeddings_status is not None:
+                return await self._answer(request, {}, error(self.embeddings_status))
+            if self._embedding_script:
+                return await self._answer(request, {}, self._embedding_script.pop(0))
+            inputs = body.get("input")
+            inputs = [inputs] if isinstance(inputs, str) else inputs
+            if (not isinstance(inputs, list) or not inputs
+                    or not all(isinstance(t, str) and t for t in inputs)):
+                return await self._answer(request, {}, error(400, message="input is empty"))
+            if any(self.rejects(t) for t in inputs):
+                return await self._answer(request, {}, error(400, message="input too long"))
+            data = []
+            for i, t in enumerate(inputs):
+                vec = fake_embedding(t, self.embedding_dim)
+                if body.get("encoding_format") == "base64":
+                    packed = struct.pack(f"<{len(vec)}f", *vec)
+                    data.append({"object": "embedding", "index": i,
+                                 "embedding": base64.b64encode(packed).decode()})
+                else:
+                    data.append({"object": "embedding", "index": i, "embedding": vec})
+            tokens = sum(len(t) // 4 for t in inputs)
+            return web.json_response({"object": "list", "data": data,
+                                      "model": body.get("model", self.model),
+                                      "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
         finally:
             self.in_flight -= 1
 
