@@ -132,8 +132,9 @@ class EmbeddingWorker:
         """Wait until a pass that starts after this call has finished (tests, tools)."""
         async with self._passed:
             target = self.passes + 2  # the pass running now may have missed new items
-            self.wake()
-            await self._passed.wait_for(lambda: self.passes >= target)
+            while self.passes < target:
+                self.wake()
+                await self._passed.wait()
 
     async def run_once(self) -> int:
         """One pass: every pending item of every source; returns rows stored."""
