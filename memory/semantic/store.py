@@ -32,7 +32,7 @@ class EmbeddingRow(SQLModel, table=True):
     __tablename__ = "embeddings"
     __table_args__ = (
         sa.UniqueConstraint("source", "item_key", "model", name="uq_embeddings_item"),
-        sa.Index("ix_embeddings_scope", "user_id", "agent_id", "model", "id"),
+        sa.Index("ix_embeddings_scope", "user_id", "agent_id", "model", "id", "dim"),
         sa.Index("ix_embeddings_position", "source", "model", "item_id"),
     )
 
