@@ -50,9 +50,20 @@ async def insert(engine, rng, n: int, dim: int, user_of, start: int) -> None:  #
     now = utcnow()
     for lo in range(0, n, CHUNK):
         vecs = unit_rows(rng, min(CHUNK, n - lo), dim)
-        rows = [{"source": "message", "item_key": str(start + lo + i), "item_id": start + lo + i,
-                 "user_id": user_of(lo + i), "agent_id": AGENT, "model": MODEL, "dim": dim,
-                 "vector": v.tobytes(), "created_at": now} for i, v in enumerate(vecs)]
+        rows = [
+            {
+                "source": "message",
+                "item_key": str(start + lo + i),
+                "item_id": start + lo + i,
+                "user_id": user_of(lo + i),
+                "agent_id": AGENT,
+                "model": MODEL,
+                "dim": dim,
+                "vector": v.tobytes(),
+                "created_at": now,
+            }
+            for i, v in enumerate(vecs)
+        ]
         async with engine.begin() as conn:
             await conn.execute(embeddings.insert(), rows)
 
@@ -68,7 +79,7 @@ async def run(kind: str, args: argparse.Namespace) -> dict[str, float]:
             if kind == "postgres":
                 async with engine.connect() as conn:
                     await conn.exec_driver_sql("ANALYZE embeddings")
-            index = VectorIndex(engine, MODEL, max_bytes=2 ** 31)
+            index = VectorIndex(engine, MODEL, max_bytes=2**31)
             queries = unit_rows(rng, args.queries, args.dim)
             t0 = time.perf_counter()
             hits = await index.search(USER, AGENT, queries[0], limit=20)
@@ -88,10 +99,12 @@ async def run(kind: str, args: argparse.Namespace) -> dict[str, float]:
                 await index.search(USER, AGENT, q, limit=20)
                 growing.append(time.perf_counter() - t0)
             return {
-                "insert_s": insert_s, "first_load_ms": first_load * 1000,
-                "p50_ms": percentile(times, 0.5) * 1000, "p95_ms": percentile(times, 0.95) * 1000,
+                "insert_s": insert_s,
+                "first_load_ms": first_load * 1000,
+                "p50_ms": percentile(times, 0.5) * 1000,
+                "p95_ms": percentile(times, 0.95) * 1000,
                 "growing_p50_ms": percentile(growing, 0.5) * 1000,
-                "cache_mb": index.nbytes / 2 ** 20,
+                "cache_mb": index.nbytes / 2**20,
                 "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             }
 
@@ -121,7 +134,8 @@ def main() -> int:
         r = asyncio.run(run(kind, args))
         lines.append(
             f"| {kind} | {r['first_load_ms']:.0f} ms | {r['p50_ms']:.1f} ms | {r['p95_ms']:.1f} ms "
-            f"| {r['growing_p50_ms']:.1f} ms | {r['cache_mb']:.0f} MB | {r['rss_mb']:.0f} MB |")
+            f"| {r['growing_p50_ms']:.1f} ms | {r['cache_mb']:.0f} MB | {r['rss_mb']:.0f} MB |"
+        )
         print(lines[-1], flush=True)
     text = "\n".join(lines)
     print(text)

@@ -11,8 +11,9 @@ from bot.config import Settings
 from bot.operator import EXIT_FAULT, EXIT_OK, EXIT_USAGE, ProgressBar, _err, open_memory
 
 
-async def embed_command(settings: Settings, *, prune: bool = False,
-                        out: TextIO = sys.stdout) -> int:
+async def embed_command(
+    settings: Settings, *, prune: bool = False, out: TextIO = sys.stdout
+) -> int:
     """Embed everything lacking a vector of `embeddings.model`; `prune`: then delete the
     vectors of other models. Progress on stderr."""
     from memory.semantic.backlog import embed_backlog, sources_of
@@ -36,8 +37,9 @@ async def embed_command(settings: Settings, *, prune: bool = False,
                 bar[0].show(done, "embedded")
 
             try:
-                stored = await embed_backlog(m.provider, embedder, progress=progress,
-                                             engine=m.engine)
+                stored = await embed_backlog(
+                    m.provider, embedder, progress=progress, engine=m.engine
+                )
             except EmbeddingError as exc:
                 _err(f"embedding stopped (what is stored is kept; run again): {exc.reason}")
                 return EXIT_FAULT
@@ -47,8 +49,11 @@ async def embed_command(settings: Settings, *, prune: bool = False,
             pruned = await delete_other_models(m.engine, embedder.model) if prune else 0
     finally:
         await embedder.close()
-    print(f"embedded {stored} item(s) with {embedder.model} ({embedder.dim} dimensions)"
-          + (f"; deleted {pruned} vector(s) of other models" if prune else ""), file=out)
+    print(
+        f"embedded {stored} item(s) with {embedder.model} ({embedder.dim} dimensions)"
+        + (f"; deleted {pruned} vector(s) of other models" if prune else ""),
+        file=out,
+    )
     return EXIT_OK
 
 
@@ -76,15 +81,21 @@ async def embeddings_report(settings: Settings, m: Any) -> list[str]:
         have, embedded = await source.counts(embedder.model)
         total, done = total + have, done + embedded
     counts = await model_counts(m.engine, embedder.model)
-    lines = [f"embeddings: model {embedder.model}: embedded {done} of {total} item(s), "
-             f"{total - done} pending; {endpoint}"]
+    lines = [
+        f"embeddings: model {embedder.model}: embedded {done} of {total} item(s), "
+        f"{total - done} pending; {endpoint}"
+    ]
     if counts.other_models:
         names = ", ".join(f"{name} ({n})" for name, n in sorted(counts.other_models.items()))
-        lines.append(f"note: {sum(counts.other_models.values())} vector(s) of other models "
-                     f"are never compared: {names}; `mnemo memory embed --prune` deletes them")
+        lines.append(
+            f"note: {sum(counts.other_models.values())} vector(s) of other models "
+            f"are never compared: {names}; `mnemo memory embed --prune` deletes them"
+        )
     stale = {d: n for d, n in counts.vectors.items() if d and dim is not None and d != dim}
     if stale:
         dims = ", ".join(f"{n} of dimension {d}" for d, n in sorted(stale.items()))
-        lines.append(f"note: vectors of {embedder.model} in another dimension than the server's "
-                     f"{dim} are never compared ({dims}); `mnemo memory embed` embeds them again")
+        lines.append(
+            f"note: vectors of {embedder.model} in another dimension than the server's "
+            f"{dim} are never compared ({dims}); `mnemo memory embed` embeds them again"
+        )
     return lines

@@ -58,14 +58,23 @@ async def embed_items(engine: AsyncEngine, embedder: Embedder, items: list[Item]
     except EmbeddingRejected:
         if len(items) > 1:  # find the refused one: the others still get their vectors
             return sum([await embed_items(engine, embedder, [i]) for i in items])
-        log.warning("embeddings: the server refused %s %s (%d characters); it is not "
-                    "searched by meaning", items[0].source, items[0].key, len(items[0].text))
+        log.warning(
+            "embeddings: the server refused %s %s (%d characters); it is not searched by meaning",
+            items[0].source,
+            items[0].key,
+            len(items[0].text),
+        )
         vectors = np.zeros((1, 0), np.float32)
     return await store_vectors(engine, embedder.model, items, vectors)
 
 
-async def embed_backlog(provider: Any, embedder: Embedder, *, progress: Progress | None = None,
-                        engine: AsyncEngine | None = None) -> int:
+async def embed_backlog(
+    provider: Any,
+    embedder: Embedder,
+    *,
+    progress: Progress | None = None,
+    engine: AsyncEngine | None = None,
+) -> int:
     """Embed every item of the provider's sources lacking a vector of `embedder.model`;
     returns how many rows this call stored. Vectors of the model in another dimension
     than the server now gives are deleted first (their items are embedded again).
@@ -75,8 +84,11 @@ async def embed_backlog(provider: Any, embedder: Embedder, *, progress: Progress
     probe = await embedder.embed(["dimension probe"])
     removed = await delete_other_dims(engine, embedder.model, probe.shape[1])
     if removed:
-        log.info("embeddings: %d vector(s) of %s in another dimension deleted, to embed again",
-                 removed, embedder.model)
+        log.info(
+            "embeddings: %d vector(s) of %s in another dimension deleted, to embed again",
+            removed,
+            embedder.model,
+        )
     total = 0
     for source in sources:
         have, done = await source.counts(embedder.model)
@@ -100,9 +112,16 @@ class EmbeddingWorker:
     """Embeds new items in the background: a pass over every source's pending items,
     then a sleep of `poll_s` (or until `wake()`)."""
 
-    def __init__(self, provider: Any, embedder: Embedder, *, engine: AsyncEngine | None = None,
-                 poll_s: float = 2.0, backoff_cap_s: float = 300.0,
-                 unavailable_s: float = RECHECK_S) -> None:
+    def __init__(
+        self,
+        provider: Any,
+        embedder: Embedder,
+        *,
+        engine: AsyncEngine | None = None,
+        poll_s: float = 2.0,
+        backoff_cap_s: float = 300.0,
+        unavailable_s: float = RECHECK_S,
+    ) -> None:
         self.engine = _engine_of(provider, engine)
         self.sources = sources_of(provider)
         self.embedder = embedder
@@ -159,10 +178,13 @@ class EmbeddingWorker:
                 delay = self.unavailable_s  # the embedder logged it, once
             except Exception as exc:
                 failures += 1
-                delay = min(self.backoff_cap_s, self.poll_s * 2 ** failures)
+                delay = min(self.backoff_cap_s, self.poll_s * 2**failures)
                 if failures == 1:
-                    log.warning("embeddings: a pass failed (%s: %s); retrying with backoff",
-                                type(exc).__name__, exc)
+                    log.warning(
+                        "embeddings: a pass failed (%s: %s); retrying with backoff",
+                        type(exc).__name__,
+                        exc,
+                    )
             else:
                 if failures:
                     log.info("embeddings: passes succeed again after %d failure(s)", failures)

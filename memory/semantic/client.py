@@ -71,9 +71,15 @@ class _Malformed(Exception):
 def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, _Status):
         return exc.status in _RETRY_STATUS or (
-            exc.status >= 500 and exc.status not in _UNAVAILABLE_STATUS)
-    return isinstance(exc, openai.APIConnectionError | json.JSONDecodeError
-                      | openai.APIResponseValidationError | _Malformed)
+            exc.status >= 500 and exc.status not in _UNAVAILABLE_STATUS
+        )
+    return isinstance(
+        exc,
+        openai.APIConnectionError
+        | json.JSONDecodeError
+        | openai.APIResponseValidationError
+        | _Malformed,
+    )
 
 
 def _retry_after(response: object) -> float | None:
@@ -99,10 +105,19 @@ def normalise(rows: np.ndarray) -> np.ndarray:
 class Embedder:
     """`embed(texts)` -> float32 array (n, dim), rows L2-normalised, in batches."""
 
-    def __init__(self, model: str, *, base_url: str | None, api_key: str | None,
-                 batch_size: int = 64, timeout_s: float = 60, max_retries: int = 4,
-                 max_chars: int = MAX_CHARS, backoff_s: float = 0.5,
-                 backoff_cap_s: float = 8.0) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        batch_size: int = 64,
+        timeout_s: float = 60,
+        max_retries: int = 4,
+        max_chars: int = MAX_CHARS,
+        backoff_s: float = 0.5,
+        backoff_cap_s: float = 8.0,
+    ) -> None:
         if not model:
             raise ValueError("an Embedder needs a model name")
         self.model = model
@@ -114,8 +129,8 @@ class Embedder:
         self.unavailable: str | None = None  # why, while the endpoint is unavailable
         self._recheck_at = 0.0
         self._client = openai.AsyncOpenAI(
-            base_url=base_url or None, api_key=api_key or "unset", timeout=timeout_s,
-            max_retries=0)
+            base_url=base_url or None, api_key=api_key or "unset", timeout=timeout_s, max_retries=0
+        )
 
     async def close(self) -> None:
         await self._client.close()
@@ -128,12 +143,13 @@ class Embedder:
         sendable = [i for i, t in enumerate(cut) if t.strip()]
         rows: list[np.ndarray] = []
         for start in range(0, len(sendable), self.batch_size):
-            chunk = [cut[i] for i in sendable[start:start + self.batch_size]]
+            chunk = [cut[i] for i in sendable[start : start + self.batch_size]]
             rows.append(await self._request(chunk))
         dims = {r.shape[1] for r in rows}
         if len(dims) > 1:
-            raise EmbeddingError(f"the embeddings server changed dimension mid-call ({dims})",
-                                 retryable=True)
+            raise EmbeddingError(
+                f"the embeddings server changed dimension mid-call ({dims})", retryable=True
+            )
         dim = dims.pop() if dims else (self.dim or 0)
         out = np.zeros((len(cut), dim), dtype=np.float32)
         if rows:
@@ -158,8 +174,10 @@ class Embedder:
 
     def _mark_unavailable(self, reason: str) -> EmbeddingsUnavailable:
         if self.unavailable is None:
-            log.warning("embeddings are off: %s; search stays lexical (mnemo memory doctor "
-                        "checks again)", reason)
+            log.warning(
+                "embeddings are off: %s; search stays lexical (mnemo memory doctor checks again)",
+                reason,
+            )
         self.unavailable = reason
         self._recheck_at = time.monotonic() + RECHECK_S
         return EmbeddingsUnavailable(reason)
@@ -177,8 +195,12 @@ class Embedder:
         return base * (0.5 + random.random() / 2)  # jitter: replicas must not retry in step
 
     async def _request(self, chunk: list[str]) -> np.ndarray:
-        retrying = AsyncRetrying(stop=stop_after_attempt(self.max_retries + 1), wait=self._wait,
-                                 retry=retry_if_exception(_retryable), reraise=True)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception(_retryable),
+            reraise=True,
+        )
         try:
             async for attempt in retrying:
                 with attempt:
@@ -188,11 +210,13 @@ class Embedder:
         except openai.APITimeoutError:
             raise EmbeddingError("the embeddings server timed out", retryable=True) from None
         except openai.APIConnectionError:
-            raise EmbeddingError("the embeddings server could not be reached",
-                                 retryable=True) from None
+            raise EmbeddingError(
+                "the embeddings server could not be reached", retryable=True
+            ) from None
         except (json.JSONDecodeError, openai.APIResponseValidationError, _Malformed):
-            raise EmbeddingError("the embeddings server sent a malformed answer",
-                                 retryable=True) from None
+            raise EmbeddingError(
+                "the embeddings server sent a malformed answer", retryable=True
+            ) from None
         self._mark_available()
         self.dim = rows.shape[1]
         return rows
@@ -200,10 +224,12 @@ class Embedder:
     async def _post(self, chunk: list[str]) -> np.ndarray:
         try:
             resp = await self._client.embeddings.create(
-                model=self.model, input=chunk, encoding_format="float")
+                model=self.model, input=chunk, encoding_format="float"
+            )
         except openai.APIStatusError as exc:
-            raise _Status(exc.status_code, _retry_after(exc.response),
-                          f"HTTP {exc.status_code}") from None
+            raise _Status(
+                exc.status_code, _retry_after(exc.response), f"HTTP {exc.status_code}"
+            ) from None
         data = sorted(resp.data or [], key=lambda d: d.index)
         if len(data) != len(chunk):
             raise _Malformed(f"{len(data)} embeddings for {len(chunk)} inputs")

@@ -58,23 +58,28 @@ class _Block:
 
     @classmethod
     def empty(cls, dim: int, capacity: int = 64) -> _Block:
-        return cls(dim, np.empty((capacity, dim), np.float32), np.empty(capacity, np.int64),
-                   np.empty(capacity, np.int16))
+        return cls(
+            dim,
+            np.empty((capacity, dim), np.float32),
+            np.empty(capacity, np.int64),
+            np.empty(capacity, np.int16),
+        )
 
-    def append(self, vectors: np.ndarray, ids: np.ndarray, codes: np.ndarray,
-               keys: list[str]) -> None:
+    def append(
+        self, vectors: np.ndarray, ids: np.ndarray, codes: np.ndarray, keys: list[str]
+    ) -> None:
         need = self.n + len(ids)
         if need > len(self.ids):
-            cap = max(need, 2 * len(self.ids))
+            cap = need + max(1024, need // 8)  # headroom: a copy per 12% growth, not 2x RAM
             # New arrays: a search running in a thread keeps reading its old views.
             matrix = np.empty((cap, self.dim), np.float32)
             matrix[: self.n] = self.matrix[: self.n]
             grown_ids, grown_codes = np.empty(cap, np.int64), np.empty(cap, np.int16)
             grown_ids[: self.n], grown_codes[: self.n] = self.ids[: self.n], self.codes[: self.n]
             self.matrix, self.ids, self.codes = matrix, grown_ids, grown_codes
-        self.matrix[self.n:need] = vectors
-        self.ids[self.n:need] = ids
-        self.codes[self.n:need] = codes
+        self.matrix[self.n : need] = vectors
+        self.ids[self.n : need] = ids
+        self.codes[self.n : need] = codes
         self.keys.extend(keys)
         self.n = need
 
@@ -105,8 +110,14 @@ class _Scope:
 class VectorIndex:
     """Search one model's vectors within a (user, agent) scope."""
 
-    def __init__(self, engine: AsyncEngine, model: str, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                 revalidate_s: float = REVALIDATE_S) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        model: str,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        revalidate_s: float = REVALIDATE_S,
+    ) -> None:
         self.engine, self.model = engine, model
         self.max_bytes, self.revalidate_s = max(0, int(max_bytes)), revalidate_s
         self.skipped_other_dim = 0  # vectors passed over for their dimension, all searches
@@ -125,8 +136,15 @@ class VectorIndex:
         else:
             self._scopes.pop((user_id, agent_id or ""), None)
 
-    async def search(self, user_id: int, agent_id: str, query_vector: np.ndarray, *,
-                     sources: set[str] | None = None, limit: int = 20) -> list[VectorHit]:
+    async def search(
+        self,
+        user_id: int,
+        agent_id: str,
+        query_vector: np.ndarray,
+        *,
+        sources: set[str] | None = None,
+        limit: int = 20,
+    ) -> list[VectorHit]:
         """The `limit` vectors of the scope most similar to `query_vector` (cosine, best
         first), of `sources` only when given."""
         q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
@@ -189,8 +207,11 @@ class VectorIndex:
         now = time.monotonic()
         async with self.engine.connect() as conn:
             if scope.max_id and now - scope.checked_at >= self.revalidate_s:
-                held = await conn.scalar(sa.select(sa.func.count()).select_from(embeddings)
-                                         .where(*where, e.id <= scope.max_id))
+                held = await conn.scalar(
+                    sa.select(sa.func.count())
+                    .select_from(embeddings)
+                    .where(*where, e.id <= scope.max_id)
+                )
                 if held != scope.rows:  # rows deleted (or missed): start again
                     scope.blocks, scope.max_id, scope.rows = {}, 0, 0
                 scope.checked_at = now
@@ -201,14 +222,25 @@ class VectorIndex:
                 # PostgreSQL may commit a lower id after a higher one (SQLite's single
                 # writer never does): ids only, from the index, then any we lack.
                 since = scope.max_id - ID_LOOKBACK
-                recent = (await conn.execute(sa.select(e.id).where(
-                    *where, e.id > since, e.id <= scope.max_id))).scalars().all()
+                recent = (
+                    (
+                        await conn.execute(
+                            sa.select(e.id).where(*where, e.id > since, e.id <= scope.max_id)
+                        )
+                    )
+                    .scalars()
+                    .all()
+                )
                 if len(recent) > scope.recent_held(since):
                     missed = set(recent) - scope.held_since(since)
                     newer = sa.or_(newer, e.id.in_(sorted(missed)))
-            rows = (await conn.execute(
-                sa.select(e.id, e.source, e.item_key, e.dim, e.vector)
-                .where(*where, newer).order_by(e.id))).all()
+            rows = (
+                await conn.execute(
+                    sa.select(e.id, e.source, e.item_key, e.dim, e.vector)
+                    .where(*where, newer)
+                    .order_by(e.id)
+                )
+            ).all()
         if not rows:
             return
         by_dim: dict[int, list[sa.Row]] = {}
@@ -222,13 +254,15 @@ class VectorIndex:
                 np.frombuffer(b"".join(r.vector for r in group), np.float32).reshape(-1, dim),
                 np.fromiter((r.id for r in group), np.int64, len(group)),
                 np.fromiter((self._code(r.source) for r in group), np.int16, len(group)),
-                [r.item_key for r in group])
+                [r.item_key for r in group],
+            )
         scope.rows += sum(len(g) for g in by_dim.values())
         scope.max_id = max(scope.max_id, max(r.id for r in rows))
 
 
-def _top(matrix: np.ndarray, code_col: np.ndarray, q: np.ndarray, codes: list[int] | None,
-         limit: int) -> list[tuple[int, float]]:
+def _top(
+    matrix: np.ndarray, code_col: np.ndarray, q: np.ndarray, codes: list[int] | None, limit: int
+) -> list[tuple[int, float]]:
     # einsum's own loop, not BLAS: OpenBLAS threads a matrix-vector product, and on a
     # busy machine that cost 4 ms at 2k rows and 59 ms at 100k where einsum takes 0.2 and
     # 20 (memory-bound: the product reads the whole matrix once).

@@ -20,14 +20,22 @@ WARN_EVERY_S = 300.0  # a failing server is named at most this often, not per se
 
 
 class SemanticSearch:
-    def __init__(self, engine: AsyncEngine, embedder: Embedder, *,
-                 max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(
+        self, engine: AsyncEngine, embedder: Embedder, *, max_bytes: int = DEFAULT_CACHE_BYTES
+    ) -> None:
         self.embedder = embedder
         self.index = VectorIndex(engine, embedder.model, max_bytes=max_bytes)
         self._warned_at: float | None = None
 
-    async def search(self, user_id: int, agent_id: str, text: str, *,
-                     sources: set[str] | None = None, limit: int = 20) -> list[VectorHit]:
+    async def search(
+        self,
+        user_id: int,
+        agent_id: str,
+        text: str,
+        *,
+        sources: set[str] | None = None,
+        limit: int = 20,
+    ) -> list[VectorHit]:
         """The `limit` stored items of (user, agent) nearest to `text` in meaning, best
         first; [] when the text is blank or the query cannot be embedded."""
         if not text.strip():

@@ -71,27 +71,40 @@ class TableSource:
         raise NotImplementedError
 
     def _has_vector(self, model: str) -> sa.ColumnElement[bool]:
-        return sa.exists().where(embeddings.c.source == self.name, embeddings.c.model == model,
-                                 embeddings.c.item_key == self._key())
+        return sa.exists().where(
+            embeddings.c.source == self.name,
+            embeddings.c.model == model,
+            embeddings.c.item_key == self._key(),
+        )
 
     async def pending(self, model: str, *, limit: int, after: int | None = None) -> Batch:
         async with self.engine.connect() as conn:
             start = after
             if start is None:
                 start = max(0, (await last_position(conn, self.name, model) or 0) - LOOKBACK)
-            rows = (await conn.execute(
-                self._eligible().where(self._position() > start, ~self._has_vector(model))
-                .order_by(self._position()).limit(limit))).all()
-        items = [Item(self.name, key, user_id, agent_id, text or "", pos)
-                 for pos, key, text, user_id, agent_id in rows]
+            rows = (
+                await conn.execute(
+                    self._eligible()
+                    .where(self._position() > start, ~self._has_vector(model))
+                    .order_by(self._position())
+                    .limit(limit)
+                )
+            ).all()
+        items = [
+            Item(self.name, key, user_id, agent_id, text or "", pos)
+            for pos, key, text, user_id, agent_id in rows
+        ]
         return Batch(items, items[-1].item_id if len(items) == limit else None)
 
     async def counts(self, model: str) -> tuple[int, int]:
         eligible = self._eligible().subquery()
         async with self.engine.connect() as conn:
             total = await conn.scalar(sa.select(sa.func.count()).select_from(eligible))
-            done = await conn.scalar(sa.select(sa.func.count()).select_from(
-                self._eligible().where(self._has_vector(model)).subquery()))
+            done = await conn.scalar(
+                sa.select(sa.func.count()).select_from(
+                    self._eligible().where(self._has_vector(model)).subquery()
+                )
+            )
         return int(total or 0), int(done or 0)
 
 
@@ -103,11 +116,18 @@ class MessagesSource(TableSource):
 
     def _eligible(self) -> sa.Select:
         return (
-            sa.select(messages.c.id, self._key(), messages.c.content, conversations.c.user_id,
-                      conversations.c.agent_id)
+            sa.select(
+                messages.c.id,
+                self._key(),
+                messages.c.content,
+                conversations.c.user_id,
+                conversations.c.agent_id,
+            )
             .join(conversations, conversations.c.id == messages.c.conversation_id)
-            .where(messages.c.role.in_((Role.USER.value, Role.ASSISTANT.value)),
-                   messages.c.content != "")
+            .where(
+                messages.c.role.in_((Role.USER.value, Role.ASSISTANT.value)),
+                messages.c.content != "",
+            )
         )
 
     def _position(self) -> sa.ColumnElement[int]:

@@ -66,8 +66,9 @@ class Item:
     item_id: int | None = None
 
 
-async def store_vectors(engine: AsyncEngine, model: str, items: Sequence[Item],
-                        vectors: np.ndarray) -> int:
+async def store_vectors(
+    engine: AsyncEngine, model: str, items: Sequence[Item], vectors: np.ndarray
+) -> int:
     """Store one row per item (an all-zero or zero-width row stores the `dim` 0 marker).
     Returns how many rows were new (the others existed: another replica got there)."""
     if not items:
@@ -77,42 +78,72 @@ async def store_vectors(engine: AsyncEngine, model: str, items: Sequence[Item],
     for item, vec in zip(items, vectors, strict=True):
         vec = np.asarray(vec, dtype=np.float32)
         empty = vec.size == 0 or not vec.any()
-        rows.append({
-            "source": item.source, "item_key": item.key, "item_id": item.item_id,
-            "user_id": item.user_id, "agent_id": item.agent_id, "model": model,
-            "dim": 0 if empty else int(vec.size), "vector": b"" if empty else vec.tobytes(),
-            "created_at": now,
-        })
+        rows.append(
+            {
+                "source": item.source,
+                "item_key": item.key,
+                "item_id": item.item_id,
+                "user_id": item.user_id,
+                "agent_id": item.agent_id,
+                "model": model,
+                "dim": 0 if empty else int(vec.size),
+                "vector": b"" if empty else vec.tobytes(),
+                "created_at": now,
+            }
+        )
     async with write_transaction(engine) as conn:
-        stmt = conflict_insert(conn, embeddings).on_conflict_do_nothing(
-            index_elements=["source", "item_key", "model"]).returning(embeddings.c.id)
+        stmt = (
+            conflict_insert(conn, embeddings)
+            .on_conflict_do_nothing(index_elements=["source", "item_key", "model"])
+            .returning(embeddings.c.id)
+        )
         inserted = (await conn.execute(stmt, rows)).all()
     return len(inserted)
 
 
-async def last_position(conn: sa.ext.asyncio.AsyncConnection, source: str,
-                        model: str) -> int | None:
+async def last_position(
+    conn: sa.ext.asyncio.AsyncConnection, source: str, model: str
+) -> int | None:
     """The largest `item_id` of `source` embedded for `model` (None: none yet)."""
     return await conn.scalar(
-        sa.select(sa.func.max(embeddings.c.item_id))
-        .where(embeddings.c.source == source, embeddings.c.model == model))
+        sa.select(sa.func.max(embeddings.c.item_id)).where(
+            embeddings.c.source == source, embeddings.c.model == model
+        )
+    )
 
 
-async def delete_keys(engine: AsyncEngine, source: str, user_id: int, agent_id: str,
-                      keep: Iterable[str]) -> int:
+async def delete_keys(
+    engine: AsyncEngine, source: str, user_id: int, agent_id: str, keep: Iterable[str]
+) -> int:
     """Delete `source`'s vectors of (user, agent), every model, whose key is not in
     `keep` (items that no longer exist, such as a rewritten note's old text)."""
     kept = set(keep)
     async with write_transaction(engine) as conn:
-        keys = (await conn.execute(
-            sa.select(embeddings.c.item_key).distinct().where(
-                embeddings.c.source == source, embeddings.c.user_id == user_id,
-                embeddings.c.agent_id == agent_id))).scalars().all()
+        keys = (
+            (
+                await conn.execute(
+                    sa.select(embeddings.c.item_key)
+                    .distinct()
+                    .where(
+                        embeddings.c.source == source,
+                        embeddings.c.user_id == user_id,
+                        embeddings.c.agent_id == agent_id,
+                    )
+                )
+            )
+            .scalars()
+            .all()
+        )
         stale = [k for k in keys if k not in kept]
         if stale:
-            await conn.execute(embeddings.delete().where(
-                embeddings.c.source == source, embeddings.c.user_id == user_id,
-                embeddings.c.agent_id == agent_id, embeddings.c.item_key.in_(stale)))
+            await conn.execute(
+                embeddings.delete().where(
+                    embeddings.c.source == source,
+                    embeddings.c.user_id == user_id,
+                    embeddings.c.agent_id == agent_id,
+                    embeddings.c.item_key.in_(stale),
+                )
+            )
     return len(stale)
 
 
@@ -127,9 +158,13 @@ class ModelCounts:
 
 async def model_counts(engine: AsyncEngine, model: str) -> ModelCounts:
     async with engine.connect() as conn:
-        rows = (await conn.execute(
-            sa.select(embeddings.c.model, embeddings.c.dim, sa.func.count())
-            .group_by(embeddings.c.model, embeddings.c.dim))).all()
+        rows = (
+            await conn.execute(
+                sa.select(embeddings.c.model, embeddings.c.dim, sa.func.count()).group_by(
+                    embeddings.c.model, embeddings.c.dim
+                )
+            )
+        ).all()
     dims: dict[int, int] = {}
     others: dict[str, int] = {}
     for name, dim, n in rows:
@@ -151,6 +186,9 @@ async def delete_other_dims(engine: AsyncEngine, model: str, dim: int) -> int:
     """Delete `model`'s vectors of another dimension than `dim` (the server now gives
     vectors of another size under the same model name): their items are pending again."""
     async with write_transaction(engine) as conn:
-        result = await conn.execute(embeddings.delete().where(
-            embeddings.c.model == model, embeddings.c.dim != dim, embeddings.c.dim != 0))
+        result = await conn.execute(
+            embeddings.delete().where(
+                embeddings.c.model == model, embeddings.c.dim != dim, embeddings.c.dim != 0
+            )
+        )
     return int(result.rowcount or 0)

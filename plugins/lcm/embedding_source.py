@@ -15,8 +15,13 @@ class SummariesSource(TableSource):
 
     def _eligible(self) -> sa.Select:
         return (
-            sa.select(summaries.c.pk, summaries.c.id, summaries.c.content,
-                      conversations.c.user_id, conversations.c.agent_id)
+            sa.select(
+                summaries.c.pk,
+                summaries.c.id,
+                summaries.c.content,
+                conversations.c.user_id,
+                conversations.c.agent_id,
+            )
             .join(conversations, conversations.c.id == summaries.c.conversation_id)
             .where(summaries.c.content != "")
         )

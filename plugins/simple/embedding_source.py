@@ -70,14 +70,26 @@ class NotesSource:
             entries = await self.store.entries(agent_id, user_id)
         except StoreCorrupt:  # doctor reports it; embedding must not stop for it
             return []
-        return [Item(self.name, note_key(e), user_id, agent_id, note_text(e))
-                for e in entries if e.kind == self.kind]
+        return [
+            Item(self.name, note_key(e), user_id, agent_id, note_text(e))
+            for e in entries
+            if e.kind == self.kind
+        ]
 
     async def _embedded(self, model: str, agent_id: str, user_id: int) -> set[str]:
         async with self.engine.connect() as conn:
-            return set((await conn.execute(sa.select(embeddings.c.item_key).where(
-                embeddings.c.source == self.name, embeddings.c.user_id == user_id,
-                embeddings.c.agent_id == agent_id, embeddings.c.model == model))).scalars())
+            return set(
+                (
+                    await conn.execute(
+                        sa.select(embeddings.c.item_key).where(
+                            embeddings.c.source == self.name,
+                            embeddings.c.user_id == user_id,
+                            embeddings.c.agent_id == agent_id,
+                            embeddings.c.model == model,
+                        )
+                    )
+                ).scalars()
+            )
 
     async def pending(self, model: str, *, limit: int, after: int | None = None) -> Batch:
         out: list[Item] = []
@@ -86,8 +98,7 @@ class NotesSource:
             if stamp is None or self._settled.get((model, path)) == stamp:
                 continue
             items = await self._items(agent_id, user_id)
-            await delete_keys(self.engine, self.name, user_id, agent_id,
-                              (i.key for i in items))
+            await delete_keys(self.engine, self.name, user_id, agent_id, (i.key for i in items))
             done = await self._embedded(model, agent_id, user_id)
             missing = [i for i in items if i.key not in done]
             if not missing:
@@ -105,4 +116,3 @@ class NotesSource:
             total += len(items)
             done += sum(1 for i in items if i.key in have)
         return total, done
-

@@ -60,8 +60,13 @@ async def make_provider(tmp_path: Path) -> AsyncIterator[ProviderFactory]:
         config: dict[str, Any] = {"keep_tail": 2}
         if name == "simple":
             config["store_dir"] = str(tmp_path / "notes")
-        ctx = ProviderContext(engine=engine, summarizer=TruncatingSummarizer(),
-                              data_dir=tmp_path, config=config, embedder=embedder)
+        ctx = ProviderContext(
+            engine=engine,
+            summarizer=TruncatingSummarizer(),
+            data_dir=tmp_path,
+            config=config,
+            embedder=embedder,
+        )
         provider = create_provider(name, ctx)
         made.append(provider)
         return provider

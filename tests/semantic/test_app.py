@@ -21,9 +21,13 @@ async def test_replies_do_not_wait_for_embeddings_and_vectors_follow(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:
     def settings(**embeddings_section: str):  # type: ignore[no-untyped-def]
-        return make_settings(server, tmp_path / "data", memory={"provider": "lcm"},
-                             database={"url": f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"},
-                             embeddings=embeddings_section)
+        return make_settings(
+            server,
+            tmp_path / "data",
+            memory={"provider": "lcm"},
+            database={"url": f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"},
+            embeddings=embeddings_section,
+        )
 
     off = await build_services(settings())
     try:
@@ -37,15 +41,14 @@ async def test_replies_do_not_wait_for_embeddings_and_vectors_follow(
     server.push_embedding(gated(gate, error(500)))  # held until the reply is out, then retried
     services = await build_services(settings(model="fake-embed"))
     try:
-        while not server.embedding_requests:  # the worker found the backlog and asked
-            await asyncio.sleep(0.01)
+        await server.wait_for_embedding_requests(1)  # the worker found the backlog, asked
         assert server.in_flight == 1
         reply = await services.pool.chat(session, "remember the lighthouse keeper")
         assert not reply.error and "lighthouse" in reply.text
         gate.set()
         await services.embedding_worker.next_pass()
         async with services.engine.connect() as conn:
-            stored = (await conn.execute(sa.select(embeddings.c.source, embeddings.c.model)))
+            stored = await conn.execute(sa.select(embeddings.c.source, embeddings.c.model))
             assert sorted(stored.all()) == [("message", "fake-embed")] * 4
     finally:
         await services.close()

@@ -29,27 +29,44 @@ ALICE = Session("tg:alice", "default", 1001, "telegram")
 
 def write_config(tmp_path: Path, db_url: str, server: FakeOpenAI, model: str) -> Path:
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump({
-        "database": {"url": db_url},
-        "data_dir": str(tmp_path / "data"),
-        "llm": {"base_url": server.base_url, "api_key": "sk-secret-test-key", "max_retries": 0},
-        "memory": {"provider": "lcm"},
-        "embeddings": {"model": model, "batch_size": 3},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "database": {"url": db_url},
+                "data_dir": str(tmp_path / "data"),
+                "llm": {
+                    "base_url": server.base_url,
+                    "api_key": "sk-secret-test-key",
+                    "max_retries": 0,
+                },
+                "memory": {"provider": "lcm"},
+                "embeddings": {"model": model, "batch_size": 3},
+            }
+        )
+    )
     return path
 
 
 async def mnemo(config: Path, *args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "--config", str(config), *args, cwd=REPO,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "bot.cli",
+        "--config",
+        str(config),
+        *args,
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await proc.communicate()
     assert b"sk-secret-test-key" not in out + err
     return proc.returncode or 0, out.decode(), err.decode()
 
 
-async def in_process(config: Path, command: str, *args: str,
-                     capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+async def in_process(
+    config: Path, command: str, *args: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
     settings = load_settings(config)
     out = io.StringIO()
     if command == "doctor":
@@ -63,10 +80,13 @@ async def populate(db_url: str, tmp_path: Path, n: int) -> None:
     engine = create_engine(db_url)
     try:
         await migrate(engine)
-        provider = create_provider("lcm", ProviderContext(
-            engine=engine, summarizer=TruncatingSummarizer(), data_dir=tmp_path))
-        await provider.append(ALICE, *[Message("user", f"message {i} about kites")
-                                       for i in range(n)])
+        provider = create_provider(
+            "lcm",
+            ProviderContext(engine=engine, summarizer=TruncatingSummarizer(), data_dir=tmp_path),
+        )
+        await provider.append(
+            ALICE, *[Message("user", f"message {i} about kites") for i in range(n)]
+        )
         await provider.close()
     finally:
         await engine.dispose()

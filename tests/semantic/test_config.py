@@ -30,8 +30,10 @@ def test_the_embeddings_api_key_never_shows_in_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(path, check_provider=False)
     assert "embeddings.api_key" in str(err.value) and "sk-embed-secret-123" not in str(err.value)
-    path.write_text("embeddings: {api_key: sk-embed-secret-123, model: sk-embed-secret-123x}\n"
-                    "memory: {provider: sk-embed-secret-123}\n")
+    path.write_text(
+        "embeddings: {api_key: sk-embed-secret-123, model: sk-embed-secret-123x}\n"
+        "memory: {provider: sk-embed-secret-123}\n"
+    )
     with pytest.raises(ConfigError) as err:
         load_settings(path)
     assert "sk-embed-secret-123" not in str(err.value)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.db import create_engine
 from memory.semantic.backlog import EmbeddingWorker, embed_backlog
+from memory.semantic.client import EmbeddingError
 from memory.semantic.index import VectorIndex
 from memory.semantic.search import SemanticSearch
 from memory.semantic.store import embeddings
@@ -36,8 +36,9 @@ def chat(topic: str, n: int = 3) -> list[Message]:
         if i == 0:
             call = ToolCall("call_1", "memory", '{"action": "status"}')
             out.append(Message("assistant", "", tool_calls=[call]))
-            out.append(Message("tool", f"tool result about {topic}", tool_call_id="call_1",
-                               name="memory"))
+            out.append(
+                Message("tool", f"tool result about {topic}", tool_call_id="call_1", name="memory")
+            )
         out.append(Message("assistant", f"{topic} facts, part {i}"))
     return out
 
@@ -52,15 +53,21 @@ async def rows(engine: AsyncEngine, **where: object) -> list[sa.Row]:
 
 async def embeddable_ids(engine: AsyncEngine) -> set[str]:
     async with engine.connect() as conn:
-        ids = (await conn.execute(sa.text(
-            "SELECT id FROM messages WHERE role IN ('user', 'assistant') AND content <> ''"
-        ))).scalars()
+        ids = (
+            await conn.execute(
+                sa.text(
+                    "SELECT id FROM messages WHERE role IN ('user', 'assistant') AND content <> ''"
+                )
+            )
+        ).scalars()
         return {str(i) for i in ids}
 
 
 @pytest.mark.parametrize("name", PROVIDERS)
 async def test_the_worker_embeds_appended_messages_but_not_tool_traffic(
-    engine: AsyncEngine, name: str, make_provider: ProviderFactory,
+    engine: AsyncEngine,
+    name: str,
+    make_provider: ProviderFactory,
     make_embedder: EmbedderFactory,
 ) -> None:
     embedder = make_embedder()
@@ -74,7 +81,8 @@ async def test_the_worker_embeds_appended_messages_but_not_tool_traffic(
         assert {r.item_key for r in stored} == await embeddable_ids(engine)
         assert len(stored) == 6  # 3 questions, 3 answers; no tool call, no tool result
         assert {(r.user_id, r.agent_id, r.model, r.dim) for r in stored} == {
-            (ALICE.user_id, "default", embedder.model, 64)}
+            (ALICE.user_id, "default", embedder.model, 64)
+        }
         await provider.append(BOB, Message("user", "something new"))
         await worker.next_pass()
         assert len(await rows(engine, source="message")) == 7
@@ -83,14 +91,16 @@ async def test_the_worker_embeds_appended_messages_but_not_tool_traffic(
 
 
 async def test_a_backlog_left_by_a_failing_server_is_caught_up_after_a_restart(
-    engine: AsyncEngine, server: FakeOpenAI, make_provider: ProviderFactory,
+    engine: AsyncEngine,
+    server: FakeOpenAI,
+    make_provider: ProviderFactory,
     make_embedder: EmbedderFactory,
 ) -> None:
     first = make_embedder(max_retries=0)
     provider = make_provider(engine, "lcm", first)
     await provider.append(ALICE, *chat("rivers", 5))
     server.push_embedding(*[error(500)] * 3)
-    with pytest.raises(Exception):
+    with pytest.raises(EmbeddingError):
         await EmbeddingWorker(provider, first).run_once()
     assert await rows(engine) == []
     # "Restart": a new provider, embedder and worker find the backlog in the database.
@@ -107,7 +117,9 @@ async def test_a_backlog_left_by_a_failing_server_is_caught_up_after_a_restart(
 
 @pytest.mark.parametrize("name", PROVIDERS)
 async def test_two_backfills_at_once_neither_fail_nor_duplicate(
-    engine: AsyncEngine, name: str, make_provider: ProviderFactory,
+    engine: AsyncEngine,
+    name: str,
+    make_provider: ProviderFactory,
     make_embedder: EmbedderFactory,
 ) -> None:
     provider = make_provider(engine, name)
@@ -133,8 +145,11 @@ async def test_two_backfills_at_once_neither_fail_nor_duplicate(
 
 
 async def test_without_the_endpoint_search_stays_lexical_and_it_is_said_once(
-    engine: AsyncEngine, server: FakeOpenAI, make_provider: ProviderFactory,
-    make_embedder: EmbedderFactory, caplog: pytest.LogCaptureFixture,
+    engine: AsyncEngine,
+    server: FakeOpenAI,
+    make_provider: ProviderFactory,
+    make_embedder: EmbedderFactory,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     server.embeddings_status = 404
     embedder = make_embedder()
@@ -150,13 +165,18 @@ async def test_without_the_endpoint_search_stays_lexical_and_it_is_said_once(
             hits = await provider.search(ALICE, SearchQuery("glaciers"))
             assert hits  # lexical search answers as before
     assert await rows(engine) == []
-    said = [r for r in caplog.records
-            if r.name.startswith(("memory", "plugins")) and "404" in r.getMessage()]
+    said = [
+        r
+        for r in caplog.records
+        if r.name.startswith(("memory", "plugins")) and "404" in r.getMessage()
+    ]
     assert len(said) == 1
 
 
 async def test_vectors_of_another_model_are_never_compared_until_re_embedded(
-    engine: AsyncEngine, make_provider: ProviderFactory, make_embedder: EmbedderFactory,
+    engine: AsyncEngine,
+    make_provider: ProviderFactory,
+    make_embedder: EmbedderFactory,
 ) -> None:
     old = make_embedder("model-a")
     provider = make_provider(engine, "lcm")
@@ -172,7 +192,9 @@ async def test_vectors_of_another_model_are_never_compared_until_re_embedded(
 
 
 async def test_vectors_of_another_dimension_are_skipped_and_counted_then_re_embedded(
-    engine: AsyncEngine, server: FakeOpenAI, make_provider: ProviderFactory,
+    engine: AsyncEngine,
+    server: FakeOpenAI,
+    make_provider: ProviderFactory,
     make_embedder: EmbedderFactory,
 ) -> None:
     provider = make_provider(engine, "lcm")
@@ -190,27 +212,32 @@ async def test_vectors_of_another_dimension_are_skipped_and_counted_then_re_embe
 
 
 async def test_search_never_returns_another_users_vectors(
-    engine: AsyncEngine, make_provider: ProviderFactory, make_embedder: EmbedderFactory,
+    engine: AsyncEngine,
+    make_provider: ProviderFactory,
+    make_embedder: EmbedderFactory,
 ) -> None:
     embedder = make_embedder()
     provider = make_provider(engine, "lcm")
     await provider.append(ALICE, Message("user", "my secret password is swordfish"))
     await provider.append(BOB, Message("user", "my secret password is swordfish too"))
-    await provider.append(Session("tg:alice-other-agent", "other", ALICE.user_id, "telegram"),
-                          Message("user", "my secret password is swordfish again"))
+    await provider.append(
+        Session("tg:alice-other-agent", "other", ALICE.user_id, "telegram"),
+        Message("user", "my secret password is swordfish again"),
+    )
     await embed_backlog(provider, embedder)
     semantic = SemanticSearch(engine, embedder)
     alice = {h.key for h in await semantic.search(ALICE.user_id, "default", "secret password")}
     async with engine.connect() as conn:
-        ids = dict((await conn.execute(sa.text(
-            "SELECT m.content, m.id FROM messages m"))).all())
+        ids = dict((await conn.execute(sa.text("SELECT m.content, m.id FROM messages m"))).all())
     assert alice == {str(ids["my secret password is swordfish"])}
     bob = {h.key for h in await semantic.search(BOB.user_id, "default", "secret password")}
     assert bob == {str(ids["my secret password is swordfish too"])}
 
 
 async def test_a_replica_sees_vectors_another_stored_after_its_first_search(
-    engine: AsyncEngine, make_provider: ProviderFactory, make_embedder: EmbedderFactory,
+    engine: AsyncEngine,
+    make_provider: ProviderFactory,
+    make_embedder: EmbedderFactory,
 ) -> None:
     embedder = make_embedder()
     provider = make_provider(engine, "lcm")
@@ -233,7 +260,9 @@ async def test_a_replica_sees_vectors_another_stored_after_its_first_search(
 
 
 async def test_a_rewritten_note_is_embedded_again_and_its_old_vector_dropped(
-    engine: AsyncEngine, make_provider: ProviderFactory, make_embedder: EmbedderFactory,
+    engine: AsyncEngine,
+    make_provider: ProviderFactory,
+    make_embedder: EmbedderFactory,
 ) -> None:
     embedder = make_embedder()
     provider = make_provider(engine, "simple", embedder)
@@ -246,13 +275,16 @@ async def test_a_rewritten_note_is_embedded_again_and_its_old_vector_dropped(
     [after] = await rows(engine, source="note")
     assert after.item_key == note_key(entry) != before.item_key
     index = VectorIndex(engine, embedder.model)
-    hits = await index.search(ALICE.user_id, "default", (await embedder.embed(["basil"]))[0],
-                              sources={"note", "archive"})
+    hits = await index.search(
+        ALICE.user_id, "default", (await embedder.embed(["basil"]))[0], sources={"note", "archive"}
+    )
     assert [h.key for h in hits] == [note_key(entry)]
 
 
 async def test_lcm_summaries_are_embedded(
-    engine: AsyncEngine, make_provider: ProviderFactory, make_embedder: EmbedderFactory,
+    engine: AsyncEngine,
+    make_provider: ProviderFactory,
+    make_embedder: EmbedderFactory,
 ) -> None:
     embedder = make_embedder()
     provider = make_provider(engine, "lcm", embedder)
@@ -265,7 +297,9 @@ async def test_lcm_summaries_are_embedded(
 
 
 async def test_the_cache_keeps_under_its_byte_cap(
-    engine: AsyncEngine, make_provider: ProviderFactory, make_embedder: EmbedderFactory,
+    engine: AsyncEngine,
+    make_provider: ProviderFactory,
+    make_embedder: EmbedderFactory,
 ) -> None:
     embedder = make_embedder()
     provider = make_provider(engine, "lcm")

@@ -38,7 +38,8 @@ def upgrade() -> None:
     )
     # A scope's vectors newer than the cache holds (memory/semantic/index.py).
     op.create_index(
-        "ix_embeddings_scope", "embeddings", ["user_id", "agent_id", "model", "id", "dim"])
+        "ix_embeddings_scope", "embeddings", ["user_id", "agent_id", "model", "id", "dim"]
+    )
     # The newest item embedded per source and model (memory/semantic/backlog.py).
     op.create_index("ix_embeddings_position", "embeddings", ["source", "model", "item_id"])
 
