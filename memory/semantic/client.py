@@ -135,16 +135,17 @@ class Embedder:
     async def close(self) -> None:
         await self._client.close()
 
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+    async def embed(self, texts: Sequence[str], *, retries: int | None = None) -> np.ndarray:
         """One row per text. Raises EmbeddingsUnavailable, EmbeddingRejected or
-        EmbeddingError (after `max_retries` retries of what may pass)."""
+        EmbeddingError (after `retries`, default `max_retries`, retries of what may pass)."""
         self._check_available()
+        retries = self.max_retries if retries is None else max(0, retries)
         cut = [t[: self.max_chars] if isinstance(t, str) else "" for t in texts]
         sendable = [i for i, t in enumerate(cut) if t.strip()]
         rows: list[np.ndarray] = []
         for start in range(0, len(sendable), self.batch_size):
             chunk = [cut[i] for i in sendable[start : start + self.batch_size]]
-            rows.append(await self._request(chunk))
+            rows.append(await self._request(chunk, retries))
         dims = {r.shape[1] for r in rows}
         if len(dims) > 1:
             raise EmbeddingError(
@@ -159,12 +160,7 @@ class Embedder:
     async def embed_query(self, text: str) -> np.ndarray:
         """One text's vector (1-D) for a search: one attempt and at most one retry, since
         someone waits for the answer."""
-        saved = self.max_retries
-        self.max_retries = min(saved, 1)
-        try:
-            return (await self.embed([text]))[0]
-        finally:
-            self.max_retries = saved
+        return (await self.embed([text], retries=min(self.max_retries, 1)))[0]
 
     # --- internals -------------------------------------------------------------------
 
@@ -194,9 +190,9 @@ class Embedder:
         base = min(self.backoff_cap_s, self.backoff_s * 2 ** (state.attempt_number - 1))
         return base * (0.5 + random.random() / 2)  # jitter: replicas must not retry in step
 
-    async def _request(self, chunk: list[str]) -> np.ndarray:
+    async def _request(self, chunk: list[str], retries: int) -> np.ndarray:
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1),
+            stop=stop_after_attempt(retries + 1),
             wait=self._wait,
             retry=retry_if_exception(_retryable),
             reraise=True,
