@@ -34,6 +34,8 @@ class Services:
     llm: LLMClient
     pool: Pool
     locks: SessionLocks
+    embedder: Any = None  # memory.semantic.client.Embedder when embeddings.model is set
+    embedding_worker: Any = None  # memory.semantic.backlog.EmbeddingWorker, running
 
     async def close(self) -> None:
         """Pool first (its background compactions still use the provider), then the
@@ -42,9 +44,13 @@ class Services:
         async with AsyncExitStack() as stack:  # callbacks run last pushed first
             stack.push_async_callback(self.engine.dispose)
             stack.push_async_callback(self.llm.close)
+            if self.embedder is not None:
+                stack.push_async_callback(self.embedder.close)
             stack.push_async_callback(self.provider.close)
             stack.push_async_callback(self.locks.close)
             stack.push_async_callback(self.pool.close)
+            if self.embedding_worker is not None:
+                stack.push_async_callback(self.embedding_worker.stop)
 
 
 def _trace(event: Any) -> None:
@@ -65,6 +71,20 @@ def build_summarizer(llm: LLMClient, settings: Settings) -> Summarizer:
     return LLMSummarizer(generate)
 
 
+def build_embedder(settings: Settings) -> Any:
+    """The `Embedder` of `embeddings` (server and key default to the `llm` ones), or
+    None when `embeddings.model` is empty."""
+    cfg = settings.embeddings
+    if not cfg.model:
+        return None
+    from memory.semantic.client import Embedder
+
+    return Embedder(cfg.model, base_url=cfg.base_url or settings.llm.base_url,
+                    api_key=cfg.api_key or settings.llm.api_key, batch_size=cfg.batch_size,
+                    timeout_s=settings.llm.timeout_s, max_retries=settings.llm.max_retries,
+                    max_chars=cfg.max_chars)
+
+
 async def build_services(settings: Settings, *, llm: LLMClient | None = None,
                          summarizer: Summarizer | None = None) -> Services:
     """Build everything from `settings`. `llm` and `summarizer` may be injected (tests,
@@ -78,15 +98,23 @@ async def build_services(settings: Settings, *, llm: LLMClient | None = None,
         await migrate(engine)
         llm = llm or LLMClient(settings.llm)
         undo.push_async_callback(llm.close)
+        embedder = build_embedder(settings)
+        if embedder is not None:
+            undo.push_async_callback(embedder.close)
         ctx = ProviderContext(
             engine=engine,
             summarizer=summarizer or build_summarizer(llm, settings),
             agent_id=settings.agent.id,
             data_dir=Path(settings.data_dir),
             config=settings.provider_config(),
+            embedder=embedder,
+            vector_cache_bytes=settings.embeddings.cache_mb * 1024 * 1024,
         )
         provider = await create_provider_async(settings.memory.provider, ctx)
         undo.push_async_callback(provider.close)
+        worker = _start_embedding_worker(provider, embedder, engine)
+        if worker is not None:
+            undo.push_async_callback(worker.stop)
         provider = with_tracing(provider, _trace)
         locks = SessionLocks(engine)
         undo.push_async_callback(locks.close)
@@ -94,4 +122,21 @@ async def build_services(settings: Settings, *, llm: LLMClient | None = None,
         undo.pop_all()  # built: from now on Services.close closes them
     log.info("memory provider %s on %s", settings.memory.provider, engine.dialect.name)
     return Services(settings=settings, engine=engine, provider=provider, llm=llm, pool=pool,
-                    locks=locks)
+                    locks=locks, embedder=embedder, embedding_worker=worker)
+
+
+def _start_embedding_worker(provider: Any, embedder: Any, engine: AsyncEngine) -> Any:
+    """Embeds new messages, summaries and notes in the background (never on the reply
+    path); None when embeddings are off or the provider has nothing to embed."""
+    if embedder is None:
+        return None
+    from memory.semantic.backlog import EmbeddingWorker, sources_of
+
+    if not sources_of(provider):
+        log.warning("embeddings.model is set but the %s provider offers nothing to embed",
+                    getattr(provider, "name", "?"))
+        return None
+    worker = EmbeddingWorker(provider, embedder, engine=engine)
+    worker.start()
+    log.info("embeddings on: model %s, embedded in the background", embedder.model)
+    return worker

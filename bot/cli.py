@@ -54,7 +54,8 @@ def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Setti
         webhook_secret=settings.telegram.webhook.secret_token,
         database_url=settings.database.url,
         urls=(settings.llm.base_url, settings.telegram.base_url,
-              settings.telegram.webhook.url)))
+              settings.telegram.webhook.url, settings.embeddings.base_url)),
+        settings.embeddings.api_key)
     logging.getLogger().setLevel(settings.log_level)  # the config's `log_level`
     return settings
 
@@ -176,6 +177,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_memory(args: argparse.Namespace) -> int:
     """`mnemo memory ACTION`: the operator commands live in bot/operator.py."""
     from bot import operator
+    from bot.operator_embeddings import embed_command
 
     settings = _settings(args)
     action = args.memory_command
@@ -189,6 +191,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         "import": lambda: operator.import_(settings, args.path),
         "compact": lambda: operator.compact(settings, args.session, args.all),
         "doctor": lambda: operator.doctor(settings),
+        "embed": lambda: embed_command(settings, prune=args.prune),
     }
     return _run_async(runs[action]())
 
@@ -281,6 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument("session", nargs="?")
     compact.add_argument("--all", action="store_true")
     madd("doctor", "check stored memory for integrity faults")
+    embed = madd("embed", "embed every stored message, summary and note lacking a vector of "
+                 "embeddings.model (safe to re-run, or to run on two replicas at once)")
+    embed.add_argument("--prune", action="store_true",
+                       help="then delete the vectors of every other model")
     backup = madd("backup", "back up the SQLite database to PATH")
     backup.add_argument("path")
     imp = madd("import", "import a session exported with `mnemo memory export`")

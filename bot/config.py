@@ -30,7 +30,8 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 # Keys whose value a config error must not show (database.url: its password and secret
 # query parameters such as `?password=`).
-SECRET_KEYS = ("telegram.token", "llm.api_key", "telegram.webhook.secret_token", "database.url")
+SECRET_KEYS = ("telegram.token", "llm.api_key", "telegram.webhook.secret_token", "database.url",
+               "embeddings.api_key")
 # Bounds of the numeric keys: each admits every sensible setting and refuses what would
 # fail later, at a worse time (an interval no timer can hold, a LIMIT no database takes).
 MAX_TOKENS = 10_000_000  # far above any model's context window
@@ -98,6 +99,18 @@ class LLMSettings(_Section):
     max_retries: int = Field(default=4, ge=0, le=20)
     max_tool_rounds: int = Field(default=8, ge=1, le=50)
     temperature: float | None = Field(default=None, ge=0, le=2)  # OpenAI's range
+
+
+class EmbeddingsSettings(_Section):
+    """Semantic search (memory/semantic/): off while `model` is empty; the server and key
+    default to the `llm` ones."""
+
+    model: str = ""
+    base_url: str = ""  # empty = llm.base_url
+    api_key: str = ""  # empty = llm.api_key
+    batch_size: int = Field(default=64, ge=1, le=2048)  # texts per request
+    max_chars: int = Field(default=2000, ge=100, le=100_000)  # longer texts are cut
+    cache_mb: int = Field(default=256, ge=16, le=65_536)  # cached vectors per process
 
 
 class WebhookSettings(_Section):
@@ -206,6 +219,7 @@ class Settings(_Section):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
+    embeddings: EmbeddingsSettings = Field(default_factory=EmbeddingsSettings)
     telegram: TelegramSettings = Field(default_factory=TelegramSettings)
     data_dir: str = "data"
     memory: MemorySettings = Field(default_factory=MemorySettings)
@@ -303,8 +317,9 @@ def _secrets_in(data: Mapping[str, Any]) -> tuple[str, ...]:
     return config_secrets(
         token=at("telegram.token"), api_key=at("llm.api_key"),
         webhook_secret=at("telegram.webhook.secret_token"), database_url=at("database.url"),
-        urls=(at("llm.base_url"), at("telegram.base_url"), at("telegram.webhook.url")),
-    )
+        urls=(at("llm.base_url"), at("telegram.base_url"), at("telegram.webhook.url"),
+              at("embeddings.base_url")),
+    ) + secret_values(at("embeddings.api_key"))
 
 
 def _shown(key: str, given: Any, secrets: tuple[str, ...]) -> str:

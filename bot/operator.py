@@ -369,6 +369,9 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
             print(f"note: the {m.provider.name} provider offers no integrity checks of its own",
                   file=sys.stderr)
         waiting, unreadable = await telegram_backlog(m.engine)
+        from bot.operator_embeddings import embeddings_report
+
+        embedding_lines = await embeddings_report(settings, m)
     for fault in faults:
         print(f"FAULT {terminal_safe(str(fault))}", file=out)
     code = EXIT_OK
@@ -384,6 +387,8 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
         print(f"note: {unreadable} parked Telegram update(s) could not be read and are not "
               "handled; kept in telegram_inbox (unreadable) for inspection "
               "(docs/RELIABILITY.md)", file=out)
+    for line in embedding_lines:
+        print(line, file=out)
     return code
 
 

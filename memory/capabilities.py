@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from memory.semantic import DEFAULT_CACHE_BYTES
+
 if TYPE_CHECKING:
     from memory.history import FoundMessage
 
@@ -37,6 +39,10 @@ from memory.types import (
     SummarizeOptions,
 )
 
+if TYPE_CHECKING:
+    from memory.semantic.client import Embedder
+    from memory.semantic.sources import EmbeddingSource
+
 
 @runtime_checkable
 class Summarizer(Protocol):
@@ -46,13 +52,17 @@ class Summarizer(Protocol):
 @dataclass
 class ProviderContext:
     """What a provider factory receives. `config` is the provider's own section of
-    `memory.<name>` as a plain dict, plus `keep_tail` from `compaction.keep_tail`."""
+    `memory.<name>` as a plain dict, plus `keep_tail` from `compaction.keep_tail`.
+    `embedder` is set when `embeddings.model` is (memory/semantic/): a provider keeps it
+    to search by meaning beside its lexical search."""
 
     engine: AsyncEngine
     summarizer: Summarizer
     agent_id: str = "default"
     data_dir: Path = Path("data")
     config: dict[str, Any] = field(default_factory=dict)
+    embedder: Embedder | None = None
+    vector_cache_bytes: int = DEFAULT_CACHE_BYTES
 
 
 @runtime_checkable
@@ -220,6 +230,15 @@ class NoteStore(Protocol):
     async def note_search(self, session: Session, text: str, limit: int = 10) -> list[NoteHit]: ...
 
 
+@runtime_checkable
+class EmbeddingSources(Protocol):
+    """Optional: what of this provider's memory is embedded for semantic search. Each
+    source lists its items lacking a vector of a model (memory/semantic/sources.py); the
+    background worker and `mnemo memory embed` embed and store them."""
+
+    def embedding_sources(self) -> list[EmbeddingSource]: ...
+
+
 CAPABILITIES: dict[str, type] = {
     "Compactor": Compactor,
     "Searcher": Searcher,
@@ -235,6 +254,7 @@ CAPABILITIES: dict[str, type] = {
     "SessionManager": SessionManager,
     "Reviewer": Reviewer,
     "NoteStore": NoteStore,
+    "EmbeddingSources": EmbeddingSources,
 }
 
 

@@ -34,6 +34,7 @@ COMMANDS: list[list[str]] = [
     ["memory", "doctor"],
     ["memory", "backup", "out.db"],
     ["memory", "import", "in.json"],
+    ["memory", "embed"],
 ]
 
 

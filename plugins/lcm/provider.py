@@ -27,6 +27,7 @@ from memory.capabilities import ProviderContext
 from memory.errors import InvalidArgument
 from memory.history import HistoryStore, SessionCounts, SessionHistory
 from memory.recall import Recall
+from memory.semantic import semantic_search
 from memory.stores import SharedStores
 from memory.types import (
     CompactionMode,
@@ -80,9 +81,24 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
             on_applied=self._record_compaction,
         )
         self._recall = Recall(ctx.engine, INDEXES)
+        # Semantic search (None when embeddings are off), for the hybrid search.
+        self.embedder = ctx.embedder
+        self.semantic = semantic_search(ctx)
+        self._embedding_sources: list[Any] | None = None
         self._explorer = Explorer(ctx.engine, self.history)
         self._closed = False
         self._adopted: set[str] = set()  # sessions whose uncovered messages were adopted
+
+    # -- EmbeddingSources -----------------------------------------------------------
+
+    def embedding_sources(self) -> list[Any]:
+        """Messages and summaries (memory/semantic/sources.py)."""
+        if self._embedding_sources is None:
+            from memory.semantic.sources import MessagesSource
+            from plugins.lcm.embedding_source import SummariesSource
+
+            self._embedding_sources = [MessagesSource(self.engine), SummariesSource(self.engine)]
+        return self._embedding_sources
 
     # -- Provider -------------------------------------------------------------------
 

@@ -112,7 +112,7 @@ class NotesStore:
         Runs in a worker thread under `path`'s lock, touching only `path`'s slot."""
         with self._files_guard:
             cached = self._files.get(path)
-        if cached is not None and cached.stamp == _stamp(path):
+        if cached is not None and cached.stamp == file_stamp(path):
             return cached
         notes = NotesFile.open(path)
         with self._files_guard:
@@ -135,7 +135,7 @@ class NotesStore:
                 del self._files[path]
 
 
-def _stamp(path: Path) -> tuple[int, int, int] | None:
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
     try:
         st = os.stat(path)
     except FileNotFoundError:

@@ -41,6 +41,7 @@ from memory.lexical import MESSAGES
 from memory.recall import Recall
 from memory.sanitize import storable
 from memory.search_text import snippet
+from memory.semantic import semantic_search
 from memory.stores import SharedStores
 from memory.summarizer import SummarizerError
 from memory.tokens import estimate_tokens
@@ -122,12 +123,31 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
         self.history = HistoryStore(ctx.engine)
         self.notes = NotesStore(Path(store_dir))
         self._recall = Recall(ctx.engine, [MESSAGES], extra=self)
+        # Semantic search (None when embeddings are off), for the hybrid search.
+        self.embedder = ctx.embedder
+        self.semantic = semantic_search(ctx)
+        self._embedding_sources: list[Any] | None = None
         # One compaction per session at a time in this process (a second /compact waits
         # and then finds nothing new); appends never wait for it.
         self._compacting: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
         self._closed = False
+
+    # ---- EmbeddingSources ----------------------------------------------------------
+
+    def embedding_sources(self) -> list[Any]:
+        """Messages, notes and archives (memory/semantic/sources.py)."""
+        if self._embedding_sources is None:
+            from memory.semantic.sources import MessagesSource
+            from plugins.simple.embedding_source import NotesSource
+
+            self._embedding_sources = [
+                MessagesSource(self.engine),
+                NotesSource(self.engine, self.notes, NoteKind.NOTE),
+                NotesSource(self.engine, self.notes, NoteKind.ARCHIVE),
+            ]
+        return self._embedding_sources
 
     # ---- Provider ------------------------------------------------------------------
 

@@ -30,6 +30,16 @@ Transcriptions: `POST /v1/audio/transcriptions` (multipart, as the SDK's
 transcript of <filename>"). `transcriptions` records each request as an `Upload`
 (model, filename, file bytes); they are not in `requests`.
 
+Embeddings: `POST /v1/embeddings` answers a deterministic vector per input: a hashed bag
+of its words (`fake_embedding`), so texts sharing words are close, of `embedding_dim`
+dimensions (change it to play a server whose model changed). Switches: `push_embedding(
+error(500), error(429, retry_after=0), ...)` scripts failures (then answers resume);
+`embeddings_status = 404` answers every request with that error (a server without the
+endpoint); `rejects(text) -> bool` refuses (400) a request holding such an input, as a
+server refuses input too long. An empty input is refused (400), as real servers do.
+`embedding_requests` records each request body (not in `requests`);
+`wait_for_embedding_requests(n)` waits for n of them.
+
 `pause()` / `resume()` hold every request at arrival until resumed; `wait_for_requests(n)`
 waits until n requests have arrived; `in_flight` counts requests not yet answered.
 """
@@ -37,8 +47,13 @@ waits until n requests have arrived; `in_flight` counts requests not yet answere
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import itertools
 import json
+import math
+import re
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +67,7 @@ __all__ = [
     "Upload",
     "echo",
     "empty",
+    "fake_embedding",
     "error",
     "gated",
     "garbage",
@@ -114,8 +130,14 @@ def tool_call(name: str, arguments: dict[str, Any] | str) -> Response:
 def error(status: int, *, retry_after: float | None = None, message: str = "") -> Response:
     headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
     body = json.dumps(
-        {"error": {"message": message or f"fake error {status}", "type": "server_error",
-                   "code": None, "param": None}}
+        {
+            "error": {
+                "message": message or f"fake error {status}",
+                "type": "server_error",
+                "code": None,
+                "param": None,
+            }
+        }
     )
     return Response("error", status=status, headers=headers, body=body)
 
@@ -137,23 +159,49 @@ def echo(body: dict[str, Any]) -> Response:
     last = next((m for m in reversed(body.get("messages", [])) if m.get("role") == "user"), None)
     content = last.get("content") if last else ""
     if isinstance(content, list):  # content parts
-        content = " ".join(p.get("text", "") for p in content
-                           if isinstance(p, dict) and p.get("type", "text") == "text")
+        content = " ".join(
+            p.get("text", "")
+            for p in content
+            if isinstance(p, dict) and p.get("type", "text") == "text"
+        )
     return text(f"echo: {content or ''}")
+
+
+_WORD = re.compile(r"\w+")
+
+
+def fake_embedding(text: str, dim: int = 64) -> list[float]:
+    """A unit vector: every word of `text` (case-folded) adds +-1 at a position its hash
+    picks. Texts sharing words are close; texts sharing none are near orthogonal."""
+    vec = [0.0] * dim
+    for word in _WORD.findall(text.casefold()):
+        digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+        vec[int.from_bytes(digest[:4], "big") % dim] += 1.0 if digest[4] & 1 else -1.0
+    norm = math.sqrt(sum(v * v for v in vec))
+    if norm == 0:  # no words (punctuation only): a fixed direction, still a unit vector
+        return [1.0] + [0.0] * (dim - 1)
+    return [v / norm for v in vec]
 
 
 class FakeOpenAI:
     """The server. `responder(body) -> Response` answers when the script queue is empty."""
 
-    def __init__(self, responder: Callable[[dict[str, Any]], Response] = echo,
-                 *, model: str = "fake-model") -> None:
+    def __init__(
+        self, responder: Callable[[dict[str, Any]], Response] = echo, *, model: str = "fake-model"
+    ) -> None:
         self.responder = responder
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self.transcriptions: list[Upload] = []
-        self.transcribe_responder: Callable[[Upload], Response] = (
-            lambda upload: text(f"fake transcript of {upload.filename}"))
+        self.transcribe_responder: Callable[[Upload], Response] = lambda upload: text(
+            f"fake transcript of {upload.filename}"
+        )
         self._transcription_script: list[Response] = []
+        self.embedding_dim = 64
+        self.embeddings_status: int | None = None
+        self.rejects: Callable[[str], bool] = lambda _text: False
+        self.embedding_requests: list[dict[str, Any]] = []
+        self._embedding_script: list[Response] = []
         self.in_flight = 0
         self._script: list[Response] = []
         self._open = asyncio.Event()
@@ -171,6 +219,9 @@ class FakeOpenAI:
     def push_transcription(self, *responses: Response) -> None:
         self._transcription_script.extend(responses)
 
+    def push_embedding(self, *responses: Response) -> None:
+        self._embedding_script.extend(responses)
+
     @property
     def pending(self) -> int:
         """Scripted responses not consumed yet."""
@@ -182,6 +233,10 @@ class FakeOpenAI:
     def resume(self) -> None:
         self._open.set()
 
+    async def wait_for_embedding_requests(self, n: int) -> None:
+        async with self._arrived:
+            await self._arrived.wait_for(lambda: len(self.embedding_requests) >= n)
+
     async def wait_for_requests(self, n: int) -> None:
         async with self._arrived:
             await self._arrived.wait_for(lambda: len(self.requests) >= n)
@@ -192,6 +247,7 @@ class FakeOpenAI:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        app.router.add_post("/v1/embeddings", self._embed)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -229,16 +285,21 @@ class FakeOpenAI:
         upload_field = form.get("file")
         if not isinstance(upload_field, web.FileField):
             return web.json_response({"error": {"message": "no file"}}, status=400)
-        upload = Upload(model=str(form.get("model", "")), filename=upload_field.filename,
-                        file=upload_field.file.read(),
-                        fields={k: v for k, v in form.items()
-                                if isinstance(v, str) and k != "model"})
+        upload = Upload(
+            model=str(form.get("model", "")),
+            filename=upload_field.filename,
+            file=upload_field.file.read(),
+            fields={k: v for k, v in form.items() if isinstance(v, str) and k != "model"},
+        )
         self.transcriptions.append(upload)
         self.in_flight += 1
         try:
             await self._open.wait()
-            resp = (self._transcription_script.pop(0) if self._transcription_script
-                    else self.transcribe_responder(upload))
+            resp = (
+                self._transcription_script.pop(0)
+                if self._transcription_script
+                else self.transcribe_responder(upload)
+            )
             while resp.kind == "gated":
                 assert resp.gate is not None and resp.then is not None
                 await resp.gate.wait()
@@ -249,8 +310,60 @@ class FakeOpenAI:
         finally:
             self.in_flight -= 1
 
-    async def _answer(self, request: web.Request, body: dict[str, Any],
-                      resp: Response) -> web.StreamResponse:
+    async def _embed(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response({"error": {"message": "body is not JSON"}}, status=400)
+        async with self._arrived:
+            self.embedding_requests.append(body)
+            self._arrived.notify_all()
+        self.in_flight += 1
+        try:
+            await self._open.wait()
+            if self.embeddings_status is not None:
+                return await self._answer(request, {}, error(self.embeddings_status))
+            if self._embedding_script:
+                return await self._answer(request, {}, self._embedding_script.pop(0))
+            inputs = body.get("input")
+            inputs = [inputs] if isinstance(inputs, str) else inputs
+            if (
+                not isinstance(inputs, list)
+                or not inputs
+                or not all(isinstance(t, str) and t for t in inputs)
+            ):
+                return await self._answer(request, {}, error(400, message="input is empty"))
+            if any(self.rejects(t) for t in inputs):
+                return await self._answer(request, {}, error(400, message="input too long"))
+            data = []
+            for i, t in enumerate(inputs):
+                vec = fake_embedding(t, self.embedding_dim)
+                if body.get("encoding_format") == "base64":
+                    packed = struct.pack(f"<{len(vec)}f", *vec)
+                    data.append(
+                        {
+                            "object": "embedding",
+                            "index": i,
+                            "embedding": base64.b64encode(packed).decode(),
+                        }
+                    )
+                else:
+                    data.append({"object": "embedding", "index": i, "embedding": vec})
+            tokens = sum(len(t) // 4 for t in inputs)
+            return web.json_response(
+                {
+                    "object": "list",
+                    "data": data,
+                    "model": body.get("model", self.model),
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                }
+            )
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(
+        self, request: web.Request, body: dict[str, Any], resp: Response
+    ) -> web.StreamResponse:
         if resp.kind == "gated":
             assert resp.gate is not None and resp.then is not None
             await resp.gate.wait()
@@ -259,8 +372,12 @@ class FakeOpenAI:
             await self._closing.wait()  # the client times out long before
             return web.Response(status=503, text="fake server closing")
         if resp.kind == "error":
-            return web.Response(status=resp.status, text=resp.body, headers=resp.headers,
-                                content_type="application/json")
+            return web.Response(
+                status=resp.status,
+                text=resp.body,
+                headers=resp.headers,
+                content_type="application/json",
+            )
         if resp.kind == "garbage":
             return web.Response(status=200, text=resp.body, content_type="application/json")
         if body.get("stream"):
@@ -270,8 +387,11 @@ class FakeOpenAI:
     def _usage(self, body: dict[str, Any], resp: Response) -> dict[str, int]:
         prompt = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4
         completion = (len(resp.content) + sum(len(c[2]) for c in resp.calls)) // 4
-        return {"prompt_tokens": prompt, "completion_tokens": completion,
-                "total_tokens": prompt + completion}
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
 
     def _completion(self, body: dict[str, Any], resp: Response) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": resp.content or None}
@@ -285,21 +405,34 @@ class FakeOpenAI:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", self.model),
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if resp.calls else "stop"}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if resp.calls else "stop",
+                }
+            ],
             "usage": self._usage(body, resp),
         }
 
-    async def _stream(self, request: web.Request, body: dict[str, Any],
-                      resp: Response) -> web.StreamResponse:
-        out = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                          "Cache-Control": "no-cache"})
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], resp: Response
+    ) -> web.StreamResponse:
+        out = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await out.prepare(request)
         cid, created, model = f"chatcmpl-{next(_ids)}", int(time.time()), body.get("model")
 
         async def send(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> None:
-            chunk = {"id": cid, "object": "chat.completion.chunk", "created": created,
-                     "model": model, "choices": choices, "usage": usage}
+            chunk = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": choices,
+                "usage": usage,
+            }
             await out.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
         def delta(d: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
@@ -308,14 +441,33 @@ class FakeOpenAI:
         await send(delta({"role": "assistant", "content": ""}))
         step = max(1, resp.chunk_size)
         for i in range(0, len(resp.content), step):
-            await send(delta({"content": resp.content[i:i + step]}))
+            await send(delta({"content": resp.content[i : i + step]}))
         for index, (call_id, name, args) in enumerate(resp.calls):
             # OpenAI's shape: first the id and name with empty arguments, then fragments.
-            await send(delta({"tool_calls": [{"index": index, "id": call_id, "type": "function",
-                                              "function": {"name": name, "arguments": ""}}]}))
+            await send(
+                delta(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
             for i in range(0, len(args), 10):
-                await send(delta({"tool_calls": [{"index": index,
-                                                  "function": {"arguments": args[i:i + 10]}}]}))
+                await send(
+                    delta(
+                        {
+                            "tool_calls": [
+                                {"index": index, "function": {"arguments": args[i : i + 10]}}
+                            ]
+                        }
+                    )
+                )
         await send(delta({}, "tool_calls" if resp.calls else "stop"))
         if (body.get("stream_options") or {}).get("include_usage"):
             await send([], self._usage(body, resp))

@@ -52,11 +52,11 @@ def _compose_env(value: str) -> str:
 
 def test_services_volumes_and_profile(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"bot", "db", "llm"}
+    assert set(services) == {"bot", "db", "llm", "embed"}
     assert services["bot"]["build"] == "."
     assert services["bot"]["depends_on"] == {"db": {"condition": "service_healthy"}}
     assert "profiles" not in services["bot"] and "profiles" not in services["db"]
-    assert services["llm"]["profiles"] == ["local-llm"]
+    assert services["llm"]["profiles"] == services["embed"]["profiles"] == ["local-llm"]
     assert services["db"]["image"].startswith("postgres:")
     # Data survives `docker compose down`: named volumes, declared at the top level.
     assert set(compose["volumes"]) == {"bot-data", "pg-data"}

@@ -53,7 +53,7 @@ async def test_registered_with_every_capability(engine: AsyncEngine, tmp_path: P
     assert set(capabilities_of(provider)) == {
         "Compactor", "Searcher", "ProfileStore", "ConstraintStore", "VersionedProfileStore",
         "VersionedConstraintStore", "ChangelogReader", "ChangelogWriter",
-        "SessionSnapshotStore", "SessionManager", "Reviewer", "NoteStore",
+        "SessionSnapshotStore", "SessionManager", "Reviewer", "NoteStore", "EmbeddingSources",
     }
     await provider.close()
     await provider.close()  # idempotent

@@ -1,0 +1,53 @@
+"""`SemanticSearch`: a query's nearest stored vectors within the user's scope, for a
+provider's search to merge with its lexical hits. It never fails a search over the
+embeddings server: an unavailable endpoint, a timeout or an error gives no hits, and the
+lexical results stand alone."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memory.semantic import DEFAULT_CACHE_BYTES
+from memory.semantic.client import Embedder, EmbeddingError, EmbeddingsUnavailable
+from memory.semantic.index import VectorHit, VectorIndex
+
+log = logging.getLogger(__name__)
+
+WARN_EVERY_S = 300.0  # a failing server is named at most this often, not per search
+
+
+class SemanticSearch:
+    def __init__(
+        self, engine: AsyncEngine, embedder: Embedder, *, max_bytes: int = DEFAULT_CACHE_BYTES
+    ) -> None:
+        self.embedder = embedder
+        self.index = VectorIndex(engine, embedder.model, max_bytes=max_bytes)
+        self._warned_at: float | None = None
+
+    async def search(
+        self,
+        user_id: int,
+        agent_id: str,
+        text: str,
+        *,
+        sources: set[str] | None = None,
+        limit: int = 20,
+    ) -> list[VectorHit]:
+        """The `limit` stored items of (user, agent) nearest to `text` in meaning, best
+        first; [] when the text is blank or the query cannot be embedded."""
+        if not text.strip():
+            return []
+        try:
+            query = await self.embedder.embed_query(text)
+        except EmbeddingsUnavailable:
+            return []  # the embedder said so once
+        except EmbeddingError as exc:
+            now = time.monotonic()
+            if self._warned_at is None or now - self._warned_at >= WARN_EVERY_S:
+                self._warned_at = now
+                log.warning("semantic search skipped: %s (lexical results only)", exc.reason)
+            return []
+        return await self.index.search(user_id, agent_id, query, sources=sources, limit=limit)
