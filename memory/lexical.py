@@ -223,43 +223,79 @@ async def resolve(
     shows that context too, so a bare "noted" is seen to answer what was asked."""
     if not hits:
         return []
-    rows = (
-        await conn.execute(
-            sa.text(
-                f"SELECT t.{index.rowid} AS rowid, t.id AS public_id, t.content AS content, "
-                f"t.{index.stamp} AS stamp, c.session_id AS session_id, "
-                f"t.conversation_id AS conv, {'t.seq' if index.context else '0'} AS seq "
-                f"FROM {index.table} t JOIN conversations c ON c.id = t.conversation_id "
-                f"WHERE t.{index.rowid} IN :ids"
-            ).bindparams(sa.bindparam("ids", expanding=True)),
-            {"ids": [h.rowid for h in hits]},
-        )
-    ).mappings()
-    by_rowid = {r["rowid"]: r for r in rows}
+    by_rowid = {r["rowid"]: r for r in await _rows(conn, index, index.rowid, [h.rowid for h in hits])}
     out = []
     for hit in hits:
         row = by_rowid.get(hit.rowid)
         if row is None or (verify is not None and verify not in row["content"].casefold()):
             continue
-        content = snippet(row["content"], needles)
-        if ranked and index.context and not _mentions(row["content"], needles):
-            previous = await _previous_text(conn, row["conv"], row["seq"])
-            if previous:
-                content = (
-                    f"{snippet(row['content'], needles, 200)} (replying to: "
-                    f"{snippet(previous, needles, 280)})"
-                )
-        out.append(
-            SearchResult(
-                source_type=index.label,
-                source_id=str(row["public_id"]),
-                content=content,
-                score=hit.score,
-                timestamp=_utc(row["stamp"]),
-                session_id=row["session_id"],
-            )
-        )
+        out.append(await _result(conn, index, row, hit.score, needles, ranked))
     return out
+
+
+async def resolve_ids(
+    conn: AsyncConnection,
+    index: TextIndex,
+    conv_ids: list[int],
+    scored: list[tuple[str, float]],
+    needles: list[str],
+) -> list[SearchResult]:
+    """(public id, score) pairs of `index`'s rows as results, in their order; ids of rows
+    that are gone, outside `conv_ids` (the user's), or not ids at all are left out."""
+    if index.rowid == "id":  # the public id is the key: only whole numbers can be one
+        scored = [(i, s) for i, s in scored if i.isdigit() and len(i) <= 18]
+    ids: list[int | str] = [int(i) if index.rowid == "id" else i for i, _ in scored]
+    if not ids:
+        return []
+    rows = await _rows(conn, index, "id", ids)
+    by_id = {str(r["public_id"]): r for r in rows if r["conv"] in set(conv_ids)}
+    return [
+        await _result(conn, index, by_id[i], score, needles, ranked=False)
+        for i, score in scored
+        if i in by_id
+    ]
+
+
+async def _rows(
+    conn: AsyncConnection, index: TextIndex, column: str, values: list
+) -> list[sa.RowMapping]:
+    result = await conn.execute(
+        sa.text(
+            f"SELECT t.{index.rowid} AS rowid, t.id AS public_id, t.content AS content, "
+            f"t.{index.stamp} AS stamp, c.session_id AS session_id, "
+            f"t.conversation_id AS conv, {'t.seq' if index.context else '0'} AS seq "
+            f"FROM {index.table} t JOIN conversations c ON c.id = t.conversation_id "
+            f"WHERE t.{column} IN :values"
+        ).bindparams(sa.bindparam("values", expanding=True)),
+        {"values": values},
+    )
+    return list(result.mappings())
+
+
+async def _result(
+    conn: AsyncConnection,
+    index: TextIndex,
+    row: sa.RowMapping,
+    score: float,
+    needles: list[str],
+    ranked: bool,
+) -> SearchResult:
+    content = snippet(row["content"], needles)
+    if ranked and index.context and not _mentions(row["content"], needles):
+        previous = await _previous_text(conn, row["conv"], row["seq"])
+        if previous:
+            content = (
+                f"{snippet(row['content'], needles, 200)} (replying to: "
+                f"{snippet(previous, needles, 280)})"
+            )
+    return SearchResult(
+        source_type=index.label,
+        source_id=str(row["public_id"]),
+        content=content,
+        score=score,
+        timestamp=_utc(row["stamp"]),
+        session_id=row["session_id"],
+    )
 
 
 def _mentions(content: str, terms: list[str]) -> bool:

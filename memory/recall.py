@@ -8,7 +8,9 @@ archives, an `ExtraSource`). `Recall` decides what a query means and merges the 
   source's hits merged by score. A query with no such word ("🐙", "%", "who are you") is
   searched literally instead, so anything stored can be found.
 - `hybrid`: `full_text` fused with embedding similarity when the provider has embeddings
-  (memory/fusion.py); without them it is `full_text`.
+  (memory/fusion.py): the best HYBRID_POOL of each, so a hit found by meaning alone,
+  sharing no word with the query, can rank; without embeddings it is `full_text`, and
+  an item not embedded yet is still found by its words.
 - `substring`: the text literally, case-insensitive, newest first.
 
 Scope (DESIGN §4): every conversation of the session's (user, agent), current and
@@ -20,19 +22,33 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory import lexical
 from memory.errors import InvalidArgument
+from memory.fusion import fuse
 from memory.history import conversations
 from memory.lexical import TextIndex
 from memory.search_text import clean_query, ranked_terms
 from memory.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
 
+if TYPE_CHECKING:
+    from memory.semantic.index import VectorHit
+    from memory.semantic.search import SemanticSearch
+
 MAX_LIMIT = 200
+# Hybrid search fuses this many of each list's best (or `limit`, if more): enough that
+# an item ranked low by one signal and high by the other is in both lists.
+HYBRID_POOL = 50
+# Semantic sources a scope searches (None: all).
+_VECTOR_SOURCES: dict[SearchScope, set[str] | None] = {
+    SearchScope.BOTH: None,
+    SearchScope.MESSAGES: {"message"},
+    SearchScope.SUMMARIES: {"summary", "archive"},
+}
 # Longer text is cut to its head: a pasted page is no query, and SQLite refuses LIKE
 # patterns over 50,000 bytes.
 MAX_QUERY_CHARS = 10_000
@@ -47,6 +63,13 @@ class ExtraSource(Protocol):
     ) -> list[SearchResult]:
         """Hits for `terms` ranked by a BM25 score (or, with `terms` empty, for `text`
         literally, newest first), within `scope`; at most `limit`."""
+        ...
+
+    async def resolve_extra(
+        self, session: Session, hits: list[VectorHit], needles: list[str]
+    ) -> list[SearchResult]:
+        """Its own items among semantic `hits` as results (score: the hit's), in order;
+        others, and items gone since they were embedded, left out."""
         ...
 
 
@@ -71,6 +94,10 @@ def parse_query(query: SearchQuery) -> tuple[str, SearchMode, SearchScope, int]:
     return text[:MAX_QUERY_CHARS], mode, scope, min(query.limit, MAX_LIMIT)
 
 
+def _key(result: SearchResult) -> tuple[str, str]:
+    return result.source_type, result.source_id
+
+
 def _newest_first(results: list[SearchResult]) -> list[SearchResult]:
     floor = datetime.min.replace(tzinfo=UTC)
     return sorted(results, key=lambda r: r.timestamp or floor, reverse=True)
@@ -87,10 +114,12 @@ class Recall:
         engine: AsyncEngine,
         indexes: Sequence[TextIndex],
         extra: ExtraSource | None = None,
+        semantic: SemanticSearch | None = None,
     ) -> None:
         self.engine = engine
         self.indexes = list(indexes)
         self.extra = extra
+        self.semantic = semantic
 
     def _indexes_for(self, scope: SearchScope) -> list[TextIndex]:
         if scope == SearchScope.BOTH:
@@ -103,15 +132,64 @@ class Recall:
         if not text:
             return []
         terms = [] if mode == SearchMode.SUBSTRING else ranked_terms(text)
+        hybrid = mode == SearchMode.HYBRID and self.semantic is not None
+        pool = max(limit, HYBRID_POOL) if hybrid else limit
         results: list[SearchResult] = []
         async with self.engine.connect() as conn:
             conv_ids = await owned_conversations(conn, session.user_id, session.agent_id)
             for index in self._indexes_for(scope):
-                results += await self._from_index(conn, index, conv_ids, text, terms, limit)
+                results += await self._from_index(conn, index, conv_ids, text, terms, pool)
         if self.extra is not None:
-            results += await self.extra.search_extra(session, text, terms, scope, limit)
+            results += await self.extra.search_extra(session, text, terms, scope, pool)
         ranked = _best_first(results) if terms else _newest_first(results)
+        if hybrid:
+            ranked = await self._hybrid(session, text, terms or [text], scope, pool, ranked)
         return ranked[:limit]
+
+    async def _hybrid(
+        self,
+        session: Session,
+        text: str,
+        needles: list[str],
+        scope: SearchScope,
+        pool: int,
+        lexical_hits: list[SearchResult],
+    ) -> list[SearchResult]:
+        """`lexical_hits` fused with the nearest items in meaning (memory/fusion.py)."""
+        assert self.semantic is not None
+        vector_hits = await self.semantic.search(
+            session.user_id, session.agent_id, text, sources=_VECTOR_SOURCES[scope], limit=pool
+        )
+        meaning = await self._resolve_vectors(session, vector_hits, needles)
+        found = {_key(r): r for r in meaning}
+        found.update({_key(r): r for r in lexical_hits})  # their snippets centre on a word
+        out = []
+        for item in fuse(
+            [(_key(r), r.score) for r in lexical_hits], [(_key(r), r.score) for r in meaning]
+        ):
+            result = found[item.key]
+            result.score, result.signals = item.score, item.signals
+            out.append(result)
+        return out
+
+    async def _resolve_vectors(
+        self, session: Session, hits: list[VectorHit], needles: list[str]
+    ) -> list[SearchResult]:
+        """Semantic hits as results (score: cosine similarity), best first."""
+        by_label = {index.label: index for index in self.indexes}
+        mine = [h for h in hits if h.source in by_label]
+        out: list[SearchResult] = []
+        if mine:
+            async with self.engine.connect() as conn:
+                conv_ids = await owned_conversations(conn, session.user_id, session.agent_id)
+                for label, index in by_label.items():
+                    scored = [(h.key, h.score) for h in mine if h.source == label]
+                    if scored:
+                        out += await lexical.resolve_ids(conn, index, conv_ids, scored, needles)
+        others = [h for h in hits if h.source not in by_label]
+        if others and self.extra is not None:
+            out += await self.extra.resolve_extra(session, others, needles)
+        return sorted(out, key=lambda r: r.score, reverse=True)
 
     async def _from_index(
         self,

@@ -425,9 +425,8 @@ class ProviderConformance:
         )
         for mode in SearchMode:
             hits = await provider.search(s, SearchQuery("capybara", mode=mode))  # type: ignore[attr-defined]
-            assert [h.content for h in hits if "capybara" in h.content] == [
-                "the capybara is my favourite"
-            ], mode
+            assert any(h.content == "the capybara is my favourite" for h in hits), mode
+            assert not any("1 result" in h.content for h in hits), mode
 
     async def test_substring_search_is_literal(self, provider: Provider) -> None:
         self.require(provider, Searcher)

@@ -80,10 +80,10 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
             ctx.engine, self.history, ctx.summarizer, self.settings,
             on_applied=self._record_compaction,
         )
-        self._recall = Recall(ctx.engine, INDEXES)
         # Semantic search (None when embeddings are off), for the hybrid search.
         self.embedder = ctx.embedder
         self.semantic = semantic_search(ctx)
+        self._recall = Recall(ctx.engine, INDEXES, semantic=self.semantic)
         self._embedding_sources: list[Any] | None = None
         self._explorer = Explorer(ctx.engine, self.history)
         self._closed = False

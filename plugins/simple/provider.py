@@ -23,7 +23,7 @@ import weakref
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -64,6 +64,10 @@ from memory.types import (
     utcnow,
 )
 from plugins.simple import markers
+
+if TYPE_CHECKING:
+    from memory.semantic.index import VectorHit
+from plugins.simple.embedding_source import note_key
 from plugins.simple.maintenance import SimpleMaintenance
 from plugins.simple.markers import Marker
 from plugins.simple.notes_file import Add, Alias, Remove, Rename, Write
@@ -122,10 +126,10 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
         self.max_source_tokens = max(1, int(max_source_tokens))
         self.history = HistoryStore(ctx.engine)
         self.notes = NotesStore(Path(store_dir))
-        self._recall = Recall(ctx.engine, [MESSAGES], extra=self)
         # Semantic search (None when embeddings are off), for the hybrid search.
         self.embedder = ctx.embedder
         self.semantic = semantic_search(ctx)
+        self._recall = Recall(ctx.engine, [MESSAGES], extra=self, semantic=self.semantic)
         self._embedding_sources: list[Any] | None = None
         # One compaction per session at a time in this process (a second /compact waits
         # and then finds nothing new); appends never wait for it.
@@ -385,6 +389,28 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
             for h in hits
             if h.entry.kind in kinds
         ][:limit]
+
+    async def resolve_extra(
+        self, session: Session, hits: list[VectorHit], needles: list[str]
+    ) -> list[SearchResult]:
+        """Notes and archives among semantic `hits` (keyed by `note_key`: a note
+        rewritten since it was embedded no longer matches its old vector)."""
+        wanted = {(h.source, h.key): h.score for h in hits}
+        out = []
+        for entry in await self.notes.entries(session.agent_id, session.user_id):
+            source = "archive" if entry.kind == NoteKind.ARCHIVE else "note"
+            score = wanted.get((source, note_key(entry)))
+            if score is not None:
+                out.append(
+                    SearchResult(
+                        source_type=source,
+                        source_id=entry.name,
+                        content=snippet(entry.content, needles),
+                        score=score,
+                        timestamp=entry.created_at,
+                    )
+                )
+        return out
 
     # ---- NoteStore -----------------------------------------------------------------
 

@@ -170,11 +170,13 @@ def echo(body: dict[str, Any]) -> Response:
 _WORD = re.compile(r"\w+")
 
 
-def fake_embedding(text: str, dim: int = 64) -> list[float]:
-    """A unit vector: every word of `text` (case-folded) adds +-1 at a position its hash
-    picks. Texts sharing words are close; texts sharing none are near orthogonal."""
+def fake_embedding(text: str, dim: int = 64, synonyms: dict[str, str] | None = None) -> list[float]:
+    """A unit vector: every word of `text` (case-folded, and replaced by its entry in
+    `synonyms`, so two words can "mean" the same) adds +-1 at a position its hash picks.
+    Texts sharing words are close; texts sharing none are near orthogonal."""
     vec = [0.0] * dim
     for word in _WORD.findall(text.casefold()):
+        word = (synonyms or {}).get(word, word)
         digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
         vec[int.from_bytes(digest[:4], "big") % dim] += 1.0 if digest[4] & 1 else -1.0
     norm = math.sqrt(sum(v * v for v in vec))
@@ -198,6 +200,7 @@ class FakeOpenAI:
         )
         self._transcription_script: list[Response] = []
         self.embedding_dim = 64
+        self.synonyms: dict[str, str] = {}  # word -> the word it embeds as
         self.embeddings_status: int | None = None
         self.rejects: Callable[[str], bool] = lambda _text: False
         self.embedding_requests: list[dict[str, Any]] = []
@@ -337,7 +340,7 @@ class FakeOpenAI:
                 return await self._answer(request, {}, error(400, message="input too long"))
             data = []
             for i, t in enumerate(inputs):
-                vec = fake_embedding(t, self.embedding_dim)
+                vec = fake_embedding(t, self.embedding_dim, self.synonyms)
                 if body.get("encoding_format") == "base64":
                     packed = struct.pack(f"<{len(vec)}f", *vec)
                     data.append(

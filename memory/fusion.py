@@ -1,0 +1,64 @@
+"""Hybrid ranking: one list from the lexical (BM25) and the semantic (cosine) lists.
+
+Weighted score fusion over min-max normalised scores: each list's scores are mapped to
+[0, 1] over its own candidates, and an item scores
+
+    (1 - SEMANTIC_WEIGHT) * words + SEMANTIC_WEIGHT * meaning
+
+where a list that did not find the item gives it 0. Measured on bench/recall.py
+(bench/RESULTS.md): reciprocal rank fusion, which ignores how far apart scores are,
+let the small embedding model's weaker ranking pull BM25's good hits down; weighing the
+normalised scores keeps a clear lexical winner on top and lets meaning decide among
+near-ties and find what shares no word with the question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+SEMANTIC_WEIGHT = 0.5
+WORDS, MEANING = "words", "meaning"
+
+
+@dataclass(frozen=True)
+class Fused:
+    key: Hashable
+    score: float
+    signals: tuple[str, ...]
+
+
+def normalised(scores: Mapping[Hashable, float]) -> dict[Hashable, float]:
+    """Scores mapped to [0, 1] by min-max over `scores`; all equal map to 1."""
+    if not scores:
+        return {}
+    low, high = min(scores.values()), max(scores.values())
+    span = high - low
+    return {k: (v - low) / span if span > 0 else 1.0 for k, v in scores.items()}
+
+
+def fuse(
+    words: Sequence[tuple[Hashable, float]],
+    meaning: Sequence[tuple[Hashable, float]],
+    weight: float = SEMANTIC_WEIGHT,
+) -> list[Fused]:
+    """Both lists' keys, best fused score first (ties: the lexical order, then the
+    semantic one). A key repeated within a list keeps its best score."""
+    lexical: dict[Hashable, float] = {}
+    for key, score in words:
+        lexical[key] = max(score, lexical.get(key, score))
+    semantic: dict[Hashable, float] = {}
+    for key, score in meaning:
+        semantic[key] = max(score, semantic.get(key, score))
+    n_words, n_meaning = normalised(lexical), normalised(semantic)
+    order = {key: i for i, key in enumerate([*lexical, *(k for k in semantic if k not in lexical)])}
+    fused = [
+        Fused(
+            key,
+            (1 - weight) * n_words.get(key, 0.0) + weight * n_meaning.get(key, 0.0),
+            tuple(s for s, found in ((WORDS, key in lexical), (MEANING, key in semantic)) if found),
+        )
+        for key in order
+    ]
+    fused.sort(key=lambda f: (-f.score, order[f.key]))
+    return fused
