@@ -48,6 +48,7 @@ from memory.errors import (
     StoreCorrupt,
     Unsupported,
 )
+from memory.sanitize import storable
 from memory.stores import parse_constraints
 from memory.summarizer import SummarizerError
 from memory.tracing import unwrap
@@ -298,8 +299,9 @@ async def _search(pool: Pool, session: Session, rest: str) -> str:
     # Asked for more than are shown, to say how many there are ("first 10 of 12").
     query = SearchQuery(text=rest, limit=SEARCH_POOL, mode=SearchMode.HYBRID)
     hits = await p.search(session, query)
+    asked = _one_line(storable(rest), 100)  # echoed: no lone surrogate, no NUL, one line
     if not hits:
-        return f"No matches for “{rest}”."
+        return f"No matches for “{asked}”."
     shown = hits[:SEARCH_LIMIT]
     origins = await _origins(p, session, shown)
     lines = [
@@ -309,9 +311,9 @@ async def _search(pool: Pool, session: Session, rest: str) -> str:
     ]
     if len(hits) > len(shown):
         total = f"{len(hits)}+" if len(hits) >= SEARCH_POOL else str(len(hits))
-        header = f"First {len(shown)} of {total} matches for “{rest}”:"
+        header = f"First {len(shown)} of {total} matches for “{asked}”:"
     else:
-        header = f"{len(hits)} match{'es' if len(hits) != 1 else ''} for “{rest}”:"
+        header = f"{len(hits)} match{'es' if len(hits) != 1 else ''} for “{asked}”:"
     footer = "\n(/memory show <id> shows one in full)"
     return _listing(lines, header, MAX_REPLY - len(footer)) + footer
 

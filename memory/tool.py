@@ -494,14 +494,18 @@ async def _search(c: _Call) -> str:
     shown = f"“{_preview(query.text, 60)}” ({query.mode}, {query.scope})"
     if not hits:
         return f"no results for {shown}"
-    lines = [f"{len(hits)} result(s) for {shown}, best first:"]
+    order = "newest first" if query.mode == SearchMode.SUBSTRING else "best first"
+    lines = [f"{len(hits)} result(s) for {shown}, {order}:"]
     for hit in hits:
-        when = f" {minute_utc(hit.timestamp)}" if hit.timestamp else ""
-        where = ""
+        head = f"[{hit.source_type} {hit.source_id}]"
+        if hit.timestamp:
+            head += f" {minute_utc(hit.timestamp)}"
+        head += f", score {hit.score:.3g}"
         if hit.session_id and hit.session_id != c.session.id:
-            where = " (an earlier conversation)"
-        how = f" [{'+'.join(hit.signals)}]" if hit.signals else ""
-        lines.append(f"[{hit.source_type} {hit.source_id}]{when}{where}{how}")
+            head += ", in an earlier conversation"
+        if hit.signals:
+            head += f", found by {'+'.join(hit.signals)}"
+        lines.append(head)
         lines.append(f"  {_preview(hit.content, 500)}")
     if any(h.source_type == "summary" for h in hits):
         lines.append("(describe or expand a summary id to see what it covers)")

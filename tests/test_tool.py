@@ -361,7 +361,7 @@ async def test_withheld_action_is_refused_even_if_supported() -> None:
 async def test_numeric_strings_and_empty_arguments() -> None:
     provider = Full()
     await call(provider, {"action": "search", "text": "tea", "limit": "3"})
-    assert provider.calls == ["search:tea:both:full_text:3"]
+    assert provider.calls == ["search:tea:both:hybrid:3"]
     assert (await call(provider, "")).startswith("error: missing action")
 
 
@@ -383,13 +383,13 @@ async def test_search_renders_ids_scores_snippets() -> None:
                                 "mode": "substring", "limit": 5})
     assert provider.calls == ["search:tea:summaries:substring:5"]
     lines = out.splitlines()
-    assert lines[0] == "2 result(s) for 'tea' (substring, summaries):"
-    assert lines[1] == "[summary sum_a] score 2.5 2025-01-02 03:04 UTC"
+    assert lines[0] == "2 result(s) for “tea” (substring, summaries), newest first:"
+    assert lines[1] == "[summary sum_a] 2025-01-02 03:04 UTC, score 2.5"
     assert lines[2].startswith("  Ana likes tea") and len(lines[2]) <= 503
-    assert lines[3] == "[message 17] score 0.75"
+    assert lines[3] == "[message 17], score 0.75"
     assert "describe or expand" in out
     assert await call(provider, {"action": "search", "text": "nothing"}) == \
-        "no results for 'nothing' (full_text, both)"
+        "no results for “nothing” (hybrid, both)"
 
 
 async def test_describe_and_expand_are_scoped_to_the_session_user() -> None:

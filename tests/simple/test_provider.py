@@ -54,6 +54,7 @@ async def test_registered_with_every_capability(engine: AsyncEngine, tmp_path: P
         "Compactor", "Searcher", "ProfileStore", "ConstraintStore", "VersionedProfileStore",
         "VersionedConstraintStore", "ChangelogReader", "ChangelogWriter",
         "SessionSnapshotStore", "SessionManager", "Reviewer", "NoteStore", "EmbeddingSources",
+        "MessageReader",
     }
     await provider.close()
     await provider.close()  # idempotent
