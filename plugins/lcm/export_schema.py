@@ -60,40 +60,52 @@ class LcmOverlay(Strict):
     @model_validator(mode="after")
     def _dag(self, info: ValidationInfo) -> LcmOverlay:
         seqs = message_seqs(info)
-        depth: dict[str, int] = {}
-        for i, s in enumerate(self.summaries):
-            if s.id in depth:
-                raise refused_at(("summaries", i, "id"), f"{s.id!r} appears twice")
-            depth[s.id] = s.depth
-        for i, s in enumerate(self.summaries):
-            at = ("summaries", i)
-            if s.kind == LEAF:
-                if s.depth != 0 or s.child_ids or not s.message_seqs:
-                    raise refused_at(at, "a leaf summary is at depth 0 and covers messages only")
-            elif s.kind == CONDENSED and (s.message_seqs or not s.child_ids):
-                raise refused_at(at, "a condensed summary contains summaries only")
-            for seq in s.message_seqs:
-                if seq not in seqs:
-                    raise refused_at((*at, "message_seqs"), f"no message with seq {seq}")
-            for child in s.child_ids:
-                if child not in depth:
-                    raise refused_at((*at, "child_ids"), f"no summary {child!r}")
-                # Strictly one level down: a summary can never contain itself.
-                if depth[child] != s.depth - 1:
-                    raise refused_at(
-                        (*at, "child_ids"),
-                        f"{child!r} is at depth {depth[child]}, not {s.depth - 1}",
-                    )
-        ordinals: set[int] = set()
-        for i, item in enumerate(self.context_items):
-            at = ("context_items", i)
-            if item.ordinal in ordinals:
-                raise refused_at((*at, "ordinal"), f"{item.ordinal} appears twice")
-            ordinals.add(item.ordinal)
-            if (item.message_seq is None) == (item.summary_id is None):
-                raise refused_at(at, "names exactly one of message_seq and summary_id")
-            if item.message_seq is not None and item.message_seq not in seqs:
-                raise refused_at((*at, "message_seq"), f"no message with seq {item.message_seq}")
-            if item.summary_id is not None and item.summary_id not in depth:
-                raise refused_at((*at, "summary_id"), f"no summary {item.summary_id!r}")
+        depth = _check_summaries(self.summaries, seqs)
+        _check_items(self.context_items, seqs, depth)
         return self
+
+
+def _check_summaries(summaries: list[SummaryRecord], seqs: set[int]) -> dict[str, int]:
+    """Unique ids; leaves cover existing messages; a condensed summary's children exist
+    one level below it. Returns each summary's depth."""
+    depth: dict[str, int] = {}
+    for i, s in enumerate(summaries):
+        if s.id in depth:
+            raise refused_at(("summaries", i, "id"), f"{s.id!r} appears twice")
+        depth[s.id] = s.depth
+    for i, s in enumerate(summaries):
+        at = ("summaries", i)
+        if s.kind == LEAF:
+            if s.depth != 0 or s.child_ids or not s.message_seqs:
+                raise refused_at(at, "a leaf summary is at depth 0 and covers messages only")
+        elif s.kind == CONDENSED and (s.message_seqs or not s.child_ids):
+            raise refused_at(at, "a condensed summary contains summaries only")
+        for seq in s.message_seqs:
+            if seq not in seqs:
+                raise refused_at((*at, "message_seqs"), f"no message with seq {seq}")
+        for child in s.child_ids:
+            if child not in depth:
+                raise refused_at((*at, "child_ids"), f"no summary {child!r}")
+            # Strictly one level down: a summary can never contain itself.
+            if depth[child] != s.depth - 1:
+                raise refused_at(
+                    (*at, "child_ids"),
+                    f"{child!r} is at depth {depth[child]}, not {s.depth - 1}",
+                )
+    return depth
+
+
+def _check_items(items: list[ContextItemRecord], seqs: set[int], depth: dict[str, int]) -> None:
+    """Unique ordinals; each item names exactly one existing message or summary."""
+    ordinals: set[int] = set()
+    for i, item in enumerate(items):
+        at = ("context_items", i)
+        if item.ordinal in ordinals:
+            raise refused_at((*at, "ordinal"), f"{item.ordinal} appears twice")
+        ordinals.add(item.ordinal)
+        if (item.message_seq is None) == (item.summary_id is None):
+            raise refused_at(at, "names exactly one of message_seq and summary_id")
+        if item.message_seq is not None and item.message_seq not in seqs:
+            raise refused_at((*at, "message_seq"), f"no message with seq {item.message_seq}")
+        if item.summary_id is not None and item.summary_id not in depth:
+            raise refused_at((*at, "summary_id"), f"no summary {item.summary_id!r}")

@@ -22,6 +22,7 @@ Export refers to messages by their seq (ids change on import) and keeps summary 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -148,64 +149,10 @@ class LcmMaintenance:
         raw_items = data.get("context_items")
         if not isinstance(raw_summaries, list) or not isinstance(raw_items, list):
             raise InvalidArgument(".provider.data: expected lists `summaries` and `context_items`")
-        known: set[str] = set()
-        rows, leaf_rows, parent_rows = [], [], []
-        for i, s in enumerate(raw_summaries):
-            where = f".provider.data.summaries[{i}]"
-            if not isinstance(s, dict) or any(k not in s for k in _SUMMARY_FIELDS):
-                raise InvalidArgument(
-                    f"{where}: expected an object with {', '.join(_SUMMARY_FIELDS)}"
-                )
-            if (
-                s["kind"] not in (LEAF, CONDENSED)
-                or not isinstance(s["id"], str)
-                or s["id"] in known
-            ):
-                raise InvalidArgument(f"{where}: bad or repeated summary id/kind")
-            # PostgreSQL would fail on a longer id with a raw DataError, SQLite keep it.
-            # Context items and child links name only ids checked here.
-            DocumentReader(s, where).bounded("id", summaries.c.id)
-            known.add(s["id"])
-            row = {k: s[k] for k in _SUMMARY_FIELDS}
-            for k in _TIMES:
-                row[k] = _parse_time(s[k], f"{where}.{k}")
-            rows.append({**row, "conversation_id": conversation_id})
-            for n, seq in enumerate(s.get("message_seqs") or []):
-                if seq not in message_ids:
-                    raise InvalidArgument(f"{where}.message_seqs: no message with seq {seq!r}")
-                leaf_rows.append(
-                    {"summary_id": s["id"], "ordinal": n, "message_id": message_ids[seq]}
-                )
-            parent_rows += [
-                {"summary_id": s["id"], "ordinal": n, "child_id": c}
-                for n, c in enumerate(s.get("child_ids") or [])
-            ]
-        for p in parent_rows:
-            if p["child_id"] not in known:
-                raise InvalidArgument(
-                    f".provider.data: summary {p['summary_id']} has unknown child {p['child_id']!r}"
-                )
-        item_rows = []
-        for i, it in enumerate(raw_items):
-            where = f".provider.data.context_items[{i}]"
-            if not isinstance(it, dict) or not isinstance(it.get("ordinal"), int):
-                raise InvalidArgument(f"{where}: expected an object with an integer ordinal")
-            seq, sid = it.get("message_seq"), it.get("summary_id")
-            if (
-                (seq is None) == (sid is None)
-                or (seq is not None and seq not in message_ids)
-                or (sid is not None and sid not in known)
-            ):
-                raise InvalidArgument(f"{where}: must name one existing message seq or summary id")
-            item_rows.append(
-                {
-                    "conversation_id": conversation_id,
-                    "ordinal": it["ordinal"],
-                    "message_id": message_ids[seq] if seq is not None else None,
-                    "summary_id": sid,
-                    "token_count": it.get("token_count", 0),
-                }
-            )
+        rows, leaf_rows, parent_rows, known = _summary_rows(
+            raw_summaries, conversation_id, message_ids
+        )
+        item_rows = _item_rows(raw_items, conversation_id, message_ids, known)
         # Summary ids are public and unique database-wide: an export imported twice (under
         # another session id) would otherwise fail on a raw unique violation.
         taken = (
@@ -271,8 +218,100 @@ class LcmMaintenance:
         return faults
 
 
+def _summary_rows(
+    raw_summaries: list[Any], conversation_id: int, message_ids: Mapping[int, int]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], set[str]]:
+    """The summaries of an export as rows (summaries, leaf links, child links) and the
+    set of their ids; a bad one is an `InvalidArgument` naming it."""
+    known: set[str] = set()
+    rows: list[dict[str, Any]] = []
+    leaf_rows: list[dict[str, Any]] = []
+    parent_rows: list[dict[str, Any]] = []
+    for i, s in enumerate(raw_summaries):
+        where = f".provider.data.summaries[{i}]"
+        if not isinstance(s, dict) or any(k not in s for k in _SUMMARY_FIELDS):
+            raise InvalidArgument(f"{where}: expected an object with {', '.join(_SUMMARY_FIELDS)}")
+        if s["kind"] not in (LEAF, CONDENSED) or not isinstance(s["id"], str) or s["id"] in known:
+            raise InvalidArgument(f"{where}: bad or repeated summary id/kind")
+        # PostgreSQL would fail on a longer id with a raw DataError, SQLite keep it.
+        # Context items and child links name only ids checked here.
+        DocumentReader(s, where).bounded("id", summaries.c.id)
+        known.add(s["id"])
+        row = {k: s[k] for k in _SUMMARY_FIELDS}
+        for k in _TIMES:
+            row[k] = _parse_time(s[k], f"{where}.{k}")
+        rows.append({**row, "conversation_id": conversation_id})
+        for n, seq in enumerate(s.get("message_seqs") or []):
+            if seq not in message_ids:
+                raise InvalidArgument(f"{where}.message_seqs: no message with seq {seq!r}")
+            leaf_rows.append({"summary_id": s["id"], "ordinal": n, "message_id": message_ids[seq]})
+        parent_rows += [
+            {"summary_id": s["id"], "ordinal": n, "child_id": c}
+            for n, c in enumerate(s.get("child_ids") or [])
+        ]
+    for p in parent_rows:
+        if p["child_id"] not in known:
+            raise InvalidArgument(
+                f".provider.data: summary {p['summary_id']} has unknown child {p['child_id']!r}"
+            )
+    return rows, leaf_rows, parent_rows, known
+
+
+def _item_rows(
+    raw_items: list[Any], conversation_id: int, message_ids: Mapping[int, int], known: set[str]
+) -> list[dict[str, Any]]:
+    """The context items of an export as rows; each names one existing message or one of
+    the export's summaries."""
+    item_rows = []
+    for i, it in enumerate(raw_items):
+        where = f".provider.data.context_items[{i}]"
+        if not isinstance(it, dict) or not isinstance(it.get("ordinal"), int):
+            raise InvalidArgument(f"{where}: expected an object with an integer ordinal")
+        seq, sid = it.get("message_seq"), it.get("summary_id")
+        if (
+            (seq is None) == (sid is None)
+            or (seq is not None and seq not in message_ids)
+            or (sid is not None and sid not in known)
+        ):
+            raise InvalidArgument(f"{where}: must name one existing message seq or summary id")
+        item_rows.append(
+            {
+                "conversation_id": conversation_id,
+                "ordinal": it["ordinal"],
+                "message_id": message_ids[seq] if seq is not None else None,
+                "summary_id": sid,
+                "token_count": it.get("token_count", 0),
+            }
+        )
+    return item_rows
+
+
+@dataclass
+class _Tree:
+    """One conversation's messages and summary DAG as stored, for the checks below."""
+
+    seq_of: dict[int, int]  # message id -> seq
+    nodes: dict[str, Any]  # summary id -> row (id, kind, depth)
+    leaf_msgs: dict[str, list[int]] = field(default_factory=dict)  # leaf -> its messages
+    kids: dict[str, list[str]] = field(default_factory=dict)  # condensed -> its children
+
+
 async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -> list[Fault]:
+    """Every fault of one conversation, by kind: links, summary kinds and depths, the
+    context items, then what nothing reaches or reaches twice."""
     faults: list[Fault] = []
+    tree = await _load_tree(conn, conv_id, where, faults)
+    faults += _kind_faults(tree, where)
+    seen, reached = await _walk_context(conn, conv_id, tree, where, faults)
+    faults += _reach_faults(tree, seen, reached, where)
+    return faults
+
+
+async def _load_tree(
+    conn: AsyncConnection, conv_id: int, where: str, faults: list[Fault]
+) -> _Tree:
+    """The conversation's rows; links to another conversation's rows are faults
+    (`summary_link_foreign`) and are left out of the tree."""
     seq_of: dict[int, int] = dict(
         (
             await conn.execute(
@@ -292,7 +331,7 @@ async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -
             )
         ).all()
     }
-    leaf_msgs: dict[str, list[int]] = {}
+    tree = _Tree(seq_of, nodes)
     for sid, mid, owner in (
         await conn.execute(
             sa.select(
@@ -315,13 +354,8 @@ async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -
                 )
             )
             continue
-        leaf_msgs.setdefault(sid, []).append(mid)
-    kids: dict[str, list[str]] = {}
-    for sid, child in (
-        await conn.execute(
-            _parent_links(conv_id)
-        )
-    ).all():
+        tree.leaf_msgs.setdefault(sid, []).append(mid)
+    for sid, child in (await conn.execute(_parent_links(conv_id))).all():
         if child not in nodes:
             faults.append(
                 Fault(
@@ -331,17 +365,23 @@ async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -
                 )
             )
             continue
-        kids.setdefault(sid, []).append(child)
+        tree.kids.setdefault(sid, []).append(child)
+    return tree
 
-    for sid, node in nodes.items():
+
+def _kind_faults(tree: _Tree, where: str) -> list[Fault]:
+    """`summary_kind_mismatch` and `summary_depth_mismatch`: a leaf covers messages only,
+    at depth 0; a condensed summary contains summaries only, one level below it."""
+    faults: list[Fault] = []
+    for sid, node in tree.nodes.items():
         at = f"{where} summary {sid}"
         if node.kind == LEAF:
-            if sid in kids or sid not in leaf_msgs:
+            if sid in tree.kids or sid not in tree.leaf_msgs:
                 faults.append(Fault("summary_kind_mismatch", at, "a leaf must cover messages only"))
             if node.depth != 0:
                 faults.append(Fault("summary_depth_mismatch", at, f"leaf at depth {node.depth}"))
         elif node.kind == CONDENSED:
-            if sid in leaf_msgs or sid not in kids:
+            if sid in tree.leaf_msgs or sid not in tree.kids:
                 faults.append(
                     Fault(
                         "summary_kind_mismatch",
@@ -349,7 +389,7 @@ async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -
                         "a condensed summary must contain summaries only",
                     )
                 )
-            wrong = [c for c in kids.get(sid, []) if nodes[c].depth != node.depth - 1]
+            wrong = [c for c in tree.kids.get(sid, []) if tree.nodes[c].depth != node.depth - 1]
             if wrong:
                 faults.append(
                     Fault(
@@ -360,7 +400,15 @@ async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -
                 )
         else:
             faults.append(Fault("summary_kind_mismatch", at, f"unknown kind {node.kind!r}"))
+    return faults
 
+
+async def _walk_context(
+    conn: AsyncConnection, conv_id: int, tree: _Tree, where: str, faults: list[Fault]
+) -> tuple[dict[int, int], set[str]]:
+    """Walk the context items in order (`context_item_invalid`, `context_order`, and
+    `summary_cycle` for a summary that contains itself); returns how often each message
+    is covered and which summaries are reached."""
     # Messages each summary covers, in order (memoised; a cycle is a fault, not a hang).
     covered: dict[str, list[int]] = {}
     in_progress: set[str] = set()
@@ -372,8 +420,8 @@ async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -
             faults.append(Fault("summary_cycle", f"{where} summary {sid}", "contains itself"))
             return []
         in_progress.add(sid)
-        out = list(leaf_msgs.get(sid, []))
-        for child in kids.get(sid, []):
+        out = list(tree.leaf_msgs.get(sid, []))
+        for child in tree.kids.get(sid, []):
             out += cover(child)
         in_progress.discard(sid)
         covered[sid] = out
@@ -395,8 +443,8 @@ async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -
         at = f"{where} context item {ordinal}"
         if (
             (mid is None) == (sid is None)
-            or (mid is not None and mid not in seq_of)
-            or (sid is not None and sid not in nodes)
+            or (mid is not None and mid not in tree.seq_of)
+            or (sid is not None and sid not in tree.nodes)
         ):
             faults.append(
                 Fault(
@@ -413,8 +461,8 @@ async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -
                 s = stack.pop()
                 if s not in reached:
                     reached.add(s)
-                    stack += kids.get(s, [])
-        seqs = sorted(seq_of[m] for m in mids if m in seq_of)
+                    stack += tree.kids.get(s, [])
+        seqs = sorted(tree.seq_of[m] for m in mids if m in tree.seq_of)
         if seqs and seqs[0] <= last_seq:
             faults.append(
                 Fault(
@@ -427,15 +475,22 @@ async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -
             last_seq, last_ordinal = max(last_seq, seqs[-1]), ordinal
         for m in mids:
             seen[m] = seen.get(m, 0) + 1
-    for sid in sorted(set(nodes) - reached):
-        faults.append(
-            Fault(
-                "summary_unreachable",
-                f"{where} summary {sid}",
-                "neither in the context nor inside another summary",
-            )
+    return seen, reached
+
+
+def _reach_faults(
+    tree: _Tree, seen: dict[int, int], reached: set[str], where: str
+) -> list[Fault]:
+    """`summary_unreachable`, `message_unreachable` and `message_duplicated`."""
+    faults = [
+        Fault(
+            "summary_unreachable",
+            f"{where} summary {sid}",
+            "neither in the context nor inside another summary",
         )
-    for mid, seq in sorted(seq_of.items(), key=lambda kv: kv[1]):
+        for sid in sorted(set(tree.nodes) - reached)
+    ]
+    for mid, seq in sorted(tree.seq_of.items(), key=lambda kv: kv[1]):
         count = seen.get(mid, 0)
         if count == 0:
             faults.append(
