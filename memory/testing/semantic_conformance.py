@@ -1,0 +1,93 @@
+"""The conformance kit's hybrid-search part: any provider that takes an embedder
+(`ProviderContext.embedder`) is held to the same rules as lcm and simple.
+
+Subclass `SemanticConformance` (class name starting with `Test`) and give two fixtures:
+`embedder`, an `Embedder` on a server you control (a fake is fine: texts sharing words
+must be close), and `make_provider(embedder)`, which returns a bootstrapped-capable
+provider on the test's database built with that embedder (or with None: embeddings off).
+The provider must expose `embedding_sources()` so `embed_backlog` can fill its vectors.
+
+The rules: with embeddings off, `hybrid` returns what `full_text` returns; with them on,
+a hit found by words and meaning says so; what is not embedded yet is still found by
+its words ("half backfilled"); hostile text never raises; another user's items never
+come back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from memory.semantic.backlog import embed_backlog
+from memory.testing.conformance import HOSTILE_PATTERNS
+from memory.types import Message, SearchMode, SearchQuery, Session
+
+HYBRID, FULL_TEXT = SearchMode.HYBRID, SearchMode.FULL_TEXT
+
+
+class SemanticConformance:
+    user_id = 3001
+    other_user_id = 3002
+
+    def session(self, user_id: int | None = None) -> Session:
+        uid = self.user_id if user_id is None else user_id
+        return Session(f"semantic:{uid}:{uuid.uuid4().hex[:8]}", user_id=uid, channel="test")
+
+    async def _stored(self, provider: Any, session: Session) -> None:
+        await provider.bootstrap(session)
+        await provider.append(
+            session, *(Message(role="user", content=f"small talk number {i}") for i in range(8))
+        )
+        await provider.append(
+            session,
+            Message(role="user", content="the lighthouse keeper retired in spring"),
+            Message(role="assistant", content="a quiet life by the sea"),
+        )
+
+    async def test_off_hybrid_is_full_text(self, make_provider: Callable[..., Any]) -> None:
+        provider = make_provider(None)
+        s = self.session()
+        await self._stored(provider, s)
+        for text in ("lighthouse keeper", "When did the keeper retire?"):
+            words = await provider.search(s, SearchQuery(text, mode=FULL_TEXT))
+            hybrid = await provider.search(s, SearchQuery(text, mode=HYBRID))
+            assert [h.content for h in hybrid] == [h.content for h in words], text
+
+    async def test_on_a_hit_found_both_ways_says_so(
+        self, make_provider: Callable[..., Any], embedder: Any
+    ) -> None:
+        provider = make_provider(embedder)
+        s = self.session()
+        await self._stored(provider, s)
+        await embed_backlog(provider, embedder)
+        hits = await provider.search(s, SearchQuery("lighthouse keeper", mode=HYBRID))
+        assert hits and hits[0].content.startswith("the lighthouse keeper retired")
+        assert set(hits[0].signals) == {"words", "meaning"}
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+    async def test_half_backfilled_new_items_are_found_by_words(
+        self, make_provider: Callable[..., Any], embedder: Any
+    ) -> None:
+        provider = make_provider(embedder)
+        s = self.session()
+        await self._stored(provider, s)
+        await embed_backlog(provider, embedder)
+        await provider.append(s, Message(role="user", content="a zeppelin flew over the town"))
+        hits = await provider.search(s, SearchQuery("zeppelin", mode=HYBRID))
+        assert hits and hits[0].content == "a zeppelin flew over the town"
+
+    async def test_hostile_text_and_other_users(
+        self, make_provider: Callable[..., Any], embedder: Any
+    ) -> None:
+        provider = make_provider(embedder)
+        mine, theirs = self.session(), self.session(self.other_user_id)
+        await self._stored(provider, theirs)
+        await provider.bootstrap(mine)
+        await provider.append(mine, Message(role="user", content="nothing to see"))
+        await embed_backlog(provider, embedder)
+        for pattern in HOSTILE_PATTERNS:
+            assert isinstance(await provider.search(mine, SearchQuery(pattern, mode=HYBRID)), list)
+        hits = await provider.search(mine, SearchQuery("lighthouse keeper", mode=HYBRID))
+        assert all(h.session_id in ("", mine.id) for h in hits)
+        assert not any("lighthouse" in h.content for h in hits)
