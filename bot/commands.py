@@ -40,8 +40,17 @@ from memory.types import CompactionResult, Session
 
 log = logging.getLogger(__name__)
 
-__all__ = ["COMMANDS", "HELP", "MAX_REPLY", "base_of", "clip", "command_parts",
-           "command_table", "failure_reason", "handle_command"]
+__all__ = [
+    "COMMANDS",
+    "HELP",
+    "MAX_REPLY",
+    "base_of",
+    "clip",
+    "command_parts",
+    "command_table",
+    "failure_reason",
+    "handle_command",
+]
 
 # Every command and what it does, once: /help lists them (all but /start, whose answer
 # is an introduction followed by that list), and a channel with a command menu shows
@@ -53,8 +62,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("compact", "compact this conversation's history now"),
     ("memory", "what I remember; /memory help lists its sub-commands"),
 )
-HELP = "Commands:\n" + "\n".join(f"/{name} — {what}" for name, what in COMMANDS
-                                  if name != "start")
+HELP = "Commands:\n" + "\n".join(f"/{name} — {what}" for name, what in COMMANDS if name != "start")
 
 command_parts = split_words  # `/name@bot args` -> ("name", "args")
 
@@ -67,8 +75,9 @@ def base_of(session: Session) -> Session:
     return session
 
 
-async def handle_command(pool: Pool, session: Session, name: str, args: str, *,
-                         is_admin: bool) -> str:
+async def handle_command(
+    pool: Pool, session: Session, name: str, args: str, *, is_admin: bool
+) -> str:
     """Answer `/name args`. Never raises for user or provider errors."""
     command = name.strip().lstrip("/").split("@", 1)[0].lower()
     base = base_of(session)
@@ -77,14 +86,15 @@ async def handle_command(pool: Pool, session: Session, name: str, args: str, *,
             return _start(pool) if command == "start" else HELP
         if command == "new":
             await pool.new_session(base)
-            return ("Started a new conversation; the previous one is archived. "
-                    "Your profile, rules and notes stay with you.")
+            return (
+                "Started a new conversation; the previous one is archived. "
+                "Your profile, rules and notes stay with you."
+            )
         # Resolving the live session reads the database: inside the try, like the rest.
         if command == "compact":
             return await _compact(pool, await pool.current_session(base))
         if command == "memory":
-            return await _memory(pool, await pool.current_session(base), args,
-                                 is_admin=is_admin)
+            return await _memory(pool, await pool.current_session(base), args, is_admin=is_admin)
         return f"Unknown command /{command}.\n\n{HELP}"
     except NotFound:
         return "Not found."
@@ -119,8 +129,10 @@ def failure_reason(exc: BaseException) -> str:
 
 
 def _start(pool: Pool) -> str:
-    return ("Hi! I'm mnemo: I remember our conversations, however long they get. "
-            "Just write to me.\n\n" + HELP)
+    return (
+        "Hi! I'm mnemo: I remember our conversations, however long they get. "
+        "Just write to me.\n\n" + HELP
+    )
 
 
 async def _compact(pool: Pool, session: Session) -> str:
@@ -132,12 +144,17 @@ async def _compact(pool: Pool, session: Session) -> str:
         # Not "nothing was changed": the rounds done are kept, and the user should know
         # that trying again continues. The cause goes to the log, like any failure.
         log.warning("/compact of %s stopped part way", session.id, exc_info=exc)
-        return clip("Compaction stopped part way: what it had done is kept, the rest "
-                    f"failed ({failure_reason(exc.__cause__ or exc)}). "
-                    + _compacted(exc.result) + " Send /compact again to finish.")
+        return clip(
+            "Compaction stopped part way: what it had done is kept, the rest "
+            f"failed ({failure_reason(exc.__cause__ or exc)}). "
+            + _compacted(exc.result)
+            + " Send /compact again to finish."
+        )
     if not result.changed:
-        return (f"Nothing to compact: the conversation is short enough "
-                f"({result.tokens_before} tokens in context).")
+        return (
+            f"Nothing to compact: the conversation is short enough "
+            f"({result.tokens_before} tokens in context)."
+        )
     text = _compacted(result)
     if result.summary.strip():
         text += "\n\nSummary:\n" + result.summary.strip()
@@ -146,18 +163,20 @@ async def _compact(pool: Pool, session: Session) -> str:
 
 def _compacted(result: CompactionResult) -> str:
     summaries = result.leaf_summaries_created + result.condensed_summaries_created
-    return (f"Compacted {result.messages_compacted} messages into {summaries} "
-            f"summar{'y' if summaries == 1 else 'ies'} "
-            f"({result.leaf_summaries_created} leaf, {result.condensed_summaries_created} "
-            f"condensed). Context: {result.tokens_before} → {result.tokens_after} tokens.")
+    return (
+        f"Compacted {result.messages_compacted} messages into {summaries} "
+        f"summar{'y' if summaries == 1 else 'ies'} "
+        f"({result.leaf_summaries_created} leaf, {result.condensed_summaries_created} "
+        f"condensed). Context: {result.tokens_before} → {result.tokens_after} tokens."
+    )
 
 
 async def _memory(pool: Pool, session: Session, args: str, *, is_admin: bool) -> str:
     compact_above = pool.settings.compaction.max_tokens
-    budget = ContextBudget(pool.settings.memory.budget_tokens,
-                           None if compact_above == -1 else compact_above)
-    return await run_memory_command(pool.provider, session, args, is_admin=is_admin,
-                                    budget=budget)
+    budget = ContextBudget(
+        pool.settings.memory.budget_tokens, None if compact_above == -1 else compact_above
+    )
+    return await run_memory_command(pool.provider, session, args, is_admin=is_admin, budget=budget)
 
 
 def command_table() -> str:

@@ -79,9 +79,9 @@ def tool_actions(
     if read_only_soul:
         withheld.add("soul_update")
     out = [
-        a.name for a in declared
-        if a.available(provider) and (wanted is None or a.name in wanted)
-        and a.name not in withheld
+        a.name
+        for a in declared
+        if a.available(provider) and (wanted is None or a.name in wanted) and a.name not in withheld
     ]
     if "profile_rollback" in out and not _rollback_scopes(out):
         out.remove("profile_rollback")
@@ -118,8 +118,7 @@ def build_tool(
         action = ACTIONS[name]
         for param, schema in parameter_schemas(action.args).items():
             properties.setdefault(param, schema)
-        params = [*action.required, *(f"{p}?" for p in action.params
-                                      if p not in action.required)]
+        params = [*action.required, *(f"{p}?" for p in action.params if p not in action.required)]
         if name == "profile_rollback":
             params = [f"scope={'|'.join(_rollback_scopes(actions))}", "version"]
         lines.append(f"- {name}({', '.join(params)}): {action.summary}")
@@ -171,7 +170,7 @@ def parse_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any]:
     else:
         value = arguments
     if not isinstance(value, dict):
-        raise ToolArgumentError("arguments must be a JSON object like {\"action\": \"status\"}")
+        raise ToolArgumentError('arguments must be a JSON object like {"action": "status"}')
     return value
 
 

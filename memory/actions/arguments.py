@@ -11,8 +11,14 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
-from pydantic import WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+)
 from pydantic_core import PydanticCustomError
 
 from memory.types import SearchMode, SearchScope
@@ -100,46 +106,99 @@ def _schema(schema: dict[str, Any]) -> WithJsonSchema:
     return WithJsonSchema(schema)
 
 
-Text = Annotated[str, _text(2000), _schema({
-    "type": "string",
-    "description": "search: what to look for; constraint_add: the rule; note_search: query"})]
-Scope = Annotated[str, _choice(ALL_SCOPES), _schema({
-    "type": "string", "enum": list(ALL_SCOPES),
-    "description": "search: messages|summaries|both (default both); profile_history: "
-                   "profile|soul|constraint|compaction (default all); profile_rollback: "
-                   "what to roll back"})]
-Mode = Annotated[str, _choice(SEARCH_MODES), _schema({
-    "type": "string", "enum": list(SEARCH_MODES),
-    "description": "search: hybrid (default: ranked by words and, when embeddings are on, "
-                   "meaning), full_text (ranked words) or substring (the exact text, "
-                   "newest first)"})]
-Limit = Annotated[int, _integer(1, 50), _schema({
-    "type": "integer", "minimum": 1, "maximum": 50,
-    "description": "maximum number of results"})]
-SummaryId = Annotated[str, _text(128), _schema({
-    "type": "string", "description": "id of a summary, e.g. from search"})]
+Text = Annotated[
+    str,
+    _text(2000),
+    _schema(
+        {
+            "type": "string",
+            "description": "search: what to look for; constraint_add: the rule; note_search: query",
+        }
+    ),
+]
+Scope = Annotated[
+    str,
+    _choice(ALL_SCOPES),
+    _schema(
+        {
+            "type": "string",
+            "enum": list(ALL_SCOPES),
+            "description": "search: messages|summaries|both (default both); profile_history: "
+            "profile|soul|constraint|compaction (default all); profile_rollback: "
+            "what to roll back",
+        }
+    ),
+]
+Mode = Annotated[
+    str,
+    _choice(SEARCH_MODES),
+    _schema(
+        {
+            "type": "string",
+            "enum": list(SEARCH_MODES),
+            "description": "search: hybrid (default: ranked by words and, when embeddings are on, "
+            "meaning), full_text (ranked words) or substring (the exact text, "
+            "newest first)",
+        }
+    ),
+]
+Limit = Annotated[
+    int,
+    _integer(1, 50),
+    _schema(
+        {"type": "integer", "minimum": 1, "maximum": 50, "description": "maximum number of results"}
+    ),
+]
+SummaryId = Annotated[
+    str, _text(128), _schema({"type": "string", "description": "id of a summary, e.g. from search"})
+]
 DEFAULT_TOKEN_CAP = 4000
-TokenCap = Annotated[int, _integer(100, 32000), _schema({
-    "type": "integer", "minimum": 100, "maximum": 32000,
-    "description": f"expand: token budget (default {DEFAULT_TOKEN_CAP})"})]
-_CONTENT_SCHEMA = _schema({
-    "type": "string",
-    "description": "the full new text (profile, soul or note); replaces the old one"})
+TokenCap = Annotated[
+    int,
+    _integer(100, 32000),
+    _schema(
+        {
+            "type": "integer",
+            "minimum": 100,
+            "maximum": 32000,
+            "description": f"expand: token budget (default {DEFAULT_TOKEN_CAP})",
+        }
+    ),
+]
+_CONTENT_SCHEMA = _schema(
+    {
+        "type": "string",
+        "description": "the full new text (profile, soul or note); replaces the old one",
+    }
+)
 Content = Annotated[str, _text(20_000), _CONTENT_SCHEMA]
 ContentOrEmpty = Annotated[str, _text(20_000, allow_empty=True), _CONTENT_SCHEMA]
-ConstraintId = Annotated[str, _text(64), _schema({
-    "type": "string", "description": "constraint_remove: the constraint's id"})]
-Version = Annotated[int, _integer(1, 2**53), _schema({
-    "type": "integer", "minimum": 1,
-    "description": "profile_rollback: the version to restore"})]
-NoteName = Annotated[str, _text(200), _schema({
-    "type": "string", "description": "note name (or alias)"})]
-NewName = Annotated[str, _text(200), _schema({
-    "type": "string", "description": "note_rename: the new name"})]
-Alias = Annotated[str, _text(200), _schema({
-    "type": "string", "description": "note_alias: another name for the note"})]
-MessageId = Annotated[str, _text(64), _schema({
-    "type": "string", "description": "id of a message, e.g. from search"})]
+ConstraintId = Annotated[
+    str,
+    _text(64),
+    _schema({"type": "string", "description": "constraint_remove: the constraint's id"}),
+]
+Version = Annotated[
+    int,
+    _integer(1, 2**53),
+    _schema(
+        {"type": "integer", "minimum": 1, "description": "profile_rollback: the version to restore"}
+    ),
+]
+NoteName = Annotated[
+    str, _text(200), _schema({"type": "string", "description": "note name (or alias)"})
+]
+NewName = Annotated[
+    str, _text(200), _schema({"type": "string", "description": "note_rename: the new name"})
+]
+Alias = Annotated[
+    str,
+    _text(200),
+    _schema({"type": "string", "description": "note_alias: another name for the note"}),
+]
+MessageId = Annotated[
+    str, _text(64), _schema({"type": "string", "description": "id of a message, e.g. from search"})
+]
 
 
 def parameter_schemas(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
@@ -147,8 +206,18 @@ def parameter_schemas(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
     defaults left out (the descriptions say what the defaults are), keys in reading order
     (pydantic sorts them)."""
     properties = model.model_json_schema()["properties"]
-    return {name: {k: schema[k] for k in _KEY_ORDER if k in schema}
-            for name, schema in properties.items()}
+    return {
+        name: {
+            k: schema[k]
+            for k in sorted(schema, key=_reading_order)
+            if k not in ("title", "default")
+        }
+        for name, schema in properties.items()
+    }
+
+
+def _reading_order(key: str) -> int:
+    return _KEY_ORDER.index(key) if key in _KEY_ORDER else len(_KEY_ORDER) - 1
 
 
 _KEY_ORDER = ("type", "enum", "minimum", "maximum", "description")

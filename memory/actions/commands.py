@@ -92,6 +92,7 @@ async def run_memory_command(
                 return action.command.not_found.format(**parsed)
             raise
         return clip(text, limit)
-    if lacking is not None and lacking.command and lacking.command.lacks:
-        return f"The {provider.name} memory provider does not support {lacking.command.lacks}."
+    if lacking is not None and lacking.command is not None:
+        what = lacking.command.lacks or f"/memory {sub}"
+        return f"The {provider.name} memory provider does not support {what}."
     return usage(sub, registry)

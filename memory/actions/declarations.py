@@ -51,8 +51,12 @@ from memory.types import SearchMode, SearchQuery, SearchScope
 DEFAULT_LIMIT = 10  # search, note_search and profile_history results
 PEOPLE_SEARCH_POOL = 200  # hits people's search asks for, to count them; more are "200+"
 PEOPLE_EXPAND_CAP = 800  # about 3200 characters: an expansion fits one message
-ROLLBACK_SCOPES = {"profile": "profile", "soul": "soul", "constraint": "constraint",
-                   "constraints": "constraint"}
+ROLLBACK_SCOPES = {
+    "profile": "profile",
+    "soul": "soul",
+    "constraint": "constraint",
+    "constraints": "constraint",
+}
 
 ACTIONS = Registry()
 declare = ACTIONS.declare
@@ -79,11 +83,19 @@ async def _stats(c: Call, args: NoArgs) -> Any:
     return await c.provider.stats(c.session)
 
 
-declare(Action(
-    "status", NoArgs, None, "memory statistics of this conversation", _stats,
-    render=to_model.status,
-    command=Command("status", "— memory statistics of this conversation",
-                    render=to_people.status)))
+declare(
+    Action(
+        "status",
+        NoArgs,
+        None,
+        "memory statistics of this conversation",
+        _stats,
+        render=to_model.status,
+        command=Command(
+            "status", "— memory statistics of this conversation", render=to_people.status
+        ),
+    )
+)
 
 
 class SearchArgs(Arguments):
@@ -100,20 +112,31 @@ class SearchArgs(Arguments):
 
 
 async def _search(c: Call, args: SearchArgs) -> Any:
-    query = SearchQuery(text=args.text, scope=SearchScope(args.scope), limit=args.limit,
-                        mode=SearchMode(args.mode))
+    query = SearchQuery(
+        text=args.text, scope=SearchScope(args.scope), limit=args.limit, mode=SearchMode(args.mode)
+    )
     return await c.provider.search(c.session, query)
 
 
-declare(Action(
-    "search", SearchArgs, Searcher,
-    "search earlier messages and summaries; ask in plain words (a question or a few "
-    "keywords: any of them may match, rarer ones weigh more); each hit has its id, date "
-    "and a snippet",
-    _search, render=to_model.search,
-    command=Command("search", "<text> — search everything I remember of our conversations",
-                    parse=_rest("text", limit=PEOPLE_SEARCH_POOL), render=to_people.search,
-                    lacks="search")))
+declare(
+    Action(
+        "search",
+        SearchArgs,
+        Searcher,
+        "search earlier messages and summaries; ask in plain words (a question or a few "
+        "keywords: any of them may match, rarer ones weigh more); each hit has its id, date "
+        "and a snippet",
+        _search,
+        render=to_model.search,
+        command=Command(
+            "search",
+            "<text> — search everything I remember of our conversations",
+            parse=_rest("text", limit=PEOPLE_SEARCH_POOL),
+            render=to_people.search,
+            lacks="search",
+        ),
+    )
+)
 
 
 # --- summaries and messages ---------------------------------------------------------
@@ -128,11 +151,21 @@ async def _read_message(c: Call, args: MessageArgs) -> Any:
 
 
 # People's `show <id>`: a message id (digits) when the provider reads messages.
-declare(Action(
-    "message_get", MessageArgs, MessageReader, "read a message found by search",
-    _read_message, tool=False,
-    command=Command("show", parse=lambda w: {"message_id": w} if w.isdigit() else None,
-                    render=to_people.message)))
+declare(
+    Action(
+        "message_get",
+        MessageArgs,
+        MessageReader,
+        "read a message found by search",
+        _read_message,
+        tool=False,
+        command=Command(
+            "show",
+            parse=lambda w: {"message_id": w} if w.isdigit() else None,
+            render=to_people.message,
+        ),
+    )
+)
 
 
 class SummaryArgs(Arguments):
@@ -143,12 +176,23 @@ async def _describe(c: Call, args: SummaryArgs) -> Any:
     return await c.provider.describe(args.summary_id, c.session)
 
 
-declare(Action(
-    "describe", SummaryArgs, Explorer, "show a summary with its parents and children",
-    _describe, render=to_model.describe,
-    command=Command("show", "<id> — a message found by search, or a summary and where it "
-                    "sits in the tree", parse=_one_word("summary_id"),
-                    render=to_people.describe, lacks="summaries")))
+declare(
+    Action(
+        "describe",
+        SummaryArgs,
+        Explorer,
+        "show a summary with its parents and children",
+        _describe,
+        render=to_model.describe,
+        command=Command(
+            "show",
+            "<id> — a message found by search, or a summary and where it sits in the tree",
+            parse=_one_word("summary_id"),
+            render=to_people.describe,
+            lacks="summaries",
+        ),
+    )
+)
 
 
 class ExpandArgs(Arguments):
@@ -160,12 +204,23 @@ async def _expand(c: Call, args: ExpandArgs) -> Any:
     return await c.provider.expand(args.summary_id, args.token_cap, c.session)
 
 
-declare(Action(
-    "expand", ExpandArgs, Explorer, "recover what a summary was built from", _expand,
-    render=to_model.expand,
-    command=Command("expand", "<summary_id> — what a summary was built from",
-                    parse=_one_word("summary_id", token_cap=PEOPLE_EXPAND_CAP),
-                    render=to_people.expand, lacks="summaries")))
+declare(
+    Action(
+        "expand",
+        ExpandArgs,
+        Explorer,
+        "recover what a summary was built from",
+        _expand,
+        render=to_model.expand,
+        command=Command(
+            "expand",
+            "<summary_id> — what a summary was built from",
+            parse=_one_word("summary_id", token_cap=PEOPLE_EXPAND_CAP),
+            render=to_people.expand,
+            lacks="summaries",
+        ),
+    )
+)
 
 
 # --- profile and soul ---------------------------------------------------------------
@@ -191,22 +246,54 @@ async def _set_soul(c: Call, args: ContentArgs) -> Any:
     return await c.provider.set_soul(*c.owner, args.content)
 
 
-declare(Action(
-    "profile_get", NoArgs, ProfileStore, "read what you know about the user", _get_profile,
-    render=to_model.profile,
-    command=Command("profile", "— what I know about you", render=to_people.profile,
-                    lacks="profiles")))
-declare(Action(
-    "profile_update", ContentArgs, ProfileStore, "replace the user profile", _set_profile,
-    render=to_model.profile_updated, write="profile"))
-declare(Action(
-    "soul_get", NoArgs, ProfileStore, "read your own persona notes (soul)", _get_soul,
-    render=to_model.soul,
-    command=Command("soul", "— my personality as you have shaped it", render=to_people.soul,
-                    lacks="a soul")))
-declare(Action(
-    "soul_update", ContentArgs, ProfileStore, "replace your soul", _set_soul,
-    render=to_model.soul_updated, write="soul"))
+declare(
+    Action(
+        "profile_get",
+        NoArgs,
+        ProfileStore,
+        "read what you know about the user",
+        _get_profile,
+        render=to_model.profile,
+        command=Command(
+            "profile", "— what I know about you", render=to_people.profile, lacks="profiles"
+        ),
+    )
+)
+declare(
+    Action(
+        "profile_update",
+        ContentArgs,
+        ProfileStore,
+        "replace the user profile",
+        _set_profile,
+        render=to_model.profile_updated,
+        write="profile",
+    )
+)
+declare(
+    Action(
+        "soul_get",
+        NoArgs,
+        ProfileStore,
+        "read your own persona notes (soul)",
+        _get_soul,
+        render=to_model.soul,
+        command=Command(
+            "soul", "— my personality as you have shaped it", render=to_people.soul, lacks="a soul"
+        ),
+    )
+)
+declare(
+    Action(
+        "soul_update",
+        ContentArgs,
+        ProfileStore,
+        "replace your soul",
+        _set_soul,
+        render=to_model.soul_updated,
+        write="soul",
+    )
+)
 
 
 # --- history and rollback -----------------------------------------------------------
@@ -227,12 +314,23 @@ async def _history(c: Call, args: HistoryArgs) -> Any:
     return await c.provider.read_changelog(*c.owner, args.scope, args.limit)
 
 
-declare(Action(
-    "profile_history", HistoryArgs, ChangelogReader,
-    "recent changes to profile, soul, constraints", _history, render=to_model.history,
-    command=Command("history", "— recent changes to profile, soul and rules",
-                    render=to_people.history, lacks="a change history",
-                    listed_after="unconstrain")))
+declare(
+    Action(
+        "profile_history",
+        HistoryArgs,
+        ChangelogReader,
+        "recent changes to profile, soul, constraints",
+        _history,
+        render=to_model.history,
+        command=Command(
+            "history",
+            "— recent changes to profile, soul and rules",
+            render=to_people.history,
+            lacks="a change history",
+            listed_after="unconstrain",
+        ),
+    )
+)
 
 
 class RollbackArgs(Arguments):
@@ -252,14 +350,26 @@ def _rollback_words(words: str) -> dict[str, Any] | None:
 
 
 # Operator-only for people: it rewrites a whole scope, which in a group every member shares.
-declare(Action(
-    "profile_rollback", RollbackArgs, VersionedProfileStore,
-    "restore a scope as it was at a version", _rollback, render=to_model.rolled_back,
-    write="rollback", audience=Audience.OPERATOR,
-    command=Command("rollback", "<profile|soul|constraint> <version> — restore an earlier "
-                    "version (operator only)", parse=_rollback_words,
-                    render=to_people.rolled_back, lacks="versioned memory",
-                    listed_after="history")))
+declare(
+    Action(
+        "profile_rollback",
+        RollbackArgs,
+        VersionedProfileStore,
+        "restore a scope as it was at a version",
+        _rollback,
+        render=to_model.rolled_back,
+        write="rollback",
+        audience=Audience.OPERATOR,
+        command=Command(
+            "rollback",
+            "<profile|soul|constraint> <version> — restore an earlier version (operator only)",
+            parse=_rollback_words,
+            render=to_people.rolled_back,
+            lacks="versioned memory",
+            listed_after="history",
+        ),
+    )
+)
 
 
 # --- constraints --------------------------------------------------------------------
@@ -286,22 +396,56 @@ async def _remove_constraint(c: Call, args: ConstraintIdArgs) -> Any:
 
 
 _RULES = "rules (constraints)"
-declare(Action(
-    "constraint_list", NoArgs, ConstraintStore, "list the user's standing rules",
-    _constraints, render=to_model.constraint_list,
-    command=Command("constraints", "— the rules you gave me",
-                    render=to_people.constraint_list, lacks=_RULES)))
-declare(Action(
-    "constraint_add", ConstraintArgs, ConstraintStore, "add a rule the user stated",
-    _add_constraint, render=to_model.constraint_added, write="constraint",
-    command=Command("constrain", "<text> — add a rule I must always follow",
-                    parse=_rest("text"), render=to_people.constraint_added, lacks=_RULES)))
-declare(Action(
-    "constraint_remove", ConstraintIdArgs, ConstraintStore, "remove a rule by id",
-    _remove_constraint, render=to_model.constraint_removed, write="constraint",
-    command=Command("unconstrain", "<id> — remove a rule", parse=_one_word("id"),
-                    render=to_people.constraint_removed, lacks=_RULES,
-                    not_found="No rule with id {id!r}. See /memory constraints.")))
+declare(
+    Action(
+        "constraint_list",
+        NoArgs,
+        ConstraintStore,
+        "list the user's standing rules",
+        _constraints,
+        render=to_model.constraint_list,
+        command=Command(
+            "constraints", "— the rules you gave me", render=to_people.constraint_list, lacks=_RULES
+        ),
+    )
+)
+declare(
+    Action(
+        "constraint_add",
+        ConstraintArgs,
+        ConstraintStore,
+        "add a rule the user stated",
+        _add_constraint,
+        render=to_model.constraint_added,
+        write="constraint",
+        command=Command(
+            "constrain",
+            "<text> — add a rule I must always follow",
+            parse=_rest("text"),
+            render=to_people.constraint_added,
+            lacks=_RULES,
+        ),
+    )
+)
+declare(
+    Action(
+        "constraint_remove",
+        ConstraintIdArgs,
+        ConstraintStore,
+        "remove a rule by id",
+        _remove_constraint,
+        render=to_model.constraint_removed,
+        write="constraint",
+        command=Command(
+            "unconstrain",
+            "<id> — remove a rule",
+            parse=_one_word("id"),
+            render=to_people.constraint_removed,
+            lacks=_RULES,
+            not_found="No rule with id {id!r}. See /memory constraints.",
+        ),
+    )
+)
 
 
 # --- notes --------------------------------------------------------------------------
@@ -363,24 +507,90 @@ async def _note_list(c: Call, args: NoArgs) -> Any:
     return await c.provider.note_list(c.session)
 
 
-declare(Action("note_add", NewNoteArgs, NoteStore, "create a note", _note_add,
-               render=to_model.note_added))
-declare(Action(
-    "note_get", NoteArgs, NoteStore, "read a note by name or alias", _note_get,
-    render=to_model.note,
-    command=Command("notes", parse=_rest("name"), render=to_people.note, lacks="notes")))
-declare(Action("note_search", NoteSearchArgs, NoteStore, "search notes and archives",
-               _note_search, render=to_model.note_hits))
-declare(Action("note_write", NewNoteArgs, NoteStore, "replace a note's content", _note_write,
-               render=to_model.note_written))
-declare(Action("note_rename", RenameArgs, NoteStore, "rename a note", _note_rename,
-               render=to_model.note_renamed))
-declare(Action("note_alias", AliasArgs, NoteStore, "give a note another name", _note_alias,
-               render=to_model.note_aliased))
-declare(Action("note_remove", NoteArgs, NoteStore, "delete a note", _note_remove,
-               render=to_model.note_removed))
-declare(Action(
-    "note_list", NoArgs, NoteStore, "list notes and archives", _note_list,
-    render=to_model.notes,
-    command=Command("notes", "[name] — list my notes and archives, or show one",
-                    render=to_people.notes, lacks="notes")))
+declare(
+    Action(
+        "note_add",
+        NewNoteArgs,
+        NoteStore,
+        "create a note",
+        _note_add,
+        render=to_model.note_done("added"),
+    )
+)
+declare(
+    Action(
+        "note_get",
+        NoteArgs,
+        NoteStore,
+        "read a note by name or alias",
+        _note_get,
+        render=to_model.note,
+        command=Command("notes", parse=_rest("name"), render=to_people.note, lacks="notes"),
+    )
+)
+declare(
+    Action(
+        "note_search",
+        NoteSearchArgs,
+        NoteStore,
+        "search notes and archives",
+        _note_search,
+        render=to_model.note_hits,
+    )
+)
+declare(
+    Action(
+        "note_write",
+        NewNoteArgs,
+        NoteStore,
+        "replace a note's content",
+        _note_write,
+        render=to_model.note_done("rewrote"),
+    )
+)
+declare(
+    Action(
+        "note_rename",
+        RenameArgs,
+        NoteStore,
+        "rename a note",
+        _note_rename,
+        render=to_model.note_done("renamed to"),
+    )
+)
+declare(
+    Action(
+        "note_alias",
+        AliasArgs,
+        NoteStore,
+        "give a note another name",
+        _note_alias,
+        render=to_model.note_done("aliased:"),
+    )
+)
+declare(
+    Action(
+        "note_remove",
+        NoteArgs,
+        NoteStore,
+        "delete a note",
+        _note_remove,
+        render=to_model.note_removed,
+    )
+)
+declare(
+    Action(
+        "note_list",
+        NoArgs,
+        NoteStore,
+        "list notes and archives",
+        _note_list,
+        render=to_model.notes,
+        command=Command(
+            "notes",
+            "[name] — list my notes and archives, or show one",
+            render=to_people.notes,
+            lacks="notes",
+        ),
+    )
+)

@@ -73,15 +73,17 @@ async def search(c: Call, args: Any, hits: list[SearchResult]) -> str:
 
 
 async def describe(c: Call, args: Any, d: DescribeResult) -> str:
-    return "\n".join([
-        f"summary {d.summary_id}: {d.kind}, depth {d.depth}, {d.token_count} tokens, "
-        f"{d.descendant_count} descendant(s), {minute_utc(d.earliest_at)} to "
-        f"{minute_utc(d.latest_at)}",
-        f"parents (contain it): {', '.join(d.parent_ids) or 'none'}",
-        f"children (built from): {', '.join(d.child_ids) or 'none (built from messages)'}",
-        "content:",
-        d.content,
-    ])
+    return "\n".join(
+        [
+            f"summary {d.summary_id}: {d.kind}, depth {d.depth}, {d.token_count} tokens, "
+            f"{d.descendant_count} descendant(s), {minute_utc(d.earliest_at)} to "
+            f"{minute_utc(d.latest_at)}",
+            f"parents (contain it): {', '.join(d.parent_ids) or 'none'}",
+            f"children (built from): {', '.join(d.child_ids) or 'none (built from messages)'}",
+            "content:",
+            d.content,
+        ]
+    )
 
 
 async def expand(c: Call, args: Any, r: ExpandResult) -> str:
@@ -99,8 +101,9 @@ async def expand(c: Call, args: Any, r: ExpandResult) -> str:
     if not lines:
         lines.append(f"summary {r.summary_id} has nothing to expand")
     if r.truncated:
-        lines.append(f"(cut at token_cap {args.token_cap}: ask with a larger token_cap, "
-                     "or expand children)")
+        lines.append(
+            f"(cut at token_cap {args.token_cap}: ask with a larger token_cap, or expand children)"
+        )
     return "\n".join(lines)
 
 
@@ -156,8 +159,13 @@ async def constraint_removed(c: Call, args: Any, entries: list[ConstraintEntry])
     return f"constraint {args.id.strip()} removed; constraints now:\n" + constraints(entries)
 
 
-async def note_added(c: Call, args: Any, note: NoteEntry) -> str:
-    return f"added {note_head(note)}"
+def note_done(what: str) -> Any:
+    """A note write's rendering: `what` ("added", "rewrote", ...) and the note's head."""
+
+    async def render(c: Call, args: Any, note: NoteEntry) -> str:
+        return f"{what} {note_head(note)}"
+
+    return render
 
 
 async def note(c: Call, args: Any, note: NoteEntry) -> str:
@@ -172,18 +180,6 @@ async def note_hits(c: Call, args: Any, hits: list[NoteHit]) -> str:
         lines.append(f"{note_head(hit.entry)} score {hit.score:.3g}")
         lines.append(f"  {one_line(hit.entry.content, 500)}")
     return "\n".join(lines)
-
-
-async def note_written(c: Call, args: Any, note: NoteEntry) -> str:
-    return f"rewrote {note_head(note)}"
-
-
-async def note_renamed(c: Call, args: Any, note: NoteEntry) -> str:
-    return f"renamed to {note_head(note)}"
-
-
-async def note_aliased(c: Call, args: Any, note: NoteEntry) -> str:
-    return f"aliased: {note_head(note)}"
 
 
 async def note_removed(c: Call, args: Any, result: None) -> str:

@@ -44,10 +44,14 @@ async def status(c: Call, args: Any, stats: SessionStats) -> str:
         f"Summaries: {stats.summary_count}",
     ]
     if c.budget is not None:
-        compaction = ("auto-compaction off" if c.budget.compact_above is None
-                      else f"auto-compaction above {c.budget.compact_above}")
-        lines.append(f"Context now: {stats.context_tokens} tokens "
-                     f"(budget {c.budget.tokens}, {compaction})")
+        compaction = (
+            "auto-compaction off"
+            if c.budget.compact_above is None
+            else f"auto-compaction above {c.budget.compact_above}"
+        )
+        lines.append(
+            f"Context now: {stats.context_tokens} tokens (budget {c.budget.tokens}, {compaction})"
+        )
     else:
         lines.append(f"Context now: {stats.context_tokens} tokens")
     if stats.oldest_at:
@@ -101,8 +105,10 @@ async def _origins(c: Call, hits: list[SearchResult]) -> dict[str, str]:
 
 
 async def message(c: Call, args: Any, found: FoundMessage) -> str:
-    where = "this conversation" if found.session.id == c.session.id else (
-        f"earlier conversation “{one_line(found.session.title, 60) or 'untitled'}”"
+    where = (
+        "this conversation"
+        if found.session.id == c.session.id
+        else (f"earlier conversation “{one_line(found.session.title, 60) or 'untitled'}”")
     )
     head = (
         f"Message {args.message_id} ({found.message.role}, "
@@ -125,12 +131,16 @@ async def describe(c: Call, args: Any, d: DescribeResult) -> str:
 
 async def expand(c: Call, args: Any, r: ExpandResult) -> str:
     if r.children:
-        lines = [f"• {ch.summary_id} ({ch.kind}, depth {ch.depth}): {one_line(ch.content, 400)}"
-                 for ch in r.children]
+        lines = [
+            f"• {ch.summary_id} ({ch.kind}, depth {ch.depth}): {one_line(ch.content, 400)}"
+            for ch in r.children
+        ]
         header = f"Summary {r.summary_id} was condensed from {len(r.children)} summaries:"
     else:
-        lines = [f"• #{m.seq} {m.role} {minute_utc(m.created_at)}: {one_line(m.content, 400)}"
-                 for m in r.messages]
+        lines = [
+            f"• #{m.seq} {m.role} {minute_utc(m.created_at)}: {one_line(m.content, 400)}"
+            for m in r.messages
+        ]
         header = f"Summary {r.summary_id} covers {len(r.messages)} messages:"
     text = listing(lines, header, c.limit)
     if r.truncated:
@@ -153,8 +163,7 @@ async def constraint_list(c: Call, args: Any, items: list[ConstraintEntry]) -> s
 
 
 async def constraint_added(c: Call, args: Any, items: list[ConstraintEntry]) -> str:
-    added = next((e for e in reversed(items) if e.text == args.text),
-                 items[-1] if items else None)
+    added = next((e for e in reversed(items) if e.text == args.text), items[-1] if items else None)
     return f"Rule added [{added.id}]: {added.text}" if added else "Rule added."
 
 
@@ -167,10 +176,11 @@ async def history(c: Call, args: Any, entries: list[ChangeEntry]) -> str:
         return "No changes yet."
     lines = []
     for e in entries:
-        versions = (f"v{e.version_before}→v{e.version_after}"
-                    if e.version_after is not None else "")
-        lines.append(f"• {minute_utc(e.created_at)} {e.scope} {e.action} by {e.source} "
-                     f"{versions}: {change_text(e)}".rstrip(": "))
+        versions = f"v{e.version_before}→v{e.version_after}" if e.version_after is not None else ""
+        lines.append(
+            f"• {minute_utc(e.created_at)} {e.scope} {e.action} by {e.source} "
+            f"{versions}: {change_text(e)}".rstrip(": ")
+        )
     return listing(lines, "Recent memory changes (newest first):", c.limit)
 
 
@@ -193,8 +203,10 @@ def change_text(entry: ChangeEntry) -> str:
 
 
 async def rolled_back(c: Call, args: Any, new_version: int) -> str:
-    return (f"Restored the {args.scope} as it was at version {args.version} "
-            f"(now version {new_version}).")
+    return (
+        f"Restored the {args.scope} as it was at version {args.version} "
+        f"(now version {new_version})."
+    )
 
 
 async def note(c: Call, args: Any, entry: NoteEntry) -> str:
@@ -205,6 +217,10 @@ async def note(c: Call, args: Any, entry: NoteEntry) -> str:
 async def notes(c: Call, args: Any, entries: list[NoteEntry]) -> str:
     if not entries:
         return "No notes or archives yet."
-    lines = [f"• {e.kind} {e.name}" + (f" (also: {', '.join(e.aliases)})" if e.aliases else "")
-             + f": {one_line(e.content, 100)}" for e in entries]
+    lines = [
+        f"• {e.kind} {e.name}"
+        + (f" (also: {', '.join(e.aliases)})" if e.aliases else "")
+        + f": {one_line(e.content, 100)}"
+        for e in entries
+    ]
     return listing(lines, f"{len(entries)} notes and archives:", c.limit)

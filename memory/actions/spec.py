@@ -146,8 +146,10 @@ class Registry(Mapping[str, Action]):
                 subs.setdefault(action.command.sub, []).append(action)
         order = list(subs)
         for sub, actions in subs.items():
-            after = next((a.command.listed_after for a in actions
-                          if a.command and a.command.listed_after), "")
+            after = next(
+                (a.command.listed_after for a in actions if a.command and a.command.listed_after),
+                "",
+            )
             if after in order:
                 order.remove(sub)
                 order.insert(order.index(after) + 1, sub)
@@ -159,8 +161,10 @@ async def perform(action: Action, call: Call, args: BaseModel, render: Render) -
     context (stores tag their writes with them); after a write the session sees it from
     its next turn."""
     session = call.session
-    with with_session_id(session.id), with_user_id(session.user_id), with_agent_id(
-        session.agent_id
+    with (
+        with_session_id(session.id),
+        with_user_id(session.user_id),
+        with_agent_id(session.agent_id),
     ):
         result = await action.handler(call, args)
         if action.write:
