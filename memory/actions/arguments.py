@@ -94,10 +94,10 @@ def _choice(choices: tuple[str, ...]) -> Any:
         name = info.field_name
         if not isinstance(raw, str):
             raise refuse(f"{name} must be a string")
-        raw = raw.strip().lower()
-        if raw not in choices:
+        value = raw.strip().lower()
+        if value not in choices:
             raise refuse(f"{name} must be one of {', '.join(choices)}")
-        return raw
+        return value
 
     return BeforeValidator(check)
 
