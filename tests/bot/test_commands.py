@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+from pydantic import Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.commands import MAX_REPLY, handle_command
+from bot.commands import MAX_REPLY, command_table, handle_command
 from bot.pool import Pool
+from memory.actions import ACTIONS, Action, Arguments, Call, Command
+from memory.actions.commands import run_memory_command
+from memory.capabilities import ProfileStore
+from memory.tool import build_tool, run_tool, tool_actions
 from memory.types import ChangeSource, NoteKind, Session
 from tests.bot.conftest import GatedSummarizer, PoolFactory
 from tests.fakes.openai_server import FakeOpenAI
+from tests.test_tool import Core
 
 ALICE = Session(id="default:test:1", user_id=1, channel="test")
 MALLORY = Session(id="default:test:666", user_id=666, channel="test")
@@ -33,21 +42,24 @@ async def test_start_help_and_unknown(pool: Pool):
     assert (await cmd(pool, "/frobnicate")).startswith("Unknown command /frobnicate")
 
 
-@pytest.mark.parametrize("line, usage", [
-    ("/memory", "/memory status"),
-    ("/memory help", "/memory rollback"),
-    ("/memory bogus", "/memory search <text>"),
-    ("/memory search", "/memory search <text>"),
-    ("/memory show", "/memory show <id>"),
-    ("/memory show a b", "/memory show <id>"),
-    ("/memory expand", "/memory expand <summary_id>"),
-    ("/memory constrain", "/memory constrain <text>"),
-    ("/memory unconstrain", "/memory unconstrain <id>"),
-    ("/memory status now", "/memory status"),
-    ("/memory rollback profile", "/memory rollback <profile|soul|constraint> <version>"),
-    ("/memory rollback mood 1", "/memory rollback <profile|soul|constraint> <version>"),
-    ("/memory rollback profile x", "/memory rollback <profile|soul|constraint> <version>"),
-])
+@pytest.mark.parametrize(
+    "line, usage",
+    [
+        ("/memory", "/memory status"),
+        ("/memory help", "/memory rollback"),
+        ("/memory bogus", "/memory search <text>"),
+        ("/memory search", "/memory search <text>"),
+        ("/memory show", "/memory show <id>"),
+        ("/memory show a b", "/memory show <id>"),
+        ("/memory expand", "/memory expand <summary_id>"),
+        ("/memory constrain", "/memory constrain <text>"),
+        ("/memory unconstrain", "/memory unconstrain <id>"),
+        ("/memory status now", "/memory status"),
+        ("/memory rollback profile", "/memory rollback <profile|soul|constraint> <version>"),
+        ("/memory rollback mood 1", "/memory rollback <profile|soul|constraint> <version>"),
+        ("/memory rollback profile x", "/memory rollback <profile|soul|constraint> <version>"),
+    ],
+)
 async def test_bad_arguments_answer_with_usage(pool: Pool, line: str, usage: str):
     answer = await cmd(pool, line, admin=True)
     assert "Usage" in answer and usage in answer
@@ -88,7 +100,8 @@ async def _summary_id(pool: Pool) -> str:
 
 
 async def test_constraints_are_user_writes_that_the_session_sees(
-        pool: Pool, llm_server: FakeOpenAI):
+    pool: Pool, llm_server: FakeOpenAI
+):
     await pool.chat(ALICE, "hello")  # freezes the session's snapshot
     assert "no rules" in await cmd(pool, "/memory constraints")
     added = await cmd(pool, "/memory constrain Always answer in French.")
@@ -107,9 +120,9 @@ async def test_constraints_are_user_writes_that_the_session_sees(
     # Newest first, each line saying which rule came or went (not the stored JSON list).
     assert history[1].endswith("constraint create by user v2→v3: added “Keep answers short.”")
     assert history[2].endswith(
-        "constraint delete by user v1→v2: removed “Always answer in French.”")
-    assert history[3].endswith(
-        "constraint create by user v0→v1: added “Always answer in French.”")
+        "constraint delete by user v1→v2: removed “Always answer in French.”"
+    )
+    assert history[3].endswith("constraint create by user v0→v1: added “Always answer in French.”")
 
 
 async def test_profile_soul_and_operator_only_rollback(pool: Pool):
@@ -142,11 +155,11 @@ async def test_notes(pool: Pool):
     assert (await cmd(pool, "/memory notes", MALLORY)) == "No notes or archives yet."
 
 
-async def test_missing_capabilities_are_named(sqlite_engine: AsyncEngine,
-                                              make_pool: PoolFactory):
+async def test_missing_capabilities_are_named(sqlite_engine: AsyncEngine, make_pool: PoolFactory):
     bare = make_pool(sqlite_engine, compactor=False, notes=False)
     assert (await cmd(bare, "/compact")) == (
-        "The reference memory provider does not compact conversations.")
+        "The reference memory provider does not compact conversations."
+    )
     assert "does not support summaries" in await cmd(bare, "/memory show sum_1")
     assert "does not support notes" in await cmd(bare, "/memory notes")
 
@@ -169,3 +182,76 @@ async def test_new_rotates_the_session(pool: Pool):
     # A channel may pass the live session instead of the base: same rotation.
     await cmd(pool, "/new", live)
     assert (await pool.current_session(ALICE)).id == ALICE.id + "#2"
+
+
+# --- the registry: one declaration is a new action everywhere ------------------------
+
+
+class ShoutArgs(Arguments):
+    word: str = Field(max_length=40, description="the word to shout")
+
+
+async def _shout(call: Call, args: ShoutArgs) -> str:
+    profile = await call.provider.get_profile(*call.owner)
+    return f"{args.word.upper()}! (your profile has {len(profile)} characters)"
+
+
+SHOUT = Action(
+    "shout",
+    ShoutArgs,
+    ProfileStore,
+    "say a word loudly",
+    _shout,
+    command=Command(
+        "shout",
+        "<word> — say a word loudly",
+        parse=lambda words: {"word": words} if words else None,
+    ),
+)
+
+
+@pytest.fixture
+def shout() -> Iterator[None]:
+    ACTIONS.declare(SHOUT)  # what a new action's module does, once
+    yield
+    ACTIONS.withdraw("shout")
+
+
+async def test_a_new_action_is_one_declaration(pool: Pool, shout: None):
+    await pool.provider.set_profile(1, "default", "Alice")
+    # The model's tool: offered, described, its parameter's schema from its arguments.
+    function = build_tool(pool.provider)["function"]
+    assert "shout" in function["parameters"]["properties"]["action"]["enum"]
+    assert function["parameters"]["properties"]["word"] == {
+        "type": "string",
+        "description": "the word to shout",
+        "maxLength": 40,
+    }
+    assert "- shout(word): say a word loudly" in function["description"]
+    said = await run_tool(pool.provider, ALICE, {"action": "shout", "word": "hello"})
+    assert said == "HELLO! (your profile has 5 characters)"
+    assert await run_tool(pool.provider, ALICE, {"action": "shout"}) == "error: shout needs word"
+    assert (await run_tool(pool.provider, ALICE, {"action": "shout", "word": "x" * 41})).startswith(
+        "error: word: String should have at most 40 characters"
+    )
+    # People's /memory: dispatched, listed in the usage, in the command table.
+    assert await cmd(pool, "/memory shout hello") == "HELLO! (your profile has 5 characters)"
+    assert await cmd(pool, "/memory shout") == "Usage: /memory shout <word> — say a word loudly"
+    assert "/memory shout <word> — say a word loudly" in await cmd(pool, "/memory help")
+    assert "| `/memory shout <word>` | say a word loudly |" in command_table()
+
+
+async def test_a_new_action_needs_its_capability(shout: None):
+    core = Core()  # no ProfileStore
+    assert "shout" not in tool_actions(core)
+    assert await run_tool(core, ALICE, {"action": "shout", "word": "hi"}) == (
+        "error: action shout is not supported by this memory provider"
+    )
+    assert await run_memory_command(core, ALICE, "shout hi", is_admin=False) == (
+        "The core memory provider does not support /memory shout."
+    )
+
+
+def test_readme_command_table_is_the_registry_s():
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    assert command_table() in readme

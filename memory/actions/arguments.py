@@ -1,0 +1,223 @@
+"""The parameters memory actions take, each defined once: its JSON schema (what the model
+reads) and its validation, whose one-line errors name what is wrong so the model can
+correct its call. Actions compose their pydantic argument models from these types.
+
+A missing parameter and a JSON `null` are the same; integers may come as whole floats or
+decimal strings (models send both); strings are checked for length, and for emptiness
+unless the action allows an empty one (an empty profile clears it)."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+)
+from pydantic_core import PydanticCustomError
+
+from memory.types import SearchMode, SearchScope
+
+SEARCH_SCOPES = tuple(s.value for s in SearchScope)
+CHANGE_SCOPES = ("profile", "soul", "constraint", "compaction")
+ALL_SCOPES = (*SEARCH_SCOPES, *CHANGE_SCOPES)
+SEARCH_MODES = tuple(m.value for m in SearchMode)
+
+
+class ArgumentError(ValueError):
+    """Arguments are unusable; the message says why, in one line."""
+
+
+def refuse(reason: str) -> PydanticCustomError:
+    return PydanticCustomError("argument", "{reason}", {"reason": reason})
+
+
+def first_error(action: str, exc: ValidationError) -> ArgumentError:
+    """The first problem of a failed validation, in today's words."""
+    error = exc.errors()[0]
+    name = str(error["loc"][0]) if error["loc"] else ""
+    if error["type"] == "missing":
+        return ArgumentError(f"{action} needs {name}")
+    if error["type"] == "argument":
+        return ArgumentError(error["ctx"]["reason"])
+    return ArgumentError(f"{name}: {error['msg']}".lstrip(": "))
+
+
+class Arguments(BaseModel):
+    """The base of every action's arguments: parameters of other actions are ignored (the
+    tool refuses names no action knows before validation)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+def _integer(low: int, high: int) -> Any:
+    def check(raw: Any, info: ValidationInfo) -> int:
+        name = info.field_name
+        if isinstance(raw, bool):
+            raise refuse(f"{name} must be an integer, got a boolean")
+        if isinstance(raw, float):
+            if not math.isfinite(raw) or not raw.is_integer():
+                raise refuse(f"{name} must be a whole number")
+            raw = int(raw)
+        elif isinstance(raw, str) and raw.strip().lstrip("-").isdecimal() and len(raw) <= 20:
+            raw = int(raw)
+        if not isinstance(raw, int):
+            raise refuse(f"{name} must be an integer")
+        if not low <= raw <= high:
+            raise refuse(f"{name} must be between {low} and {high}")
+        return raw
+
+    return BeforeValidator(check)
+
+
+def _text(max_chars: int, allow_empty: bool = False) -> Any:
+    def check(raw: Any, info: ValidationInfo) -> str:
+        name = info.field_name
+        if not isinstance(raw, str):
+            raise refuse(f"{name} must be a string")
+        if len(raw) > max_chars:
+            raise refuse(f"{name} is too long ({len(raw)} characters, at most {max_chars})")
+        if not allow_empty and not raw.strip():
+            raise refuse(f"{name} must not be empty")
+        return raw
+
+    return BeforeValidator(check)
+
+
+def _choice(choices: tuple[str, ...]) -> Any:
+    def check(raw: Any, info: ValidationInfo) -> str:
+        name = info.field_name
+        if not isinstance(raw, str):
+            raise refuse(f"{name} must be a string")
+        value = raw.strip().lower()
+        if value not in choices:
+            raise refuse(f"{name} must be one of {', '.join(choices)}")
+        return value
+
+    return BeforeValidator(check)
+
+
+def _schema(schema: dict[str, Any]) -> WithJsonSchema:
+    return WithJsonSchema(schema)
+
+
+Text = Annotated[
+    str,
+    _text(2000),
+    _schema(
+        {
+            "type": "string",
+            "description": "search: what to look for; constraint_add: the rule; note_search: query",
+        }
+    ),
+]
+Scope = Annotated[
+    str,
+    _choice(ALL_SCOPES),
+    _schema(
+        {
+            "type": "string",
+            "enum": list(ALL_SCOPES),
+            "description": "search: messages|summaries|both (default both); profile_history: "
+            "profile|soul|constraint|compaction (default all); profile_rollback: "
+            "what to roll back",
+        }
+    ),
+]
+Mode = Annotated[
+    str,
+    _choice(SEARCH_MODES),
+    _schema(
+        {
+            "type": "string",
+            "enum": list(SEARCH_MODES),
+            "description": "search: hybrid (default: ranked by words and, when embeddings are on, "
+            "meaning), full_text (ranked words) or substring (the exact text, "
+            "newest first)",
+        }
+    ),
+]
+Limit = Annotated[
+    int,
+    _integer(1, 50),
+    _schema(
+        {"type": "integer", "minimum": 1, "maximum": 50, "description": "maximum number of results"}
+    ),
+]
+SummaryId = Annotated[
+    str, _text(128), _schema({"type": "string", "description": "id of a summary, e.g. from search"})
+]
+DEFAULT_TOKEN_CAP = 4000
+TokenCap = Annotated[
+    int,
+    _integer(100, 32000),
+    _schema(
+        {
+            "type": "integer",
+            "minimum": 100,
+            "maximum": 32000,
+            "description": f"expand: token budget (default {DEFAULT_TOKEN_CAP})",
+        }
+    ),
+]
+_CONTENT_SCHEMA = _schema(
+    {
+        "type": "string",
+        "description": "the full new text (profile, soul or note); replaces the old one",
+    }
+)
+Content = Annotated[str, _text(20_000), _CONTENT_SCHEMA]
+ContentOrEmpty = Annotated[str, _text(20_000, allow_empty=True), _CONTENT_SCHEMA]
+ConstraintId = Annotated[
+    str,
+    _text(64),
+    _schema({"type": "string", "description": "constraint_remove: the constraint's id"}),
+]
+Version = Annotated[
+    int,
+    _integer(1, 2**53),
+    _schema(
+        {"type": "integer", "minimum": 1, "description": "profile_rollback: the version to restore"}
+    ),
+]
+NoteName = Annotated[
+    str, _text(200), _schema({"type": "string", "description": "note name (or alias)"})
+]
+NewName = Annotated[
+    str, _text(200), _schema({"type": "string", "description": "note_rename: the new name"})
+]
+Alias = Annotated[
+    str,
+    _text(200),
+    _schema({"type": "string", "description": "note_alias: another name for the note"}),
+]
+MessageId = Annotated[
+    str, _text(64), _schema({"type": "string", "description": "id of a message, e.g. from search"})
+]
+
+
+def parameter_schemas(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
+    """Each parameter's JSON schema as the model reads it: pydantic's field titles and
+    defaults left out (the descriptions say what the defaults are), keys in reading order
+    (pydantic sorts them)."""
+    properties = model.model_json_schema()["properties"]
+    return {
+        name: {
+            k: schema[k]
+            for k in sorted(schema, key=_reading_order)
+            if k not in ("title", "default")
+        }
+        for name, schema in properties.items()
+    }
+
+
+def _reading_order(key: str) -> int:
+    return _KEY_ORDER.index(key) if key in _KEY_ORDER else len(_KEY_ORDER) - 1
+
+
+_KEY_ORDER = ("type", "enum", "minimum", "maximum", "description")

@@ -1,0 +1,596 @@
+"""Every memory action, declared once: what the model may call through the memory tool
+and what people may ask with `/memory <sub>`, with the handler that does it.
+
+People's words are parsed by each command's `parse` (a bad argument answers with the
+usage line); the model's JSON arguments are validated by the action's model (a bad one
+answers with a one-line error). People's writes are tagged `user`; the model's carry the
+change source its caller set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import model_validator
+
+from memory.actions import model_text as to_model
+from memory.actions import people_text as to_people
+from memory.actions.arguments import (
+    CHANGE_SCOPES,
+    DEFAULT_TOKEN_CAP,
+    SEARCH_SCOPES,
+    Alias,
+    Arguments,
+    ConstraintId,
+    Content,
+    ContentOrEmpty,
+    Limit,
+    MessageId,
+    Mode,
+    NewName,
+    NoteName,
+    Scope,
+    SummaryId,
+    Text,
+    TokenCap,
+    Version,
+    refuse,
+)
+from memory.actions.spec import Action, Audience, Call, Command, Registry
+from memory.capabilities import (
+    ChangelogReader,
+    ConstraintStore,
+    Explorer,
+    MessageReader,
+    NoteStore,
+    ProfileStore,
+    Searcher,
+    VersionedProfileStore,
+)
+from memory.types import SearchMode, SearchQuery, SearchScope
+
+DEFAULT_LIMIT = 10  # search, note_search and profile_history results
+PEOPLE_SEARCH_POOL = 200  # hits people's search asks for, to count them; more are "200+"
+PEOPLE_EXPAND_CAP = 800  # about 3200 characters: an expansion fits one message
+ROLLBACK_SCOPES = {
+    "profile": "profile",
+    "soul": "soul",
+    "constraint": "constraint",
+    "constraints": "constraint",
+}
+
+ACTIONS = Registry()
+declare = ACTIONS.declare
+
+
+def _one_word(key: str, **extra: Any) -> Any:
+    """A command taking exactly one word, as argument `key`."""
+    return lambda words: {key: words, **extra} if words and " " not in words else None
+
+
+def _rest(key: str, **extra: Any) -> Any:
+    """A command taking the rest of the line, as argument `key`."""
+    return lambda words: {key: words, **extra} if words else None
+
+
+# --- status and search --------------------------------------------------------------
+
+
+class NoArgs(Arguments):
+    pass
+
+
+async def _stats(c: Call, args: NoArgs) -> Any:
+    return await c.provider.stats(c.session)
+
+
+declare(
+    Action(
+        "status",
+        NoArgs,
+        None,
+        "memory statistics of this conversation",
+        _stats,
+        render=to_model.status,
+        command=Command(
+            "status", "— memory statistics of this conversation", render=to_people.status
+        ),
+    )
+)
+
+
+class SearchArgs(Arguments):
+    text: Text
+    scope: Scope = SearchScope.BOTH.value
+    mode: Mode = SearchMode.HYBRID.value
+    limit: Limit = DEFAULT_LIMIT
+
+    @model_validator(mode="after")
+    def _search_scope(self) -> SearchArgs:
+        if self.scope not in SEARCH_SCOPES:
+            raise refuse(f"search scope must be one of {', '.join(SEARCH_SCOPES)}")
+        return self
+
+
+async def _search(c: Call, args: SearchArgs) -> Any:
+    query = SearchQuery(
+        text=args.text, scope=SearchScope(args.scope), limit=args.limit, mode=SearchMode(args.mode)
+    )
+    return await c.provider.search(c.session, query)
+
+
+declare(
+    Action(
+        "search",
+        SearchArgs,
+        Searcher,
+        "search earlier messages and summaries; ask in plain words (a question or a few "
+        "keywords: any of them may match, rarer ones weigh more); each hit has its id, date "
+        "and a snippet",
+        _search,
+        render=to_model.search,
+        command=Command(
+            "search",
+            "<text> — search everything I remember of our conversations",
+            parse=_rest("text", limit=PEOPLE_SEARCH_POOL),
+            render=to_people.search,
+            lacks="search",
+        ),
+    )
+)
+
+
+# --- summaries and messages ---------------------------------------------------------
+
+
+class MessageArgs(Arguments):
+    message_id: MessageId
+
+
+async def _read_message(c: Call, args: MessageArgs) -> Any:
+    return await c.provider.read_message(c.session, args.message_id)
+
+
+# People's `show <id>`: a message id (digits) when the provider reads messages.
+declare(
+    Action(
+        "message_get",
+        MessageArgs,
+        MessageReader,
+        "read a message found by search",
+        _read_message,
+        tool=False,
+        command=Command(
+            "show",
+            parse=lambda w: {"message_id": w} if w.isdigit() else None,
+            render=to_people.message,
+        ),
+    )
+)
+
+
+class SummaryArgs(Arguments):
+    summary_id: SummaryId
+
+
+async def _describe(c: Call, args: SummaryArgs) -> Any:
+    return await c.provider.describe(args.summary_id, c.session)
+
+
+declare(
+    Action(
+        "describe",
+        SummaryArgs,
+        Explorer,
+        "show a summary with its parents and children",
+        _describe,
+        render=to_model.describe,
+        command=Command(
+            "show",
+            "<id> — a message found by search, or a summary and where it sits in the tree",
+            parse=_one_word("summary_id"),
+            render=to_people.describe,
+            lacks="summaries",
+        ),
+    )
+)
+
+
+class ExpandArgs(Arguments):
+    summary_id: SummaryId
+    token_cap: TokenCap = DEFAULT_TOKEN_CAP
+
+
+async def _expand(c: Call, args: ExpandArgs) -> Any:
+    return await c.provider.expand(args.summary_id, args.token_cap, c.session)
+
+
+declare(
+    Action(
+        "expand",
+        ExpandArgs,
+        Explorer,
+        "recover what a summary was built from",
+        _expand,
+        render=to_model.expand,
+        command=Command(
+            "expand",
+            "<summary_id> — what a summary was built from",
+            parse=_one_word("summary_id", token_cap=PEOPLE_EXPAND_CAP),
+            render=to_people.expand,
+            lacks="summaries",
+        ),
+    )
+)
+
+
+# --- profile and soul ---------------------------------------------------------------
+
+
+class ContentArgs(Arguments):
+    content: ContentOrEmpty  # empty clears it
+
+
+async def _get_profile(c: Call, args: NoArgs) -> Any:
+    return await c.provider.get_profile(*c.owner)
+
+
+async def _set_profile(c: Call, args: ContentArgs) -> Any:
+    return await c.provider.set_profile(*c.owner, args.content)
+
+
+async def _get_soul(c: Call, args: NoArgs) -> Any:
+    return await c.provider.get_soul(*c.owner)
+
+
+async def _set_soul(c: Call, args: ContentArgs) -> Any:
+    return await c.provider.set_soul(*c.owner, args.content)
+
+
+declare(
+    Action(
+        "profile_get",
+        NoArgs,
+        ProfileStore,
+        "read what you know about the user",
+        _get_profile,
+        render=to_model.profile,
+        command=Command(
+            "profile", "— what I know about you", render=to_people.profile, lacks="profiles"
+        ),
+    )
+)
+declare(
+    Action(
+        "profile_update",
+        ContentArgs,
+        ProfileStore,
+        "replace the user profile",
+        _set_profile,
+        render=to_model.profile_updated,
+        write="profile",
+    )
+)
+declare(
+    Action(
+        "soul_get",
+        NoArgs,
+        ProfileStore,
+        "read your own persona notes (soul)",
+        _get_soul,
+        render=to_model.soul,
+        command=Command(
+            "soul", "— my personality as you have shaped it", render=to_people.soul, lacks="a soul"
+        ),
+    )
+)
+declare(
+    Action(
+        "soul_update",
+        ContentArgs,
+        ProfileStore,
+        "replace your soul",
+        _set_soul,
+        render=to_model.soul_updated,
+        write="soul",
+    )
+)
+
+
+# --- history and rollback -----------------------------------------------------------
+
+
+class HistoryArgs(Arguments):
+    scope: Scope = ""  # all
+    limit: Limit = DEFAULT_LIMIT
+
+    @model_validator(mode="after")
+    def _change_scope(self) -> HistoryArgs:
+        if self.scope not in ("", *CHANGE_SCOPES):
+            raise refuse(f"profile_history scope must be one of {', '.join(CHANGE_SCOPES)}")
+        return self
+
+
+async def _history(c: Call, args: HistoryArgs) -> Any:
+    return await c.provider.read_changelog(*c.owner, args.scope, args.limit)
+
+
+declare(
+    Action(
+        "profile_history",
+        HistoryArgs,
+        ChangelogReader,
+        "recent changes to profile, soul, constraints",
+        _history,
+        render=to_model.history,
+        command=Command(
+            "history",
+            "— recent changes to profile, soul and rules",
+            render=to_people.history,
+            lacks="a change history",
+            listed_after="unconstrain",
+        ),
+    )
+)
+
+
+class RollbackArgs(Arguments):
+    scope: Scope
+    version: Version
+
+
+async def _rollback(c: Call, args: RollbackArgs) -> Any:
+    return await c.provider.rollback(*c.owner, args.scope, args.version)
+
+
+def _rollback_words(words: str) -> dict[str, Any] | None:
+    parts = words.split()
+    if len(parts) != 2 or parts[0].lower() not in ROLLBACK_SCOPES or not parts[1].isdigit():
+        return None
+    return {"scope": ROLLBACK_SCOPES[parts[0].lower()], "version": int(parts[1])}
+
+
+# Operator-only for people: it rewrites a whole scope, which in a group every member shares.
+declare(
+    Action(
+        "profile_rollback",
+        RollbackArgs,
+        VersionedProfileStore,
+        "restore a scope as it was at a version",
+        _rollback,
+        render=to_model.rolled_back,
+        write="rollback",
+        audience=Audience.OPERATOR,
+        command=Command(
+            "rollback",
+            "<profile|soul|constraint> <version> — restore an earlier version (operator only)",
+            parse=_rollback_words,
+            render=to_people.rolled_back,
+            lacks="versioned memory",
+            listed_after="history",
+        ),
+    )
+)
+
+
+# --- constraints --------------------------------------------------------------------
+
+
+class ConstraintArgs(Arguments):
+    text: Text
+
+
+class ConstraintIdArgs(Arguments):
+    id: ConstraintId
+
+
+async def _constraints(c: Call, args: NoArgs) -> Any:
+    return await c.provider.get_constraints(*c.owner)
+
+
+async def _add_constraint(c: Call, args: ConstraintArgs) -> Any:
+    return await c.provider.add_constraint(*c.owner, args.text)
+
+
+async def _remove_constraint(c: Call, args: ConstraintIdArgs) -> Any:
+    return await c.provider.remove_constraint(*c.owner, args.id.strip())
+
+
+_RULES = "rules (constraints)"
+declare(
+    Action(
+        "constraint_list",
+        NoArgs,
+        ConstraintStore,
+        "list the user's standing rules",
+        _constraints,
+        render=to_model.constraint_list,
+        command=Command(
+            "constraints", "— the rules you gave me", render=to_people.constraint_list, lacks=_RULES
+        ),
+    )
+)
+declare(
+    Action(
+        "constraint_add",
+        ConstraintArgs,
+        ConstraintStore,
+        "add a rule the user stated",
+        _add_constraint,
+        render=to_model.constraint_added,
+        write="constraint",
+        command=Command(
+            "constrain",
+            "<text> — add a rule I must always follow",
+            parse=_rest("text"),
+            render=to_people.constraint_added,
+            lacks=_RULES,
+        ),
+    )
+)
+declare(
+    Action(
+        "constraint_remove",
+        ConstraintIdArgs,
+        ConstraintStore,
+        "remove a rule by id",
+        _remove_constraint,
+        render=to_model.constraint_removed,
+        write="constraint",
+        command=Command(
+            "unconstrain",
+            "<id> — remove a rule",
+            parse=_one_word("id"),
+            render=to_people.constraint_removed,
+            lacks=_RULES,
+            not_found="No rule with id {id!r}. See /memory constraints.",
+        ),
+    )
+)
+
+
+# --- notes --------------------------------------------------------------------------
+
+
+class NoteArgs(Arguments):
+    name: NoteName
+
+
+class NewNoteArgs(Arguments):
+    name: NoteName
+    content: Content
+
+
+class NoteSearchArgs(Arguments):
+    text: Text
+    limit: Limit = DEFAULT_LIMIT
+
+
+class RenameArgs(Arguments):
+    name: NoteName
+    new_name: NewName
+
+
+class AliasArgs(Arguments):
+    name: NoteName
+    alias: Alias
+
+
+async def _note_add(c: Call, args: NewNoteArgs) -> Any:
+    return await c.provider.note_add(c.session, args.name.strip(), args.content)
+
+
+async def _note_get(c: Call, args: NoteArgs) -> Any:
+    return await c.provider.note_get(c.session, args.name.strip())
+
+
+async def _note_search(c: Call, args: NoteSearchArgs) -> Any:
+    return await c.provider.note_search(c.session, args.text, args.limit)
+
+
+async def _note_write(c: Call, args: NewNoteArgs) -> Any:
+    return await c.provider.note_write(c.session, args.name.strip(), args.content)
+
+
+async def _note_rename(c: Call, args: RenameArgs) -> Any:
+    return await c.provider.note_rename(c.session, args.name.strip(), args.new_name.strip())
+
+
+async def _note_alias(c: Call, args: AliasArgs) -> Any:
+    return await c.provider.note_alias(c.session, args.name.strip(), args.alias.strip())
+
+
+async def _note_remove(c: Call, args: NoteArgs) -> Any:
+    return await c.provider.note_remove(c.session, args.name.strip())
+
+
+async def _note_list(c: Call, args: NoArgs) -> Any:
+    return await c.provider.note_list(c.session)
+
+
+declare(
+    Action(
+        "note_add",
+        NewNoteArgs,
+        NoteStore,
+        "create a note",
+        _note_add,
+        render=to_model.note_done("added"),
+    )
+)
+declare(
+    Action(
+        "note_get",
+        NoteArgs,
+        NoteStore,
+        "read a note by name or alias",
+        _note_get,
+        render=to_model.note,
+        command=Command("notes", parse=_rest("name"), render=to_people.note, lacks="notes"),
+    )
+)
+declare(
+    Action(
+        "note_search",
+        NoteSearchArgs,
+        NoteStore,
+        "search notes and archives",
+        _note_search,
+        render=to_model.note_hits,
+    )
+)
+declare(
+    Action(
+        "note_write",
+        NewNoteArgs,
+        NoteStore,
+        "replace a note's content",
+        _note_write,
+        render=to_model.note_done("rewrote"),
+    )
+)
+declare(
+    Action(
+        "note_rename",
+        RenameArgs,
+        NoteStore,
+        "rename a note",
+        _note_rename,
+        render=to_model.note_done("renamed to"),
+    )
+)
+declare(
+    Action(
+        "note_alias",
+        AliasArgs,
+        NoteStore,
+        "give a note another name",
+        _note_alias,
+        render=to_model.note_done("aliased:"),
+    )
+)
+declare(
+    Action(
+        "note_remove",
+        NoteArgs,
+        NoteStore,
+        "delete a note",
+        _note_remove,
+        render=to_model.note_removed,
+    )
+)
+declare(
+    Action(
+        "note_list",
+        NoArgs,
+        NoteStore,
+        "list notes and archives",
+        _note_list,
+        render=to_model.notes,
+        command=Command(
+            "notes",
+            "[name] — list my notes and archives, or show one",
+            render=to_people.notes,
+            lacks="notes",
+        ),
+    )
+)

@@ -1,0 +1,185 @@
+"""What a memory action is, and the registry that holds every one of them.
+
+An action is declared once (`Action`): its name, its arguments as a pydantic model, the
+capability the provider needs, who may use it, its handler and its two renderings: the
+text the model reads (memory tool) and, when people may ask for it, a `/memory`
+sub-command (`Command`: usage line, how its words become arguments, the reply). The
+memory tool's schema, the `/memory` dispatch, its usage lines and the README's command
+table are all read from the registry, so a new action is one declaration and its handler.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from memory import snapshots
+from memory.capabilities import SessionSnapshotStore
+from memory.context import with_agent_id, with_session_id, with_user_id
+from memory.tracing import unwrap
+from memory.types import Session
+
+log = logging.getLogger(__name__)
+
+
+class Audience(enum.StrEnum):
+    """Who may ask for an action as a `/memory` sub-command."""
+
+    USER = "user"  # on the caller's own memory
+    OPERATOR = "operator"  # the bot's operators only (rewrites a scope a group shares)
+
+
+@dataclass(frozen=True)
+class ContextBudget:
+    """The context limits a person is shown with the status: the budget and the size
+    above which compaction runs (None: automatic compaction is off)."""
+
+    tokens: int
+    compact_above: int | None
+
+
+@dataclass(frozen=True)
+class Call:
+    """One action being run: the provider, the session it acts for, and what the front-end
+    knows (the tool's offered actions; the reply limit and budget shown to people)."""
+
+    provider: Any
+    session: Session
+    offered: tuple[str, ...] = ()
+    limit: int = 0
+    budget: ContextBudget | None = None
+
+    @property
+    def owner(self) -> tuple[int, str]:
+        return self.session.user_id, self.session.agent_id
+
+
+Handler = Callable[[Call, Any], Awaitable[Any]]
+# A rendering: (call, arguments, the handler's result) -> text.
+Render = Callable[[Call, Any, Any], Awaitable[str]]
+
+
+async def as_text(call: Call, args: Any, result: Any) -> str:
+    """The default rendering: the handler's result as it is."""
+    return str(result)
+
+
+@dataclass(frozen=True)
+class Command:
+    """How people ask for an action: `/memory <sub> <words>`.
+
+    Several actions may share a sub-command (`notes` lists, `notes <name>` shows one): the
+    first whose `parse` accepts the words and whose capability the provider has runs."""
+
+    sub: str
+    usage: str = ""  # "<text> — what it does"; one action of a sub-command carries it
+    parse: Callable[[str], dict[str, Any] | None] = lambda words: None if words else {}
+    render: Render = as_text
+    lacks: str = ""  # "The <provider> memory provider does not support <lacks>."
+    not_found: str = ""  # the reply when the provider says NotFound, formatted with args
+    listed_after: str = ""  # its place in the usage listing, when not declaration order
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    args: type[BaseModel]
+    capability: type | None
+    summary: str  # the model's one line
+    handler: Handler
+    render: Render = as_text  # the model's text
+    audience: Audience = Audience.USER
+    command: Command | None = None
+    tool: bool = True  # offered to the model
+    write: str = ""  # "" reads; else the scope written (the session's snapshot moves)
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return tuple(n for n, f in self.args.model_fields.items() if f.is_required())
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """Its parameters: the required ones first, as declared."""
+        return tuple(self.args.model_fields)
+
+    def available(self, provider: Any) -> bool:
+        return self.capability is None or isinstance(unwrap(provider), self.capability)
+
+
+class Registry(Mapping[str, Action]):
+    """Actions by name, in declaration order (the order the model and people see)."""
+
+    def __init__(self) -> None:
+        self._actions: dict[str, Action] = {}
+
+    def declare(self, action: Action) -> Action:
+        if action.name in self._actions:
+            raise ValueError(f"memory action {action.name!r} is declared twice")
+        self._actions[action.name] = action
+        return action
+
+    def withdraw(self, name: str) -> None:
+        del self._actions[name]
+
+    def __getitem__(self, name: str) -> Action:
+        return self._actions[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._actions)
+
+    def __len__(self) -> int:
+        return len(self._actions)
+
+    def tool_actions(self) -> list[Action]:
+        return [a for a in self._actions.values() if a.tool]
+
+    def commands(self) -> dict[str, list[Action]]:
+        """Sub-command -> its actions, in the order the usage listing shows them."""
+        subs: dict[str, list[Action]] = {}
+        for action in self._actions.values():
+            if action.command is not None:
+                subs.setdefault(action.command.sub, []).append(action)
+        order = list(subs)
+        for sub, actions in subs.items():
+            after = next(
+                (a.command.listed_after for a in actions if a.command and a.command.listed_after),
+                "",
+            )
+            if after in order:
+                order.remove(sub)
+                order.insert(order.index(after) + 1, sub)
+        return {sub: subs[sub] for sub in order}
+
+
+async def perform(action: Action, call: Call, args: BaseModel, render: Render) -> str:
+    """Run `action`'s handler and `render` its result, with the session's ids in the
+    context (stores tag their writes with them); after a write the session sees it from
+    its next turn."""
+    session = call.session
+    with (
+        with_session_id(session.id),
+        with_user_id(session.user_id),
+        with_agent_id(session.agent_id),
+    ):
+        result = await action.handler(call, args)
+        if action.write:
+            await advance_snapshot(call.provider, session)
+        return await render(call, args, result)
+
+
+async def advance_snapshot(provider: Any, session: Session) -> None:
+    """After the session's own memory write, it sees that write (its snapshot moves)."""
+    if not isinstance(unwrap(provider), SessionSnapshotStore):
+        return
+    try:
+        await provider.advance_snapshot(session.id, session.user_id, session.agent_id)
+    except Exception:
+        # The write itself succeeded; the session sees it from its next snapshot.
+        log.warning("advancing the snapshot of session %s failed", session.id, exc_info=True)
+    finally:
+        snapshots.moved()
