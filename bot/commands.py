@@ -17,13 +17,12 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.llm import LLMError
-from bot.pool import GENERATION_SEP, Pool, bind_session
+from bot.pool import Pool, bind_session
 from memory import snapshots
 from memory.capabilities import (
     ChangelogReader,
@@ -145,19 +144,11 @@ def command_parts(text: str) -> tuple[str, str]:
     return name, rest[0].strip() if rest else ""
 
 
-def base_of(session: Session) -> Session:
-    """The base session of a live one (its generation suffix removed)."""
-    head, sep, tail = session.id.rpartition(GENERATION_SEP)
-    if sep and head and tail.isdigit():
-        return replace(session, id=head)
-    return session
-
-
 async def handle_command(pool: Pool, session: Session, name: str, args: str, *,
                          is_admin: bool) -> str:
     """Answer `/name args`. Never raises for user or provider errors."""
     command = name.strip().lstrip("/").split("@", 1)[0].lower()
-    base = base_of(session)
+    base = session.base()
     try:
         if command in ("start", "help"):
             return _start(pool) if command == "start" else HELP
