@@ -51,14 +51,16 @@ GENERATION_SEP = "#"
 def session_id(base_id: str, generation: int) -> str:
     """The stored id of `generation` of the conversation `base_id`: the base id itself
     for generation 0, `<base>#<n>` for the sessions each `/new` starts. The one place
-    ids are built; `parse_session_id` reads them back."""
+    ids are built; `parse_session_id` reads them back. Raises ValueError for an id that
+    would not read back as (`base_id`, `generation`): a negative generation, an empty
+    base past generation 0, or a base that itself ends like a generation (`chat#2`)."""
     if generation < 0:
         raise ValueError(f"a session generation is 0 or more, not {generation}")
-    if not base_id or parse_session_id(base_id) != (base_id, 0):
-        # It would read back as another conversation's (or another generation's) id.
-        raise ValueError(f"{base_id!r} cannot be a base session id "
-                         f"(empty, or ending in {GENERATION_SEP!r} and a number)")
-    return base_id if generation == 0 else f"{base_id}{GENERATION_SEP}{generation}"
+    stored = base_id if generation == 0 else f"{base_id}{GENERATION_SEP}{generation}"
+    if parse_session_id(stored) != (base_id, generation):
+        raise ValueError(f"{base_id!r} cannot be the base session id of generation "
+                         f"{generation}: it would read back as another session's id")
+    return stored
 
 
 def parse_session_id(stored_id: str) -> tuple[str, int]:
