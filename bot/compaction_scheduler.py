@@ -70,19 +70,29 @@ class CompactionScheduler:
         try:
             with bind_session(session), with_change_source(ChangeSource.SYSTEM):
                 if not await self.provider.needs_compaction(
-                        session, self.settings.compaction.max_tokens):
+                    session, self.settings.compaction.max_tokens
+                ):
                     return
                 async with self._slots:
                     result = await self.provider.compact(session, CompactionMode.INCREMENTAL)
             record_compaction(self.provider.name, CompactionMode.INCREMENTAL, result)
-            log.info("auto-compacted %s: %d messages, %d -> %d tokens", session.id,
-                     result.messages_compacted, result.tokens_before, result.tokens_after)
+            log.info(
+                "auto-compacted %s: %d messages, %d -> %d tokens",
+                session.id,
+                result.messages_compacted,
+                result.tokens_before,
+                result.tokens_after,
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             record_compaction_failure(self.provider.name, CompactionMode.INCREMENTAL)
-            log.warning("automatic compaction of %s failed (nothing changed): %s: %s",
-                        session.id, type(exc).__name__, exc)
+            log.warning(
+                "automatic compaction of %s failed (nothing changed): %s: %s",
+                session.id,
+                type(exc).__name__,
+                exc,
+            )
 
     async def compact(self, session: Session) -> CompactionResult:
         """Full compaction now (`/compact`). Raises Unsupported without a Compactor."""

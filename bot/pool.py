@@ -49,8 +49,16 @@ from memory.history import live_session_only
 from memory.types import CompactionResult, Session
 
 # What channels and tests take from here; each lives in the module named above.
-__all__ = ["COMPACTIONS_AT_ONCE", "AlreadyStored", "Pool", "Receipt", "Reply", "TurnLocks",
-           "bind_session", "memory_tools"]
+__all__ = [
+    "COMPACTIONS_AT_ONCE",
+    "AlreadyStored",
+    "Pool",
+    "Receipt",
+    "Reply",
+    "TurnLocks",
+    "bind_session",
+    "memory_tools",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +68,17 @@ SESSION_MOVES = 3
 
 
 class Pool:
-    def __init__(self, provider: Any, llm: Completer, settings: Settings, *,
-                 locks: TurnLocks | None = None, idle_s: float = DEFAULT_IDLE_S,
-                 tools: ToolFactory | None = memory_tools,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        provider: Any,
+        llm: Completer,
+        settings: Settings,
+        *,
+        locks: TurnLocks | None = None,
+        idle_s: float = DEFAULT_IDLE_S,
+        tools: ToolFactory | None = memory_tools,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """`locks`: shared turn locks (the app passes `SessionLocks`); without them the
         pool keeps in-process locks, one slot per session, reaped after `idle_s`."""
         self.provider = provider
@@ -96,8 +111,15 @@ class Pool:
 
     # --- turns ----------------------------------------------------------------------
 
-    async def chat(self, session: Session, text: str, *, on_delta: OnDelta | None = None,
-                   receipt: Receipt | None = None, images: Sequence[Image] = ()) -> Reply:
+    async def chat(
+        self,
+        session: Session,
+        text: str,
+        *,
+        on_delta: OnDelta | None = None,
+        receipt: Receipt | None = None,
+        images: Sequence[Image] = (),
+    ) -> Reply:
         """One user message in, one reply out. Never raises for model or memory failures:
         those become `Reply(error=True)` with a plain line naming the problem. `receipt`
         is written with the user's message (see `Receipt`); a message it finds stored
@@ -116,9 +138,14 @@ class Pool:
                     async with self._hold(session.id):
                         entered = True
                         with bind_session(session):
-                            reply = await self._turns.run(session, text, on_delta, receipt,
-                                                          live_only=moves < SESSION_MOVES,
-                                                          images=images)
+                            reply = await self._turns.run(
+                                session,
+                                text,
+                                on_delta,
+                                receipt,
+                                live_only=moves < SESSION_MOVES,
+                                images=images,
+                            )
                     break
                 except SessionArchived:  # nothing stored: follow it to the live session
                     entered = False

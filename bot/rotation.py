@@ -40,8 +40,13 @@ class SessionRotation:
     checked before use. `hold`: the whole-turn lock of a session id (never archive a
     session under a running turn)."""
 
-    def __init__(self, provider: Any, *, replicas: bool,
-                 hold: Callable[[str], AbstractAsyncContextManager[None]]) -> None:
+    def __init__(
+        self,
+        provider: Any,
+        *,
+        replicas: bool,
+        hold: Callable[[str], AbstractAsyncContextManager[None]],
+    ) -> None:
         self.provider = provider
         self._replicas = replicas
         self._hold = hold
@@ -99,9 +104,9 @@ class SessionRotation:
         manager = self._manager()
         if manager is None:
             return base
-        infos = await manager.list_info(ListOptions(agent_id=base.agent_id,
-                                                    user_id=base.user_id,
-                                                    include_archived=True))
+        infos = await manager.list_info(
+            ListOptions(agent_id=base.agent_id, user_id=base.user_id, include_archived=True)
+        )
         best: SessionInfo | None = None
         best_generation = 0
         for info in infos:
@@ -121,8 +126,12 @@ class SessionRotation:
                 try:
                     info = await manager.load_info(current.id)
                 except NotFound:
-                    info = SessionInfo(id=current.id, agent_id=current.agent_id,
-                                       user_id=current.user_id, channel=current.channel)
+                    info = SessionInfo(
+                        id=current.id,
+                        agent_id=current.agent_id,
+                        user_id=current.user_id,
+                        channel=current.channel,
+                    )
                 await manager.save_info(dataclasses.replace(info, archived=True))
             nxt = base.at_generation(current.generation + 1)
             self._remember(base.id, nxt)

@@ -35,8 +35,9 @@ class _Slot:
 class LocalTurnLocks:
     """One lock per session in this process; slots unused for `idle_s` are reaped."""
 
-    def __init__(self, *, idle_s: float = DEFAULT_IDLE_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, idle_s: float = DEFAULT_IDLE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.idle_s = idle_s
         self._clock = clock
         self._slots: dict[str, _Slot] = {}
@@ -48,8 +49,9 @@ class LocalTurnLocks:
     def reap_idle(self) -> int:
         """Drop slots unused for `idle_s`; returns how many went."""
         now = self._clock()
-        idle = [k for k, s in self._slots.items()
-                if s.users == 0 and now - s.last_used >= self.idle_s]
+        idle = [
+            k for k, s in self._slots.items() if s.users == 0 and now - s.last_used >= self.idle_s
+        ]
         for key in idle:
             del self._slots[key]
         return len(idle)

@@ -58,12 +58,14 @@ MIN_HISTORY_BUDGET = 256
 
 # What a user reads when the memory store fails: what failed and whether their message
 # is kept, never an exception's name (the traceback goes to the log).
-MEMORY_DOWN = ("Sorry, my memory store failed, so your message was NOT saved. "
-               "Please send it again.")
-MEMORY_FAILED_KEPT = ("Sorry, my memory store failed before I could answer. Your message "
-                      "is saved; please try again.")
-ANSWER_NOT_SAVED = ("Sorry, my memory store failed while saving the answer, so I can't "
-                    "show it. Your message is saved; please try again.")
+MEMORY_DOWN = "Sorry, my memory store failed, so your message was NOT saved. Please send it again."
+MEMORY_FAILED_KEPT = (
+    "Sorry, my memory store failed before I could answer. Your message is saved; please try again."
+)
+ANSWER_NOT_SAVED = (
+    "Sorry, my memory store failed while saving the answer, so I can't "
+    "show it. Your message is saved; please try again."
+)
 
 
 def apology(reason: str) -> str:
@@ -144,39 +146,59 @@ class Turns:
     """The steps of a turn against one provider and one model. Holds no lock: the pool
     runs each turn under its session's turn lock, with the session bound."""
 
-    def __init__(self, provider: Any, llm: Completer, settings: Settings, *,
-                 tools: ToolFactory | None, memory: MemoryReader) -> None:
+    def __init__(
+        self,
+        provider: Any,
+        llm: Completer,
+        settings: Settings,
+        *,
+        tools: ToolFactory | None,
+        memory: MemoryReader,
+    ) -> None:
         self.provider = provider
         self.llm = llm
         self.settings = settings
         self._tools = tools
         self._memory = memory
         # Capability checks are Protocol isinstance calls: made once, not every turn.
-        self._can_seed = (isinstance(provider, ProfileStore)
-                          and isinstance(provider, ChangelogReader))
+        self._can_seed = isinstance(provider, ProfileStore) and isinstance(
+            provider, ChangelogReader
+        )
         self._tool_tokens: tuple[tuple[Any, ...], int] | None = None
         # (user, agent) pairs seeded by this process, most recently used last (bounded)
         self._seeded: OrderedDict[tuple[int, str], None] = OrderedDict()
 
-    async def run(self, session: Session, text: str, on_delta: OnDelta | None,
-                  receipt: Receipt | None, *, live_only: bool = False,
-                  images: Sequence[Image] = ()) -> Reply:
+    async def run(
+        self,
+        session: Session,
+        text: str,
+        on_delta: OnDelta | None,
+        receipt: Receipt | None,
+        *,
+        live_only: bool = False,
+        images: Sequence[Image] = (),
+    ) -> Reply:
         """One user message in, one reply out (see the module doc). Raises
         `SessionArchived` only under `live_only`, with nothing stored."""
         kept = False
         what = f"turn of session {session.id}"
         try:
             version = await retry_on_disconnect(lambda: self._prepare(session), what)
-            hook = await self.append(session, [Message(role="user", content=text)],
-                                     receipt=receipt, live_only=live_only)
+            hook = await self.append(
+                session, [Message(role="user", content=text)], receipt=receipt, live_only=live_only
+            )
             kept = True
             if receipt is not None and hook is not None:
                 await receipt.stored(atomic=hook.ran)
             context = await retry_on_disconnect(
-                lambda: self._context(session, version, images=len(images)), what)
+                lambda: self._context(session, version, images=len(images)), what
+            )
         except AlreadyStored as exc:
-            log.info("message for session %s was already stored elsewhere, not again: %s",
-                     session.id, exc)
+            log.info(
+                "message for session %s was already stored elsewhere, not again: %s",
+                session.id,
+                exc,
+            )
             return Reply("", skipped=True)
         except SessionArchived:
             raise  # archived by a /new since the channel resolved it: the pool moves on
@@ -190,8 +212,7 @@ class Turns:
         a user's (a turn cut short by a stop or a crash); None when it is answered.
         Raises when memory fails."""
         what = f"resuming session {session.id}"
-        version = await retry_on_disconnect(lambda: self._memory.snapshot_version(session),
-                                            what)
+        version = await retry_on_disconnect(lambda: self._memory.snapshot_version(session), what)
         context = await retry_on_disconnect(lambda: self._context(session, version), what)
         history = context[2]
         if not history or history[-1].role != "user":
@@ -202,7 +223,8 @@ class Turns:
         """The answer the session's last turn stored, None when it does not end with
         one."""
         history = await self.provider.assemble(
-            session, self.settings.memory.budget_tokens, self.settings.memory.fresh_tail)
+            session, self.settings.memory.budget_tokens, self.settings.memory.fresh_tail
+        )
         if not history or history[-1].role != "assistant" or history[-1].tool_calls:
             return None
         return history[-1].content
@@ -213,9 +235,14 @@ class Turns:
         await self._seed_identity(session)
         return await self._memory.snapshot_version(session)
 
-    async def append(self, session: Session, msgs: Sequence[Message], *,
-                     receipt: Receipt | None = None,
-                     live_only: bool = False) -> AppendHook | None:
+    async def append(
+        self,
+        session: Session,
+        msgs: Sequence[Message],
+        *,
+        receipt: Receipt | None = None,
+        live_only: bool = False,
+    ) -> AppendHook | None:
         """Append `msgs` (with `receipt`, in their transaction) in one transaction, run
         again whole on a new connection when the server dropped the old one
         (`retry_on_disconnect`). A COMMIT whose answer was lost is not repeated
@@ -226,8 +253,11 @@ class Turns:
 
         async def once() -> None:
             # A fresh hook each time: one that ran in a rolled-back attempt must run again.
-            hook = (AppendHook(functools.partial(receipt.write, session=session))
-                    if receipt is not None else None)
+            hook = (
+                AppendHook(functools.partial(receipt.write, session=session))
+                if receipt is not None
+                else None
+            )
             hooks.append(hook)
             live = live_session_only() if live_only else contextlib.nullcontext()
             with with_append_hook(hook), live:
@@ -238,8 +268,7 @@ class Turns:
                 await retry_on_disconnect(once, what)
                 return hooks[-1]
             except CommitUncertain:
-                if await retry_on_disconnect(lambda: self._stored_last(session, msgs[-1]),
-                                             what):
+                if await retry_on_disconnect(lambda: self._stored_last(session, msgs[-1]), what):
                     log.info("%s: the lost COMMIT went through", what)
                     return hooks[-1]
                 if attempt == RECONNECT_ATTEMPTS:
@@ -254,35 +283,50 @@ class Turns:
             return False  # cannot tell: the caller reports the failure
         history = await self.provider.load_history(session.id)
         return bool(history) and (history[-1].role, history[-1].created_at) == (
-            msg.role, msg.created_at)
+            msg.role,
+            msg.created_at,
+        )
 
-    async def _context(self, session: Session, version: int | None, *,
-                       images: int = 0) -> Context:
+    async def _context(self, session: Session, version: int | None, *, images: int = 0) -> Context:
         """The system prompt, the tools and the history the model gets (next to
         `images` images)."""
         provider = self.provider
-        system = build_system_prompt(self.settings.agent.system_prompt,
-                                     await self._memory.read(session, version))
+        system = build_system_prompt(
+            self.settings.agent.system_prompt, await self._memory.read(session, version)
+        )
         tools = self._tools(provider, session) if self._tools else []
-        overhead = (estimate_tokens(system) + self._schema_tokens(tools)
-                    + images * IMAGE_TOKENS)
+        overhead = estimate_tokens(system) + self._schema_tokens(tools) + images * IMAGE_TOKENS
         budget = max(MIN_HISTORY_BUDGET, self.settings.memory.budget_tokens - overhead)
         history = await provider.assemble(session, budget, self.settings.memory.fresh_tail)
         return system, tools, history
 
-    async def answer(self, session: Session, context: Context, on_delta: OnDelta | None,
-                     images: Sequence[Image] = ()) -> Reply:
+    async def answer(
+        self,
+        session: Session,
+        context: Context,
+        on_delta: OnDelta | None,
+        images: Sequence[Image] = (),
+    ) -> Reply:
         """Call the model on `context` (its history's last user message with `images`)
         and append what it said. Raises `SessionArchived` only under
         `live_session_only`, with the answer dropped."""
         system, tools, history = context
         try:
-            result = await run_turn(self.llm, [Message(role="system", content=system), *history],
-                                    tools, max_rounds=self.settings.llm.max_tool_rounds,
-                                    on_delta=_guarded(on_delta, session), images=images)
+            result = await run_turn(
+                self.llm,
+                [Message(role="system", content=system), *history],
+                tools,
+                max_rounds=self.settings.llm.max_tool_rounds,
+                on_delta=_guarded(on_delta, session),
+                images=images,
+            )
         except LLMError as exc:
-            log.warning("turn of session %s failed after %d attempt(s): %s",
-                        session.id, exc.attempts, exc.reason)
+            log.warning(
+                "turn of session %s failed after %d attempt(s): %s",
+                session.id,
+                exc.attempts,
+                exc.reason,
+            )
             return Reply(apology(exc.reason), error=True)
         try:
             # (memory.tool advanced the snapshot after each of its writes already)
@@ -301,7 +345,8 @@ class Turns:
         if self._tool_tokens is not None:
             known, tokens = self._tool_tokens
             if len(known) == len(schemas) and all(
-                    a is b for a, b in zip(known, schemas, strict=True)):
+                a is b for a, b in zip(known, schemas, strict=True)
+            ):
                 return tokens
         tokens = estimate_tokens(json.dumps(list(schemas)))
         self._tool_tokens = (schemas, tokens)  # holding them keeps their identity valid
@@ -316,8 +361,9 @@ class Turns:
             return  # seeding needs the changelog to tell "never set" from "cleared"
         # Idempotent (the changelog tells what was seeded), so a pair evicted below is
         # merely checked again on its next turn.
-        await seed_identity(self.provider, Path(self.settings.data_dir),
-                            session.user_id, session.agent_id)
+        await seed_identity(
+            self.provider, Path(self.settings.data_dir), session.user_id, session.agent_id
+        )
         self._seeded[key] = None
         while len(self._seeded) > SEEDED_CACHE_SIZE:
             self._seeded.popitem(last=False)
@@ -339,7 +385,10 @@ def _guarded(on_delta: OnDelta | None, session: Session) -> OnDelta | None:
             await on_delta(text)
         except Exception as exc:
             failed = True
-            log.warning("streaming to the channel failed for %s (the reply still comes): %s",
-                        session.id, exc)
+            log.warning(
+                "streaming to the channel failed for %s (the reply still comes): %s",
+                session.id,
+                exc,
+            )
 
     return call

@@ -46,8 +46,8 @@ def legacy_generation_of(base_id: str, sid: str) -> int | None:
     if sid == base_id:
         return 0
     prefix = base_id + "#"
-    if sid.startswith(prefix) and sid[len(prefix):].isdigit():
-        return int(sid[len(prefix):])
+    if sid.startswith(prefix) and sid[len(prefix) :].isdigit():
+        return int(sid[len(prefix) :])
     return None
 
 
@@ -91,8 +91,7 @@ def test_parsing_any_stored_id_loses_nothing(stored: str):
 
 @settings(max_examples=500, deadline=None)
 @given(_id_text, generations)
-def test_building_refuses_exactly_the_ids_that_would_not_read_back(base: str,
-                                                                   generation: int):
+def test_building_refuses_exactly_the_ids_that_would_not_read_back(base: str, generation: int):
     unreadable = (not _is_base(base) and base != "") if generation == 0 else base == ""
     try:
         stored = session_id(base, generation)
@@ -117,16 +116,21 @@ def test_ids_in_the_old_format_build_and_parse_the_same(base: str, generation: i
 
 
 @settings(max_examples=200, deadline=None)
-@given(agent_id=st.text(min_size=1, max_size=20).filter(str.isprintable),
-       user_id=st.integers(min_value=-(10**13), max_value=10**13),
-       thread=st.none() | st.integers(min_value=1, max_value=10**9),
-       generation=generations)
-def test_channel_base_ids_round_trip(agent_id: str, user_id: int, thread: int | None,
-                                     generation: int):
+@given(
+    agent_id=st.text(min_size=1, max_size=20).filter(str.isprintable),
+    user_id=st.integers(min_value=-(10**13), max_value=10**13),
+    thread=st.none() | st.integers(min_value=1, max_value=10**9),
+    generation=generations,
+)
+def test_channel_base_ids_round_trip(
+    agent_id: str, user_id: int, thread: int | None, generation: int
+):
     """The bases the channels build (any agent id, a '#' in it included) are bases."""
-    for base in (base_session(agent_id, Place(user_id, None, False), user_id),
-                 base_session(agent_id, Place(user_id, thread, True), 5),
-                 terminal_session(agent_id, "work")):
+    for base in (
+        base_session(agent_id, Place(user_id, None, False), user_id),
+        base_session(agent_id, Place(user_id, thread, True), 5),
+        terminal_session(agent_id, "work"),
+    ):
         assert base.generation == 0 and base.base() == base
         live = base.at_generation(generation)
         assert live == legacy_with_generation(base, generation)
