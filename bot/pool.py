@@ -84,7 +84,6 @@ class Pool:
         self.provider = provider
         self.llm = llm
         self.settings = settings
-        self.idle_s = idle_s
         self._local_locks = LocalTurnLocks(idle_s=idle_s, clock=clock)
         self._locks: TurnLocks = locks if locks is not None else self._local_locks
         # Can another process change this store's sessions? Unknown locks: assume so.
@@ -100,6 +99,11 @@ class Pool:
         return self._locks.hold(session_id)
 
     # --- slots ----------------------------------------------------------------------
+
+    @property
+    def idle_s(self) -> float:
+        """How long an unused in-process slot is kept."""
+        return self._local_locks.idle_s
 
     @property
     def active_sessions(self) -> int:
