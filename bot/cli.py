@@ -12,6 +12,7 @@ from typing import Any
 
 from bot.config import ConfigError, Settings, load_settings
 from memory.display import terminal_safe
+from memory.types import GENERATION_SEP
 
 log = logging.getLogger("mnemo")
 
@@ -139,9 +140,9 @@ def session_name(value: str) -> str:
     `/new` starts: `main#2`), at most SESSION_NAME_MAX characters."""
     if not value.strip():
         raise argparse.ArgumentTypeError("a session name cannot be empty")
-    if "#" in value:
+    if GENERATION_SEP in value:
         raise argparse.ArgumentTypeError(
-            f"{value!r}: '#' is reserved (it numbers the sessions /new starts)")
+            f"{value!r}: '{GENERATION_SEP}' is reserved (it numbers the sessions /new starts)")
     if not value.isprintable():
         raise argparse.ArgumentTypeError(f"{value!r}: control characters are not allowed")
     if len(value) > SESSION_NAME_MAX:

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import errno
 import logging
-from dataclasses import replace
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from bot.llm import LLMError
-from bot.pool import GENERATION_SEP, Pool
+from bot.pool import Pool
 from memory.actions.commands import run_memory_command, split_words, table_rows
 from memory.actions.fitting import MAX_REPLY, clip
 from memory.actions.spec import ContextBudget
@@ -44,7 +43,6 @@ __all__ = [
     "COMMANDS",
     "HELP",
     "MAX_REPLY",
-    "base_of",
     "clip",
     "command_parts",
     "command_table",
@@ -67,20 +65,12 @@ HELP = "Commands:\n" + "\n".join(f"/{name} — {what}" for name, what in COMMAND
 command_parts = split_words  # `/name@bot args` -> ("name", "args")
 
 
-def base_of(session: Session) -> Session:
-    """The base session of a live one (its generation suffix removed)."""
-    head, sep, tail = session.id.rpartition(GENERATION_SEP)
-    if sep and head and tail.isdigit():
-        return replace(session, id=head)
-    return session
-
-
 async def handle_command(
     pool: Pool, session: Session, name: str, args: str, *, is_admin: bool
 ) -> str:
     """Answer `/name args`. Never raises for user or provider errors."""
     command = name.strip().lstrip("/").split("@", 1)[0].lower()
-    base = base_of(session)
+    base = session.base()
     try:
         if command in ("start", "help"):
             return _start(pool) if command == "start" else HELP

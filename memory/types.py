@@ -6,7 +6,7 @@ Everything here is a dataclass or an enum: no I/O, no behaviour beyond conversio
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, overload
 
@@ -44,15 +44,66 @@ def minute_utc(value: datetime | None) -> str:
     return "?" if value is None else as_utc(value).strftime("%Y-%m-%d %H:%M UTC")
 
 
+# Separates a conversation's base id from its generation in a stored session id.
+GENERATION_SEP = "#"
+
+
+def session_id(base_id: str, generation: int) -> str:
+    """The stored id of `generation` of the conversation `base_id`: the base id itself
+    for generation 0, `<base>#<n>` for the sessions each `/new` starts. The one place
+    ids are built; `parse_session_id` reads them back. Raises ValueError for an id that
+    would not read back as (`base_id`, `generation`): a negative generation, an empty
+    base past generation 0, or a base that itself ends like a generation (`chat#2`)."""
+    if generation < 0:
+        raise ValueError(f"a session generation is 0 or more, not {generation}")
+    stored = base_id if generation == 0 else f"{base_id}{GENERATION_SEP}{generation}"
+    if parse_session_id(stored) != (base_id, generation):
+        raise ValueError(f"{base_id!r} cannot be the base session id of generation "
+                         f"{generation}: it would read back as another session's id")
+    return stored
+
+
+def parse_session_id(stored_id: str) -> tuple[str, int]:
+    """(base id, generation) of a stored session id: the inverse of `session_id`. Only
+    the form `session_id` writes counts as a generation (ASCII digits, no leading zero,
+    1 or more); any other id is a base id, generation 0."""
+    head, sep, tail = stored_id.rpartition(GENERATION_SEP)
+    if sep and head and tail.isascii() and tail.isdigit() and tail[0] != "0":
+        return head, int(tail)
+    return stored_id, 0
+
+
 @dataclass(frozen=True)
 class Session:
     """Identifies one conversation. `user_id` is the memory scope: a Telegram user in a
-    private chat, the group's chat id in a group."""
+    private chat, the group's chat id in a group.
+
+    `id` is the stored id, which providers key on; `generation` is read from it once,
+    here (`parse_session_id`): 0 for the base session, n after n `/new`s. Build another
+    generation's session with `at_generation`, never by editing the id."""
 
     id: str
     agent_id: str = "default"
     user_id: int = 0
     channel: str = "cli"
+    # Follows from `id`, so it is left out of equality, hashing and repr (as before).
+    generation: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "generation", parse_session_id(self.id)[1])
+
+    @property
+    def base_id(self) -> str:
+        """The id of the conversation's base session (generation 0)."""
+        return parse_session_id(self.id)[0]
+
+    def at_generation(self, generation: int) -> Session:
+        """This conversation's session of `generation` (same agent, user and channel)."""
+        return replace(self, id=session_id(self.base_id, generation))
+
+    def base(self) -> Session:
+        """The base session (generation 0) of this conversation."""
+        return self if self.generation == 0 else replace(self, id=self.base_id)
 
 
 @dataclass(frozen=True)

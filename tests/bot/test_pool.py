@@ -336,17 +336,17 @@ async def test_a_memory_failure_is_told_plainly_without_exception_names(
 
 async def test_identity_seeding_is_remembered_for_a_bounded_number_of_users(
         sqlite_engine: AsyncEngine, make_pool: PoolFactory, monkeypatch: pytest.MonkeyPatch):
-    import bot.pool
+    import bot.turns
 
     seeded: list[int] = []
-    seed = bot.pool.seed_identity
+    seed = bot.turns.seed_identity
 
     async def counting_seed(provider, data_dir, user_id, agent_id):
         seeded.append(user_id)
         return await seed(provider, data_dir, user_id, agent_id)
 
-    monkeypatch.setattr(bot.pool, "seed_identity", counting_seed)
-    monkeypatch.setattr(bot.pool, "SEEDED_CACHE_SIZE", 2)
+    monkeypatch.setattr(bot.turns, "seed_identity", counting_seed)
+    monkeypatch.setattr(bot.turns, "SEEDED_CACHE_SIZE", 2)
     pool = make_pool(sqlite_engine)
     users = [Session(id=f"default:test:{u}", user_id=u, channel="test") for u in (1, 2, 3)]
     for session in [*users, users[2], users[1], users[0]]:

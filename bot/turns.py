@@ -1,0 +1,394 @@
+"""One turn of a conversation, run under the session's turn lock (the pool takes it):
+
+1. bootstrap the session; seed the identity files (SOUL.md, USER.md) once per
+   (user, agent); get or create the session's snapshot version;
+2. append the user's message on its own (so it is kept even if the model then fails);
+3. build the system prompt (base + soul + profile + constraints at the snapshot version),
+   assemble the history within `memory.budget_tokens` / `memory.fresh_tail`;
+4. run the model with the memory tool (tool writes tagged `agent`);
+5. append the rest of the turn (assistant tool calls, tool results, final answer) in one
+   call, or nothing at all when the model failed: no half assistant turn is ever stored.
+
+Images sent with a message (`chat(images=...)`, `bot.images`) go to the model with the
+turn's user message in its model calls only: never stored, logged or resumed; each counts
+`IMAGE_TOKENS` against `memory.budget_tokens`. A server that rejects them (400) fails the
+turn like any model failure: the text is kept, the user gets the apology.
+
+Every memory step is run again whole on a new connection when the database server
+dropped the old one (`retry_on_disconnect`); an append whose COMMIT answer was lost is
+checked before it is repeated (`Turns.append`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from bot.config import Settings
+from bot.images import IMAGE_TOKENS, Image
+from bot.llm import LLMError, OnDelta
+from bot.prompt import MemoryReader, build_system_prompt
+from bot.runner import Completer, Tool, run_turn
+from bot.session_binding import bind_session
+from memory.append_hook import AppendHook, with_append_hook
+from memory.capabilities import ChangelogReader, ProfileStore, SessionManager
+from memory.context import with_change_source
+from memory.db import RECONNECT_ATTEMPTS, CommitUncertain, retry_on_disconnect
+from memory.errors import SessionArchived
+from memory.history import live_session_only
+from memory.identity import seed_identity
+from memory.tokens import estimate_tokens
+from memory.types import ChangeSource, Message, Session
+
+log = logging.getLogger(__name__)
+
+SEEDED_CACHE_SIZE = 10_000  # (user, agent) pairs known seeded; forgetting one costs a read
+# The history never gets less than this, whatever the system prompt costs.
+MIN_HISTORY_BUDGET = 256
+
+# What a user reads when the memory store fails: what failed and whether their message
+# is kept, never an exception's name (the traceback goes to the log).
+MEMORY_DOWN = "Sorry, my memory store failed, so your message was NOT saved. Please send it again."
+MEMORY_FAILED_KEPT = (
+    "Sorry, my memory store failed before I could answer. Your message is saved; please try again."
+)
+ANSWER_NOT_SAVED = (
+    "Sorry, my memory store failed while saving the answer, so I can't "
+    "show it. Your message is saved; please try again."
+)
+
+
+def apology(reason: str) -> str:
+    return f"Sorry, I couldn't answer: {reason}. Your message is saved; please try again."
+
+
+@dataclass
+class Reply:
+    """What a channel shows: the answer, or (error=True) one plain line of apology.
+    `skipped`: the message was stored elsewhere already (`AlreadyStored`): nothing to
+    show, `text` is empty and whoever stored it answers it."""
+
+    text: str
+    error: bool = False
+    skipped: bool = False
+
+
+class AlreadyStored(Exception):
+    """Raised by `Receipt.write`: the message was already stored elsewhere (another
+    replica got the same delivery). The append rolls back, and the turn ends quietly
+    with `Reply(skipped=True)`: a normal event, not a failure."""
+
+
+class Receipt(Protocol):
+    """A channel's record that a user message is stored (Telegram: its update id, so a
+    redelivered update is neither stored nor answered twice)."""
+
+    async def write(self, conn: AsyncConnection, *, session: Session) -> None:
+        """Inside the append's own transaction (providers on `memory.history`), with the
+        session the message went to. Raises `AlreadyStored` when the message was already
+        stored elsewhere."""
+
+    async def stored(self, atomic: bool) -> None:
+        """After the append committed; `atomic`: `write` ran in its transaction."""
+
+
+ToolFactory = Callable[[Any, Session], list[Tool]]
+# What the model gets for a turn: the system prompt, the tools and the history.
+Context = tuple[str, list[Tool], list[Message]]
+
+# provider -> its tool schema (None: no actions). The schema depends only on the
+# provider's capabilities, and building it runs many Protocol isinstance checks.
+_schemas: weakref.WeakKeyDictionary[Any, dict[str, Any] | None] = weakref.WeakKeyDictionary()
+
+
+def _tool_schema(provider: Any) -> dict[str, Any] | None:
+    from memory import tool as memory_tool
+
+    try:
+        return _schemas[provider]
+    except (KeyError, TypeError):  # TypeError: a provider that takes no weak reference
+        pass
+    try:
+        schema: dict[str, Any] | None = memory_tool.build_tool(provider)
+    except ValueError:  # a provider with no tool actions at all
+        schema = None
+    with contextlib.suppress(TypeError):
+        _schemas[provider] = schema
+    return schema
+
+
+def memory_tools(provider: Any, session: Session) -> list[Tool]:
+    """The `memory` tool for `session`, from `memory.tool` (every write tagged `agent`)."""
+    from memory import tool as memory_tool
+
+    schema = _tool_schema(provider)
+    if schema is None:
+        return []
+
+    async def handler(args: dict[str, Any]) -> str:
+        with bind_session(session), with_change_source(ChangeSource.AGENT):
+            return await memory_tool.run_tool(provider, session, args)
+
+    return [Tool(schema=schema, handler=handler)]
+
+
+class Turns:
+    """The steps of a turn against one provider and one model. Holds no lock: the pool
+    runs each turn under its session's turn lock, with the session bound."""
+
+    def __init__(
+        self,
+        provider: Any,
+        llm: Completer,
+        settings: Settings,
+        *,
+        tools: ToolFactory | None,
+        memory: MemoryReader,
+    ) -> None:
+        self.provider = provider
+        self.llm = llm
+        self.settings = settings
+        self._tools = tools
+        self._memory = memory
+        # Capability checks are Protocol isinstance calls: made once, not every turn.
+        self._can_seed = isinstance(provider, ProfileStore) and isinstance(
+            provider, ChangelogReader
+        )
+        self._tool_tokens: tuple[tuple[Any, ...], int] | None = None
+        # (user, agent) pairs seeded by this process, most recently used last (bounded)
+        self._seeded: OrderedDict[tuple[int, str], None] = OrderedDict()
+
+    async def run(
+        self,
+        session: Session,
+        text: str,
+        on_delta: OnDelta | None,
+        receipt: Receipt | None,
+        *,
+        live_only: bool = False,
+        images: Sequence[Image] = (),
+    ) -> Reply:
+        """One user message in, one reply out (see the module doc). Raises
+        `SessionArchived` only under `live_only`, with nothing stored."""
+        kept = False
+        what = f"turn of session {session.id}"
+        try:
+            version = await retry_on_disconnect(lambda: self._prepare(session), what)
+            hook = await self.append(
+                session, [Message(role="user", content=text)], receipt=receipt, live_only=live_only
+            )
+            kept = True
+            if receipt is not None and hook is not None:
+                await receipt.stored(atomic=hook.ran)
+            context = await retry_on_disconnect(
+                lambda: self._context(session, version, images=len(images)), what
+            )
+        except AlreadyStored as exc:
+            log.info(
+                "message for session %s was already stored elsewhere, not again: %s",
+                session.id,
+                exc,
+            )
+            return Reply("", skipped=True)
+        except SessionArchived:
+            raise  # archived by a /new since the channel resolved it: the pool moves on
+        except Exception:
+            log.exception("memory failed before the model was called (session %s)", session.id)
+            return Reply(MEMORY_FAILED_KEPT if kept else MEMORY_DOWN, error=True)
+        return await self.answer(session, context, on_delta, images)
+
+    async def owed(self, session: Session) -> Context | None:
+        """What the model gets to answer the session's last stored message, if that is
+        a user's (a turn cut short by a stop or a crash); None when it is answered.
+        Raises when memory fails."""
+        what = f"resuming session {session.id}"
+        version = await retry_on_disconnect(lambda: self._memory.snapshot_version(session), what)
+        context = await retry_on_disconnect(lambda: self._context(session, version), what)
+        history = context[2]
+        if not history or history[-1].role != "user":
+            return None
+        return context
+
+    async def last_answer(self, session: Session) -> str | None:
+        """The answer the session's last turn stored, None when it does not end with
+        one."""
+        history = await self.provider.assemble(
+            session, self.settings.memory.budget_tokens, self.settings.memory.fresh_tail
+        )
+        if not history or history[-1].role != "assistant" or history[-1].tool_calls:
+            return None
+        return history[-1].content
+
+    async def _prepare(self, session: Session) -> int | None:
+        """The session's record, identity files and snapshot version (all idempotent)."""
+        await self.provider.bootstrap(session)
+        await self._seed_identity(session)
+        return await self._memory.snapshot_version(session)
+
+    async def append(
+        self,
+        session: Session,
+        msgs: Sequence[Message],
+        *,
+        receipt: Receipt | None = None,
+        live_only: bool = False,
+    ) -> AppendHook | None:
+        """Append `msgs` (with `receipt`, in their transaction) in one transaction, run
+        again whole on a new connection when the server dropped the old one
+        (`retry_on_disconnect`). A COMMIT whose answer was lost is not repeated
+        blindly: the session's newest stored message tells whether it went through.
+        Returns the hook of the attempt that stored them."""
+        what = f"append to session {session.id}"
+        hooks: list[AppendHook | None] = []
+
+        async def once() -> None:
+            # A fresh hook each time: one that ran in a rolled-back attempt must run again.
+            hook = (
+                AppendHook(functools.partial(receipt.write, session=session))
+                if receipt is not None
+                else None
+            )
+            hooks.append(hook)
+            live = live_session_only() if live_only else contextlib.nullcontext()
+            with with_append_hook(hook), live:
+                await self.provider.append(session, *msgs)
+
+        for attempt in range(1, RECONNECT_ATTEMPTS + 1):
+            try:
+                await retry_on_disconnect(once, what)
+                return hooks[-1]
+            except CommitUncertain:
+                if await retry_on_disconnect(lambda: self._stored_last(session, msgs[-1]), what):
+                    log.info("%s: the lost COMMIT went through", what)
+                    return hooks[-1]
+                if attempt == RECONNECT_ATTEMPTS:
+                    raise
+                log.warning("%s: the lost COMMIT did not go through; appending again", what)
+        raise AssertionError("unreachable")
+
+    async def _stored_last(self, session: Session, msg: Message) -> bool:
+        """Whether `msg` is the session's newest stored message (same role and creation
+        time, to the microsecond: under the turn lock nobody else appends)."""
+        if not isinstance(self.provider, SessionManager):
+            return False  # cannot tell: the caller reports the failure
+        history = await self.provider.load_history(session.id)
+        return bool(history) and (history[-1].role, history[-1].created_at) == (
+            msg.role,
+            msg.created_at,
+        )
+
+    async def _context(self, session: Session, version: int | None, *, images: int = 0) -> Context:
+        """The system prompt, the tools and the history the model gets (next to
+        `images` images)."""
+        provider = self.provider
+        system = build_system_prompt(
+            self.settings.agent.system_prompt, await self._memory.read(session, version)
+        )
+        tools = self._tools(provider, session) if self._tools else []
+        overhead = estimate_tokens(system) + self._schema_tokens(tools) + images * IMAGE_TOKENS
+        budget = max(MIN_HISTORY_BUDGET, self.settings.memory.budget_tokens - overhead)
+        history = await provider.assemble(session, budget, self.settings.memory.fresh_tail)
+        return system, tools, history
+
+    async def answer(
+        self,
+        session: Session,
+        context: Context,
+        on_delta: OnDelta | None,
+        images: Sequence[Image] = (),
+    ) -> Reply:
+        """Call the model on `context` (its history's last user message with `images`)
+        and append what it said. Raises `SessionArchived` only under
+        `live_session_only`, with the answer dropped."""
+        system, tools, history = context
+        try:
+            result = await run_turn(
+                self.llm,
+                [Message(role="system", content=system), *history],
+                tools,
+                max_rounds=self.settings.llm.max_tool_rounds,
+                on_delta=_guarded(on_delta, session),
+                images=images,
+            )
+        except LLMError as exc:
+            log.warning(
+                "turn of session %s failed after %d attempt(s): %s",
+                session.id,
+                exc.attempts,
+                exc.reason,
+            )
+            return Reply(apology(exc.reason), error=True)
+        try:
+            # (memory.tool advanced the snapshot after each of its writes already)
+            await self.append(session, result.messages)
+        except SessionArchived:
+            raise  # only under live_session_only: the pool's resume() drops the answer
+        except Exception:
+            log.exception("could not store the answer of session %s", session.id)
+            return Reply(ANSWER_NOT_SAVED, error=True)
+        return Reply(result.text)
+
+    def _schema_tokens(self, tools: list[Tool]) -> int:
+        """What the tool schemas cost in the prompt; counted again only when the tool
+        factory hands out other schema objects (the default one reuses them)."""
+        schemas = tuple(t.schema for t in tools)
+        if self._tool_tokens is not None:
+            known, tokens = self._tool_tokens
+            if len(known) == len(schemas) and all(
+                a is b for a, b in zip(known, schemas, strict=True)
+            ):
+                return tokens
+        tokens = estimate_tokens(json.dumps(list(schemas)))
+        self._tool_tokens = (schemas, tokens)  # holding them keeps their identity valid
+        return tokens
+
+    async def _seed_identity(self, session: Session) -> None:
+        key = (session.user_id, session.agent_id)
+        if key in self._seeded:
+            self._seeded.move_to_end(key)
+            return
+        if not self._can_seed:
+            return  # seeding needs the changelog to tell "never set" from "cleared"
+        # Idempotent (the changelog tells what was seeded), so a pair evicted below is
+        # merely checked again on its next turn.
+        await seed_identity(
+            self.provider, Path(self.settings.data_dir), session.user_id, session.agent_id
+        )
+        self._seeded[key] = None
+        while len(self._seeded) > SEEDED_CACHE_SIZE:
+            self._seeded.popitem(last=False)
+
+
+def _guarded(on_delta: OnDelta | None, session: Session) -> OnDelta | None:
+    """Streaming is cosmetic: a channel callback that fails (a rejected message edit) is
+    logged once and then left alone; the turn itself goes on and the final reply is
+    still delivered whole."""
+    if on_delta is None:
+        return None
+    failed = False
+
+    async def call(text: str) -> None:
+        nonlocal failed
+        if failed:
+            return
+        try:
+            await on_delta(text)
+        except Exception as exc:
+            failed = True
+            log.warning(
+                "streaming to the channel failed for %s (the reply still comes): %s",
+                session.id,
+                exc,
+            )
+
+    return call
