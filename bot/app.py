@@ -1,6 +1,7 @@
 """The application built in one place: engine, migrations, summarizer, provider, LLM
-client and pool, from `Settings`. Every channel (Telegram, the terminal, tests) starts
-from `build_services` and ends with `Services.close()`."""
+client, pool and the embeddings worker (built, not started), from `Settings`. The
+application root (`bot.root`) starts from `build_services`, runs the background work on
+its scheduler and ends with `Services.close()`; tools and tests may use them directly."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class Services:
     pool: Pool
     locks: SessionLocks
     embedder: Any = None  # memory.semantic.client.Embedder when embeddings.model is set
-    embedding_worker: Any = None  # memory.semantic.backlog.EmbeddingWorker, running
+    embedding_worker: Any = None  # memory.semantic.backlog.EmbeddingWorker, not started
 
     async def close(self) -> None:
         """Pool first (its background compactions still use the provider), then the
@@ -112,9 +113,7 @@ async def build_services(settings: Settings, *, llm: LLMClient | None = None,
         )
         provider = await create_provider_async(settings.memory.provider, ctx)
         undo.push_async_callback(provider.close)
-        worker = _start_embedding_worker(provider, embedder, engine)
-        if worker is not None:
-            undo.push_async_callback(worker.stop)
+        worker = _embedding_worker(provider, embedder, engine)
         provider = with_tracing(provider, _trace)
         locks = SessionLocks(engine)
         undo.push_async_callback(locks.close)
@@ -125,9 +124,10 @@ async def build_services(settings: Settings, *, llm: LLMClient | None = None,
                     locks=locks, embedder=embedder, embedding_worker=worker)
 
 
-def _start_embedding_worker(provider: Any, embedder: Any, engine: AsyncEngine) -> Any:
-    """Embeds new messages, summaries and notes in the background (never on the reply
-    path); None when embeddings are off or the provider has nothing to embed."""
+def _embedding_worker(provider: Any, embedder: Any, engine: AsyncEngine) -> Any:
+    """What embeds new messages, summaries and notes in the background (never on the
+    reply path), for the root to start; None when embeddings are off or the provider has
+    nothing to embed."""
     if embedder is None:
         return None
     from memory.semantic.backlog import EmbeddingWorker, sources_of
@@ -136,7 +136,5 @@ def _start_embedding_worker(provider: Any, embedder: Any, engine: AsyncEngine) -
         log.warning("embeddings.model is set but the %s provider offers nothing to embed",
                     getattr(provider, "name", "?"))
         return None
-    worker = EmbeddingWorker(provider, embedder, engine=engine)
-    worker.start()
     log.info("embeddings on: model %s, embedded in the background", embedder.model)
-    return worker
+    return EmbeddingWorker(provider, embedder, engine=engine)

@@ -154,8 +154,14 @@ def base_of(session: Session) -> Session:
 
 
 async def handle_command(pool: Pool, session: Session, name: str, args: str, *,
-                         is_admin: bool) -> str:
-    """Answer `/name args`. Never raises for user or provider errors."""
+                         is_admin: bool, limit: int = MAX_REPLY) -> str:
+    """Answer `/name args`, in at most `limit` characters (the channel's). Never raises
+    for user or provider errors."""
+    return clip(await _answer(pool, session, name, args, is_admin=is_admin), limit)
+
+
+async def _answer(pool: Pool, session: Session, name: str, args: str, *,
+                  is_admin: bool) -> str:
     command = name.strip().lstrip("/").split("@", 1)[0].lower()
     base = base_of(session)
     try:

@@ -6,6 +6,9 @@ terminal; piped output gets each reply whole, one block per message, which keeps
 easy to script. Every reply and command answer is shown through
 `memory.display.terminal_safe` (as streamed, piece by piece): a model or a stored
 message can never send control or bidi characters to the terminal.
+
+`Terminal` is the channel (`bot.channel.Channel`) the application root runs for
+`mnemo chat`: a stop (SIGINT, SIGTERM) ends the conversation at once, like end of input.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 import threading
 from typing import TextIO
 
+from bot.channel import Limits, unless_stopped
 from bot.commands import handle_command
 from bot.pool import Pool
 from memory.display import terminal_safe
@@ -23,6 +27,8 @@ from memory.types import Session
 CLI_CHANNEL = "cli"
 CLI_USER_ID = 0
 QUIT = frozenset({"/quit", "/exit"})
+# A terminal takes any length; command listings stay about a screenful, as they were.
+LIMITS = Limits(max_message=3900, markdown=False)
 
 
 def terminal_session(agent_id: str, name: str) -> Session:
@@ -80,7 +86,7 @@ async def _read_line(loop: asyncio.AbstractEventLoop, stream: TextIO) -> str:
 
 
 async def run_terminal(pool: Pool, base: Session, *, stdin: TextIO = sys.stdin,
-                       stdout: TextIO = sys.stdout) -> int:
+                       stdout: TextIO = sys.stdout, limit: int = LIMITS.max_message) -> int:
     interactive = stdin.isatty() and stdout.isatty()
     loop = asyncio.get_running_loop()
     if interactive:
@@ -99,7 +105,7 @@ async def run_terminal(pool: Pool, base: Session, *, stdin: TextIO = sys.stdin,
             break
         if text.startswith("/"):
             name, _, args = text.partition(" ")
-            answer = await handle_command(pool, base, name, args, is_admin=True)
+            answer = await handle_command(pool, base, name, args, is_admin=True, limit=limit)
             _show(stdout, answer + "\n\n")
             stdout.flush()
             continue
@@ -116,3 +122,20 @@ async def run_terminal(pool: Pool, base: Session, *, stdin: TextIO = sys.stdin,
             _show(stdout, reply.text + "\n\n")
         stdout.flush()
     return 0
+
+
+class Terminal:
+    """The terminal channel: one conversation, `session`, on the root's pool."""
+
+    name = "terminal"
+    limits = LIMITS
+
+    def __init__(self, pool: Pool, session: Session, *, stdin: TextIO = sys.stdin,
+                 stdout: TextIO = sys.stdout) -> None:
+        self.pool, self.session, self.stdin, self.stdout = pool, session, stdin, stdout
+
+    async def run(self, stop: asyncio.Event) -> int:
+        await unless_stopped(run_terminal(self.pool, self.session, stdin=self.stdin,
+                                          stdout=self.stdout, limit=self.limits.max_message),
+                             stop)
+        return 0

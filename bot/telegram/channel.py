@@ -13,7 +13,9 @@ Updates are acknowledged to Telegram only once durable (`bot.telegram.inflight`)
 polling mode by our own loop (`bot.telegram.polling`; python-telegram-bot's Updater
 acknowledges at fetch time), in webhook mode by answering the POST only then. With the
 database `engine`, handled update ids are recorded so a redelivery is skipped.
-- `run_bot(settings)`: `mnemo run`, until SIGINT/SIGTERM.
+- `Telegram`: the channel (`bot.channel.Channel`) the application root (`bot.root`)
+  runs; `run_bot(settings)`: `mnemo run`, the root with this channel, until
+  SIGINT/SIGTERM.
 
 Webhook mode: python-telegram-bot serves `telegram.webhook.listen:port` at the URL's path
 and rejects any request without the secret token (403). With no
@@ -27,8 +29,8 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import signal
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -36,6 +38,7 @@ from telegram import BotCommand
 from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder
 
+from bot.channel import Limits
 from bot.commands import COMMANDS
 from bot.config import Settings
 from bot.pool import Pool
@@ -49,7 +52,14 @@ from bot.telegram.polling import Poller, prune_handled
 from bot.telegram.startup import reach_bot_api
 from bot.telegram.voice import MAX_AUDIO_BYTES
 
+if TYPE_CHECKING:
+    from bot.app import Services
+
 log = logging.getLogger(__name__)
+
+# Telegram takes 4096 characters (bot.telegram.splitting); a plain answer keeps room for
+# its own decoration. Formatted replies are split by bot.telegram.splitting.
+LIMITS = Limits(max_message=3900, markdown=True)
 
 ALLOWED_UPDATES = ["message", "edited_message"]
 POLL_TIMEOUT_S = 30  # long-poll length; Telegram answers at once when updates wait
@@ -98,7 +108,8 @@ def build_application(settings: Settings, pool: Pool, *,
     inflight = Inflight(app, engine)
     app.bot_data[INFLIGHT] = inflight
     app.update_queue.inflight = inflight  # type: ignore[attr-defined]
-    channel = app.bot_data[CHANNEL] = TelegramChannel(pool, settings, inflight)
+    channel = app.bot_data[CHANNEL] = TelegramChannel(pool, settings, inflight,
+                                                      reply_limit=LIMITS.max_message)
     channel.register(app)
     return app
 
@@ -187,33 +198,33 @@ async def running(app: Application, settings: Settings, *,
                 await app.stop()
 
 
-async def run_bot(settings: Settings) -> int:
-    """`mnemo run`: serve until SIGINT or SIGTERM; 0 on a clean stop."""
-    from bot.app import build_services
-    from bot.health import start_health_server
-    from bot.reflect import start_reflect
+class Telegram:
+    """The Telegram channel (`bot.channel.Channel`): the Application of `build_application`
+    on the root's services, reaching the Bot API (retried until it answers,
+    `bot.telegram.startup`) and then serving it (`running`) until the stop."""
 
-    require_token(settings)
-    services = await build_services(settings)
-    health = None
-    try:
-        app = build_application(settings, services.pool, engine=services.engine)
-        start_reflect(app.job_queue, services)  # runs once app.start() starts the JobQueue
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        health = await start_health_server(services.engine, settings.health,
-                                           provider=settings.memory.provider)
-        if not await reach_bot_api(app.bot, stop):  # retried until up (bot.telegram.startup)
+    name = "telegram"
+    limits = LIMITS
+
+    def __init__(self, services: Services) -> None:
+        self.settings = services.settings
+        self.app = build_application(services.settings, services.pool, engine=services.engine)
+
+    async def run(self, stop: asyncio.Event) -> int:
+        if not await reach_bot_api(self.app.bot, stop):  # retried until up, or stopped
             return 0
-        async with running(app, settings):
-            me = app.bot.username
-            log.info("@%s is up (memory provider %s)", me, settings.memory.provider)
+        async with running(self.app, self.settings):
+            log.info("@%s is up (memory provider %s)", self.app.bot.username,
+                     self.settings.memory.provider)
             await stop.wait()
             log.info("stopping")
-    finally:
-        if health is not None:
-            await health.stop()
-        await services.close()
-    return 0
+        return 0
+
+
+async def run_bot(settings: Settings) -> int:
+    """`mnemo run`: the application root running the Telegram channel, until SIGINT or
+    SIGTERM; 0 on a clean stop. Raises MissingToken, TokenRejected."""
+    from bot.root import Root
+
+    require_token(settings)
+    return await Root(settings, [Telegram]).run()
