@@ -10,9 +10,9 @@
 4. the health/metrics server, when `health.enabled` and the command serves it;
 5. the channels, each built from the services, until the stop event, or until one ends
    by itself (the terminal at end of input) or fails (its error ends the run).
-Then, in this order: the channels finish what is in flight (each its own drain); the
-background jobs get `JOB_GRACE_S`, then are cancelled; the health server stops; the
-services close (pool, turn locks, provider, LLM client, database engine).
+At the stop, at once: the channels finish what is in flight (each its own drain) while
+the background jobs get `JOB_GRACE_S`, then are cancelled; then the health server stops,
+and last the services close (pool, turn locks, provider, LLM client, database engine).
 """
 
 from __future__ import annotations
@@ -121,7 +121,11 @@ class Root:
         finally:
             self.stop()  # one channel ending (or failing) ends them all
             stopped.cancel()
+            # Background jobs wind down while the channels drain: both within docker
+            # stop's 10 s.
+            jobs = asyncio.create_task(self.scheduler.stop(JOB_GRACE_S))
             results = await asyncio.gather(*runs, return_exceptions=True)
+            await jobs
         for result in results:
             if isinstance(result, BaseException):
                 raise result

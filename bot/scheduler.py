@@ -75,3 +75,4 @@ class Scheduler(AsyncIOScheduler):
             await asyncio.gather(*runs, return_exceptions=True)
         if self.running:
             self.shutdown(wait=False)
+            await asyncio.sleep(0)  # AsyncIOScheduler shuts down in a callback of the loop
