@@ -56,9 +56,15 @@ class Services:
 
 def _trace(event: Any) -> None:
     trace_hook(event)  # Prometheus: memory operations by provider, operation, outcome
-    trace_log.debug("%s.%s %.1f ms in=%d out=%d%s", event.provider, event.operation,
-                    event.duration_s * 1000, event.arg_size, event.result_size,
-                    f" error={event.error}" if event.error else "")
+    trace_log.debug(
+        "%s.%s %.1f ms in=%d out=%d%s",
+        event.provider,
+        event.operation,
+        event.duration_s * 1000,
+        event.arg_size,
+        event.result_size,
+        f" error={event.error}" if event.error else "",
+    )
 
 
 def build_summarizer(llm: LLMClient, settings: Settings) -> Summarizer:
@@ -80,14 +86,20 @@ def build_embedder(settings: Settings) -> Any:
         return None
     from memory.semantic.client import Embedder
 
-    return Embedder(cfg.model, base_url=cfg.base_url or settings.llm.base_url,
-                    api_key=cfg.api_key or settings.llm.api_key, batch_size=cfg.batch_size,
-                    timeout_s=settings.llm.timeout_s, max_retries=settings.llm.max_retries,
-                    max_chars=cfg.max_chars)
+    return Embedder(
+        cfg.model,
+        base_url=cfg.base_url or settings.llm.base_url,
+        api_key=cfg.api_key or settings.llm.api_key,
+        batch_size=cfg.batch_size,
+        timeout_s=settings.llm.timeout_s,
+        max_retries=settings.llm.max_retries,
+        max_chars=cfg.max_chars,
+    )
 
 
-async def build_services(settings: Settings, *, llm: LLMClient | None = None,
-                         summarizer: Summarizer | None = None) -> Services:
+async def build_services(
+    settings: Settings, *, llm: LLMClient | None = None, summarizer: Summarizer | None = None
+) -> Services:
     """Build everything from `settings`. `llm` and `summarizer` may be injected (tests,
     benchmarks); by default they come from `settings.llm`. The services own what they
     are given (`Services.close` closes an injected `llm` too); if building fails, all
@@ -120,8 +132,16 @@ async def build_services(settings: Settings, *, llm: LLMClient | None = None,
         pool = Pool(provider, llm, settings, locks=locks)
         undo.pop_all()  # built: from now on Services.close closes them
     log.info("memory provider %s on %s", settings.memory.provider, engine.dialect.name)
-    return Services(settings=settings, engine=engine, provider=provider, llm=llm, pool=pool,
-                    locks=locks, embedder=embedder, embedding_worker=worker)
+    return Services(
+        settings=settings,
+        engine=engine,
+        provider=provider,
+        llm=llm,
+        pool=pool,
+        locks=locks,
+        embedder=embedder,
+        embedding_worker=worker,
+    )
 
 
 def _embedding_worker(provider: Any, embedder: Any, engine: AsyncEngine) -> Any:
@@ -133,8 +153,10 @@ def _embedding_worker(provider: Any, embedder: Any, engine: AsyncEngine) -> Any:
     from memory.semantic.backlog import EmbeddingWorker, sources_of
 
     if not sources_of(provider):
-        log.warning("embeddings.model is set but the %s provider offers nothing to embed",
-                    getattr(provider, "name", "?"))
+        log.warning(
+            "embeddings.model is set but the %s provider offers nothing to embed",
+            getattr(provider, "name", "?"),
+        )
         return None
     log.info("embeddings on: model %s, embedded in the background", embedder.model)
     return EmbeddingWorker(provider, embedder, engine=engine)

@@ -69,9 +69,13 @@ def start_reflect(scheduler: Any, services: Any) -> Any | None:
 def render_report(report: CycleReport) -> str:
     lines = [report.summary()]
     for s in report.sessions:
-        what = {"changed": f"{s.changes} change(s)", "unchanged": "no changes",
-                "nothing_new": "nothing new", "busy": "skipped, being reviewed elsewhere",
-                "failed": "FAILED"}.get(s.status, s.status)
+        what = {
+            "changed": f"{s.changes} change(s)",
+            "unchanged": "no changes",
+            "nothing_new": "nothing new",
+            "busy": "skipped, being reviewed elsewhere",
+            "failed": "FAILED",
+        }.get(s.status, s.status)
         detail = f": {s.detail}" if s.detail and s.status in ("failed", "changed") else ""
         lines.append(f"  {s.session_id}: {what}{detail}")
     return "\n".join(lines)
@@ -84,8 +88,10 @@ async def reflect_command(settings: Settings, once: bool) -> int:
     # `reflect.enabled` is about the schedule (inside `mnemo run` or this worker); an
     # explicit --once still runs, so cron can take over from a disabled in-bot job.
     if not settings.reflect.enabled and not once:
-        print("reflect is disabled (reflect.enabled: false): nothing to do; "
-              "`mnemo reflect --once` runs one cycle anyway")
+        print(
+            "reflect is disabled (reflect.enabled: false): nothing to do; "
+            "`mnemo reflect --once` runs one cycle anyway"
+        )
         return 0
     if not once:
         from bot.root import Root

@@ -45,9 +45,15 @@ class Root:
     when `reflect.enabled`. `build`: how the services are built (tests inject clients).
     """
 
-    def __init__(self, settings: Settings, channels: Sequence[ChannelFactory] = (), *,
-                 health: bool = True, reflect: bool = True,
-                 build: Build = build_services) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        channels: Sequence[ChannelFactory] = (),
+        *,
+        health: bool = True,
+        reflect: bool = True,
+        build: Build = build_services,
+    ) -> None:
         self.settings = settings
         self.factories = tuple(channels)
         self.serve_health, self.reflect = health, reflect
@@ -91,8 +97,8 @@ class Root:
                 from bot.health import start_health_server
 
                 self.health = await start_health_server(
-                    services.engine, self.settings.health,
-                    provider=self.settings.memory.provider)
+                    services.engine, self.settings.health, provider=self.settings.memory.provider
+                )
             yield services
         finally:
             # Jobs use the pool and the provider: ended before those close.
@@ -113,8 +119,10 @@ class Root:
         assert self.services is not None
         services = self.services
         self.channels = [make(services) for make in self.factories]
-        runs = [asyncio.create_task(channel.run(self.stopping), name=f"channel-{channel.name}")
-                for channel in self.channels]
+        runs = [
+            asyncio.create_task(channel.run(self.stopping), name=f"channel-{channel.name}")
+            for channel in self.channels
+        ]
         stopped = asyncio.create_task(self.stopping.wait())
         try:
             await asyncio.wait({stopped, *runs}, return_when=asyncio.FIRST_COMPLETED)

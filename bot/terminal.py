@@ -33,8 +33,12 @@ LIMITS = Limits(max_message=3900, markdown=False)
 
 def terminal_session(agent_id: str, name: str) -> Session:
     """The base session of terminal conversation `name` (deterministic across runs)."""
-    return Session(id=f"{agent_id}:{CLI_CHANNEL}:{CLI_USER_ID}:{name}", agent_id=agent_id,
-                   user_id=CLI_USER_ID, channel=CLI_CHANNEL)
+    return Session(
+        id=f"{agent_id}:{CLI_CHANNEL}:{CLI_USER_ID}:{name}",
+        agent_id=agent_id,
+        user_id=CLI_USER_ID,
+        channel=CLI_CHANNEL,
+    )
 
 
 def _show(out: TextIO, text: str) -> None:
@@ -52,7 +56,7 @@ class _Printer:
 
     async def __call__(self, text: str) -> None:
         if text.startswith(self.shown):
-            _show(self.out, text[len(self.shown):])
+            _show(self.out, text[len(self.shown) :])
         else:
             _show(self.out, "\n" + text)
         self.shown = text
@@ -85,8 +89,14 @@ async def _read_line(loop: asyncio.AbstractEventLoop, stream: TextIO) -> str:
     return await future
 
 
-async def run_terminal(pool: Pool, base: Session, *, stdin: TextIO = sys.stdin,
-                       stdout: TextIO = sys.stdout, limit: int = LIMITS.max_message) -> int:
+async def run_terminal(
+    pool: Pool,
+    base: Session,
+    *,
+    stdin: TextIO = sys.stdin,
+    stdout: TextIO = sys.stdout,
+    limit: int = LIMITS.max_message,
+) -> int:
     interactive = stdin.isatty() and stdout.isatty()
     loop = asyncio.get_running_loop()
     if interactive:
@@ -130,12 +140,25 @@ class Terminal:
     name = "terminal"
     limits = LIMITS
 
-    def __init__(self, pool: Pool, session: Session, *, stdin: TextIO = sys.stdin,
-                 stdout: TextIO = sys.stdout) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        session: Session,
+        *,
+        stdin: TextIO = sys.stdin,
+        stdout: TextIO = sys.stdout,
+    ) -> None:
         self.pool, self.session, self.stdin, self.stdout = pool, session, stdin, stdout
 
     async def run(self, stop: asyncio.Event) -> int:
-        await unless_stopped(run_terminal(self.pool, self.session, stdin=self.stdin,
-                                          stdout=self.stdout, limit=self.limits.max_message),
-                             stop)
+        await unless_stopped(
+            run_terminal(
+                self.pool,
+                self.session,
+                stdin=self.stdin,
+                stdout=self.stdout,
+                limit=self.limits.max_message,
+            ),
+            stop,
+        )
         return 0

@@ -75,13 +75,15 @@ class MissingToken(RuntimeError):
 def require_token(settings: Settings) -> str:
     token = settings.telegram.token.strip()
     if not token:
-        raise MissingToken("no Telegram bot token: set TELEGRAM_BOT_TOKEN "
-                           "(or telegram.token in the config)")
+        raise MissingToken(
+            "no Telegram bot token: set TELEGRAM_BOT_TOKEN (or telegram.token in the config)"
+        )
     return token
 
 
-def build_application(settings: Settings, pool: Pool, *,
-                      engine: AsyncEngine | None = None) -> Application:
+def build_application(
+    settings: Settings, pool: Pool, *, engine: AsyncEngine | None = None
+) -> Application:
     """The Application with every handler registered. Raises MissingToken. `engine`:
     where handled update ids are recorded (without it, redeliveries are not recognised)."""
     tg = settings.telegram
@@ -94,8 +96,11 @@ def build_application(settings: Settings, pool: Pool, *,
         # waits for a free connection rather than failing after PTB's usual 1 s. Its only
         # GETs are file downloads, never read past the Bot API's 20 MB (a text document:
         # past its own limit, `attachments.download`).
-        .request(AiohttpRequest(2 * tg.concurrent_updates + 4, pool_timeout=30.0,
-                                max_download_bytes=MAX_AUDIO_BYTES))
+        .request(
+            AiohttpRequest(
+                2 * tg.concurrent_updates + 4, pool_timeout=30.0, max_download_bytes=MAX_AUDIO_BYTES
+            )
+        )
         # A stop cancels the long poll in flight, and its connection may not be free yet
         # for the last getUpdates, the one that acknowledges the durable updates.
         .get_updates_request(AiohttpRequest(2))
@@ -108,8 +113,9 @@ def build_application(settings: Settings, pool: Pool, *,
     inflight = Inflight(app, engine)
     app.bot_data[INFLIGHT] = inflight
     app.update_queue.inflight = inflight  # type: ignore[attr-defined]
-    channel = app.bot_data[CHANNEL] = TelegramChannel(pool, settings, inflight,
-                                                      reply_limit=LIMITS.max_message)
+    channel = app.bot_data[CHANNEL] = TelegramChannel(
+        pool, settings, inflight, reply_limit=LIMITS.max_message
+    )
     channel.register(app)
     return app
 
@@ -134,9 +140,13 @@ def bot_commands() -> list[BotCommand]:
 
 
 @contextlib.asynccontextmanager
-async def running(app: Application, settings: Settings, *,
-                  poll_timeout: int = POLL_TIMEOUT_S,
-                  drain_s: float = DRAIN_S) -> AsyncIterator[Application]:
+async def running(
+    app: Application,
+    settings: Settings,
+    *,
+    poll_timeout: int = POLL_TIMEOUT_S,
+    drain_s: float = DRAIN_S,
+) -> AsyncIterator[Application]:
     """Run `app` (polling or webhook) for the duration of the block; at its end, updates
     in flight get `drain_s` seconds to finish."""
     webhook = settings.telegram.webhook
@@ -148,8 +158,7 @@ async def running(app: Application, settings: Settings, *,
     async with app:  # initialize (getMe) ... shutdown
         inflight.bind(app.bot.id)
         try:
-            await with_retry(lambda: app.bot.set_my_commands(bot_commands()),
-                             what="setMyCommands")
+            await with_retry(lambda: app.bot.set_my_commands(bot_commands()), what="setMyCommands")
         except TelegramError as exc:  # only the command menu: never worth not starting
             log.warning("could not set the command menu: %s", exc)
         await app.start()
@@ -161,21 +170,26 @@ async def running(app: Application, settings: Settings, *,
                 if not webhook.secret_token:
                     log.info("telegram.webhook.secret_token is empty: using a random one")
                 await app.updater.start_webhook(
-                    listen=webhook.listen, port=webhook.port,
+                    listen=webhook.listen,
+                    port=webhook.port,
                     url_path=urlparse(webhook.url).path.lstrip("/"),
-                    webhook_url=webhook.url, secret_token=secret,
-                    allowed_updates=ALLOWED_UPDATES)
+                    webhook_url=webhook.url,
+                    secret_token=secret,
+                    allowed_updates=ALLOWED_UPDATES,
+                )
                 log.info("receiving updates by webhook on %s:%d", webhook.listen, webhook.port)
                 await prune_handled(inflight)
             else:
-                poller = Poller(app, inflight, timeout=poll_timeout,
-                                allowed_updates=ALLOWED_UPDATES)
+                poller = Poller(
+                    app, inflight, timeout=poll_timeout, allowed_updates=ALLOWED_UPDATES
+                )
                 await poller.start()
                 log.info("receiving updates by long polling")
             owed = asyncio.create_task(_answer_owed(channel, app), name="telegram-answer-owed")
             if inflight.handled is not None:  # nothing recorded without a database
-                settling = asyncio.create_task(_settle(inflight, inflight.handled),
-                                               name="telegram-settle")
+                settling = asyncio.create_task(
+                    _settle(inflight, inflight.handled), name="telegram-settle"
+                )
             yield app
         finally:
             if settling is not None:
@@ -214,8 +228,11 @@ class Telegram:
         if not await reach_bot_api(self.app.bot, stop):  # retried until up, or stopped
             return 0
         async with running(self.app, self.settings):
-            log.info("@%s is up (memory provider %s)", self.app.bot.username,
-                     self.settings.memory.provider)
+            log.info(
+                "@%s is up (memory provider %s)",
+                self.app.bot.username,
+                self.settings.memory.provider,
+            )
             await stop.wait()
             log.info("stopping")
         return 0

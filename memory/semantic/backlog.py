@@ -156,8 +156,14 @@ class EmbeddingWorker:
         # Each pass plans the next one as it ends (`_run`): never two at once, and a slow
         # pass is not followed by the runs it overlapped.
         self._job = scheduler.add_job(
-            self._run, "interval", seconds=self.poll_s, id=JOB_NAME, name=JOB_NAME,
-            next_run_time=datetime.now(UTC), max_instances=1, coalesce=True,
+            self._run,
+            "interval",
+            seconds=self.poll_s,
+            id=JOB_NAME,
+            name=JOB_NAME,
+            next_run_time=datetime.now(UTC),
+            max_instances=1,
+            coalesce=True,
             misfire_grace_time=None,
         )
 
@@ -219,7 +225,9 @@ class EmbeddingWorker:
         finally:
             self._pass = None
         if self._job is job:
-            job.modify(next_run_time=datetime.now(UTC) + timedelta(seconds=0 if self._woken else delay))
+            job.modify(
+                next_run_time=datetime.now(UTC) + timedelta(seconds=0 if self._woken else delay)
+            )
 
     async def _one_pass(self) -> float:
         """A pass and its bookkeeping; returns the seconds to wait before the next."""

@@ -45,7 +45,11 @@ def schedule_reflect(scheduler: Any, reflector: Reflector) -> Any | None:
         log.info("reflect: disabled (reflect.enabled is false)")
         return None
     job = scheduler.add_job(
-        reflector.run_scheduled, "interval", seconds=cfg.interval_s, id=JOB_NAME, name=JOB_NAME,
+        reflector.run_scheduled,
+        "interval",
+        seconds=cfg.interval_s,
+        id=JOB_NAME,
+        name=JOB_NAME,
         next_run_time=datetime.now(UTC) + timedelta(seconds=first_delay(cfg.interval_s)),
         **_job_kwargs(cfg.interval_s),
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from apscheduler.events import EVENT_JOB_EXECUTED
 
 from bot.app import Services
 from bot.channel import Channel, Limits, unless_stopped
@@ -54,14 +55,20 @@ class FakeChannel:
 
 
 def lcm_settings(server: FakeOpenAI, tmp_path: Path, **sections: dict[str, Any]) -> Settings:
-    return make_settings(server, tmp_path / "data", memory={"provider": "lcm"},
-                         database={"url": f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"},
-                         **sections)
+    return make_settings(
+        server,
+        tmp_path / "data",
+        memory={"provider": "lcm"},
+        database={"url": f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"},
+        **sections,
+    )
 
 
 async def test_a_channel_answers_and_a_sigterm_stops_it_cleanly(
-        llm_server: FakeOpenAI, tmp_path: Path) -> None:
+    llm_server: FakeOpenAI, tmp_path: Path
+) -> None:
     made: list[FakeChannel] = []
+    built = asyncio.Event()
     closed: list[bool] = []
 
     def fake(services: Services) -> Channel:
@@ -73,13 +80,13 @@ async def test_a_channel_answers_and_a_sigterm_stops_it_cleanly(
 
         services.close = observed_close  # type: ignore[method-assign]
         made.append(FakeChannel(services))
+        built.set()
         return made[-1]
 
     root = Root(lcm_settings(llm_server, tmp_path), [fake])
     run = asyncio.create_task(root.run())
     async with asyncio.timeout(30):
-        while not made:  # built once the services are up
-            await asyncio.sleep(0)
+        await built.wait()  # once the services are up
         channel = made[0]
         await channel.running.wait()
         assert isinstance(channel, Channel)
@@ -94,7 +101,8 @@ async def test_a_channel_answers_and_a_sigterm_stops_it_cleanly(
 
 
 async def test_reflect_and_the_embeddings_worker_run_on_the_roots_one_scheduler(
-        llm_server: FakeOpenAI, tmp_path: Path) -> None:
+    llm_server: FakeOpenAI, tmp_path: Path
+) -> None:
     settings = lcm_settings(llm_server, tmp_path, embeddings={"model": "fake-embed"})
     root = Root(settings, health=False)
     async with root.started() as services:
@@ -106,21 +114,24 @@ async def test_reflect_and_the_embeddings_worker_run_on_the_roots_one_scheduler(
             stored = (await conn.execute(sa.select(embeddings.c.source))).scalars().all()
         assert stored == ["message", "message"]
 
-        asked = len(llm_server.requests)
+        asked, reflected = len(llm_server.requests), asyncio.Event()
+        root.scheduler.add_listener(
+            lambda event: event.job_id == "reflect" and reflected.set(), EVENT_JOB_EXECUTED
+        )
         llm_server.push(text("nothing to change"))
         root.scheduler.get_job("reflect").modify(next_run_time=datetime.now(UTC))  # due now
-        await llm_server.wait_for_requests(asked + 1)  # reflect reviews the session
-        assert "I play the cello" in str(llm_server.requests[-1])
         async with asyncio.timeout(20):
-            while root.scheduler.in_flight:  # the cycle records its slot as it ends
-                await asyncio.sleep(0.01)
+            await reflected.wait()
+        assert len(llm_server.requests) == asked + 1  # reflect reviewed the session
+        assert "I play the cello" in str(llm_server.requests[-1])
         async with services.engine.connect() as conn:
             slots = (await conn.execute(sa.select(ReflectSlot.__table__.c.slot))).scalars()
             assert len(slots.all()) == 1
 
 
 async def test_jobs_in_flight_are_ended_before_the_pool_closes(
-        llm_server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    llm_server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("bot.root.JOB_GRACE_S", 0.0)
     root = Root(lcm_settings(llm_server, tmp_path), health=False)
     seen_at_close: list[tuple[bool, int]] = []
