@@ -134,7 +134,9 @@ class Root:
             jobs = asyncio.create_task(self.scheduler.stop(JOB_GRACE_S))
             results = await asyncio.gather(*runs, return_exceptions=True)
             await jobs
+        codes = []
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        return max((int(code) for code in results), default=0)
+            codes.append(result)
+        return max(codes, default=0)

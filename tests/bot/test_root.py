@@ -5,6 +5,7 @@ ends those jobs before the pool closes."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import signal
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from bot.app import Services
 from bot.channel import Channel, Limits, unless_stopped
 from bot.config import Settings
 from bot.root import Root
+from bot.terminal import Terminal, terminal_session
 from memory.semantic.store import embeddings
 from memory.types import Session
 from plugins.reflect.models import ReflectSlot
@@ -152,3 +154,27 @@ async def test_jobs_in_flight_are_ended_before_the_pool_closes(
         await llm_server.wait_for_requests(asked + 1)
         assert root.scheduler.in_flight == 1  # the cycle is waiting on the model
     assert seen_at_close == [(False, 0)]  # stopped and ended before the pool closed
+
+
+async def test_command_answers_are_clipped_to_the_channels_declared_limit(
+    llm_server: FakeOpenAI, tmp_path: Path
+) -> None:
+    class NarrowTerminal(Terminal):  # a channel that takes 120 characters a message
+        limits = Limits(max_message=120, markdown=False)
+
+    base = terminal_session("default", "main")
+    out = io.StringIO()
+    root = Root(
+        lcm_settings(llm_server, tmp_path),
+        [
+            lambda services: NarrowTerminal(
+                services.pool, base, stdin=io.StringIO("/help\n"), stdout=out
+            )
+        ],
+        health=False,
+        reflect=False,
+    )
+    assert await root.run() == 0  # the channel ends at end of input, and so does the root
+    answer = out.getvalue().strip()
+    assert answer.startswith("Commands:") and answer.endswith("(cut to fit one message)")
+    assert len(answer) <= 120
