@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -167,7 +168,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     # The running bot's health port and reflect schedule are its own, not the chat's.
     root = Root(settings, [lambda services: Terminal(services.pool, base)],
                 health=False, reflect=False)
-    return _run_async(root.run())
+    code = _run_async(root.run())
+    return 130 if root.signalled == signal.SIGINT else code  # Ctrl-C, as a shell counts it
 
 
 def cmd_memory(args: argparse.Namespace) -> int:

@@ -59,6 +59,7 @@ class Root:
         self.serve_health, self.reflect = health, reflect
         self.build = build
         self.stopping = asyncio.Event()
+        self.signalled: signal.Signals | None = None  # the signal that stopped it, if one
         self.services: Services | None = None
         self.scheduler = Scheduler()
         self.health: Any = None
@@ -67,6 +68,10 @@ class Root:
     def stop(self) -> None:
         """Ask for a clean stop (what SIGINT and SIGTERM do)."""
         self.stopping.set()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self.signalled = self.signalled or sig
+        self.stop()
 
     async def run(self) -> int:
         """Start, serve until stopped, stop; the channels' exit code (the highest)."""
@@ -78,7 +83,7 @@ class Root:
     def _signals(self) -> Any:
         loop = asyncio.get_running_loop()
         for sig in SIGNALS:
-            loop.add_signal_handler(sig, self.stop)
+            loop.add_signal_handler(sig, self._on_signal, sig)
         try:
             yield
         finally:
