@@ -105,6 +105,7 @@ def build_application(
         # for the last getUpdates, the one that acknowledges the durable updates.
         .get_updates_request(AiohttpRequest(2))
         .update_queue(WebhookQueue())
+        .job_queue(None)  # background jobs run on the application root's one scheduler
     )
     if tg.base_url:
         base = tg.base_url.rstrip("/")
