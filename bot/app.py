@@ -1,6 +1,7 @@
 """The application built in one place: engine, migrations, summarizer, provider, LLM
-client and pool, from `Settings`. Every channel (Telegram, the terminal, tests) starts
-from `build_services` and ends with `Services.close()`."""
+client, pool and the embeddings worker (built, not started), from `Settings`. The
+application root (`bot.root`) starts from `build_services`, runs the background work on
+its scheduler and ends with `Services.close()`; tools and tests may use them directly."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class Services:
     pool: Pool
     locks: SessionLocks
     embedder: Any = None  # memory.semantic.client.Embedder when embeddings.model is set
-    embedding_worker: Any = None  # memory.semantic.backlog.EmbeddingWorker, running
+    embedding_worker: Any = None  # memory.semantic.backlog.EmbeddingWorker, not started
 
     async def close(self) -> None:
         """Pool first (its background compactions still use the provider), then the
@@ -55,9 +56,15 @@ class Services:
 
 def _trace(event: Any) -> None:
     trace_hook(event)  # Prometheus: memory operations by provider, operation, outcome
-    trace_log.debug("%s.%s %.1f ms in=%d out=%d%s", event.provider, event.operation,
-                    event.duration_s * 1000, event.arg_size, event.result_size,
-                    f" error={event.error}" if event.error else "")
+    trace_log.debug(
+        "%s.%s %.1f ms in=%d out=%d%s",
+        event.provider,
+        event.operation,
+        event.duration_s * 1000,
+        event.arg_size,
+        event.result_size,
+        f" error={event.error}" if event.error else "",
+    )
 
 
 def build_summarizer(llm: LLMClient, settings: Settings) -> Summarizer:
@@ -79,14 +86,20 @@ def build_embedder(settings: Settings) -> Any:
         return None
     from memory.semantic.client import Embedder
 
-    return Embedder(cfg.model, base_url=cfg.base_url or settings.llm.base_url,
-                    api_key=cfg.api_key or settings.llm.api_key, batch_size=cfg.batch_size,
-                    timeout_s=settings.llm.timeout_s, max_retries=settings.llm.max_retries,
-                    max_chars=cfg.max_chars)
+    return Embedder(
+        cfg.model,
+        base_url=cfg.base_url or settings.llm.base_url,
+        api_key=cfg.api_key or settings.llm.api_key,
+        batch_size=cfg.batch_size,
+        timeout_s=settings.llm.timeout_s,
+        max_retries=settings.llm.max_retries,
+        max_chars=cfg.max_chars,
+    )
 
 
-async def build_services(settings: Settings, *, llm: LLMClient | None = None,
-                         summarizer: Summarizer | None = None) -> Services:
+async def build_services(
+    settings: Settings, *, llm: LLMClient | None = None, summarizer: Summarizer | None = None
+) -> Services:
     """Build everything from `settings`. `llm` and `summarizer` may be injected (tests,
     benchmarks); by default they come from `settings.llm`. The services own what they
     are given (`Services.close` closes an injected `llm` too); if building fails, all
@@ -112,31 +125,38 @@ async def build_services(settings: Settings, *, llm: LLMClient | None = None,
         )
         provider = await create_provider_async(settings.memory.provider, ctx)
         undo.push_async_callback(provider.close)
-        worker = _start_embedding_worker(provider, embedder, engine)
-        if worker is not None:
-            undo.push_async_callback(worker.stop)
+        worker = _embedding_worker(provider, embedder, engine)
         provider = with_tracing(provider, _trace)
         locks = SessionLocks(engine)
         undo.push_async_callback(locks.close)
         pool = Pool(provider, llm, settings, locks=locks)
         undo.pop_all()  # built: from now on Services.close closes them
     log.info("memory provider %s on %s", settings.memory.provider, engine.dialect.name)
-    return Services(settings=settings, engine=engine, provider=provider, llm=llm, pool=pool,
-                    locks=locks, embedder=embedder, embedding_worker=worker)
+    return Services(
+        settings=settings,
+        engine=engine,
+        provider=provider,
+        llm=llm,
+        pool=pool,
+        locks=locks,
+        embedder=embedder,
+        embedding_worker=worker,
+    )
 
 
-def _start_embedding_worker(provider: Any, embedder: Any, engine: AsyncEngine) -> Any:
-    """Embeds new messages, summaries and notes in the background (never on the reply
-    path); None when embeddings are off or the provider has nothing to embed."""
+def _embedding_worker(provider: Any, embedder: Any, engine: AsyncEngine) -> Any:
+    """What embeds new messages, summaries and notes in the background (never on the
+    reply path), for the root to start; None when embeddings are off or the provider has
+    nothing to embed."""
     if embedder is None:
         return None
     from memory.semantic.backlog import EmbeddingWorker, sources_of
 
     if not sources_of(provider):
-        log.warning("embeddings.model is set but the %s provider offers nothing to embed",
-                    getattr(provider, "name", "?"))
+        log.warning(
+            "embeddings.model is set but the %s provider offers nothing to embed",
+            getattr(provider, "name", "?"),
+        )
         return None
-    worker = EmbeddingWorker(provider, embedder, engine=engine)
-    worker.start()
     log.info("embeddings on: model %s, embedded in the background", embedder.model)
-    return worker
+    return EmbeddingWorker(provider, embedder, engine=engine)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -161,18 +162,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
         _error(str(exc))
         return EXIT_CONFIG
 
-    async def go() -> int:
-        from bot.app import build_services
-        from bot.terminal import run_terminal, terminal_session
+    from bot.root import Root
+    from bot.terminal import Terminal, terminal_session
 
-        services = await build_services(settings)
-        try:
-            base = terminal_session(settings.agent.id, args.session)
-            return await run_terminal(services.pool, base)
-        finally:
-            await services.close()
-
-    return _run_async(go())
+    base = terminal_session(settings.agent.id, args.session)
+    # The running bot's health port and reflect schedule are its own, not the chat's.
+    root = Root(settings, [lambda services: Terminal(services.pool, base)],
+                health=False, reflect=False)
+    code = _run_async(root.run())
+    return 130 if root.signalled == signal.SIGINT else code  # Ctrl-C, as a shell counts it
 
 
 def cmd_memory(args: argparse.Namespace) -> int:

@@ -66,9 +66,15 @@ command_parts = split_words  # `/name@bot args` -> ("name", "args")
 
 
 async def handle_command(
-    pool: Pool, session: Session, name: str, args: str, *, is_admin: bool
+    pool: Pool, session: Session, name: str, args: str, *, is_admin: bool,
+    limit: int = MAX_REPLY,
 ) -> str:
-    """Answer `/name args`. Never raises for user or provider errors."""
+    """Answer `/name args`, in at most `limit` characters (the channel's). Never raises
+    for user or provider errors."""
+    return clip(await _answer(pool, session, name, args, is_admin=is_admin), limit)
+
+
+async def _answer(pool: Pool, session: Session, name: str, args: str, *, is_admin: bool) -> str:
     command = name.strip().lstrip("/").split("@", 1)[0].lower()
     base = session.base()
     try:

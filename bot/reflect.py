@@ -2,15 +2,15 @@
 conversation as an injected callable, and this is where the bot's own tool loop
 (`bot.runner.run_turn`) is handed to it, so the project has one tool loop.
 
-- `start_reflect(job_queue, services)`: schedule it on PTB's JobQueue (`mnemo run`).
+- `start_reflect(scheduler, services)`: schedule it on the application's scheduler
+  (`bot.root`: `mnemo run`, and `mnemo reflect` as a worker).
 - `reflect_command(settings, once)`: `mnemo reflect --once` (one cycle, printed), or
-  `mnemo reflect` (a worker running the schedule until SIGINT/SIGTERM).
+  `mnemo reflect` (the application root with no channel: the schedule, and the
+  embeddings worker when configured, until SIGINT/SIGTERM).
 """
 
 from __future__ import annotations
 
-import asyncio
-import signal
 from typing import Any
 
 from bot.config import Settings
@@ -22,7 +22,6 @@ from plugins.reflect import (
     ReflectConfig,
     Reflector,
     TurnRunner,
-    run_forever,
     schedule_reflect,
 )
 
@@ -61,17 +60,22 @@ def build_reflector(services: Any) -> Reflector:
     )
 
 
-def start_reflect(job_queue: Any, services: Any) -> Any | None:
-    """Schedule reflect on the bot's JobQueue; None (one log line) when disabled."""
-    return schedule_reflect(job_queue, build_reflector(services))
+def start_reflect(scheduler: Any, services: Any) -> Any | None:
+    """Schedule reflect on the application's APScheduler `scheduler`; None (one log
+    line) when disabled."""
+    return schedule_reflect(scheduler, build_reflector(services))
 
 
 def render_report(report: CycleReport) -> str:
     lines = [report.summary()]
     for s in report.sessions:
-        what = {"changed": f"{s.changes} change(s)", "unchanged": "no changes",
-                "nothing_new": "nothing new", "busy": "skipped, being reviewed elsewhere",
-                "failed": "FAILED"}.get(s.status, s.status)
+        what = {
+            "changed": f"{s.changes} change(s)",
+            "unchanged": "no changes",
+            "nothing_new": "nothing new",
+            "busy": "skipped, being reviewed elsewhere",
+            "failed": "FAILED",
+        }.get(s.status, s.status)
         detail = f": {s.detail}" if s.detail and s.status in ("failed", "changed") else ""
         lines.append(f"  {s.session_id}: {what}{detail}")
     return "\n".join(lines)
@@ -84,21 +88,19 @@ async def reflect_command(settings: Settings, once: bool) -> int:
     # `reflect.enabled` is about the schedule (inside `mnemo run` or this worker); an
     # explicit --once still runs, so cron can take over from a disabled in-bot job.
     if not settings.reflect.enabled and not once:
-        print("reflect is disabled (reflect.enabled: false): nothing to do; "
-              "`mnemo reflect --once` runs one cycle anyway")
+        print(
+            "reflect is disabled (reflect.enabled: false): nothing to do; "
+            "`mnemo reflect --once` runs one cycle anyway"
+        )
         return 0
+    if not once:
+        from bot.root import Root
+
+        return await Root(settings, health=False).run()
     services = await build_services(settings)
     try:
-        reflector = build_reflector(services)
-        if once:
-            report = await reflector.run_cycle()
-            print(render_report(report))
-            return 1 if report.failed else 0
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run_forever(reflector, stop)
-        return 0
+        report = await build_reflector(services).run_cycle()
+        print(render_report(report))
+        return 1 if report.failed else 0
     finally:
         await services.close()

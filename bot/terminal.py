@@ -6,6 +6,9 @@ terminal; piped output gets each reply whole, one block per message, which keeps
 easy to script. Every reply and command answer is shown through
 `memory.display.terminal_safe` (as streamed, piece by piece): a model or a stored
 message can never send control or bidi characters to the terminal.
+
+`Terminal` is the channel (`bot.channel.Channel`) the application root runs for
+`mnemo chat`: a stop (SIGINT, SIGTERM) ends the conversation at once, like end of input.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 import threading
 from typing import TextIO
 
+from bot.channel import Limits, unless_stopped
 from bot.commands import handle_command
 from bot.pool import Pool
 from memory.display import terminal_safe
@@ -23,12 +27,18 @@ from memory.types import Session
 CLI_CHANNEL = "cli"
 CLI_USER_ID = 0
 QUIT = frozenset({"/quit", "/exit"})
+# A terminal takes any length; command listings stay about a screenful, as they were.
+LIMITS = Limits(max_message=3900, markdown=False)
 
 
 def terminal_session(agent_id: str, name: str) -> Session:
     """The base session of terminal conversation `name` (deterministic across runs)."""
-    return Session(id=f"{agent_id}:{CLI_CHANNEL}:{CLI_USER_ID}:{name}", agent_id=agent_id,
-                   user_id=CLI_USER_ID, channel=CLI_CHANNEL)
+    return Session(
+        id=f"{agent_id}:{CLI_CHANNEL}:{CLI_USER_ID}:{name}",
+        agent_id=agent_id,
+        user_id=CLI_USER_ID,
+        channel=CLI_CHANNEL,
+    )
 
 
 def _show(out: TextIO, text: str) -> None:
@@ -46,7 +56,7 @@ class _Printer:
 
     async def __call__(self, text: str) -> None:
         if text.startswith(self.shown):
-            _show(self.out, text[len(self.shown):])
+            _show(self.out, text[len(self.shown) :])
         else:
             _show(self.out, "\n" + text)
         self.shown = text
@@ -79,8 +89,14 @@ async def _read_line(loop: asyncio.AbstractEventLoop, stream: TextIO) -> str:
     return await future
 
 
-async def run_terminal(pool: Pool, base: Session, *, stdin: TextIO = sys.stdin,
-                       stdout: TextIO = sys.stdout) -> int:
+async def run_terminal(
+    pool: Pool,
+    base: Session,
+    *,
+    stdin: TextIO = sys.stdin,
+    stdout: TextIO = sys.stdout,
+    limit: int = LIMITS.max_message,
+) -> int:
     interactive = stdin.isatty() and stdout.isatty()
     loop = asyncio.get_running_loop()
     if interactive:
@@ -99,7 +115,7 @@ async def run_terminal(pool: Pool, base: Session, *, stdin: TextIO = sys.stdin,
             break
         if text.startswith("/"):
             name, _, args = text.partition(" ")
-            answer = await handle_command(pool, base, name, args, is_admin=True)
+            answer = await handle_command(pool, base, name, args, is_admin=True, limit=limit)
             _show(stdout, answer + "\n\n")
             stdout.flush()
             continue
@@ -116,3 +132,33 @@ async def run_terminal(pool: Pool, base: Session, *, stdin: TextIO = sys.stdin,
             _show(stdout, reply.text + "\n\n")
         stdout.flush()
     return 0
+
+
+class Terminal:
+    """The terminal channel: one conversation, `session`, on the root's pool."""
+
+    name = "terminal"
+    limits = LIMITS
+
+    def __init__(
+        self,
+        pool: Pool,
+        session: Session,
+        *,
+        stdin: TextIO = sys.stdin,
+        stdout: TextIO = sys.stdout,
+    ) -> None:
+        self.pool, self.session, self.stdin, self.stdout = pool, session, stdin, stdout
+
+    async def run(self, stop: asyncio.Event) -> int:
+        await unless_stopped(
+            run_terminal(
+                self.pool,
+                self.session,
+                stdin=self.stdin,
+                stdout=self.stdout,
+                limit=self.limits.max_message,
+            ),
+            stop,
+        )
+        return 0

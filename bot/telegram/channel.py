@@ -13,7 +13,9 @@ Updates are acknowledged to Telegram only once durable (`bot.telegram.inflight`)
 polling mode by our own loop (`bot.telegram.polling`; python-telegram-bot's Updater
 acknowledges at fetch time), in webhook mode by answering the POST only then. With the
 database `engine`, handled update ids are recorded so a redelivery is skipped.
-- `run_bot(settings)`: `mnemo run`, until SIGINT/SIGTERM.
+- `Telegram`: the channel (`bot.channel.Channel`) the application root (`bot.root`)
+  runs; `run_bot(settings)`: `mnemo run`, the root with this channel, until
+  SIGINT/SIGTERM.
 
 Webhook mode: python-telegram-bot serves `telegram.webhook.listen:port` at the URL's path
 and rejects any request without the secret token (403). With no
@@ -27,8 +29,8 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import signal
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -36,6 +38,7 @@ from telegram import BotCommand
 from telegram.error import TelegramError
 from telegram.ext import Application, ApplicationBuilder
 
+from bot.channel import Limits
 from bot.commands import COMMANDS
 from bot.config import Settings
 from bot.pool import Pool
@@ -49,7 +52,14 @@ from bot.telegram.polling import Poller, prune_handled
 from bot.telegram.startup import reach_bot_api
 from bot.telegram.voice import MAX_AUDIO_BYTES
 
+if TYPE_CHECKING:
+    from bot.app import Services
+
 log = logging.getLogger(__name__)
+
+# Telegram takes 4096 characters (bot.telegram.splitting); a plain answer keeps room for
+# its own decoration. Formatted replies are split by bot.telegram.splitting.
+LIMITS = Limits(max_message=3900, markdown=True)
 
 ALLOWED_UPDATES = ["message", "edited_message"]
 POLL_TIMEOUT_S = 30  # long-poll length; Telegram answers at once when updates wait
@@ -65,13 +75,15 @@ class MissingToken(RuntimeError):
 def require_token(settings: Settings) -> str:
     token = settings.telegram.token.strip()
     if not token:
-        raise MissingToken("no Telegram bot token: set TELEGRAM_BOT_TOKEN "
-                           "(or telegram.token in the config)")
+        raise MissingToken(
+            "no Telegram bot token: set TELEGRAM_BOT_TOKEN (or telegram.token in the config)"
+        )
     return token
 
 
-def build_application(settings: Settings, pool: Pool, *,
-                      engine: AsyncEngine | None = None) -> Application:
+def build_application(
+    settings: Settings, pool: Pool, *, engine: AsyncEngine | None = None
+) -> Application:
     """The Application with every handler registered. Raises MissingToken. `engine`:
     where handled update ids are recorded (without it, redeliveries are not recognised)."""
     tg = settings.telegram
@@ -84,12 +96,16 @@ def build_application(settings: Settings, pool: Pool, *,
         # waits for a free connection rather than failing after PTB's usual 1 s. Its only
         # GETs are file downloads, never read past the Bot API's 20 MB (a text document:
         # past its own limit, `attachments.download`).
-        .request(AiohttpRequest(2 * tg.concurrent_updates + 4, pool_timeout=30.0,
-                                max_download_bytes=MAX_AUDIO_BYTES))
+        .request(
+            AiohttpRequest(
+                2 * tg.concurrent_updates + 4, pool_timeout=30.0, max_download_bytes=MAX_AUDIO_BYTES
+            )
+        )
         # A stop cancels the long poll in flight, and its connection may not be free yet
         # for the last getUpdates, the one that acknowledges the durable updates.
         .get_updates_request(AiohttpRequest(2))
         .update_queue(WebhookQueue())
+        .job_queue(None)  # background jobs run on the application root's one scheduler
     )
     if tg.base_url:
         base = tg.base_url.rstrip("/")
@@ -98,7 +114,9 @@ def build_application(settings: Settings, pool: Pool, *,
     inflight = Inflight(app, engine)
     app.bot_data[INFLIGHT] = inflight
     app.update_queue.inflight = inflight  # type: ignore[attr-defined]
-    channel = app.bot_data[CHANNEL] = TelegramChannel(pool, settings, inflight)
+    channel = app.bot_data[CHANNEL] = TelegramChannel(
+        pool, settings, inflight, reply_limit=LIMITS.max_message
+    )
     channel.register(app)
     return app
 
@@ -123,9 +141,13 @@ def bot_commands() -> list[BotCommand]:
 
 
 @contextlib.asynccontextmanager
-async def running(app: Application, settings: Settings, *,
-                  poll_timeout: int = POLL_TIMEOUT_S,
-                  drain_s: float = DRAIN_S) -> AsyncIterator[Application]:
+async def running(
+    app: Application,
+    settings: Settings,
+    *,
+    poll_timeout: int = POLL_TIMEOUT_S,
+    drain_s: float = DRAIN_S,
+) -> AsyncIterator[Application]:
     """Run `app` (polling or webhook) for the duration of the block; at its end, updates
     in flight get `drain_s` seconds to finish."""
     webhook = settings.telegram.webhook
@@ -137,8 +159,7 @@ async def running(app: Application, settings: Settings, *,
     async with app:  # initialize (getMe) ... shutdown
         inflight.bind(app.bot.id)
         try:
-            await with_retry(lambda: app.bot.set_my_commands(bot_commands()),
-                             what="setMyCommands")
+            await with_retry(lambda: app.bot.set_my_commands(bot_commands()), what="setMyCommands")
         except TelegramError as exc:  # only the command menu: never worth not starting
             log.warning("could not set the command menu: %s", exc)
         await app.start()
@@ -150,21 +171,26 @@ async def running(app: Application, settings: Settings, *,
                 if not webhook.secret_token:
                     log.info("telegram.webhook.secret_token is empty: using a random one")
                 await app.updater.start_webhook(
-                    listen=webhook.listen, port=webhook.port,
+                    listen=webhook.listen,
+                    port=webhook.port,
                     url_path=urlparse(webhook.url).path.lstrip("/"),
-                    webhook_url=webhook.url, secret_token=secret,
-                    allowed_updates=ALLOWED_UPDATES)
+                    webhook_url=webhook.url,
+                    secret_token=secret,
+                    allowed_updates=ALLOWED_UPDATES,
+                )
                 log.info("receiving updates by webhook on %s:%d", webhook.listen, webhook.port)
                 await prune_handled(inflight)
             else:
-                poller = Poller(app, inflight, timeout=poll_timeout,
-                                allowed_updates=ALLOWED_UPDATES)
+                poller = Poller(
+                    app, inflight, timeout=poll_timeout, allowed_updates=ALLOWED_UPDATES
+                )
                 await poller.start()
                 log.info("receiving updates by long polling")
             owed = asyncio.create_task(_answer_owed(channel, app), name="telegram-answer-owed")
             if inflight.handled is not None:  # nothing recorded without a database
-                settling = asyncio.create_task(_settle(inflight, inflight.handled),
-                                               name="telegram-settle")
+                settling = asyncio.create_task(
+                    _settle(inflight, inflight.handled), name="telegram-settle"
+                )
             yield app
         finally:
             if settling is not None:
@@ -187,33 +213,36 @@ async def running(app: Application, settings: Settings, *,
                 await app.stop()
 
 
-async def run_bot(settings: Settings) -> int:
-    """`mnemo run`: serve until SIGINT or SIGTERM; 0 on a clean stop."""
-    from bot.app import build_services
-    from bot.health import start_health_server
-    from bot.reflect import start_reflect
+class Telegram:
+    """The Telegram channel (`bot.channel.Channel`): the Application of `build_application`
+    on the root's services, reaching the Bot API (retried until it answers,
+    `bot.telegram.startup`) and then serving it (`running`) until the stop."""
 
-    require_token(settings)
-    services = await build_services(settings)
-    health = None
-    try:
-        app = build_application(settings, services.pool, engine=services.engine)
-        start_reflect(app.job_queue, services)  # runs once app.start() starts the JobQueue
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        health = await start_health_server(services.engine, settings.health,
-                                           provider=settings.memory.provider)
-        if not await reach_bot_api(app.bot, stop):  # retried until up (bot.telegram.startup)
+    name = "telegram"
+    limits = LIMITS
+
+    def __init__(self, services: Services) -> None:
+        self.settings = services.settings
+        self.app = build_application(services.settings, services.pool, engine=services.engine)
+
+    async def run(self, stop: asyncio.Event) -> int:
+        if not await reach_bot_api(self.app.bot, stop):  # retried until up, or stopped
             return 0
-        async with running(app, settings):
-            me = app.bot.username
-            log.info("@%s is up (memory provider %s)", me, settings.memory.provider)
+        async with running(self.app, self.settings):
+            log.info(
+                "@%s is up (memory provider %s)",
+                self.app.bot.username,
+                self.settings.memory.provider,
+            )
             await stop.wait()
             log.info("stopping")
-    finally:
-        if health is not None:
-            await health.stop()
-        await services.close()
-    return 0
+        return 0
+
+
+async def run_bot(settings: Settings) -> int:
+    """`mnemo run`: the application root running the Telegram channel, until SIGINT or
+    SIGTERM; 0 on a clean stop. Raises MissingToken, TokenRejected."""
+    from bot.root import Root
+
+    require_token(settings)
+    return await Root(settings, [Telegram]).run()

@@ -133,8 +133,10 @@ def _sender_name(message: Message) -> str:
 class TelegramChannel:
     """The handlers, bound to one pool and one config."""
 
-    def __init__(self, pool: Pool, settings: Settings, inflight: Inflight | None = None) -> None:
+    def __init__(self, pool: Pool, settings: Settings, inflight: Inflight | None = None, *,
+                 reply_limit: int) -> None:
         self.pool = pool
+        self.reply_limit = reply_limit  # characters of a command answer (the channel's)
         self.inflight = inflight
         self.settings = settings
         self.tg = settings.telegram
@@ -355,7 +357,8 @@ class TelegramChannel:
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         async with typing(context.bot, target):
             answer = await handle_command(self.pool, base, name, args.strip(),
-                                          is_admin=is_admin(self.tg, user.id if user else None))
+                                          is_admin=is_admin(self.tg, user.id if user else None),
+                                          limit=self.reply_limit)
         if receipt is not None:
             await receipt.record()  # its effect happened: never run it twice
         await send_plain_reply(context.bot, target, answer)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
 
 from telegram import Bot
 from telegram.error import InvalidToken, RetryAfter, TelegramError
 
+from bot.channel import unless_stopped
 from bot.redact import scrub
 from bot.telegram.delivery import retry_after_seconds
 
@@ -28,23 +28,6 @@ MAX_WAIT_S = 60.0
 
 class TokenRejected(Exception):
     """The Bot API refused the bot token (HTTP 401, or 404 for a malformed one)."""
-
-
-async def _unless_stopped(work: Awaitable[None], stop: asyncio.Event) -> bool:
-    """Run `work` unless `stop` is set first (then cancel it). True when it finished."""
-    task = asyncio.ensure_future(work)
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopped.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-    if task.cancelled():
-        return False
-    task.result()  # its error, if any
-    return True
 
 
 async def reach_bot_api(
@@ -60,7 +43,7 @@ async def reach_bot_api(
     while True:
         attempt += 1
         try:
-            if await _unless_stopped(bot.initialize(), stop):
+            if await unless_stopped(bot.initialize(), stop):
                 if attempt > 1:
                     log.info("reached the Telegram Bot API (attempt %d)", attempt)
                 return True
@@ -81,7 +64,7 @@ async def reach_bot_api(
                 _first_line(str(exc)),
                 delay,
             )
-            if await _unless_stopped(asyncio.sleep(delay), stop):
+            if await unless_stopped(asyncio.sleep(delay), stop):
                 wait = min(wait * 2, max_wait_s)
                 continue
         log.info("stopped before reaching the Telegram Bot API")

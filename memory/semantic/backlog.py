@@ -6,8 +6,8 @@ row in `embeddings` for the model, so whatever a stop or crash left undone is fo
 again at the next start, and two processes working at once only repeat some requests
 (INSERT ... ON CONFLICT DO NOTHING keeps one row per item).
 
-The worker is a task of its own: a reply never waits for it, and it writes in short
-transactions of at most `batch_size` rows. A failure backs off exponentially (one log
+The worker is a job of the application's scheduler (or of its own): a reply never waits
+for it, and it writes in short transactions of at most `batch_size` rows. A failure backs off exponentially (one log
 line per run of failures); an endpoint without embeddings (`EmbeddingsUnavailable`) is
 left alone for `client.RECHECK_S` after the embedder's one log line.
 """
@@ -18,9 +18,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+from apscheduler.jobstores.base import JobLookupError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.capabilities import EmbeddingSources
@@ -32,6 +34,7 @@ from memory.tracing import unwrap
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
+JOB_NAME = "embeddings"  # the worker's job on the application's scheduler (bot.scheduler)
 MAX_BATCHES_PER_PASS = 1000  # then the worker sleeps once, so a flood never starves a stop
 
 
@@ -109,8 +112,9 @@ async def embed_backlog(
 
 
 class EmbeddingWorker:
-    """Embeds new items in the background: a pass over every source's pending items,
-    then a sleep of `poll_s` (or until `wake()`)."""
+    """Embeds new items in the background, as a job of an APScheduler scheduler: a pass
+    over every source's pending items, the next one `poll_s` later (at once after
+    `wake()`); a failing pass puts the next one off with exponential backoff."""
 
     def __init__(
         self,
@@ -128,24 +132,62 @@ class EmbeddingWorker:
         self.poll_s, self.backoff_cap_s, self.unavailable_s = poll_s, backoff_cap_s, unavailable_s
         self.passes = 0  # passes finished without an error
         self.stored = 0  # rows stored since start
-        self._wake = asyncio.Event()
+        self._failures = 0  # passes failed in a row
         self._passed = asyncio.Condition()
-        self._task: asyncio.Task[None] | None = None
+        self._job: Any = None  # the scheduler's job while started
+        self._own: Any = None  # the scheduler of our own, when started without one
+        self._pass: asyncio.Task[Any] | None = None  # the run in flight
+        self._woken = False
 
-    def start(self) -> None:
-        if self._task is None and self.sources:
-            self._task = asyncio.create_task(self._run(), name="mnemo-embeddings")
+    @property
+    def running(self) -> bool:
+        return self._job is not None
+
+    def start(self, scheduler: Any = None) -> None:
+        """Poll as the job `JOB_NAME` of `scheduler` (the application's, started and
+        stopped by its owner) or, without one, of a scheduler of the worker's own."""
+        if self._job is not None or not self.sources:
+            return
+        if scheduler is None:
+            from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+            scheduler = self._own = AsyncIOScheduler(timezone=UTC)
+            scheduler.start()
+        # Each pass plans the next one as it ends (`_run`): never two at once, and a slow
+        # pass is not followed by the runs it overlapped.
+        self._job = scheduler.add_job(
+            self._run,
+            "interval",
+            seconds=self.poll_s,
+            id=JOB_NAME,
+            name=JOB_NAME,
+            next_run_time=datetime.now(UTC),
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+        )
 
     def wake(self) -> None:
-        self._wake.set()
+        """Run a pass now (or, when one is running, right after it)."""
+        self._woken = True
+        if self._job is not None and self._pass is None:
+            self._job.modify(next_run_time=datetime.now(UTC))
 
     async def stop(self) -> None:
-        """Cancel the worker (a batch being stored rolls back; it stays pending)."""
-        task, self._task = self._task, None
-        if task is not None:
+        """Stop polling; a pass in flight is cancelled (a batch being stored rolls back;
+        it stays pending). Safe to call twice."""
+        job, self._job = self._job, None
+        if job is not None:
+            with contextlib.suppress(JobLookupError):  # its scheduler was stopped first
+                job.remove()
+        task = self._pass
+        if task is not None and task is not asyncio.current_task():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        own, self._own = self._own, None
+        if own is not None:
+            own.shutdown(wait=False)
 
     async def next_pass(self) -> None:
         """Wait until a pass that starts after this call has finished (tests, tools)."""
@@ -168,29 +210,44 @@ class EmbeddingWorker:
         return stored
 
     async def _run(self) -> None:
-        failures = 0
-        while True:
-            delay = self.poll_s
-            self._wake.clear()  # a wake() during the pass runs another one at once
-            try:
-                await self.run_once()
-            except EmbeddingsUnavailable:
-                delay = self.unavailable_s  # the embedder logged it, once
-            except Exception as exc:
-                failures += 1
-                delay = min(self.backoff_cap_s, self.poll_s * 2**failures)
-                if failures == 1:
-                    log.warning(
-                        "embeddings: a pass failed (%s: %s); retrying with backoff",
-                        type(exc).__name__,
-                        exc,
-                    )
-            else:
-                if failures:
-                    log.info("embeddings: passes succeed again after %d failure(s)", failures)
-                failures = 0
-                async with self._passed:
-                    self.passes += 1
-                    self._passed.notify_all()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+        """The job: one pass, then the time of the next."""
+        job = self._job
+        if job is None:
+            return
+        job.pause()  # until this pass is over
+        self._pass, self._woken = asyncio.current_task(), False
+        try:
+            delay = await self._one_pass()
+        except asyncio.CancelledError:
+            if self._job is None:  # stopped: the end of the job, not its failure
+                return
+            raise
+        finally:
+            self._pass = None
+        if self._job is job:
+            job.modify(
+                next_run_time=datetime.now(UTC) + timedelta(seconds=0 if self._woken else delay)
+            )
+
+    async def _one_pass(self) -> float:
+        """A pass and its bookkeeping; returns the seconds to wait before the next."""
+        try:
+            await self.run_once()
+        except EmbeddingsUnavailable:
+            return self.unavailable_s  # the embedder logged it, once
+        except Exception as exc:
+            self._failures += 1
+            if self._failures == 1:
+                log.warning(
+                    "embeddings: a pass failed (%s: %s); retrying with backoff",
+                    type(exc).__name__,
+                    exc,
+                )
+            return min(self.backoff_cap_s, self.poll_s * 2**self._failures)
+        if self._failures:
+            log.info("embeddings: passes succeed again after %d failure(s)", self._failures)
+        self._failures = 0
+        async with self._passed:
+            self.passes += 1
+            self._passed.notify_all()
+        return self.poll_s

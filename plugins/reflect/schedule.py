@@ -1,6 +1,6 @@
-"""Scheduling the reflect cycle with APScheduler: through PTB's JobQueue while the bot
-runs (`schedule_reflect`), or with a scheduler of its own in a dedicated worker
-(`run_forever`, for `mnemo reflect` without `--once`).
+"""Scheduling the reflect cycle with APScheduler: on the application's scheduler while
+the bot runs (`schedule_reflect`, from `bot.root`), or with a scheduler of its own in a
+dedicated worker (`run_forever`).
 
 Every replica schedules the job; the job body claims the cycle's slot, so each cycle
 runs once (see `plugins.reflect.state`). The first run is aligned just past the next
@@ -35,20 +35,23 @@ def _job_kwargs(interval_s: float) -> dict[str, Any]:
     return {"max_instances": 1, "coalesce": True, "misfire_grace_time": max(1, int(interval_s / 2))}
 
 
-def schedule_reflect(job_queue: Any, reflector: Reflector) -> Any | None:
-    """Add the repeating reflect job to a python-telegram-bot `JobQueue`; returns the
-    job, or None (with one log line) when `reflect.enabled` is false."""
+def schedule_reflect(scheduler: Any, reflector: Reflector) -> Any | None:
+    """Add the repeating reflect job to an APScheduler `scheduler` (started or not);
+    returns the job, or None (with one log line) when `reflect.enabled` is false."""
+    from datetime import UTC, datetime, timedelta
+
     cfg = reflector.config
     if not cfg.enabled:
         log.info("reflect: disabled (reflect.enabled is false)")
         return None
-
-    async def callback(_context: Any) -> None:
-        await reflector.run_scheduled()
-
-    job = job_queue.run_repeating(
-        callback, interval=cfg.interval_s, first=first_delay(cfg.interval_s),
-        name=JOB_NAME, job_kwargs=_job_kwargs(cfg.interval_s),
+    job = scheduler.add_job(
+        reflector.run_scheduled,
+        "interval",
+        seconds=cfg.interval_s,
+        id=JOB_NAME,
+        name=JOB_NAME,
+        next_run_time=datetime.now(UTC) + timedelta(seconds=first_delay(cfg.interval_s)),
+        **_job_kwargs(cfg.interval_s),
     )
     log.info("reflect: every %gs, up to %d session(s) per cycle", cfg.interval_s, cfg.batch)
     return job
@@ -56,22 +59,14 @@ def schedule_reflect(job_queue: Any, reflector: Reflector) -> Any | None:
 
 async def run_forever(reflector: Reflector, stop: asyncio.Event) -> None:
     """Run the job on an APScheduler of our own until `stop` is set."""
-    from datetime import UTC, datetime, timedelta
+    from datetime import UTC
 
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-    cfg = reflector.config
-    if not cfg.enabled:
-        log.info("reflect: disabled (reflect.enabled is false)")
-        return
     scheduler = AsyncIOScheduler(timezone=UTC)
-    scheduler.add_job(
-        reflector.run_scheduled, "interval", seconds=cfg.interval_s, id=JOB_NAME,
-        next_run_time=datetime.now(UTC) + timedelta(seconds=first_delay(cfg.interval_s)),
-        **_job_kwargs(cfg.interval_s),
-    )
+    if schedule_reflect(scheduler, reflector) is None:
+        return
     scheduler.start()
-    log.info("reflect: every %gs, up to %d session(s) per cycle", cfg.interval_s, cfg.batch)
     try:
         await stop.wait()
     finally:

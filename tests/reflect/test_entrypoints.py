@@ -1,5 +1,5 @@
-"""How reflect is started: PTB's JobQueue (as `mnemo run` does), and `mnemo reflect
---once` from the shell (a real subprocess against the fake OpenAI server)."""
+"""How reflect is started: on the application's scheduler (as `mnemo run` does), and
+`mnemo reflect --once` from the shell (a real subprocess against the fake OpenAI server)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import sqlalchemy as sa
-from telegram.ext import ApplicationBuilder
 
 from bot.config import load_settings
 from bot.reflect import reflect_command
+from bot.scheduler import Scheduler
 from memory.capabilities import ProviderContext
 from memory.db import create_engine, migrate
 from memory.registry import get_factory
@@ -39,7 +39,7 @@ def simple_provider(engine, tmp_path: Path):
         config={"store_dir": str(tmp_path / "notes")}))
 
 
-async def test_job_queue_runs_a_cycle_per_slot(tmp_path: Path, llm, fake_llm) -> None:
+async def test_the_app_scheduler_runs_a_cycle_per_slot(tmp_path: Path, llm, fake_llm) -> None:
     async with temp_engine("sqlite", tmp_path) as engine:
         provider = simple_provider(engine, tmp_path)
         await provider.append(Session("s1", "default", 1, "cli"), Message("user", "I like jazz."))
@@ -54,15 +54,15 @@ async def test_job_queue_runs_a_cycle_per_slot(tmp_path: Path, llm, fake_llm) ->
             return reports[-1]
 
         reflector.run_scheduled = observed
-        app = ApplicationBuilder().token("1:fake").build()
-        job = schedule_reflect(app.job_queue, reflector)
+        scheduler = Scheduler()
+        job = schedule_reflect(scheduler, reflector)
         assert job is not None and job.name == "reflect"
-        await app.job_queue.start()
+        scheduler.start()
         try:
             async with asyncio.timeout(20):
                 await three.wait()
         finally:
-            await app.job_queue.stop(wait=True)
+            await scheduler.stop(grace_s=20)
         # Each run claimed its slot (a run delayed past a boundary may meet a taken one).
         assert await _slots(engine) == sorted(r.slot for r in reports if not r.skipped)
     assert len(fake_llm.requests) == 1  # the one session, reviewed once over the cycles
@@ -72,10 +72,10 @@ async def test_disabled_schedules_nothing(tmp_path: Path, caplog) -> None:
     async with temp_engine("sqlite", tmp_path) as engine:
         reflector = Reflector(engine, simple_provider(engine, tmp_path), lambda *a: None,
                               ReflectConfig(enabled=False))
-        app = ApplicationBuilder().token("1:fake").build()
+        scheduler = Scheduler()
         with caplog.at_level(logging.INFO, logger="plugins.reflect"):
-            assert schedule_reflect(app.job_queue, reflector) is None
-    assert app.job_queue.jobs() == ()
+            assert schedule_reflect(scheduler, reflector) is None
+    assert scheduler.get_jobs() == []
     assert [r.getMessage() for r in caplog.records] == [
         "reflect: disabled (reflect.enabled is false)"]
 

@@ -1,5 +1,6 @@
-"""The bot with `embeddings.model` set: the worker runs beside the replies, never in
-their way, and catches up what was stored while embeddings were off."""
+"""The bot with `embeddings.model` set: the worker runs beside the replies (on the
+application root's scheduler), never in their way, and catches up what was stored while
+embeddings were off."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from bot.app import build_services
+from bot.root import Root
 from memory.semantic.store import embeddings
 from memory.types import Session
 from tests.bot.conftest import make_settings
@@ -39,8 +41,9 @@ async def test_replies_do_not_wait_for_embeddings_and_vectors_follow(
 
     gate = asyncio.Event()
     server.push_embedding(gated(gate, error(500)))  # held until the reply is out, then retried
-    services = await build_services(settings(model="fake-embed"))
-    try:
+    root = Root(settings(model="fake-embed"), health=False, reflect=False)
+    async with root.started() as services:
+        assert [job.id for job in root.scheduler.get_jobs()] == ["embeddings"]
         await server.wait_for_embedding_requests(1)  # the worker found the backlog, asked
         assert server.in_flight == 1
         reply = await services.pool.chat(session, "remember the lighthouse keeper")
@@ -50,6 +53,4 @@ async def test_replies_do_not_wait_for_embeddings_and_vectors_follow(
         async with services.engine.connect() as conn:
             stored = await conn.execute(sa.select(embeddings.c.source, embeddings.c.model))
             assert sorted(stored.all()) == [("message", "fake-embed")] * 4
-    finally:
-        await services.close()
-    assert services.embedding_worker._task is None  # stopped with the services
+    assert not services.embedding_worker.running  # stopped with the root
