@@ -82,17 +82,17 @@ def cmd_providers(args: argparse.Namespace) -> int:
         if entry.error:
             print(terminal_safe(f"{mark} {entry.name}  ({entry.target})  ERROR: {entry.error}"))
             continue
-        caps = ", ".join(_static_capabilities(entry.factory)) or "-"
+        cls = entry.plugin.provider_class if entry.plugin else None
+        caps = ", ".join(_static_capabilities(cls)) or "-"
         print(terminal_safe(f"{mark} {entry.name}  ({entry.target})  capabilities: {caps}"))
     return 0
 
 
-def _static_capabilities(factory: Any) -> list[str]:
-    """Capabilities read off the provider class without opening a database: a factory may
+def _static_capabilities(cls: type | None) -> list[str]:
+    """Capabilities read off the provider class without opening a database: a plugin may
     declare `provider_class`; otherwise we can only say it is a Provider."""
     from memory.capabilities import capabilities_of
 
-    cls = getattr(factory, "provider_class", None)
     if not isinstance(cls, type):
         return ["Provider"]
     try:

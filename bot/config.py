@@ -14,10 +14,10 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from bot.config_yaml import ConfigYamlRefused, parse_config_yaml
 from bot.redact import MASK, config_secrets, mask, mask_database_url, secret_values
@@ -156,33 +156,52 @@ class TelegramSettings(_Section):
         return root
 
 
-class LcmSettings(_Section):
-    leaf_chunk_size: int = Field(default=10, ge=2, le=MAX_MESSAGES)
-    condensed_min: int = Field(default=2, ge=2, le=MAX_MESSAGES)
-    max_full_rounds: int = Field(default=10, ge=1, le=1000)
-
-
-class SimpleSettings(_Section):
-    store_dir: str = "data/memory"
-
-
-class MemorySettings(BaseModel):
-    # Extra keys allowed here only: a third-party provider's own section, `memory.<name>`.
-    model_config = ConfigDict(extra="allow", validate_default=True, allow_inf_nan=False)
+class _MemoryBase(BaseModel):
+    # Extra keys allowed here only: a section `memory.<name>` of a provider whose plugin
+    # exports no settings model (kept as a dict for it).
+    model_config = ConfigDict(extra="allow", validate_default=True, allow_inf_nan=False,
+                              populate_by_name=True)
 
     provider: str = "lcm"
     budget_tokens: int = Field(default=80000, ge=256, le=MAX_TOKENS)
     fresh_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
-    lcm: LcmSettings = Field(default_factory=LcmSettings)
-    simple: SimpleSettings = Field(default_factory=SimpleSettings)
 
     def section(self, name: str) -> dict[str, Any]:
-        value = getattr(self, name, None)
+        value = getattr(self, _field_name(name), None)
         if value is None:
             value = (self.model_extra or {}).get(name, {})
         if isinstance(value, BaseModel):
             return value.model_dump()
         return dict(value or {})
+
+
+def _field_name(provider: str) -> str:
+    return provider if provider.isidentifier() else "_".join(re.findall(r"\w+", provider))
+
+
+def _memory_settings() -> type[_MemoryBase]:
+    """`memory` with one section per installed provider whose plugin exports a settings
+    model: `memory.lcm` is validated by lcm's own model, so its keys, bounds and errors
+    are written once, in the plugin. Built when this module is imported, from the
+    providers installed then (a plugin that fails to load is reported where it is used)."""
+    from memory.provider_settings import section_model
+    from memory.registry import list_providers
+
+    sections: dict[str, Any] = {}
+    for entry in list_providers():
+        model = entry.plugin.settings if entry.plugin else None
+        name = _field_name(entry.name)
+        if model is None or not name or name in _MemoryBase.model_fields or name in sections:
+            continue
+        section = section_model(model)
+        sections[name] = (section, Field(default_factory=section, alias=entry.name))
+    return create_model("MemorySettings", __base__=_MemoryBase, **sections)
+
+
+if TYPE_CHECKING:
+    MemorySettings = _MemoryBase
+else:
+    MemorySettings = _memory_settings()
 
 
 class CompactionSettings(_Section):
@@ -415,8 +434,8 @@ def _validated(p: Path, data: Any, secrets: tuple[str, ...], *, check_provider: 
 
 
 def _check_provider_sections(p: Path, settings: Settings, installed: list[str]) -> None:
-    """`memory.<name>` sections beyond lcm/simple must belong to an installed provider, so
-    a typo such as `memory.lcn` is an error, not a silently ignored section."""
+    """`memory.<name>` sections must belong to an installed provider, so a typo such as
+    `memory.lcn` is an error, not a silently ignored section."""
     for key, value in (settings.memory.model_extra or {}).items():
         if key not in installed:
             raise ConfigError(
