@@ -80,7 +80,8 @@ def build_embedder(settings: Settings) -> Any:
     from memory.semantic.client import Embedder
 
     return Embedder(cfg.model, base_url=cfg.base_url or settings.llm.base_url,
-                    api_key=cfg.api_key or settings.llm.api_key, batch_size=cfg.batch_size,
+                    api_key=(cfg.api_key or settings.llm.api_key).get_secret_value(),
+                    batch_size=cfg.batch_size,
                     timeout_s=settings.llm.timeout_s, max_retries=settings.llm.max_retries,
                     max_chars=cfg.max_chars)
 

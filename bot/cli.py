@@ -50,12 +50,13 @@ def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Setti
 
     settings = load_settings(getattr(args, "config", None), check_provider=check_provider)
     install_redaction(*config_secrets(
-        token=settings.telegram.token, api_key=settings.llm.api_key,
-        webhook_secret=settings.telegram.webhook.secret_token,
+        token=settings.telegram.token.get_secret_value(),
+        api_key=settings.llm.api_key.get_secret_value(),
+        webhook_secret=settings.telegram.webhook.secret_token.get_secret_value(),
         database_url=settings.database.url,
         urls=(settings.llm.base_url, settings.telegram.base_url,
               settings.telegram.webhook.url, settings.embeddings.base_url)),
-        settings.embeddings.api_key)
+        settings.embeddings.api_key.get_secret_value())
     logging.getLogger().setLevel(settings.log_level)  # the config's `log_level`
     return settings
 

@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    create_model,
+    field_serializer,
+    field_validator,
+)
 
 from bot.config_yaml import ConfigYamlRefused, parse_config_yaml
 from bot.redact import MASK, config_secrets, mask, mask_database_url, secret_values
@@ -49,6 +58,19 @@ class ConfigError(Exception):
     """A config problem, phrased as one line for the operator."""
 
 
+class Secret(SecretStr):
+    """pydantic's SecretStr: `**********` in repr, str and model_dump, so no log line or
+    traceback that shows the settings shows a token or key; `get_secret_value()` where
+    it is used. Equal to its plain value, so a comparison with text still works."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return self.get_secret_value() == other
+        return super().__eq__(other)
+
+    __hash__ = SecretStr.__hash__
+
+
 class _Section(BaseModel):
     # No NaN or infinity anywhere: every comparison with one is false, so it would pass
     # the bounds below and fail every turn (`llm.temperature: nan`).
@@ -73,7 +95,13 @@ class AgentSettings(_Section):
 
 
 class DatabaseSettings(_Section):
-    url: str = "sqlite+aiosqlite:///data/mnemo.db"
+    # Text (code hands it to SQLAlchemy as it is), but its password never shows: left out
+    # of repr, masked in model_dump.
+    url: str = Field(default="sqlite+aiosqlite:///data/mnemo.db", repr=False)
+
+    @field_serializer("url")
+    def _masked(self, url: str) -> str:
+        return _url_without_password(url) or MASK
 
     @field_validator("url")
     @classmethod
@@ -87,7 +115,7 @@ class DatabaseSettings(_Section):
 
 class LLMSettings(_Section):
     base_url: str = "https://api.openai.com/v1"
-    api_key: str = ""
+    api_key: Secret = Secret("")
     model: str = "gpt-4o-mini"
     summary_model: str = ""  # empty = same as model
     # Empty = voice messages are not transcribed (bot.telegram.voice says why opt-in).
@@ -107,7 +135,7 @@ class EmbeddingsSettings(_Section):
 
     model: str = ""
     base_url: str = ""  # empty = llm.base_url
-    api_key: str = ""  # empty = llm.api_key
+    api_key: Secret = Secret("")  # empty = llm.api_key
     batch_size: int = Field(default=64, ge=1, le=2048)  # texts per request
     max_chars: int = Field(default=2000, ge=100, le=100_000)  # longer texts are cut
     cache_mb: int = Field(default=256, ge=16, le=65_536)  # cached vectors per process
@@ -117,14 +145,14 @@ class WebhookSettings(_Section):
     url: str = ""
     listen: str = "0.0.0.0"
     port: int = Field(default=8443, ge=1, le=65535)
-    secret_token: str = ""
+    secret_token: Secret = Secret("")
 
 
 TelegramId = Annotated[int, Field(ge=-TELEGRAM_ID, le=TELEGRAM_ID)]
 
 
 class TelegramSettings(_Section):
-    token: str = ""
+    token: Secret = Secret("")
     # A self-hosted Bot API server's root, e.g. http://localhost:8081; PTB's form
     # (http://localhost:8081/bot) is accepted and read as the root.
     base_url: str = ""
@@ -137,8 +165,9 @@ class TelegramSettings(_Section):
 
     @field_validator("token")
     @classmethod
-    def _token_shape(cls, v: str) -> str:
-        if v.strip() and not _TOKEN.match(v.strip()):
+    def _token_shape(cls, v: Secret) -> Secret:
+        token = v.get_secret_value().strip()
+        if token and not _TOKEN.match(token):
             raise ValueError("expected a bot token as @BotFather gives it, like 123456:ABC-def")
         return v
 

@@ -63,7 +63,7 @@ class MissingToken(RuntimeError):
 
 
 def require_token(settings: Settings) -> str:
-    token = settings.telegram.token.strip()
+    token = settings.telegram.token.get_secret_value().strip()
     if not token:
         raise MissingToken("no Telegram bot token: set TELEGRAM_BOT_TOKEN "
                            "(or telegram.token in the config)")
@@ -146,7 +146,7 @@ async def running(app: Application, settings: Settings, *,
         await inflight.replay()  # updates parked by a previous run (bot.telegram.inbox)
         try:
             if webhook.url:
-                secret = webhook.secret_token or secrets.token_urlsafe(32)
+                secret = webhook.secret_token.get_secret_value() or secrets.token_urlsafe(32)
                 if not webhook.secret_token:
                     log.info("telegram.webhook.secret_token is empty: using a random one")
                 await app.updater.start_webhook(
