@@ -45,6 +45,7 @@ from bot.telegram.handled import SETTLE_EVERY_S, HandledUpdates
 from bot.telegram.handlers import TelegramChannel
 from bot.telegram.http import AiohttpRequest
 from bot.telegram.inflight import Inflight, WebhookQueue
+from bot.telegram.pacing import GroupPacer
 from bot.telegram.polling import Poller, prune_handled
 from bot.telegram.startup import reach_bot_api
 from bot.telegram.voice import MAX_AUDIO_BYTES
@@ -90,6 +91,8 @@ def build_application(settings: Settings, pool: Pool, *,
         # for the last getUpdates, the one that acknowledges the durable updates.
         .get_updates_request(AiohttpRequest(2))
         .update_queue(WebhookQueue())
+        # About 20 messages a minute into one group (bot/telegram/pacing.py).
+        .rate_limiter(GroupPacer())
     )
     if tg.base_url:
         base = tg.base_url.rstrip("/")
