@@ -30,6 +30,7 @@ from pydantic import (
 
 from bot.config_yaml import ConfigYamlRefused, parse_config_yaml
 from bot.redact import MASK, config_secrets, mask, mask_database_url, secret_values
+from memory.provider_settings import MAX_MESSAGES  # message counts: keep_tail, fresh_tail
 
 DEFAULT_CONFIG = "config.yaml"
 ENV_CONFIG = "MNEMO_CONFIG"
@@ -44,7 +45,6 @@ SECRET_KEYS = ("telegram.token", "llm.api_key", "telegram.webhook.secret_token",
 # Bounds of the numeric keys: each admits every sensible setting and refuses what would
 # fail later, at a worse time (an interval no timer can hold, a LIMIT no database takes).
 MAX_TOKENS = 10_000_000  # far above any model's context window
-MAX_MESSAGES = 100_000  # message counts: keep_tail, fresh_tail, chunk sizes
 TELEGRAM_ID = 2**63 - 1  # chat and user ids are 64-bit signed in the Bot API
 REFLECT_INTERVAL_S = (10.0, 365 * 86400.0)
 # A bot token as @BotFather issues it: the bot's numeric id, a colon, the secret part.

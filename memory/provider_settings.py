@@ -20,7 +20,7 @@ from memory.errors import InvalidArgument
 # a provider's model may declare them to receive them, but `memory.<name>` cannot set
 # them (they are set once, where every provider reads them).
 SUPPLIED = ("keep_tail",)
-MAX_MESSAGES = 100_000  # message counts: keep_tail, chunk sizes
+MAX_MESSAGES = 100_000  # bound of message counts (keep_tail, chunk sizes, fresh_tail)
 
 Model = TypeVar("Model", bound=BaseModel)
 
