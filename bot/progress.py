@@ -19,9 +19,13 @@ class ProgressBar:
         self.tty = bool(isatty()) if callable(isatty) else False
         self._bar: tqdm[None] | None = None
         if self.tty:
-            self._bar = tqdm(total=self.total, file=self.stream, dynamic_ncols=True,
-                             leave=True, bar_format="{l_bar}{bar}| {n}/{total} "
-                             "[{elapsed}<{remaining}] {postfix}")
+            self._bar = tqdm(
+                total=self.total,
+                file=self.stream,
+                dynamic_ncols=True,
+                leave=True,
+                bar_format="{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}] {postfix}",
+            )
 
     def show(self, done: int, label: str = "") -> None:
         if self._bar is not None:

@@ -47,10 +47,15 @@ def section_model(model: type[Model]) -> type[Model]:
     if not supplied:
         return model
     # A ClassVar in a subclass takes a field out of the model.
-    return type(model.__name__, (model,), {
-        "__module__": model.__module__, "__qualname__": model.__qualname__,
-        "__annotations__": {key: ClassVar[Any] for key in supplied},
-    })
+    return type(
+        model.__name__,
+        (model,),
+        {
+            "__module__": model.__module__,
+            "__qualname__": model.__qualname__,
+            "__annotations__": {key: ClassVar[Any] for key in supplied},
+        },
+    )
 
 
 def settings_of(model: type[Model], name: str, settings: Any, config: dict[str, Any]) -> Model:

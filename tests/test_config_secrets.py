@@ -25,14 +25,22 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     path.write_text(
         f"telegram: {{token: '{TOKEN}', webhook: {{secret_token: {HOOK}}}}}\n"
         f"llm: {{api_key: {API_KEY}}}\nembeddings: {{api_key: {EMBED_KEY}}}\n"
-        f"database: {{url: 'postgresql+psycopg://u:{DB_PASSWORD}@db/m'}}\n", encoding="utf-8")
+        f"database: {{url: 'postgresql+psycopg://u:{DB_PASSWORD}@db/m'}}\n",
+        encoding="utf-8",
+    )
     return load_settings(path)
 
 
 def test_no_secret_in_repr_str_or_dump(settings) -> None:  # noqa: ANN001
-    shown = [repr(settings), str(settings), repr(settings.model_dump()),
-             settings.model_dump_json(), repr(settings.telegram), repr(settings.llm),
-             repr(settings.database)]
+    shown = [
+        repr(settings),
+        str(settings),
+        repr(settings.model_dump()),
+        settings.model_dump_json(),
+        repr(settings.telegram),
+        repr(settings.llm),
+        repr(settings.database),
+    ]
     for text in shown:
         for secret in (TOKEN, TOKEN.partition(":")[2], API_KEY, EMBED_KEY, HOOK, DB_PASSWORD):
             assert secret not in text, (secret, text[:200])

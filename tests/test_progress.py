@@ -35,4 +35,7 @@ def test_elsewhere_each_step_is_a_line() -> None:
         bar.show(done, "compacted")
     bar.close()
     assert log.getvalue().splitlines() == [
-        "[....] 0/2 compacted", "[##..] 1/2 compacted", "[####] 2/2 compacted"]
+        "[....] 0/2 compacted",
+        "[##..] 1/2 compacted",
+        "[####] 2/2 compacted",
+    ]

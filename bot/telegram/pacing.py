@@ -23,12 +23,27 @@ from telegram.ext import BaseRateLimiter
 
 GROUP_PERIOD_S = 60.0
 # What Telegram's per-group limit counts: methods that post or change a message.
-PACED = frozenset({
-    "sendMessage", "editMessageText", "editMessageCaption", "editMessageMedia",
-    "sendPhoto", "sendDocument", "sendAudio", "sendVoice", "sendVideo", "sendAnimation",
-    "sendSticker", "sendMediaGroup", "sendLocation", "sendContact", "sendPoll",
-    "copyMessage", "forwardMessage",
-})
+PACED = frozenset(
+    {
+        "sendMessage",
+        "editMessageText",
+        "editMessageCaption",
+        "editMessageMedia",
+        "sendPhoto",
+        "sendDocument",
+        "sendAudio",
+        "sendVoice",
+        "sendVideo",
+        "sendAnimation",
+        "sendSticker",
+        "sendMediaGroup",
+        "sendLocation",
+        "sendContact",
+        "sendPoll",
+        "copyMessage",
+        "forwardMessage",
+    }
+)
 _PRUNE_AT = 4096  # groups with a bucket before the idle ones are forgotten
 
 
@@ -48,8 +63,11 @@ def _group(chat_id: Any) -> int | str | None:
 class GroupPacer(BaseRateLimiter[None]):
     """At most `per_period` message posts and edits per `period_s` into each group."""
 
-    def __init__(self, per_period: float = FloodLimit.MESSAGES_PER_MINUTE_PER_GROUP,
-                 period_s: float = GROUP_PERIOD_S) -> None:
+    def __init__(
+        self,
+        per_period: float = FloodLimit.MESSAGES_PER_MINUTE_PER_GROUP,
+        period_s: float = GROUP_PERIOD_S,
+    ) -> None:
         self.per_period = per_period
         self.period_s = period_s
         self._buckets: dict[int | str, AsyncLimiter] = {}

@@ -12,11 +12,11 @@ from plugins.simple.settings import DEFAULT_STORE_DIR, SimpleSettings
 def create(ctx: ProviderContext) -> SimpleProvider:
     """Factory: `memory.simple` plus `keep_tail` from `compaction`, as SimpleSettings."""
     settings = settings_of(SimpleSettings, "simple", ctx.settings, ctx.config)
-    return SimpleProvider(ctx, store_dir=settings.store_dir or DEFAULT_STORE_DIR,
-                          keep_tail=settings.keep_tail)
+    return SimpleProvider(
+        ctx, store_dir=settings.store_dir or DEFAULT_STORE_DIR, keep_tail=settings.keep_tail
+    )
 
 
-plugin = ProviderPlugin("simple", create, settings=SimpleSettings,
-                        provider_class=SimpleProvider)
+plugin = ProviderPlugin("simple", create, settings=SimpleSettings, provider_class=SimpleProvider)
 
 __all__ = ["SimpleProvider", "SimpleSettings", "create", "plugin"]

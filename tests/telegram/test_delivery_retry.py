@@ -25,7 +25,8 @@ class Script:
 
 
 async def test_server_errors_and_short_flood_waits_are_retried(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.INFO, logger="bot.telegram.delivery")
     call = Script(NetworkError("Bad Gateway"), RetryAfter(1))
     assert await with_retry(call, what="sendMessage") == "sent"
@@ -36,8 +37,11 @@ async def test_server_errors_and_short_flood_waits_are_retried(
     ]
 
 
-@pytest.mark.parametrize("error", [BadRequest("Chat not found"), TimedOut(),
-                                   RetryAfter(3600)], ids=["400", "timeout", "long-flood"])
+@pytest.mark.parametrize(
+    "error",
+    [BadRequest("Chat not found"), TimedOut(), RetryAfter(3600)],
+    ids=["400", "timeout", "long-flood"],
+)
 @pytest.mark.filterwarnings("ignore::telegram.warnings.PTBDeprecationWarning")
 async def test_what_retrying_cannot_fix_is_raised_at_once(error: Exception) -> None:
     call = Script(error)

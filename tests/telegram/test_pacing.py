@@ -21,7 +21,8 @@ async def _settle() -> None:
 
 
 async def test_the_bot_holds_the_21st_message_a_minute_into_a_group(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     tg.group(GROUP)
     tg.group(OTHER_GROUP)
     tg.private(PRIVATE)
