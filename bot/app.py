@@ -89,7 +89,7 @@ def build_embedder(settings: Settings) -> Any:
     return Embedder(
         cfg.model,
         base_url=cfg.base_url or settings.llm.base_url,
-        api_key=cfg.api_key or settings.llm.api_key,
+        api_key=(cfg.api_key or settings.llm.api_key).get_secret_value(),
         batch_size=cfg.batch_size,
         timeout_s=settings.llm.timeout_s,
         max_retries=settings.llm.max_retries,

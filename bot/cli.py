@@ -52,12 +52,13 @@ def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Setti
 
     settings = load_settings(getattr(args, "config", None), check_provider=check_provider)
     install_redaction(*config_secrets(
-        token=settings.telegram.token, api_key=settings.llm.api_key,
-        webhook_secret=settings.telegram.webhook.secret_token,
+        token=settings.telegram.token.get_secret_value(),
+        api_key=settings.llm.api_key.get_secret_value(),
+        webhook_secret=settings.telegram.webhook.secret_token.get_secret_value(),
         database_url=settings.database.url,
         urls=(settings.llm.base_url, settings.telegram.base_url,
               settings.telegram.webhook.url, settings.embeddings.base_url)),
-        settings.embeddings.api_key)
+        settings.embeddings.api_key.get_secret_value())
     logging.getLogger().setLevel(settings.log_level)  # the config's `log_level`
     return settings
 
@@ -84,17 +85,17 @@ def cmd_providers(args: argparse.Namespace) -> int:
         if entry.error:
             print(terminal_safe(f"{mark} {entry.name}  ({entry.target})  ERROR: {entry.error}"))
             continue
-        caps = ", ".join(_static_capabilities(entry.factory)) or "-"
+        cls = entry.plugin.provider_class if entry.plugin else None
+        caps = ", ".join(_static_capabilities(cls)) or "-"
         print(terminal_safe(f"{mark} {entry.name}  ({entry.target})  capabilities: {caps}"))
     return 0
 
 
-def _static_capabilities(factory: Any) -> list[str]:
-    """Capabilities read off the provider class without opening a database: a factory may
+def _static_capabilities(cls: type | None) -> list[str]:
+    """Capabilities read off the provider class without opening a database: a plugin may
     declare `provider_class`; otherwise we can only say it is a Provider."""
     from memory.capabilities import capabilities_of
 
-    cls = getattr(factory, "provider_class", None)
     if not isinstance(cls, type):
         return ["Provider"]
     try:

@@ -14,13 +14,23 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    create_model,
+    field_serializer,
+    field_validator,
+)
 
 from bot.config_yaml import ConfigYamlRefused, parse_config_yaml
 from bot.redact import MASK, config_secrets, mask, mask_database_url, secret_values
+from memory.provider_settings import MAX_MESSAGES  # message counts: keep_tail, fresh_tail
 
 DEFAULT_CONFIG = "config.yaml"
 ENV_CONFIG = "MNEMO_CONFIG"
@@ -35,7 +45,6 @@ SECRET_KEYS = ("telegram.token", "llm.api_key", "telegram.webhook.secret_token",
 # Bounds of the numeric keys: each admits every sensible setting and refuses what would
 # fail later, at a worse time (an interval no timer can hold, a LIMIT no database takes).
 MAX_TOKENS = 10_000_000  # far above any model's context window
-MAX_MESSAGES = 100_000  # message counts: keep_tail, fresh_tail, chunk sizes
 TELEGRAM_ID = 2**63 - 1  # chat and user ids are 64-bit signed in the Bot API
 REFLECT_INTERVAL_S = (10.0, 365 * 86400.0)
 # A bot token as @BotFather issues it: the bot's numeric id, a colon, the secret part.
@@ -47,6 +56,19 @@ _PTB_SUFFIXES = ("/bot{token}", "/bot")
 
 class ConfigError(Exception):
     """A config problem, phrased as one line for the operator."""
+
+
+class Secret(SecretStr):
+    """pydantic's SecretStr: `**********` in repr, str and model_dump, so no log line or
+    traceback that shows the settings shows a token or key; `get_secret_value()` where
+    it is used. Equal to its plain value, so a comparison with text still works."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return self.get_secret_value() == other
+        return super().__eq__(other)
+
+    __hash__ = SecretStr.__hash__
 
 
 class _Section(BaseModel):
@@ -73,7 +95,13 @@ class AgentSettings(_Section):
 
 
 class DatabaseSettings(_Section):
-    url: str = "sqlite+aiosqlite:///data/mnemo.db"
+    # Text (code hands it to SQLAlchemy as it is), but its password never shows: left out
+    # of repr, masked in model_dump.
+    url: str = Field(default="sqlite+aiosqlite:///data/mnemo.db", repr=False)
+
+    @field_serializer("url")
+    def _masked(self, url: str) -> str:
+        return _url_without_password(url) or MASK
 
     @field_validator("url")
     @classmethod
@@ -87,7 +115,7 @@ class DatabaseSettings(_Section):
 
 class LLMSettings(_Section):
     base_url: str = "https://api.openai.com/v1"
-    api_key: str = ""
+    api_key: Secret = Secret("")
     model: str = "gpt-4o-mini"
     summary_model: str = ""  # empty = same as model
     # Empty = voice messages are not transcribed (bot.telegram.voice says why opt-in).
@@ -107,7 +135,7 @@ class EmbeddingsSettings(_Section):
 
     model: str = ""
     base_url: str = ""  # empty = llm.base_url
-    api_key: str = ""  # empty = llm.api_key
+    api_key: Secret = Secret("")  # empty = llm.api_key
     batch_size: int = Field(default=64, ge=1, le=2048)  # texts per request
     max_chars: int = Field(default=2000, ge=100, le=100_000)  # longer texts are cut
     cache_mb: int = Field(default=256, ge=16, le=65_536)  # cached vectors per process
@@ -117,14 +145,14 @@ class WebhookSettings(_Section):
     url: str = ""
     listen: str = "0.0.0.0"
     port: int = Field(default=8443, ge=1, le=65535)
-    secret_token: str = ""
+    secret_token: Secret = Secret("")
 
 
 TelegramId = Annotated[int, Field(ge=-TELEGRAM_ID, le=TELEGRAM_ID)]
 
 
 class TelegramSettings(_Section):
-    token: str = ""
+    token: Secret = Secret("")
     # A self-hosted Bot API server's root, e.g. http://localhost:8081; PTB's form
     # (http://localhost:8081/bot) is accepted and read as the root.
     base_url: str = ""
@@ -137,8 +165,9 @@ class TelegramSettings(_Section):
 
     @field_validator("token")
     @classmethod
-    def _token_shape(cls, v: str) -> str:
-        if v.strip() and not _TOKEN.match(v.strip()):
+    def _token_shape(cls, v: Secret) -> Secret:
+        token = v.get_secret_value().strip()
+        if token and not _TOKEN.match(token):
             raise ValueError("expected a bot token as @BotFather gives it, like 123456:ABC-def")
         return v
 
@@ -156,33 +185,52 @@ class TelegramSettings(_Section):
         return root
 
 
-class LcmSettings(_Section):
-    leaf_chunk_size: int = Field(default=10, ge=2, le=MAX_MESSAGES)
-    condensed_min: int = Field(default=2, ge=2, le=MAX_MESSAGES)
-    max_full_rounds: int = Field(default=10, ge=1, le=1000)
-
-
-class SimpleSettings(_Section):
-    store_dir: str = "data/memory"
-
-
-class MemorySettings(BaseModel):
-    # Extra keys allowed here only: a third-party provider's own section, `memory.<name>`.
-    model_config = ConfigDict(extra="allow", validate_default=True, allow_inf_nan=False)
+class _MemoryBase(BaseModel):
+    # Extra keys allowed here only: a section `memory.<name>` of a provider whose plugin
+    # exports no settings model (kept as a dict for it).
+    model_config = ConfigDict(extra="allow", validate_default=True, allow_inf_nan=False,
+                              populate_by_name=True)
 
     provider: str = "lcm"
     budget_tokens: int = Field(default=80000, ge=256, le=MAX_TOKENS)
     fresh_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
-    lcm: LcmSettings = Field(default_factory=LcmSettings)
-    simple: SimpleSettings = Field(default_factory=SimpleSettings)
 
     def section(self, name: str) -> dict[str, Any]:
-        value = getattr(self, name, None)
+        value = getattr(self, _field_name(name), None)
         if value is None:
             value = (self.model_extra or {}).get(name, {})
         if isinstance(value, BaseModel):
             return value.model_dump()
         return dict(value or {})
+
+
+def _field_name(provider: str) -> str:
+    return provider if provider.isidentifier() else "_".join(re.findall(r"\w+", provider))
+
+
+def _memory_settings() -> type[_MemoryBase]:
+    """`memory` with one section per installed provider whose plugin exports a settings
+    model: `memory.lcm` is validated by lcm's own model, so its keys, bounds and errors
+    are written once, in the plugin. Built when this module is imported, from the
+    providers installed then (a plugin that fails to load is reported where it is used)."""
+    from memory.provider_settings import section_model
+    from memory.registry import list_providers
+
+    sections: dict[str, Any] = {}
+    for entry in list_providers():
+        model = entry.plugin.settings if entry.plugin else None
+        name = _field_name(entry.name)
+        if model is None or not name or name in _MemoryBase.model_fields or name in sections:
+            continue
+        section = section_model(model)
+        sections[name] = (section, Field(default_factory=section, alias=entry.name))
+    return create_model("MemorySettings", __base__=_MemoryBase, **sections)
+
+
+if TYPE_CHECKING:
+    MemorySettings = _MemoryBase
+else:
+    MemorySettings = _memory_settings()
 
 
 class CompactionSettings(_Section):
@@ -415,8 +463,8 @@ def _validated(p: Path, data: Any, secrets: tuple[str, ...], *, check_provider: 
 
 
 def _check_provider_sections(p: Path, settings: Settings, installed: list[str]) -> None:
-    """`memory.<name>` sections beyond lcm/simple must belong to an installed provider, so
-    a typo such as `memory.lcn` is an error, not a silently ignored section."""
+    """`memory.<name>` sections must belong to an installed provider, so a typo such as
+    `memory.lcn` is an error, not a silently ignored section."""
     for key, value in (settings.memory.model_extra or {}).items():
         if key not in installed:
             raise ConfigError(

@@ -32,7 +32,7 @@ from openai import AsyncStream
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from bot.config import LLMSettings
-from bot.metrics import record_llm_call
+from bot.metrics import record_llm_call, record_llm_tokens
 from memory.types import Message, ToolCall
 
 log = logging.getLogger(__name__)
@@ -63,15 +63,48 @@ class LLMError(RuntimeError):
         self.retryable = retryable
 
 
+@dataclass(frozen=True)
+class TokenUsage:
+    """Tokens the model server reports for a request (0 where it reports none):
+    `cached_prompt` is the part of `prompt` served from its prompt cache."""
+
+    prompt: int = 0
+    cached_prompt: int = 0
+    completion: int = 0
+
+    @classmethod
+    def from_report(cls, usage: dict[str, Any] | None) -> TokenUsage:
+        """OpenAI's `usage` object (prompt_tokens, completion_tokens,
+        prompt_tokens_details.cached_tokens); anything not a count is read as 0."""
+        usage = usage or {}
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        return cls(_count(usage.get("prompt_tokens")), _count(cached),
+                   _count(usage.get("completion_tokens")))
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(self.prompt + other.prompt, self.cached_prompt + other.cached_prompt,
+                          self.completion + other.completion)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 @dataclass
 class AssistantTurn:
-    """One model answer: text and/or tool calls."""
+    """One model answer: text and/or tool calls. `usage` is the server's report as sent
+    (None when it sent none); `tokens` the counts read from it."""
 
     content: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     reasoning: str | None = None
     finish_reason: str | None = None
-    usage: dict[str, int] | None = None
+    usage: dict[str, Any] | None = None
+
+    @property
+    def tokens(self) -> TokenUsage:
+        return TokenUsage.from_report(self.usage)
 
     def to_message(self) -> Message:
         return Message(role="assistant", content=self.content,
@@ -91,7 +124,7 @@ def _default_http_client() -> Any:
 
 def require_api_key(settings: LLMSettings) -> None:
     """Fail at startup, with the variable to set, rather than on the first message."""
-    if not settings.api_key.strip():
+    if not settings.api_key.get_secret_value().strip():
         raise MissingApiKey(
             "no LLM API key: set OPENAI_API_KEY (or llm.api_key in the config); "
             "a local OpenAI-compatible server accepts any non-empty key"
@@ -163,7 +196,7 @@ class LLMClient:
         self._client = openai.AsyncOpenAI(
             base_url=settings.base_url,
             # A local server needs some key; a missing real key is caught by require_api_key.
-            api_key=settings.api_key or "unset",
+            api_key=settings.api_key.get_secret_value() or "unset",
             timeout=settings.timeout_s,
             max_retries=0,
             http_client=http_client if http_client is not None else _default_http_client(),
@@ -234,6 +267,7 @@ class LLMClient:
             return await _collect(stream, on_delta)
 
         turn: AssistantTurn = await self._measured(call, kind)
+        record_llm_tokens(turn.tokens, kind=kind, model=kwargs["model"])
         return turn
 
     async def transcribe(self, data: bytes, filename: str) -> str:

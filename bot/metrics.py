@@ -52,6 +52,12 @@ LLM_ERRORS = Counter(
     "mnemo_llm_errors", "LLM requests that failed after retries, by kind and error class.",
     ["kind", "error"], registry=REGISTRY,
 )
+LLM_TOKENS = Counter(
+    "mnemo_llm_tokens",
+    "Tokens the model server reported, by kind (chat|summary|reflect), model and type "
+    "(prompt|cached_prompt|completion; cached_prompt is part of prompt).",
+    ["kind", "model", "type"], registry=REGISTRY,
+)
 COMPACTIONS = Counter(
     "mnemo_compactions",
     "Compaction runs by provider, mode (incremental|full) and outcome (changed|unchanged|error).",
@@ -100,6 +106,12 @@ def record_llm_call(duration_s: float, *, kind: str = "chat", error: str | None 
     LLM_SECONDS.labels(kind).observe(max(duration_s, 0.0))
     if error is not None:
         LLM_ERRORS.labels(kind, error).inc()
+
+
+def record_llm_tokens(usage: Any, *, kind: str, model: str) -> None:
+    """The token counts (a bot.llm.TokenUsage) one successful request reported."""
+    for kind_of_token in ("prompt", "cached_prompt", "completion"):
+        LLM_TOKENS.labels(kind, model, kind_of_token).inc(getattr(usage, kind_of_token))
 
 
 def record_compaction(provider: str, mode: str, result: CompactionResult) -> None:

@@ -31,6 +31,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import Settings
+from bot.progress import ProgressBar
 from memory.capabilities import Compactor, ProviderContext, Searcher
 from memory.display import json_terminal_safe, terminal_safe
 from memory.errors import CompactionIncomplete, InvalidArgument, MemoryError_
@@ -256,30 +257,6 @@ async def import_(settings: Settings, path: str) -> int:
 
 
 # --- compact --------------------------------------------------------------------------
-
-
-class ProgressBar:
-    """A plain-text bar on stderr: redrawn in place on a terminal, one line per step
-    otherwise (logs and pipes get readable lines, not carriage returns)."""
-
-    def __init__(self, total: int, stream: TextIO | None = None, width: int = 30) -> None:
-        self.total, self.width = max(total, 0), width
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-
-    def show(self, done: int, label: str = "") -> None:
-        filled = self.width if self.total == 0 else self.width * done // self.total
-        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total} {label}".rstrip()
-        if self.tty:
-            self.stream.write("\r\x1b[K" + line)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 async def compact(settings: Settings, session_id: str | None, everything: bool) -> int:

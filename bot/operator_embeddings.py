@@ -8,7 +8,8 @@ from typing import Any, TextIO
 
 from bot.app import build_embedder
 from bot.config import Settings
-from bot.operator import EXIT_FAULT, EXIT_OK, EXIT_USAGE, ProgressBar, _err, open_memory
+from bot.operator import EXIT_FAULT, EXIT_OK, EXIT_USAGE, _err, open_memory
+from bot.progress import ProgressBar
 
 
 async def embed_command(

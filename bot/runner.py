@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bot.images import Image, with_images
-from bot.llm import AssistantTurn, LLMError, OnDelta
+from bot.llm import AssistantTurn, LLMError, OnDelta, TokenUsage
 from memory.types import Message, ToolCall
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ class TurnResult:
     text: str = ""
     rounds: int = 0
     tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: TokenUsage = field(default_factory=TokenUsage)  # every round's, summed
 
 
 def _parse_arguments(raw: str) -> dict[str, Any]:
@@ -93,6 +94,7 @@ async def run_turn(llm: Completer, prompt: list[Message], tools: list[Tool], *,
         turn = await llm.complete(with_images(sent, parts) if parts else sent,
                                   None if last else schemas, on_delta=on_delta)
         result.rounds = round_no
+        result.usage += turn.tokens
         message = turn.to_message()
         if not turn.tool_calls or last:
             message.tool_calls = []

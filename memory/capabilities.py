@@ -52,7 +52,9 @@ class Summarizer(Protocol):
 @dataclass
 class ProviderContext:
     """What a provider factory receives. `config` is the provider's own section of
-    `memory.<name>` as a plain dict, plus `keep_tail` from `compaction.keep_tail`.
+    `memory.<name>` as a plain dict, plus `keep_tail` from `compaction.keep_tail`;
+    `settings` is the same validated with the settings model the plugin exports
+    (memory/provider_settings.py), None for a plugin that exports none.
     `embedder` is set when `embeddings.model` is (memory/semantic/): a provider keeps it
     to search by meaning beside its lexical search."""
 
@@ -61,6 +63,7 @@ class ProviderContext:
     agent_id: str = "default"
     data_dir: Path = Path("data")
     config: dict[str, Any] = field(default_factory=dict)
+    settings: Any = None
     embedder: Embedder | None = None
     vector_cache_bytes: int = DEFAULT_CACHE_BYTES
 

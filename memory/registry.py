@@ -3,6 +3,10 @@
 `lcm` and `simple` are registered by mnemo's own pyproject exactly as a third party
 registers theirs; the bot never imports a plugin module directly.
 
+An entry point names a `ProviderPlugin`: the factory with what can be known without
+building a provider (its settings model, its class for the capabilities). A bare factory
+is still accepted (read as a plugin with no settings model; its section stays a dict).
+
 A name registered by two installed distributions is refused rather than resolved to
 whichever one importlib happens to list last: the operator must uninstall one.
 """
@@ -10,6 +14,7 @@ whichever one importlib happens to list last: the operator must uninstall one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -17,7 +22,10 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from pydantic import BaseModel
+
 from memory.capabilities import Provider, ProviderContext
+from memory.provider_settings import settings_of
 
 GROUP = "mnemo.memory_providers"
 
@@ -38,6 +46,27 @@ class ProviderConflict(ProviderLoadError):
     """One provider name registered by more than one installed distribution."""
 
 
+@dataclass(frozen=True)
+class ProviderPlugin:
+    """What a plugin registers: `factory` builds the provider from a ProviderContext;
+    `settings` (a pydantic model, optional) validates `memory.<name>` and reaches the
+    factory as `ctx.settings`; `provider_class` (optional) lets `mnemo providers` list
+    the capabilities without opening a database."""
+
+    name: str
+    factory: Factory
+    settings: type[BaseModel] | None = None
+    provider_class: type | None = None
+
+    def __call__(self, ctx: ProviderContext) -> Provider:
+        """The provider, built by `factory` with `ctx.settings` validated from
+        `ctx.config` when the plugin has a settings model (and the caller did not)."""
+        if self.settings is not None:
+            ctx = dataclasses.replace(ctx, settings=settings_of(
+                self.settings, self.name, ctx.settings, ctx.config))
+        return self.factory(ctx)
+
+
 @dataclass
 class ProviderEntry:
     name: str
@@ -46,6 +75,7 @@ class ProviderEntry:
     error: str = ""  # why it cannot be used (failed to import, or a name conflict)
     factory: Factory | None = field(default=None, repr=False)
     conflict: bool = False  # another distribution registers the same name
+    plugin: ProviderPlugin | None = field(default=None, repr=False)
 
 
 def _registrations() -> dict[str, list[EntryPoint]]:
@@ -87,12 +117,24 @@ def provider_names() -> list[str]:
 def _load(ep: EntryPoint) -> ProviderEntry:
     dist = _dist(ep)
     try:
-        factory = ep.load()
+        target = ep.load()
     except Exception as exc:  # any import failure is reported, never raised here
         return ProviderEntry(ep.name, ep.value, dist, error=f"{type(exc).__name__}: {exc}")
-    if not callable(factory):
+    plugin = _as_plugin(ep.name, target)
+    if plugin is None:
         return ProviderEntry(ep.name, ep.value, dist, error="entry point is not callable")
-    return ProviderEntry(ep.name, ep.value, dist, factory=factory)
+    return ProviderEntry(ep.name, ep.value, dist, factory=plugin, plugin=plugin)
+
+
+def _as_plugin(name: str, target: Any) -> ProviderPlugin | None:
+    """The plugin an entry point names; a bare factory (the older form) is read as a
+    plugin without a settings model, its `provider_class` attribute honoured."""
+    if isinstance(target, ProviderPlugin):
+        return target
+    if not callable(target):
+        return None
+    cls = getattr(target, "provider_class", None)
+    return ProviderPlugin(name, target, provider_class=cls if isinstance(cls, type) else None)
 
 
 def list_providers() -> list[ProviderEntry]:
@@ -111,6 +153,13 @@ def list_providers() -> list[ProviderEntry]:
 
 
 def get_factory(name: str) -> Factory:
+    """What builds provider `name` (its plugin, which validates the settings first)."""
+    return get_plugin(name)
+
+
+def get_plugin(name: str) -> ProviderPlugin:
+    """The plugin registered as `name`. Raises ProviderNotFound, ProviderConflict or
+    ProviderLoadError, each one line."""
     registered = _registrations()
     if name not in registered:
         raise ProviderNotFound(
@@ -121,9 +170,9 @@ def get_factory(name: str) -> Factory:
     if len(eps) > 1:
         raise ProviderConflict(_conflict_message(name, eps))
     entry = _load(eps[0])
-    if entry.factory is None:
+    if entry.plugin is None:
         raise ProviderLoadError(f"memory provider {name!r} failed to load: {entry.error}")
-    return entry.factory
+    return entry.plugin
 
 
 def create_provider(name: str, ctx: ProviderContext) -> Provider:

@@ -48,6 +48,7 @@ from bot.telegram.handled import SETTLE_EVERY_S, HandledUpdates
 from bot.telegram.handlers import TelegramChannel
 from bot.telegram.http import AiohttpRequest
 from bot.telegram.inflight import Inflight, WebhookQueue
+from bot.telegram.pacing import GroupPacer
 from bot.telegram.polling import Poller, prune_handled
 from bot.telegram.startup import reach_bot_api
 from bot.telegram.voice import MAX_AUDIO_BYTES
@@ -73,7 +74,7 @@ class MissingToken(RuntimeError):
 
 
 def require_token(settings: Settings) -> str:
-    token = settings.telegram.token.strip()
+    token = settings.telegram.token.get_secret_value().strip()
     if not token:
         raise MissingToken(
             "no Telegram bot token: set TELEGRAM_BOT_TOKEN (or telegram.token in the config)"
@@ -106,6 +107,8 @@ def build_application(
         .get_updates_request(AiohttpRequest(2))
         .update_queue(WebhookQueue())
         .job_queue(None)  # background jobs run on the application root's one scheduler
+        # About 20 messages a minute into one group (bot/telegram/pacing.py).
+        .rate_limiter(GroupPacer())
     )
     if tg.base_url:
         base = tg.base_url.rstrip("/")
@@ -167,7 +170,7 @@ async def running(
         await inflight.replay()  # updates parked by a previous run (bot.telegram.inbox)
         try:
             if webhook.url:
-                secret = webhook.secret_token or secrets.token_urlsafe(32)
+                secret = webhook.secret_token.get_secret_value() or secrets.token_urlsafe(32)
                 if not webhook.secret_token:
                     log.info("telegram.webhook.secret_token is empty: using a random one")
                 await app.updater.start_webhook(

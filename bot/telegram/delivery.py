@@ -21,6 +21,7 @@ from typing import TypeVar
 from telegram import Bot, Message, ReplyParameters
 from telegram.error import BadRequest, NetworkError, RetryAfter, TimedOut
 from telegram.warnings import PTBDeprecationWarning
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from bot.telegram.formatting import Piece
 
@@ -46,28 +47,40 @@ def retry_after_seconds(exc: RetryAfter) -> float:
     return float(value)
 
 
+def _retryable(exc: BaseException) -> bool:
+    """A short flood-control wait, or a 5xx / no connection (Telegram has not got it).
+    Not a 400 (retrying changes nothing) nor a timeout (the message may have arrived)."""
+    if isinstance(exc, RetryAfter):
+        return retry_after_seconds(exc) <= MAX_RETRY_AFTER_S
+    return isinstance(exc, NetworkError) and not isinstance(exc, BadRequest | TimedOut)
+
+
+def _wait(state: RetryCallState) -> float:
+    exc = state.outcome.exception() if state.outcome else None
+    if isinstance(exc, RetryAfter):
+        return retry_after_seconds(exc)
+    return BACKOFF_S[min(state.attempt_number - 1, len(BACKOFF_S) - 1)]
+
+
 async def with_retry(call: Callable[[], Awaitable[T]], *, what: str,
                      attempts: int = MAX_ATTEMPTS) -> T:
     """Run `call`, retrying flood control and transient server errors (bounded)."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return await call()
-        except RetryAfter as exc:
-            wait = retry_after_seconds(exc)
-            if attempt == attempts or wait > MAX_RETRY_AFTER_S:
-                raise
+
+    def note(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.upcoming_sleep
+        if isinstance(exc, RetryAfter):
             log.info("%s: flood control, retrying in %.0f s (attempt %d/%d)",
-                     what, wait, attempt, attempts)
-            await asyncio.sleep(wait)
-        except (BadRequest, TimedOut):
-            raise
-        except NetworkError as exc:  # 5xx or no connection: Telegram has not got it
-            if attempt == attempts:
-                raise
-            wait = BACKOFF_S[min(attempt - 1, len(BACKOFF_S) - 1)]
+                     what, wait, state.attempt_number, attempts)
+        else:
             log.info("%s: %s, retrying in %.1f s", what, exc, wait)
-            await asyncio.sleep(wait)
-    raise AssertionError("unreachable")  # the loop returns or raises
+
+    async for attempt in AsyncRetrying(retry=retry_if_exception(_retryable), wait=_wait,
+                                       stop=stop_after_attempt(attempts), before_sleep=note,
+                                       sleep=asyncio.sleep, reraise=True):
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable")  # tenacity returns or reraises
 
 
 def is_formatting_error(exc: BadRequest) -> bool:

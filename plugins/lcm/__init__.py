@@ -1,17 +1,18 @@
 """The `lcm` memory provider (Lossless Context Management), registered as the entry
-point `lcm = "plugins.lcm:create"`."""
+point `lcm = "plugins.lcm:plugin"`."""
 
 from __future__ import annotations
 
 from memory.capabilities import ProviderContext
+from memory.registry import ProviderPlugin
 from plugins.lcm.provider import LcmProvider
+from plugins.lcm.settings import LcmSettings
 
 
 def create(ctx: ProviderContext) -> LcmProvider:
     return LcmProvider(ctx)
 
 
-# Lets `mnemo providers` list the capabilities without opening a database.
-create.provider_class = LcmProvider  # type: ignore[attr-defined]
+plugin = ProviderPlugin("lcm", create, settings=LcmSettings, provider_class=LcmProvider)
 
-__all__ = ["LcmProvider", "create"]
+__all__ = ["LcmProvider", "LcmSettings", "create", "plugin"]

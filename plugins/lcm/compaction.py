@@ -62,20 +62,13 @@ from plugins.lcm.dag import (
 )
 from plugins.lcm.models import context_items
 from plugins.lcm.render import condensed_source
+from plugins.lcm.settings import LcmSettings
 from plugins.lcm.totals import ContextTotals
 
 CONDENSED_MAX_CHILDREN = 4
 _IN_CHUNK = 500  # ids per IN (...) list: far below every database's parameter limit
 
 Key = tuple[str, int | str]
-
-
-@dataclass
-class Settings:
-    keep_tail: int = 20
-    leaf_chunk_size: int = 10
-    condensed_min: int = 2
-    max_full_rounds: int = 10
 
 
 @dataclass
@@ -116,7 +109,7 @@ OnApplied = Callable[[AsyncConnection, Session, CompactionResult], Awaitable[Non
 class Compaction:
     def __init__(
         self, engine: AsyncEngine, history: HistoryStore, summarizer: Summarizer,
-        settings: Settings, on_applied: OnApplied | None = None,
+        settings: LcmSettings, on_applied: OnApplied | None = None,
     ) -> None:
         self.engine = engine
         self.history = history

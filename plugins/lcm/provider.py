@@ -9,9 +9,7 @@ Capabilities: Provider, Compactor, Searcher, Explorer, Reviewer, SessionManager 
 history) and, through `SharedStores`, ProfileStore, ConstraintStore, the versioned
 stores, the changelog and session snapshots.
 
-Config (`memory.lcm` plus `compaction.keep_tail`): `keep_tail` (newest messages no
-compaction touches, default 20), `leaf_chunk_size` (messages per leaf summary, 10),
-`condensed_min` (summaries per condensed one, 2), `max_full_rounds` (10).
+Config: `memory.lcm` plus `compaction.keep_tail`, as `plugins.lcm.settings.LcmSettings`.
 """
 
 from __future__ import annotations
@@ -24,8 +22,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.capabilities import ProviderContext
-from memory.errors import InvalidArgument
 from memory.history import HistoryStore, SessionCounts, SessionHistory
+from memory.provider_settings import settings_of
 from memory.recall import Recall
 from memory.semantic import semantic_search
 from memory.stores import SharedStores
@@ -43,31 +41,15 @@ from memory.types import (
 )
 from plugins.lcm import context_items as ci
 from plugins.lcm.assembler import assemble_window
-from plugins.lcm.compaction import Compaction, Settings
+from plugins.lcm.compaction import Compaction
 from plugins.lcm.explorer import Explorer
 from plugins.lcm.maintenance import LcmMaintenance
 from plugins.lcm.models import summaries
 from plugins.lcm.retrieval import INDEXES
 from plugins.lcm.review import build_review_context
+from plugins.lcm.settings import LcmSettings
 
 log = logging.getLogger(__name__)
-
-_LIMITS = {"keep_tail": 0, "leaf_chunk_size": 2, "condensed_min": 2, "max_full_rounds": 1}
-
-
-def settings_from(config: dict[str, Any]) -> Settings:
-    """The compaction settings in `config`; a bad value is an error naming the key.
-    Keys this provider does not use are left to the config loader to judge."""
-    values: dict[str, int] = {}
-    for key, least in _LIMITS.items():
-        if key not in config:
-            continue
-        value = config[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise InvalidArgument(f"memory.lcm.{key} must be an integer >= {least}, got {value!r}")
-        values[key] = value
-    return Settings(**values)
-
 
 class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
     name = "lcm"
@@ -75,7 +57,7 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
     def __init__(self, ctx: ProviderContext) -> None:
         self.engine = ctx.engine
         self.history = HistoryStore(ctx.engine)
-        self.settings = settings_from(ctx.config)
+        self.settings = settings_of(LcmSettings, self.name, ctx.settings, ctx.config)
         self._compaction = Compaction(
             ctx.engine, self.history, ctx.summarizer, self.settings,
             on_applied=self._record_compaction,

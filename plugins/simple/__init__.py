@@ -1,22 +1,22 @@
-"""The `simple` memory provider (entry point `simple = "plugins.simple:create"`)."""
+"""The `simple` memory provider (entry point `simple = "plugins.simple:plugin"`)."""
 
 from __future__ import annotations
 
 from memory.capabilities import ProviderContext
-from plugins.simple.provider import DEFAULT_KEEP_TAIL, DEFAULT_STORE_DIR, SimpleProvider
+from memory.provider_settings import settings_of
+from memory.registry import ProviderPlugin
+from plugins.simple.provider import SimpleProvider
+from plugins.simple.settings import DEFAULT_STORE_DIR, SimpleSettings
 
 
 def create(ctx: ProviderContext) -> SimpleProvider:
-    """Factory: `ctx.config` is `memory.simple` plus `keep_tail` from `compaction`.
-    A relative `store_dir` is taken from the working directory, like the SQLite path."""
+    """Factory: `memory.simple` plus `keep_tail` from `compaction`, as SimpleSettings."""
+    settings = settings_of(SimpleSettings, "simple", ctx.settings, ctx.config)
     return SimpleProvider(
-        ctx,
-        store_dir=ctx.config.get("store_dir") or DEFAULT_STORE_DIR,
-        keep_tail=ctx.config.get("keep_tail", DEFAULT_KEEP_TAIL),
+        ctx, store_dir=settings.store_dir or DEFAULT_STORE_DIR, keep_tail=settings.keep_tail
     )
 
 
-# `mnemo providers` lists capabilities from the class without constructing a provider.
-create.provider_class = SimpleProvider  # type: ignore[attr-defined]
+plugin = ProviderPlugin("simple", create, settings=SimpleSettings, provider_class=SimpleProvider)
 
-__all__ = ["SimpleProvider", "create"]
+__all__ = ["SimpleProvider", "SimpleSettings", "create", "plugin"]

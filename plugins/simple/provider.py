@@ -72,11 +72,10 @@ from plugins.simple.maintenance import SimpleMaintenance
 from plugins.simple.markers import Marker
 from plugins.simple.notes_file import Add, Alias, Remove, Rename, Write
 from plugins.simple.notes_store import NotesStore
+from plugins.simple.settings import DEFAULT_KEEP_TAIL, DEFAULT_STORE_DIR
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STORE_DIR = "data/memory"
-DEFAULT_KEEP_TAIL = 20
 # The handoff summary targets a third of what it replaces, within these bounds: short
 # sources still get room for the seven headings, long ones stay readable.
 MIN_SUMMARY_TOKENS = 256

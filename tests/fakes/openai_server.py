@@ -200,6 +200,7 @@ class FakeOpenAI:
         )
         self._transcription_script: list[Response] = []
         self.embedding_dim = 64
+        self.cached_tokens = 0  # reported as prompt_tokens_details.cached_tokens when > 0
         self.synonyms: dict[str, str] = {}  # word -> the word it embeds as
         self.embeddings_status: int | None = None
         self.rejects: Callable[[str], bool] = lambda _text: False
@@ -387,14 +388,17 @@ class FakeOpenAI:
             return await self._stream(request, body, resp)
         return web.json_response(self._completion(body, resp))
 
-    def _usage(self, body: dict[str, Any], resp: Response) -> dict[str, int]:
+    def _usage(self, body: dict[str, Any], resp: Response) -> dict[str, Any]:
         prompt = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4
         completion = (len(resp.content) + sum(len(c[2]) for c in resp.calls)) // 4
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
+        if self.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return usage
 
     def _completion(self, body: dict[str, Any], resp: Response) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": resp.content or None}
@@ -427,7 +431,7 @@ class FakeOpenAI:
         await out.prepare(request)
         cid, created, model = f"chatcmpl-{next(_ids)}", int(time.time()), body.get("model")
 
-        async def send(choices: list[dict[str, Any]], usage: dict[str, int] | None = None) -> None:
+        async def send(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> None:
             chunk = {
                 "id": cid,
                 "object": "chat.completion.chunk",
