@@ -32,7 +32,7 @@ returns to the base session; its history is never lost either way).
 
 A channel resolves the live session before the turn takes its lock, so a `/new` (on any
 replica) can archive it in between. With a provider on `memory.history` the user's
-message is appended under `live_session_only`: refused there (`SessionArchived`), the
+message is appended with `AppendOptions(live_only=True)`: refused there (`SessionArchived`), the
 turn runs again in the live session, resolved afresh, and the message is stored once.
 """
 
@@ -61,7 +61,7 @@ from bot.llm import LLMError, OnDelta
 from bot.metrics import record_compaction, record_compaction_failure, record_turn
 from bot.prompt import MemoryReader, build_system_prompt
 from bot.runner import Completer, Tool, run_turn
-from memory.append_hook import AppendHook, with_append_hook
+from memory.append_hook import AppendHook
 from memory.capabilities import (
     ChangelogReader,
     Compactor,
@@ -70,8 +70,8 @@ from memory.capabilities import (
 )
 from memory.context import with_agent_id, with_change_source, with_session_id, with_user_id
 from memory.db import RECONNECT_ATTEMPTS, CommitUncertain, retry_on_disconnect
+from memory.duties import AppendOptions, append_messages
 from memory.errors import CompactionIncomplete, NotFound, SessionArchived, Unsupported
-from memory.history import live_session_only
 from memory.identity import seed_identity
 from memory.tokens import estimate_tokens
 from memory.types import (
@@ -392,9 +392,8 @@ class Pool:
             hook = (AppendHook(functools.partial(receipt.write, session=session))
                     if receipt is not None else None)
             hooks.append(hook)
-            live = live_session_only() if live_only else contextlib.nullcontext()
-            with with_append_hook(hook), live:
-                await self.provider.append(session, *msgs)
+            await append_messages(self.provider, session, msgs,
+                                  AppendOptions(live_only=live_only, hook=hook))
 
         for attempt in range(1, RECONNECT_ATTEMPTS + 1):
             try:
@@ -436,7 +435,7 @@ class Pool:
 
     async def _answer(self, session: Session, system: str, tools: list[Tool],
                       history: list[Message], on_delta: OnDelta | None,
-                      images: Sequence[Image] = ()) -> Reply:
+                      images: Sequence[Image] = (), *, live_only: bool = False) -> Reply:
         """Call the model on `history` (its last user message with `images`) and append
         what it said."""
         try:
@@ -449,9 +448,9 @@ class Pool:
             return Reply(apology(exc.reason), error=True)
         try:
             # (memory.tool advanced the snapshot after each of its writes already)
-            await self._append(session, result.messages)
+            await self._append(session, result.messages, live_only=live_only)
         except SessionArchived:
-            raise  # only under live_session_only: resume() drops the answer
+            raise  # only when live_only: resume() drops the answer
         except Exception:
             log.exception("could not store the answer of session %s", session.id)
             return Reply(ANSWER_NOT_SAVED, error=True)
@@ -481,9 +480,8 @@ class Pool:
                     return None
                 try:
                     # A /new since the message was stored: the user has moved on.
-                    with live_session_only():
-                        reply = await self._answer(session, system, tools, history,
-                                                   on_delta)
+                    reply = await self._answer(session, system, tools, history,
+                                               on_delta, live_only=True)
                 except SessionArchived:
                     log.info("session %s was archived before its owed answer", session.id)
                     return None
