@@ -28,7 +28,7 @@ import json
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import sqlalchemy as sa
 from pydantic import (
@@ -279,7 +279,8 @@ class OverlaySchema(Protocol):
 
 def message_seqs(info: ValidationInfo) -> set[int]:
     """The document's message seqs, inside a provider schema's validator."""
-    return (info.context or {}).get("seqs", set())
+    seqs: set[int] = (info.context or {}).get("seqs", set())
+    return seqs
 
 
 # --- entry points ---------------------------------------------------------------------
@@ -358,7 +359,10 @@ def _overlay_schema(provider: Any) -> OverlaySchema | None:
     return inner if isinstance(inner, OverlaySchema) else None
 
 
-def _validate(run: Callable[[], Any], root: str) -> Any:
+T = TypeVar("T")
+
+
+def _validate(run: Callable[[], T], root: str) -> T:
     try:
         return run()
     except ValidationError as exc:

@@ -121,8 +121,8 @@ def _clean(msg: Message) -> Message:
     )
 
 
-def _parts_of(msg: Message) -> list[dict]:
-    out: list[dict] = []
+def _parts_of(msg: Message) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     if msg.reasoning is not None:
         out.append({"kind": PartKind.REASONING, "content": msg.reasoning})
     for call in msg.tool_calls:
@@ -146,7 +146,7 @@ def _parts_of(msg: Message) -> list[dict]:
     return out
 
 
-def _bind(name: str, column: sa.Column) -> sa.BindParameter:
+def _bind(name: str, column: sa.Column[Any]) -> sa.BindParameter[Any]:
     return sa.bindparam(name, type_=column.type)
 
 
@@ -257,7 +257,7 @@ class HistoryStore:
         )
         assert conv_id is not None
         # Not cached here: the row may still roll back with the caller's transaction.
-        return conv_id
+        return int(conv_id)
 
     async def bootstrap(self, session: Session) -> int:
         """Create the conversation record if needed; returns its id."""
@@ -402,7 +402,7 @@ class HistoryStore:
         part_rows = (
             await conn.execute(_PARTS_OF, {"ids": [r["id"] for r in rows]})
         ).mappings().all()
-        by_msg: dict[int, list] = {}
+        by_msg: dict[int, list[sa.RowMapping]] = {}
         for p in part_rows:
             by_msg.setdefault(p["message_id"], []).append(p)
         return [build_message(r, by_msg.get(r["id"], ())) for r in rows]
@@ -438,7 +438,7 @@ class HistoryStore:
     async def save_info(self, info: SessionInfo) -> None:
         session = Session(info.id, info.agent_id, info.user_id, info.channel)
         async with self.session_transaction(session) as (conn, conv_id):
-            values: dict = {"archived": info.archived, "updated_at": info.last_active or utcnow()}
+            values: dict[str, Any] = {"archived": info.archived, "updated_at": info.last_active or utcnow()}
             if info.title:
                 values["title"] = storable(info.title)[:200]
             await conn.execute(
@@ -470,7 +470,7 @@ class HistoryStore:
         return self._info(row)
 
     @staticmethod
-    def _listing(query: sa.Select, opts: ListOptions) -> sa.Select:
+    def _listing(query: sa.Select[Any], opts: ListOptions) -> sa.Select[Any]:
         """`query` over conversations, filtered, ordered and paged as `opts` says."""
         query = query.order_by(conversations.c.updated_at.desc(), conversations.c.id.desc())
         if opts.agent_id:

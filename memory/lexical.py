@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -257,7 +258,7 @@ async def resolve_ids(
 
 
 async def _rows(
-    conn: AsyncConnection, index: TextIndex, column: str, values: list
+    conn: AsyncConnection, index: TextIndex, column: str, values: list[Any]
 ) -> list[sa.RowMapping]:
     result = await conn.execute(
         sa.text(

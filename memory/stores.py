@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Awaitable, Callable
+from typing import Any, Unpack
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -143,7 +144,7 @@ def _owner(table: sa.Table, user_id: int, agent_id: str) -> sa.ColumnElement[boo
     return sa.and_(table.c.user_id == user_id, table.c.agent_id == agent_id)
 
 
-async def _lock_state(conn: AsyncConnection, user_id: int, agent_id: str) -> sa.Row:
+async def _lock_state(conn: AsyncConnection, user_id: int, agent_id: str) -> sa.Row[Unpack[tuple[Any, ...]]]:
     """The state row of (user, agent), created at version 0 if absent, locked until the
     transaction ends (PostgreSQL: FOR UPDATE; SQLite: BEGIN IMMEDIATE already holds
     the single write lock)."""
@@ -192,7 +193,7 @@ async def _text_at(
     return text or ""
 
 
-def _entry(row: sa.Row) -> ChangeEntry:
+def _entry(row: sa.Row[Unpack[tuple[Any, ...]]]) -> ChangeEntry:
     return ChangeEntry(
         id=row.id,
         user_id=row.user_id,
@@ -209,7 +210,7 @@ def _entry(row: sa.Row) -> ChangeEntry:
     )
 
 
-def _snapshot(row: sa.Row) -> SessionSnapshot:
+def _snapshot(row: sa.Row[Unpack[tuple[Any, ...]]]) -> SessionSnapshot:
     return SessionSnapshot(
         session_id=row.session_id,
         user_id=row.user_id,
@@ -501,8 +502,8 @@ class SharedStores:
         return _snapshot(row)
 
     async def _create_snapshot(
-        self, query: sa.Select, session_id: str, user_id: int, agent_id: str
-    ) -> sa.Row:
+        self, query: sa.Select[Unpack[tuple[Any, ...]]], session_id: str, user_id: int, agent_id: str
+    ) -> sa.Row[Unpack[tuple[Any, ...]]]:
         async with write_transaction(self.engine) as conn:
             row = (await conn.execute(query)).one_or_none()
             if row is None:  # (another writer may have created it since our read)

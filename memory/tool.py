@@ -75,7 +75,7 @@ class _Param:
 
     @property
     def is_int(self) -> bool:
-        return self.schema["type"] == "integer"
+        return bool(self.schema["type"] == "integer")
 
 
 _SEARCH_SCOPES = tuple(s.value for s in SearchScope)

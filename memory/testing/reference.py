@@ -465,7 +465,8 @@ class NotesReference(ReferenceProvider):
         entry_id = book["names"].get(self._key(name))
         if entry_id is None:
             raise NotFound(f"no note named {name!r}")
-        return book["entries"][entry_id]
+        entry: NoteEntry = book["entries"][entry_id]
+        return entry
 
     @staticmethod
     def _free(book: dict[str, Any], key: str, owner: int | None = None) -> None:
