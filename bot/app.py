@@ -16,7 +16,7 @@ from bot.config import Settings
 from bot.llm import LLMClient
 from bot.metrics import instrument_engine, trace_hook
 from bot.pool import Pool
-from memory.capabilities import ProviderContext, Summarizer
+from memory.capabilities import Provider, ProviderContext, Summarizer
 from memory.db import create_engine, migrate
 from memory.registry import create_provider_async
 from memory.session_lock import SessionLocks
@@ -30,7 +30,7 @@ trace_log = logging.getLogger("mnemo.trace")
 class Services:
     settings: Settings
     engine: AsyncEngine
-    provider: Any
+    provider: Provider
     llm: LLMClient
     pool: Pool
     locks: SessionLocks
@@ -125,7 +125,7 @@ async def build_services(settings: Settings, *, llm: LLMClient | None = None,
                     locks=locks, embedder=embedder, embedding_worker=worker)
 
 
-def _start_embedding_worker(provider: Any, embedder: Any, engine: AsyncEngine) -> Any:
+def _start_embedding_worker(provider: Provider, embedder: Any, engine: AsyncEngine) -> Any:
     """Embeds new messages, summaries and notes in the background (never on the reply
     path); None when embeddings are off or the provider has nothing to embed."""
     if embedder is None:

@@ -51,7 +51,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -66,13 +66,14 @@ from memory.capabilities import (
     ChangelogReader,
     Compactor,
     ProfileStore,
+    Provider,
     SessionManager,
 )
 from memory.context import with_agent_id, with_change_source, with_session_id, with_user_id
 from memory.db import RECONNECT_ATTEMPTS, CommitUncertain, retry_on_disconnect
 from memory.duties import AppendOptions, append_messages
 from memory.errors import CompactionIncomplete, NotFound, SessionArchived, Unsupported
-from memory.identity import seed_identity
+from memory.identity import IdentityStore, seed_identity
 from memory.tokens import estimate_tokens
 from memory.types import (
     ChangeSource,
@@ -155,7 +156,7 @@ class TurnLocks(Protocol):
 _schemas: weakref.WeakKeyDictionary[Any, dict[str, Any] | None] = weakref.WeakKeyDictionary()
 
 
-def _tool_schema(provider: Any) -> dict[str, Any] | None:
+def _tool_schema(provider: Provider) -> dict[str, Any] | None:
     from memory import tool as memory_tool
 
     try:
@@ -171,7 +172,7 @@ def _tool_schema(provider: Any) -> dict[str, Any] | None:
     return schema
 
 
-def memory_tools(provider: Any, session: Session) -> list[Tool]:
+def memory_tools(provider: Provider, session: Session) -> list[Tool]:
     """The `memory` tool for `session`, from `memory.tool` (every write tagged `agent`)."""
     from memory import tool as memory_tool
 
@@ -227,7 +228,7 @@ def apology(reason: str) -> str:
 
 
 class Pool:
-    def __init__(self, provider: Any, llm: Completer, settings: Settings, *,
+    def __init__(self, provider: Provider, llm: Completer, settings: Settings, *,
                  locks: TurnLocks | None = None, idle_s: float = DEFAULT_IDLE_S,
                  tools: ToolFactory | None = memory_tools,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -526,7 +527,7 @@ class Pool:
             return  # seeding needs the changelog to tell "never set" from "cleared"
         # Idempotent (the changelog tells what was seeded), so a pair evicted below is
         # merely checked again on its next turn.
-        await seed_identity(self.provider, Path(self.settings.data_dir),
+        await seed_identity(cast(IdentityStore, self.provider), Path(self.settings.data_dir),
                             session.user_id, session.agent_id)
         self._seeded[key] = None
         while len(self._seeded) > SEEDED_CACHE_SIZE:
@@ -558,12 +559,13 @@ class Pool:
 
     async def _auto_compact(self, session: Session) -> None:
         try:
+            compactor = cast(Compactor, self.provider)  # (scheduled only for a Compactor)
             with bind_session(session), with_change_source(ChangeSource.SYSTEM):
-                if not await self.provider.needs_compaction(
+                if not await compactor.needs_compaction(
                         session, self.settings.compaction.max_tokens):
                     return
                 async with self._compaction_slots:
-                    result = await self.provider.compact(session, CompactionMode.INCREMENTAL)
+                    result = await compactor.compact(session, CompactionMode.INCREMENTAL)
             record_compaction(self.provider.name, CompactionMode.INCREMENTAL, result)
             log.info("auto-compacted %s: %d messages, %d -> %d tokens", session.id,
                      result.messages_compacted, result.tokens_before, result.tokens_after)

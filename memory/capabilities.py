@@ -170,7 +170,10 @@ class ConstraintStore(Protocol):
     ) -> list[ConstraintEntry]: ...
 
     async def remove_constraint(
-        self, user_id: int, agent_id: str, constraint_id: str,
+        self,
+        user_id: int,
+        agent_id: str,
+        constraint_id: str,
         options: WriteOptions | None = None,
     ) -> list[ConstraintEntry]:
         """Raises NotFound for an unknown id."""
@@ -186,7 +189,11 @@ class VersionedProfileStore(Protocol):
     async def get_soul_at(self, user_id: int, agent_id: str, version: int) -> str: ...
 
     async def rollback(
-        self, user_id: int, agent_id: str, scope: str, version: int,
+        self,
+        user_id: int,
+        agent_id: str,
+        scope: str,
+        version: int,
         options: WriteOptions | None = None,
     ) -> int:
         """Write the `scope` text as it was at `version` as a new version; returns it."""

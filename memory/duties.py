@@ -64,9 +64,7 @@ def takes_options(method: object) -> bool:
         params = inspect.signature(method).parameters.values()  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return True  # cannot tell: assume today's contract
-    return any(
-        p.name == "options" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params
-    )
+    return any(p.name == "options" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 async def append_messages(

@@ -224,7 +224,9 @@ async def resolve(
     shows that context too, so a bare "noted" is seen to answer what was asked."""
     if not hits:
         return []
-    by_rowid = {r["rowid"]: r for r in await _rows(conn, index, index.rowid, [h.rowid for h in hits])}
+    by_rowid = {
+        r["rowid"]: r for r in await _rows(conn, index, index.rowid, [h.rowid for h in hits])
+    }
     out = []
     for hit in hits:
         row = by_rowid.get(hit.rowid)

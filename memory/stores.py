@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any, Unpack
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -144,7 +144,9 @@ def _owner(table: sa.Table, user_id: int, agent_id: str) -> sa.ColumnElement[boo
     return sa.and_(table.c.user_id == user_id, table.c.agent_id == agent_id)
 
 
-async def _lock_state(conn: AsyncConnection, user_id: int, agent_id: str) -> sa.Row[Unpack[tuple[Any, ...]]]:
+async def _lock_state(
+    conn: AsyncConnection, user_id: int, agent_id: str
+) -> sa.Row[*tuple[Any, ...]]:
     """The state row of (user, agent), created at version 0 if absent, locked until the
     transaction ends (PostgreSQL: FOR UPDATE; SQLite: BEGIN IMMEDIATE already holds
     the single write lock)."""
@@ -193,7 +195,7 @@ async def _text_at(
     return text or ""
 
 
-def _entry(row: sa.Row[Unpack[tuple[Any, ...]]]) -> ChangeEntry:
+def _entry(row: sa.Row[*tuple[Any, ...]]) -> ChangeEntry:
     return ChangeEntry(
         id=row.id,
         user_id=row.user_id,
@@ -210,7 +212,7 @@ def _entry(row: sa.Row[Unpack[tuple[Any, ...]]]) -> ChangeEntry:
     )
 
 
-def _snapshot(row: sa.Row[Unpack[tuple[Any, ...]]]) -> SessionSnapshot:
+def _snapshot(row: sa.Row[*tuple[Any, ...]]) -> SessionSnapshot:
     return SessionSnapshot(
         session_id=row.session_id,
         user_id=row.user_id,
@@ -228,7 +230,11 @@ class SharedStores:
     # -- the one write path -------------------------------------------------------
 
     async def _write_scope(
-        self, user_id: int, agent_id: str, scope: Scope, change: Change,
+        self,
+        user_id: int,
+        agent_id: str,
+        scope: Scope,
+        change: Change,
         options: WriteOptions | None,
     ) -> tuple[int, str]:
         """Apply `change` to `scope` in one transaction: lock the row, write the new
@@ -341,7 +347,10 @@ class SharedStores:
         return parse_constraints(after)
 
     async def remove_constraint(
-        self, user_id: int, agent_id: str, constraint_id: str,
+        self,
+        user_id: int,
+        agent_id: str,
+        constraint_id: str,
         options: WriteOptions | None = None,
     ) -> list[ConstraintEntry]:
         wanted = constraint_id.strip() if isinstance(constraint_id, str) else ""
@@ -380,7 +389,11 @@ class SharedStores:
         )
 
     async def rollback(
-        self, user_id: int, agent_id: str, scope: str, version: int,
+        self,
+        user_id: int,
+        agent_id: str,
+        scope: str,
+        version: int,
         options: WriteOptions | None = None,
     ) -> int:
         """Write `scope` as it was at `version` (1..current) as a new version.
@@ -502,8 +515,8 @@ class SharedStores:
         return _snapshot(row)
 
     async def _create_snapshot(
-        self, query: sa.Select[Unpack[tuple[Any, ...]]], session_id: str, user_id: int, agent_id: str
-    ) -> sa.Row[Unpack[tuple[Any, ...]]]:
+        self, query: sa.Select[*tuple[Any, ...]], session_id: str, user_id: int, agent_id: str
+    ) -> sa.Row[*tuple[Any, ...]]:
         async with write_transaction(self.engine) as conn:
             row = (await conn.execute(query)).one_or_none()
             if row is None:  # (another writer may have created it since our read)

@@ -17,7 +17,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from memory import snapshots
 from memory.capabilities import (
@@ -26,6 +26,7 @@ from memory.capabilities import (
     Explorer,
     NoteStore,
     ProfileStore,
+    Provider,
     Searcher,
     SessionSnapshotStore,
     VersionedProfileStore,
@@ -190,7 +191,7 @@ def _rollback_scopes(actions: Iterable[str]) -> list[str]:
 
 
 def tool_actions(
-    provider: Any,
+    provider: Provider,
     *,
     actions_only: Iterable[str] | None = None,
     read_only_profile: bool = False,
@@ -225,7 +226,7 @@ def tool_actions(
 
 
 def build_tool(
-    provider: Any,
+    provider: Provider,
     *,
     actions_only: Iterable[str] | None = None,
     read_only_profile: bool = False,
@@ -404,7 +405,7 @@ class _Call:
 
 
 async def run_tool(
-    provider: Any,
+    provider: Provider,
     session: Session,
     arguments: str | dict[str, Any] | None,
     *,
@@ -440,12 +441,13 @@ async def run_tool(
     return text
 
 
-async def _advance_snapshot(provider: Any, session: Session) -> None:
+async def _advance_snapshot(provider: Provider, session: Session) -> None:
     """After the session's own memory write, it sees that write (DESIGN §2 snapshots)."""
     if not isinstance(unwrap(provider), SessionSnapshotStore):
         return
     try:
-        await provider.advance_snapshot(session.id, session.user_id, session.agent_id)
+        store = cast(SessionSnapshotStore, provider)  # (unwrap(provider) is one)
+        await store.advance_snapshot(session.id, session.user_id, session.agent_id)
     except Exception:
         # The write itself succeeded; the session sees it from its next snapshot.
         log.warning("advancing the snapshot of session %s failed", session.id, exc_info=True)

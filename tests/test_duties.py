@@ -80,6 +80,7 @@ async def test_a_legacy_append_still_stores_and_says_once_what_to_change(
 async def test_a_current_append_gets_the_options_through_tracing() -> None:
     inner = CurrentProvider()
     options = AppendOptions(live_only=True)
-    await append_messages(with_tracing(inner, lambda event: None), S, [Message("user", "x")],
-                          options)
+    await append_messages(
+        with_tracing(inner, lambda event: None), S, [Message("user", "x")], options
+    )
     assert inner.options == [options] and inner.stored == ["x"]

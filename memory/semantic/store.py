@@ -101,9 +101,7 @@ async def store_vectors(
     return len(inserted)
 
 
-async def last_position(
-    conn: AsyncConnection, source: str, model: str
-) -> int | None:
+async def last_position(conn: AsyncConnection, source: str, model: str) -> int | None:
     """The largest `item_id` of `source` embedded for `model` (None: none yet)."""
     last: int | None = await conn.scalar(
         sa.select(sa.func.max(embeddings.c.item_id)).where(

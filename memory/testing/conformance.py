@@ -487,8 +487,9 @@ class ProviderConformance:
             s,
             Message(role="user", content="the capybara is my favourite"),
             Message(role="assistant", content="", tool_calls=[call]),
-            Message(role="tool", content="1 result: capybara capybara", tool_call_id="c1",
-                    name="memory"),
+            Message(
+                role="tool", content="1 result: capybara capybara", tool_call_id="c1", name="memory"
+            ),
             Message(role="assistant", content="noted"),
         )
         for mode in SearchMode:
