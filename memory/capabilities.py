@@ -17,10 +17,11 @@ Duties a caller passes explicitly (memory/duties.py), which a provider must hono
   - `None` means neither.
 - store writes (`set_profile`, `set_soul`, `add_constraint`, `remove_constraint`,
   `rollback`) take `options: WriteOptions | None = None`: the changelog row of the write
-  records `options.source` and `options.session_id`. With `None` the shared stores
-  (memory/stores.py) read the caller's context; a provider of its own may record
-  `WriteOptions.from_context()` the same way.
-- `ChangelogWriter.write_changelog(entry)` records `entry.source` and `entry.session_id`.
+  records `options.source` and `options.session_id`. With `None` it records
+  `WriteOptions.from_context()` (what callers that tag their context instead, e.g. the
+  memory tool, set; the shared stores of memory/stores.py do this).
+- `ChangelogWriter.write_changelog(entry)` records `entry.source` and `entry.session_id`
+  (empty: from the context likewise).
 
 Compatibility: a provider whose `append` predates `options` still loads and works:
 `memory.duties.append_messages` calls it without them and logs once what to change (its

@@ -19,6 +19,10 @@ the provider lacks the capability. Compaction tests append `compaction_messages`
 messages of about 60 tokens each: configure the provider (keep_tail, chunk sizes) so
 that this is enough to compact.
 
+The duties a caller passes on append and store writes (`AppendOptions`, `WriteOptions`;
+see memory/capabilities.py) have tests of their own: live-only appends, the hook run in
+the append's transaction, the source and session recorded by every store write.
+
 Search scope: per DESIGN §4 a session searches its user's memory, so the kit asserts that
 another *user's* messages never come back, not that another session of the same user's
 are hidden.
