@@ -32,8 +32,9 @@ returns to the base session; its history is never lost either way).
 
 A channel resolves the live session before the turn takes its lock, so a `/new` (on any
 replica) can archive it in between. With a provider on `memory.history` the user's
-message is appended with `AppendOptions(live_only=True)`: refused there (`SessionArchived`), the
-turn runs again in the live session, resolved afresh, and the message is stored once.
+message is appended with `AppendOptions(live_only=True)`: refused there
+(`SessionArchived`), the turn runs again in the live session, resolved afresh, and the
+message is stored once.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,13 +55,14 @@ class WriteOptions:
         return cls(change_source_from_context(), session_id_from_context())
 
 
-_LEGACY_WARNED: set[type] = set()
+# Per provider class: whether its `append` takes options (asked once, not per turn).
+_TAKES_OPTIONS: dict[type, bool] = {}
 
 
-def takes_options(method: object) -> bool:
+def takes_options(method: Callable[..., object]) -> bool:
     """Whether `method` accepts an `options` keyword (or any keyword)."""
     try:
-        params = inspect.signature(method).parameters.values()  # type: ignore[arg-type]
+        params = inspect.signature(method).parameters.values()
     except (TypeError, ValueError):
         return True  # cannot tell: assume today's contract
     return any(p.name == "options" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
@@ -75,15 +76,17 @@ async def append_messages(
     from memory.tracing import unwrap  # (tracing imports the capabilities)
 
     inner = unwrap(provider)
-    if takes_options(inner.append):
+    kind = type(inner)
+    if kind not in _TAKES_OPTIONS:
+        _TAKES_OPTIONS[kind] = takes_options(inner.append)
+        if not _TAKES_OPTIONS[kind]:
+            log.warning(
+                "memory provider %r: append() takes no `options`, so live-session-only and "
+                "the same-transaction hook are not honoured; declare `append(self, session, "
+                "*msgs, options: AppendOptions | None = None)` (memory/capabilities.py)",
+                getattr(inner, "name", kind.__name__),
+            )
+    if _TAKES_OPTIONS[kind]:
         await provider.append(session, *msgs, options=options)
-        return
-    if type(inner) not in _LEGACY_WARNED:
-        _LEGACY_WARNED.add(type(inner))
-        log.warning(
-            "memory provider %r: append() takes no `options`, so live-session-only and "
-            "the same-transaction hook are not honoured; declare `append(self, session, "
-            "*msgs, options: AppendOptions | None = None)` (memory/capabilities.py)",
-            getattr(inner, "name", type(inner).__name__),
-        )
-    await provider.append(session, *msgs)
+    else:
+        await provider.append(session, *msgs)
