@@ -55,8 +55,8 @@ class WriteOptions:
         return cls(change_source_from_context(), session_id_from_context())
 
 
-# Per provider class: whether its `append` takes options (asked once, not per turn).
-_TAKES_OPTIONS: dict[type, bool] = {}
+# Provider classes told already that their append predates options.
+_LEGACY_WARNED: set[type] = set()
 
 
 def takes_options(method: Callable[..., object]) -> bool:
@@ -76,17 +76,16 @@ async def append_messages(
     from memory.tracing import unwrap  # (tracing imports the capabilities)
 
     inner = unwrap(provider)
-    kind = type(inner)
-    if kind not in _TAKES_OPTIONS:
-        _TAKES_OPTIONS[kind] = takes_options(inner.append)
-        if not _TAKES_OPTIONS[kind]:
-            log.warning(
-                "memory provider %r: append() takes no `options`, so live-session-only and "
-                "the same-transaction hook are not honoured; declare `append(self, session, "
-                "*msgs, options: AppendOptions | None = None)` (memory/capabilities.py)",
-                getattr(inner, "name", kind.__name__),
-            )
-    if _TAKES_OPTIONS[kind]:
+    # Asked on every call (microseconds): `append` may be replaced on an instance.
+    if takes_options(inner.append):
         await provider.append(session, *msgs, options=options)
-    else:
-        await provider.append(session, *msgs)
+        return
+    if type(inner) not in _LEGACY_WARNED:
+        _LEGACY_WARNED.add(type(inner))
+        log.warning(
+            "memory provider %r: append() takes no `options`, so live-session-only and "
+            "the same-transaction hook are not honoured; declare `append(self, session, "
+            "*msgs, options: AppendOptions | None = None)` (memory/capabilities.py)",
+            getattr(inner, "name", type(inner).__name__),
+        )
+    await provider.append(session, *msgs)
