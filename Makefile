@@ -23,6 +23,7 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
+	$(BIN)/mypy --strict memory
 	$(BIN)/pytest -q
 
 test-fast: $(VENV)/.installed-dev
@@ -30,6 +31,7 @@ test-fast: $(VENV)/.installed-dev
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
+	$(BIN)/mypy --strict memory
 	$(BIN)/mypy memory bot plugins
 
 bench: $(VENV)/.installed-dev

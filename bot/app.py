@@ -17,7 +17,7 @@ from bot.config import Settings
 from bot.llm import LLMClient
 from bot.metrics import instrument_engine, trace_hook
 from bot.pool import Pool
-from memory.capabilities import ProviderContext, Summarizer
+from memory.capabilities import Provider, ProviderContext, Summarizer
 from memory.db import create_engine, migrate
 from memory.registry import create_provider_async
 from memory.session_lock import SessionLocks
@@ -31,7 +31,7 @@ trace_log = logging.getLogger("mnemo.trace")
 class Services:
     settings: Settings
     engine: AsyncEngine
-    provider: Any
+    provider: Provider
     llm: LLMClient
     pool: Pool
     locks: SessionLocks
@@ -144,7 +144,7 @@ async def build_services(
     )
 
 
-def _embedding_worker(provider: Any, embedder: Any, engine: AsyncEngine) -> Any:
+def _embedding_worker(provider: Provider, embedder: Any, engine: AsyncEngine) -> Any:
     """What embeds new messages, summaries and notes in the background (never on the
     reply path), for the root to start; None when embeddings are off or the provider has
     nothing to embed."""

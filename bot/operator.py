@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import Settings
 from bot.progress import ProgressBar
-from memory.capabilities import Compactor, ProviderContext, Searcher
+from memory.capabilities import Compactor, Provider, ProviderContext, Searcher
 from memory.display import json_terminal_safe, terminal_safe
 from memory.errors import CompactionIncomplete, InvalidArgument, MemoryError_
 from memory.types import (
@@ -59,7 +59,7 @@ class _NoSummarizer:
 class Opened:
     settings: Settings
     engine: AsyncEngine
-    provider: Any
+    provider: Provider
 
 
 @asynccontextmanager
@@ -195,7 +195,7 @@ async def search(settings: Settings, session_id: str, text: str, out: TextIO = s
             _err(f"no session {session_id!r}")
             return EXIT_FAULT
         try:
-            hits = await m.provider.search(session, SearchQuery(text=text))
+            hits = await cast(Searcher, m.provider).search(session, SearchQuery(text=text))
         except MemoryError_ as exc:
             _err(str(exc))
             return EXIT_FAULT
@@ -297,7 +297,8 @@ async def compact(settings: Settings, session_id: str | None, everything: bool) 
             result: CompactionResult | None = None
             try:
                 with with_change_source(ChangeSource.SYSTEM):
-                    result = await m.provider.compact(session, CompactionMode.FULL)
+                    result = await cast(Compactor, m.provider).compact(
+                        session, CompactionMode.FULL)
             except CompactionIncomplete as exc:  # its rounds done are kept: count them
                 record_compaction_failure(m.provider.name, CompactionMode.FULL)
                 failed.append(f"compaction stopped part way (progress kept): {session.id}: "

@@ -45,7 +45,6 @@ from bot.turns import (
     memory_tools,
 )
 from memory.errors import SessionArchived
-from memory.history import live_session_only
 from memory.types import CompactionResult, Session
 
 # What channels and tests take from here; each lives in the module named above.
@@ -193,8 +192,7 @@ class Pool:
                     return None
                 try:
                     # A /new since the message was stored: the user has moved on.
-                    with live_session_only():
-                        reply = await self._turns.answer(session, context, on_delta)
+                    reply = await self._turns.answer(session, context, on_delta, live_only=True)
                 except SessionArchived:
                     log.info("session %s was archived before its owed answer", session.id)
                     return None

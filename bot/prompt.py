@@ -15,6 +15,7 @@ from memory import snapshots
 from memory.capabilities import (
     ConstraintStore,
     ProfileStore,
+    Provider,
     SessionSnapshotStore,
     VersionedConstraintStore,
     VersionedProfileStore,
@@ -30,14 +31,14 @@ class MemoryView:
     version: int | None = None  # the snapshot version read, when versioned
 
 
-async def snapshot_version(provider: object, session: Session) -> int | None:
+async def snapshot_version(provider: Provider, session: Session) -> int | None:
     if not isinstance(provider, SessionSnapshotStore):
         return None
     snap = await provider.get_or_create_snapshot(session.id, session.user_id, session.agent_id)
     return snap.version
 
 
-async def read_memory(provider: object, session: Session, version: int | None) -> MemoryView:
+async def read_memory(provider: Provider, session: Session, version: int | None) -> MemoryView:
     """Soul, profile and constraints of the session's user, at `version` when given and
     the provider can read versions, else current."""
     view = MemoryView(version=version)
@@ -74,7 +75,7 @@ class MemoryReader:
     versions) are never cached. The capability checks are made once.
     """
 
-    def __init__(self, provider: object, max_views: int = VIEW_CACHE_SIZE, *,
+    def __init__(self, provider: Provider, max_views: int = VIEW_CACHE_SIZE, *,
                  cache_snapshots: bool = False) -> None:
         """`cache_snapshots`: keep each session's snapshot version in memory, read again
         only after a snapshot moved in this process (memory/snapshots.py). Right only

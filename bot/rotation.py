@@ -10,7 +10,7 @@ returns to the base session; its history is never lost either way).
 
 A channel resolves the live session before the turn takes its lock, so a `/new` (on any
 replica) can archive it in between. With a provider on `memory.history` the user's
-message is appended under `live_session_only`: refused there (`SessionArchived`), the
+message is appended with `AppendOptions(live_only=True)`: refused there (`SessionArchived`), the
 turn runs again in the live session, resolved afresh (`live_after_archive`), and the
 message is stored once.
 """

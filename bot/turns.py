@@ -40,12 +40,12 @@ from bot.llm import LLMError, OnDelta
 from bot.prompt import MemoryReader, build_system_prompt
 from bot.runner import Completer, Tool, run_turn
 from bot.session_binding import bind_session
-from memory.append_hook import AppendHook, with_append_hook
+from memory.append_hook import AppendHook
 from memory.capabilities import ChangelogReader, ProfileStore, SessionManager
 from memory.context import with_change_source
 from memory.db import RECONNECT_ATTEMPTS, CommitUncertain, retry_on_disconnect
+from memory.duties import AppendOptions, append_messages
 from memory.errors import SessionArchived
-from memory.history import live_session_only
 from memory.identity import seed_identity
 from memory.tokens import estimate_tokens
 from memory.types import ChangeSource, Message, Session
@@ -259,9 +259,9 @@ class Turns:
                 else None
             )
             hooks.append(hook)
-            live = live_session_only() if live_only else contextlib.nullcontext()
-            with with_append_hook(hook), live:
-                await self.provider.append(session, *msgs)
+            await append_messages(
+                self.provider, session, msgs, AppendOptions(live_only=live_only, hook=hook)
+            )
 
         for attempt in range(1, RECONNECT_ATTEMPTS + 1):
             try:
@@ -306,10 +306,12 @@ class Turns:
         context: Context,
         on_delta: OnDelta | None,
         images: Sequence[Image] = (),
+        *,
+        live_only: bool = False,
     ) -> Reply:
         """Call the model on `context` (its history's last user message with `images`)
-        and append what it said. Raises `SessionArchived` only under
-        `live_session_only`, with the answer dropped."""
+        and append what it said. Raises `SessionArchived` only when `live_only` and the
+        session was archived, with the answer dropped."""
         system, tools, history = context
         try:
             result = await run_turn(
@@ -330,9 +332,9 @@ class Turns:
             return Reply(apology(exc.reason), error=True)
         try:
             # (memory.tool advanced the snapshot after each of its writes already)
-            await self.append(session, result.messages)
+            await self.append(session, result.messages, live_only=live_only)
         except SessionArchived:
-            raise  # only under live_session_only: the pool's resume() drops the answer
+            raise  # only when live_only: the pool's resume() drops the answer
         except Exception:
             log.exception("could not store the answer of session %s", session.id)
             return Reply(ANSWER_NOT_SAVED, error=True)

@@ -24,6 +24,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "SessionManager", "SessionSnapshotStore", "Searcher", "Summarizer",
         "VersionedConstraintStore", "VersionedProfileStore", "capabilities_of",
     ),
+    "memory.duties": ("AppendOptions", "WriteOptions", "append_messages"),
+    "memory.append_hook": ("AppendHook",),
     "memory.errors": (
         "Conflict", "InvalidArgument", "MemoryError_", "NotFound", "SessionArchived",
         "StoreCorrupt", "Unsupported",
@@ -65,6 +67,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static re-exports for type checkers and IDEs
+    from memory.append_hook import AppendHook  # noqa: F401
     from memory.capabilities import (  # noqa: F401
         CAPABILITIES,
         ChangelogReader,
@@ -96,6 +99,7 @@ if TYPE_CHECKING:  # static re-exports for type checkers and IDEs
         with_session_id,
         with_user_id,
     )
+    from memory.duties import AppendOptions, WriteOptions, append_messages  # noqa: F401
     from memory.errors import (  # noqa: F401
         Conflict,
         InvalidArgument,

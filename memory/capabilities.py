@@ -2,6 +2,31 @@
 
 Capabilities are discovered with `isinstance(unwrap(provider), Compactor)`; all are
 `runtime_checkable`, so a third-party plugin needs no base class, only the methods.
+
+Duties a caller passes explicitly (memory/duties.py), which a provider must honour:
+
+- `append(session, *msgs, options: AppendOptions | None = None)`:
+  - `options.live_only`: if the session is archived (`SessionManager.save_info` with
+    `archived=True`), raise `memory.errors.SessionArchived` and store nothing. Without
+    it, an archived session is appended to like any other.
+  - `options.hook`: call `await options.hook.run(conn)` once, with the
+    `AsyncConnection` of the transaction that stores the messages, before it commits.
+    If the hook raises, the append is rolled back (nothing stored) and the exception
+    propagates. A provider whose history is not in that database still runs it in a
+    transaction of its own and stores the messages only if the hook succeeded.
+  - `None` means neither.
+- store writes (`set_profile`, `set_soul`, `add_constraint`, `remove_constraint`,
+  `rollback`) take `options: WriteOptions | None = None`: the changelog row of the write
+  records `options.source` and `options.session_id`. With `None` it records
+  `WriteOptions.from_context()` (what callers that tag their context instead, e.g. the
+  memory tool, set; the shared stores of memory/stores.py do this).
+- `ChangelogWriter.write_changelog(entry)` records `entry.source` and `entry.session_id`
+  (empty: from the context likewise).
+
+Compatibility: a provider whose `append` predates `options` still loads and works:
+`memory.duties.append_messages` calls it without them and logs once what to change (its
+hook does not run, so the caller records after the append; archived sessions are not
+refused). Store writes are called without options unless the caller has them to pass.
 """
 
 from __future__ import annotations
@@ -13,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from memory.duties import AppendOptions, WriteOptions
 from memory.semantic import DEFAULT_CACHE_BYTES
 
 if TYPE_CHECKING:
@@ -74,7 +100,12 @@ class Provider(Protocol):
 
     async def bootstrap(self, session: Session) -> None: ...
 
-    async def append(self, session: Session, *msgs: Message) -> None: ...
+    async def append(
+        self, session: Session, *msgs: Message, options: AppendOptions | None = None
+    ) -> None:
+        """Store `msgs` at the end of the session's history, in one transaction, honouring
+        `options` (see the module docstring)."""
+        ...
 
     async def assemble(self, session: Session, budget: int, fresh_tail: int) -> list[Message]: ...
 
@@ -121,13 +152,17 @@ class Explorer(Protocol):
 class ProfileStore(Protocol):
     async def get_profile(self, user_id: int, agent_id: str) -> str: ...
 
-    async def set_profile(self, user_id: int, agent_id: str, content: str) -> int:
+    async def set_profile(
+        self, user_id: int, agent_id: str, content: str, options: WriteOptions | None = None
+    ) -> int:
         """Replace the profile; returns the new version."""
         ...
 
     async def get_soul(self, user_id: int, agent_id: str) -> str: ...
 
-    async def set_soul(self, user_id: int, agent_id: str, content: str) -> int: ...
+    async def set_soul(
+        self, user_id: int, agent_id: str, content: str, options: WriteOptions | None = None
+    ) -> int: ...
 
 
 @runtime_checkable
@@ -135,11 +170,15 @@ class ConstraintStore(Protocol):
     async def get_constraints(self, user_id: int, agent_id: str) -> list[ConstraintEntry]: ...
 
     async def add_constraint(
-        self, user_id: int, agent_id: str, text: str
+        self, user_id: int, agent_id: str, text: str, options: WriteOptions | None = None
     ) -> list[ConstraintEntry]: ...
 
     async def remove_constraint(
-        self, user_id: int, agent_id: str, constraint_id: str
+        self,
+        user_id: int,
+        agent_id: str,
+        constraint_id: str,
+        options: WriteOptions | None = None,
     ) -> list[ConstraintEntry]:
         """Raises NotFound for an unknown id."""
         ...
@@ -153,7 +192,14 @@ class VersionedProfileStore(Protocol):
 
     async def get_soul_at(self, user_id: int, agent_id: str, version: int) -> str: ...
 
-    async def rollback(self, user_id: int, agent_id: str, scope: str, version: int) -> int:
+    async def rollback(
+        self,
+        user_id: int,
+        agent_id: str,
+        scope: str,
+        version: int,
+        options: WriteOptions | None = None,
+    ) -> int:
         """Write the `scope` text as it was at `version` as a new version; returns it."""
         ...
 

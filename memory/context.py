@@ -4,8 +4,9 @@ parameters (the Go original used context.Context)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
+from typing import TypeVar
 
 from memory.types import ChangeSource
 
@@ -17,8 +18,11 @@ _change_source: ContextVar[ChangeSource] = ContextVar(
 )
 
 
+T = TypeVar("T")
+
+
 @contextmanager
-def _bind(var: ContextVar, value: object) -> Iterator[None]:
+def _bind(var: ContextVar[T], value: T) -> Iterator[None]:
     token = var.set(value)
     try:
         yield
@@ -26,19 +30,19 @@ def _bind(var: ContextVar, value: object) -> Iterator[None]:
         var.reset(token)
 
 
-def with_session_id(session_id: str):  # -> contextmanager
+def with_session_id(session_id: str) -> AbstractContextManager[None]:
     return _bind(_session_id, session_id)
 
 
-def with_user_id(user_id: int):
+def with_user_id(user_id: int) -> AbstractContextManager[None]:
     return _bind(_user_id, user_id)
 
 
-def with_agent_id(agent_id: str):
+def with_agent_id(agent_id: str) -> AbstractContextManager[None]:
     return _bind(_agent_id, agent_id)
 
 
-def with_change_source(source: ChangeSource | str):
+def with_change_source(source: ChangeSource | str) -> AbstractContextManager[None]:
     return _bind(_change_source, ChangeSource(source))
 
 

@@ -187,8 +187,9 @@ async def retry_on_disconnect(run: Callable[[], Awaitable[T]], what: str) -> T:
 def conflict_insert(conn: AsyncConnection, table: Table) -> postgresql.Insert | sqlite.Insert:
     """An INSERT into `table` that takes `on_conflict_do_nothing` / `_do_update`: both
     dialects have them, but each under its own class."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table)
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
 
 
 def advisory_key(name: str) -> int:

@@ -25,7 +25,7 @@ class Conflict(MemoryError_):
 
 
 class SessionArchived(Conflict):
-    """An append that asked for a live session (`memory.history.live_session_only`)
+    """An append that asked for a live session (`AppendOptions(live_only=True)`)
     found it archived, by a `/new` that committed first: nothing was written, and the
     caller appends to the session that replaced it instead."""
 

@@ -28,7 +28,7 @@ import json
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import sqlalchemy as sa
 from pydantic import (
@@ -47,6 +47,9 @@ from memory.errors import InvalidArgument
 from memory.history import PartKind, conversations
 from memory.stores import changelog_table, snapshot_table
 from memory.types import ChangeSource, Role
+
+if TYPE_CHECKING:
+    from memory.capabilities import Provider
 
 FORMAT = "mnemo.session-export"
 VERSION = 1
@@ -279,7 +282,8 @@ class OverlaySchema(Protocol):
 
 def message_seqs(info: ValidationInfo) -> set[int]:
     """The document's message seqs, inside a provider schema's validator."""
-    return (info.context or {}).get("seqs", set())
+    seqs: set[int] = (info.context or {}).get("seqs", set())
+    return seqs
 
 
 # --- entry points ---------------------------------------------------------------------
@@ -314,7 +318,7 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def validate_document(doc: Any, provider: Any = None) -> SessionDocument:
+def validate_document(doc: Any, provider: Provider | None = None) -> SessionDocument:
     """The document, checked whole (module doc); InvalidArgument naming the first problem.
     `provider`: the configured provider (its schema checks `provider.data`)."""
     if _depth(doc) > MAX_DEPTH:
@@ -351,14 +355,17 @@ def validate_document(doc: Any, provider: Any = None) -> SessionDocument:
     return parsed
 
 
-def _overlay_schema(provider: Any) -> OverlaySchema | None:
+def _overlay_schema(provider: Provider | None) -> OverlaySchema | None:
     from memory.tracing import unwrap
 
     inner = unwrap(provider) if provider is not None else None
     return inner if isinstance(inner, OverlaySchema) else None
 
 
-def _validate(run: Callable[[], Any], root: str) -> Any:
+T = TypeVar("T")
+
+
+def _validate(run: Callable[[], T], root: str) -> T:
     try:
         return run()
     except ValidationError as exc:

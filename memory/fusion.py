@@ -19,19 +19,23 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 SEMANTIC_WEIGHT = 0.3
 WORDS, MEANING = "words", "meaning"
 
 
+K = TypeVar("K", bound=Hashable)
+
+
 @dataclass(frozen=True)
-class Fused:
-    key: Hashable
+class Fused(Generic[K]):
+    key: K
     score: float
     signals: tuple[str, ...]
 
 
-def normalised(scores: Mapping[Hashable, float]) -> dict[Hashable, float]:
+def normalised(scores: Mapping[K, float]) -> dict[K, float]:
     """Scores mapped to [0, 1] by min-max over `scores`; all equal map to 1."""
     if not scores:
         return {}
@@ -41,16 +45,16 @@ def normalised(scores: Mapping[Hashable, float]) -> dict[Hashable, float]:
 
 
 def fuse(
-    words: Sequence[tuple[Hashable, float]],
-    meaning: Sequence[tuple[Hashable, float]],
+    words: Sequence[tuple[K, float]],
+    meaning: Sequence[tuple[K, float]],
     weight: float = SEMANTIC_WEIGHT,
-) -> list[Fused]:
+) -> list[Fused[K]]:
     """Both lists' keys, best fused score first (ties: the lexical order, then the
     semantic one). A key repeated within a list keeps its best score."""
-    lexical: dict[Hashable, float] = {}
+    lexical: dict[K, float] = {}
     for key, score in words:
         lexical[key] = max(score, lexical.get(key, score))
-    semantic: dict[Hashable, float] = {}
+    semantic: dict[K, float] = {}
     for key, score in meaning:
         semantic[key] = max(score, semantic.get(key, score))
     n_words, n_meaning = normalised(lexical), normalised(semantic)

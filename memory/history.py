@@ -9,17 +9,16 @@ Providers that add their own rows in the same transaction (lcm's context items, 
 use `HistoryStore.session_transaction` and `insert_messages` instead of `append`.
 
 Appends write to archived conversations too (imports, compaction, tools keep working on
-them); a caller that means the live session only (the pool, for a user's message) wraps
-the append in `live_session_only()`, and an archived one then raises `SessionArchived`.
+them); a caller that means the live session only (the pool, for a user's message) passes
+`AppendOptions(live_only=True)`, and an archived one then raises `SessionArchived`.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypedDict, runtime_checkable
@@ -27,8 +26,8 @@ from typing import Any, Protocol, TypedDict, runtime_checkable
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memory.append_hook import run_append_hook
 from memory.db import conflict_insert, lock_for_transaction, write_transaction
+from memory.duties import AppendOptions
 from memory.errors import NotFound, SessionArchived
 from memory.history_models import Conversation, MessagePart, MessageRow
 from memory.sanitize import storable
@@ -51,21 +50,6 @@ TITLE_CHARS = 80
 # Sessions whose conversation id a store remembers (most recently used kept); a
 # forgotten one costs a read by its unique session id on its next use.
 CONV_ID_CACHE_SIZE = 10_000
-
-_live_only: ContextVar[bool] = ContextVar("mnemo_live_session_only", default=False)
-
-
-@contextmanager
-def live_session_only() -> Iterator[None]:
-    """Appends in this context refuse an archived conversation: `SessionArchived`, and
-    the transaction rolls back. Checked under the session's lock, so a `/new` that
-    archived it (on any replica) either committed before (refused) or waits."""
-    token = _live_only.set(True)
-    try:
-        yield
-    finally:
-        _live_only.reset(token)
-
 
 class PartKind(enum.StrEnum):
     REASONING = "reasoning"
@@ -137,8 +121,8 @@ def _clean(msg: Message) -> Message:
     )
 
 
-def _parts_of(msg: Message) -> list[dict]:
-    out: list[dict] = []
+def _parts_of(msg: Message) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     if msg.reasoning is not None:
         out.append({"kind": PartKind.REASONING, "content": msg.reasoning})
     for call in msg.tool_calls:
@@ -162,7 +146,7 @@ def _parts_of(msg: Message) -> list[dict]:
     return out
 
 
-def _bind(name: str, column: sa.Column) -> sa.BindParameter:
+def _bind(name: str, column: sa.Column[Any]) -> sa.BindParameter[Any]:
     return sa.bindparam(name, type_=column.type)
 
 
@@ -183,7 +167,7 @@ _INSERT_NEXT = (
     .returning(messages.c.id, messages.c.seq)
 )
 _INSERT_MANY = sa.insert(messages).returning(messages.c.id, messages.c.seq)
-# (returning `archived` for `live_session_only`: checked at no extra round trip)
+# (returning `archived` for `AppendOptions.live_only`: checked at no extra round trip)
 _TOUCH = (
     sa.update(conversations)
     .where(conversations.c.id == sa.bindparam("c_id"))
@@ -273,7 +257,7 @@ class HistoryStore:
         )
         assert conv_id is not None
         # Not cached here: the row may still roll back with the caller's transaction.
-        return conv_id
+        return int(conv_id)
 
     async def bootstrap(self, session: Session) -> int:
         """Create the conversation record if needed; returns its id."""
@@ -310,7 +294,8 @@ class HistoryStore:
     # -- messages ------------------------------------------------------------------
 
     async def insert_messages(
-        self, conn: AsyncConnection, conv_id: int, msgs: Sequence[Message]
+        self, conn: AsyncConnection, conv_id: int, msgs: Sequence[Message],
+        options: AppendOptions | None = None,
     ) -> list[StoredMessage]:
         """Insert `msgs` after the conversation's last seq, inside the caller's
         session transaction. Returns what was stored, in order.
@@ -318,7 +303,10 @@ class HistoryStore:
         Every turn appends twice, so statements are few: the first message's insert
         reads the next seq itself (INSERT ... SELECT max(seq) + 1), any others go in one
         multi-row insert, their parts in one more, and one update of the conversation,
-        which also tells whether it is archived (see `live_session_only`).
+        which also tells whether it is archived. `options` as for `Provider.append`:
+        `live_only` is checked under the session's lock, so a `/new` that archived it
+        (on any replica) either committed before (refused) or waits; the hook runs
+        last, on `conn`.
         """
         if not msgs:
             return []
@@ -364,17 +352,21 @@ class HistoryStore:
         # The session's lock is held since before the conversation was read, and this
         # update waits for any other writer of the row: an archiving that committed
         # first is seen here. Raising rolls back the rows inserted above.
-        if touched.scalar_one() and _live_only.get():
+        options = options or AppendOptions()
+        if touched.scalar_one() and options.live_only:
             raise SessionArchived(f"conversation {conv_id} is archived: nothing appended")
-        await run_append_hook(conn)  # a channel's delivery record, same transaction
+        if options.hook is not None:
+            await options.hook.run(conn)  # a channel's delivery record, same transaction
         return [
             StoredMessage(msg_id, first_seq + i, row["token_count"], row["created_at"])
             for i, (msg_id, row) in enumerate(zip(ids, rows, strict=True))
         ]
 
-    async def append(self, session: Session, *msgs: Message) -> list[StoredMessage]:
+    async def append(
+        self, session: Session, *msgs: Message, options: AppendOptions | None = None
+    ) -> list[StoredMessage]:
         async with self.session_transaction(session) as (conn, conv_id):
-            return await self.insert_messages(conn, conv_id, msgs)
+            return await self.insert_messages(conn, conv_id, msgs, options)
 
     async def load_messages(
         self, conn: AsyncConnection, where: sa.ColumnElement[bool] | None = None, *,
@@ -410,7 +402,7 @@ class HistoryStore:
         part_rows = (
             await conn.execute(_PARTS_OF, {"ids": [r["id"] for r in rows]})
         ).mappings().all()
-        by_msg: dict[int, list] = {}
+        by_msg: dict[int, list[sa.RowMapping]] = {}
         for p in part_rows:
             by_msg.setdefault(p["message_id"], []).append(p)
         return [build_message(r, by_msg.get(r["id"], ())) for r in rows]
@@ -446,7 +438,7 @@ class HistoryStore:
     async def save_info(self, info: SessionInfo) -> None:
         session = Session(info.id, info.agent_id, info.user_id, info.channel)
         async with self.session_transaction(session) as (conn, conv_id):
-            values: dict = {"archived": info.archived, "updated_at": info.last_active or utcnow()}
+            values: dict[str, Any] = {"archived": info.archived, "updated_at": info.last_active or utcnow()}
             if info.title:
                 values["title"] = storable(info.title)[:200]
             await conn.execute(
@@ -478,7 +470,7 @@ class HistoryStore:
         return self._info(row)
 
     @staticmethod
-    def _listing(query: sa.Select, opts: ListOptions) -> sa.Select:
+    def _listing(query: sa.Select[Any], opts: ListOptions) -> sa.Select[Any]:
         """`query` over conversations, filtered, ordered and paged as `opts` says."""
         query = query.order_by(conversations.c.updated_at.desc(), conversations.c.id.desc())
         if opts.agent_id:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -223,7 +224,9 @@ async def resolve(
     shows that context too, so a bare "noted" is seen to answer what was asked."""
     if not hits:
         return []
-    by_rowid = {r["rowid"]: r for r in await _rows(conn, index, index.rowid, [h.rowid for h in hits])}
+    by_rowid = {
+        r["rowid"]: r for r in await _rows(conn, index, index.rowid, [h.rowid for h in hits])
+    }
     out = []
     for hit in hits:
         row = by_rowid.get(hit.rowid)
@@ -257,7 +260,7 @@ async def resolve_ids(
 
 
 async def _rows(
-    conn: AsyncConnection, index: TextIndex, column: str, values: list
+    conn: AsyncConnection, index: TextIndex, column: str, values: list[Any]
 ) -> list[sa.RowMapping]:
     result = await conn.execute(
         sa.text(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -44,11 +44,14 @@ from memory.stores import changelog_table, snapshot_table, state_table
 from memory.tracing import unwrap
 from memory.types import iso_utc
 
+if TYPE_CHECKING:
+    from memory.capabilities import Provider
+
 _CHANGELOG_FIELDS = ("session_id", "scope", "action", "source", "version_before",
                      "version_after", "before_text", "after_text", "created_at")
 
 
-def _exporter(provider: Any) -> Exporter | None:
+def _exporter(provider: Provider | None) -> Exporter | None:
     inner = unwrap(provider) if provider is not None else None
     return inner if isinstance(inner, Exporter) else None
 
@@ -56,7 +59,9 @@ def _exporter(provider: Any) -> Exporter | None:
 # --- export ---------------------------------------------------------------------------
 
 
-async def export_session(engine: AsyncEngine, session_id: str, provider: Any = None) -> dict[str, Any]:
+async def export_session(
+    engine: AsyncEngine, session_id: str, provider: Provider | None = None
+) -> dict[str, Any]:
     """The session as a JSON-ready document. Raises NotFound for an unknown session."""
     async with engine.connect() as conn:
         conv = (await conn.execute(
@@ -79,7 +84,11 @@ async def export_session(engine: AsyncEngine, session_id: str, provider: Any = N
         }
     exporter = _exporter(provider)
     overlay = await exporter.export_overlay(session_id) if exporter is not None else None
-    doc["provider"] = None if overlay is None else {"name": provider.name, "data": overlay}
+    # (an overlay comes only from a provider's exporter)
+    if overlay is None or provider is None:
+        doc["provider"] = None
+    else:
+        doc["provider"] = {"name": provider.name, "data": overlay}
     return doc
 
 
@@ -187,7 +196,9 @@ class ImportReport:
     notes: list[str] = field(default_factory=list)
 
 
-async def import_session(engine: AsyncEngine, doc: Any, provider: Any = None) -> ImportReport:
+async def import_session(
+    engine: AsyncEngine, doc: Any, provider: Provider | None = None
+) -> ImportReport:
     """Write an exported session into `engine`'s database, all or nothing.
 
     The document is checked whole first (`memory.export_schema`, the provider's data by
@@ -302,7 +313,7 @@ async def _import_user_memory(conn: AsyncConnection, user_id: int, agent_id: str
 # --- Markdown -------------------------------------------------------------------------
 
 
-def render_markdown(doc: dict[str, Any], provider: Any = None) -> str:
+def render_markdown(doc: dict[str, Any], provider: Provider | None = None) -> str:
     """A readable rendering of an export document (JSON stays the lossless format). For
     display: control and bidi characters are shown as escapes (`memory.display`), and
     the one-line fields (ids, title) keep to their line."""

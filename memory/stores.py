@@ -16,6 +16,9 @@ Decisions worth knowing:
 - `write_changelog` takes any scope except profile/soul/constraint (those rows are the
   stores' own and drive versioned reads); its rows never bump the version.
 - Text is made storable (NUL and lone surrogates replaced) as the message history does.
+- A write's changelog row records `options.source` and `options.session_id`
+  (memory/duties.py `WriteOptions`); a write without options takes them from the
+  caller's context (`memory.context`), as every write did before options existed.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.context import change_source_from_context, session_id_from_context
 from memory.db import conflict_insert, write_transaction
+from memory.duties import WriteOptions
 from memory.errors import Conflict, InvalidArgument, NotFound, StoreCorrupt
 from memory.models import MemoryChangelog, MemoryState, SessionSnapshotRow
 from memory.sanitize import storable
@@ -139,7 +144,9 @@ def _owner(table: sa.Table, user_id: int, agent_id: str) -> sa.ColumnElement[boo
     return sa.and_(table.c.user_id == user_id, table.c.agent_id == agent_id)
 
 
-async def _lock_state(conn: AsyncConnection, user_id: int, agent_id: str) -> sa.Row:
+async def _lock_state(
+    conn: AsyncConnection, user_id: int, agent_id: str
+) -> sa.Row[*tuple[Any, ...]]:
     """The state row of (user, agent), created at version 0 if absent, locked until the
     transaction ends (PostgreSQL: FOR UPDATE; SQLite: BEGIN IMMEDIATE already holds
     the single write lock)."""
@@ -188,7 +195,7 @@ async def _text_at(
     return text or ""
 
 
-def _entry(row: sa.Row) -> ChangeEntry:
+def _entry(row: sa.Row[*tuple[Any, ...]]) -> ChangeEntry:
     return ChangeEntry(
         id=row.id,
         user_id=row.user_id,
@@ -205,7 +212,7 @@ def _entry(row: sa.Row) -> ChangeEntry:
     )
 
 
-def _snapshot(row: sa.Row) -> SessionSnapshot:
+def _snapshot(row: sa.Row[*tuple[Any, ...]]) -> SessionSnapshot:
     return SessionSnapshot(
         session_id=row.session_id,
         user_id=row.user_id,
@@ -223,12 +230,22 @@ class SharedStores:
     # -- the one write path -------------------------------------------------------
 
     async def _write_scope(
-        self, user_id: int, agent_id: str, scope: Scope, change: Change
+        self,
+        user_id: int,
+        agent_id: str,
+        scope: Scope,
+        change: Change,
+        options: WriteOptions | None,
     ) -> tuple[int, str]:
         """Apply `change` to `scope` in one transaction: lock the row, write the new
         text, bump the version, record the changelog row. Returns (version, new text)."""
         _check_owner(user_id, agent_id)
         column = _COLUMNS[scope]
+        who = options or WriteOptions.from_context()
+        try:
+            source = ChangeSource(who.source)
+        except ValueError as exc:
+            raise InvalidArgument(f"unknown change source {who.source!r}") from exc
         async with write_transaction(self.engine) as conn:
             row = await _lock_state(conn, user_id, agent_id)
             before = getattr(row, column)
@@ -244,10 +261,10 @@ class SharedStores:
                 sa.insert(changelog_table).values(
                     user_id=user_id,
                     agent_id=agent_id,
-                    session_id=session_id_from_context()[:MAX_SESSION_ID_CHARS],
+                    session_id=who.session_id[:MAX_SESSION_ID_CHARS],
                     scope=scope.value,
                     action=action.value,
-                    source=change_source_from_context().value,
+                    source=source.value,
                     version_before=int(row.version),
                     version_after=version,
                     before_text=before,
@@ -280,17 +297,23 @@ class SharedStores:
     async def get_profile(self, user_id: int, agent_id: str) -> str:
         return await self._current_text(user_id, agent_id, Scope.PROFILE)
 
-    async def set_profile(self, user_id: int, agent_id: str, content: str) -> int:
+    async def set_profile(
+        self, user_id: int, agent_id: str, content: str, options: WriteOptions | None = None
+    ) -> int:
         version, _ = await self._write_scope(
-            user_id, agent_id, Scope.PROFILE, _text_change(content)
+            user_id, agent_id, Scope.PROFILE, _text_change(content), options
         )
         return version
 
     async def get_soul(self, user_id: int, agent_id: str) -> str:
         return await self._current_text(user_id, agent_id, Scope.SOUL)
 
-    async def set_soul(self, user_id: int, agent_id: str, content: str) -> int:
-        version, _ = await self._write_scope(user_id, agent_id, Scope.SOUL, _text_change(content))
+    async def set_soul(
+        self, user_id: int, agent_id: str, content: str, options: WriteOptions | None = None
+    ) -> int:
+        version, _ = await self._write_scope(
+            user_id, agent_id, Scope.SOUL, _text_change(content), options
+        )
         return version
 
     # -- ConstraintStore ------------------------------------------------------------
@@ -298,7 +321,9 @@ class SharedStores:
     async def get_constraints(self, user_id: int, agent_id: str) -> list[ConstraintEntry]:
         return parse_constraints(await self._current_text(user_id, agent_id, Scope.CONSTRAINT))
 
-    async def add_constraint(self, user_id: int, agent_id: str, text: str) -> list[ConstraintEntry]:
+    async def add_constraint(
+        self, user_id: int, agent_id: str, text: str, options: WriteOptions | None = None
+    ) -> list[ConstraintEntry]:
         if not isinstance(text, str) or not text.strip():
             raise InvalidArgument("a constraint needs some text")
         text = storable(text.strip())
@@ -318,11 +343,15 @@ class SharedStores:
             )
             return dump_constraints(entries), Action.CREATE
 
-        _, after = await self._write_scope(user_id, agent_id, Scope.CONSTRAINT, change)
+        _, after = await self._write_scope(user_id, agent_id, Scope.CONSTRAINT, change, options)
         return parse_constraints(after)
 
     async def remove_constraint(
-        self, user_id: int, agent_id: str, constraint_id: str
+        self,
+        user_id: int,
+        agent_id: str,
+        constraint_id: str,
+        options: WriteOptions | None = None,
     ) -> list[ConstraintEntry]:
         wanted = constraint_id.strip() if isinstance(constraint_id, str) else ""
         if not wanted:
@@ -336,7 +365,7 @@ class SharedStores:
                 raise NotFound(f"no constraint with id {wanted!r}")
             return dump_constraints(kept), Action.DELETE
 
-        _, after = await self._write_scope(user_id, agent_id, Scope.CONSTRAINT, change)
+        _, after = await self._write_scope(user_id, agent_id, Scope.CONSTRAINT, change, options)
         return parse_constraints(after)
 
     # -- VersionedProfileStore / VersionedConstraintStore ---------------------------
@@ -359,7 +388,14 @@ class SharedStores:
             await self._versioned_text(user_id, agent_id, Scope.CONSTRAINT, version)
         )
 
-    async def rollback(self, user_id: int, agent_id: str, scope: str, version: int) -> int:
+    async def rollback(
+        self,
+        user_id: int,
+        agent_id: str,
+        scope: str,
+        version: int,
+        options: WriteOptions | None = None,
+    ) -> int:
         """Write `scope` as it was at `version` (1..current) as a new version.
 
         Unlike reads, version <= 0 is refused rather than read as "current": rolling
@@ -375,7 +411,7 @@ class SharedStores:
                 raise InvalidArgument(f"no version {version}: the current version is {current}")
             return await _text_at(conn, user_id, agent_id, target, version), Action.UPDATE
 
-        new_version, _ = await self._write_scope(user_id, agent_id, target, change)
+        new_version, _ = await self._write_scope(user_id, agent_id, target, change, options)
         return new_version
 
     # -- ChangelogReader / ChangelogWriter ------------------------------------------
@@ -479,8 +515,8 @@ class SharedStores:
         return _snapshot(row)
 
     async def _create_snapshot(
-        self, query: sa.Select, session_id: str, user_id: int, agent_id: str
-    ) -> sa.Row:
+        self, query: sa.Select[*tuple[Any, ...]], session_id: str, user_id: int, agent_id: str
+    ) -> sa.Row[*tuple[Any, ...]]:
         async with write_transaction(self.engine) as conn:
             row = (await conn.execute(query)).one_or_none()
             if row is None:  # (another writer may have created it since our read)

@@ -29,6 +29,7 @@ from memory.actions.arguments import (
 )
 from memory.actions.declarations import ACTIONS
 from memory.actions.spec import Call, perform
+from memory.capabilities import Provider
 from memory.errors import MemoryError_, NotFound
 from memory.types import Session
 
@@ -57,7 +58,7 @@ def _rollback_scopes(actions: Iterable[str]) -> list[str]:
 
 
 def tool_actions(
-    provider: Any,
+    provider: Provider,
     *,
     actions_only: Iterable[str] | None = None,
     read_only_profile: bool = False,
@@ -89,7 +90,7 @@ def tool_actions(
 
 
 def build_tool(
-    provider: Any,
+    provider: Provider,
     *,
     actions_only: Iterable[str] | None = None,
     read_only_profile: bool = False,
@@ -211,7 +212,7 @@ def validate_call(
 
 
 async def run_tool(
-    provider: Any,
+    provider: Provider,
     session: Session,
     arguments: str | dict[str, Any] | None,
     *,

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from memory.capabilities import CAPABILITIES, Provider
 from memory.context import session_id_from_context
@@ -52,7 +52,8 @@ _PROTOCOLS: dict[str, type] = {"Provider": Provider, **CAPABILITIES}
 
 def _methods(proto: type) -> tuple[str, ...]:
     return tuple(
-        name for name, value in vars(proto).items()
+        name
+        for name, value in vars(proto).items()
         if not name.startswith("_") and inspect.isfunction(value)
     )
 
@@ -82,7 +83,7 @@ def payload_size(value: Any, _depth: int = 0) -> int:
 class TracedProvider:
     """Base of the generated wrapper classes; use `with_tracing` to build one."""
 
-    def __init__(self, inner: Any, hooks: TraceHook) -> None:
+    def __init__(self, inner: Provider, hooks: TraceHook) -> None:
         setattr(self, _WRAPPED, inner)
         self._hooks = hooks
 
@@ -93,7 +94,9 @@ class TracedProvider:
     def __repr__(self) -> str:
         return f"<traced {getattr(self, _WRAPPED)!r}>"
 
-    async def _traced_call(self, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def _traced_call(
+        self, operation: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         inner = getattr(self, _WRAPPED)
         started = time.perf_counter()
         error: str | None = None
@@ -159,7 +162,7 @@ def _wrapper_class(capabilities: frozenset[str]) -> type[TracedProvider]:
     return cls
 
 
-def with_tracing(provider: Any, hooks: TraceHook) -> Any:
+def with_tracing(provider: Provider, hooks: TraceHook) -> Provider:
     """Wrap `provider` so that every contract call is reported to `hooks`.
 
     The wrapper has the methods of exactly those capabilities the provider implements;
@@ -170,7 +173,7 @@ def with_tracing(provider: Any, hooks: TraceHook) -> Any:
     capabilities = frozenset(
         cap for cap, proto in _PROTOCOLS.items() if isinstance(unwrap(provider), proto)
     )
-    return _wrapper_class(capabilities)(provider, hooks)
+    return cast(Provider, _wrapper_class(capabilities)(provider, hooks))
 
 
 def unwrap(provider: Any) -> Any:

@@ -107,22 +107,23 @@ async def test_more_sessions_than_the_id_cache_holds_still_append_and_load(
 
 
 async def test_live_session_only_refuses_an_archived_session_and_nothing_else(engine) -> None:
+    from memory.duties import AppendOptions
     from memory.errors import Conflict, SessionArchived
-    from memory.history import live_session_only
 
+    live = AppendOptions(live_only=True)
     store = HistoryStore(engine)
     await store.append(S1, Message("user", "before"))
     await store.save_info(SessionInfo("s1", "agent", 42, "telegram", archived=True))
     before = await store.load_info("s1")
-    with live_session_only(), pytest.raises(SessionArchived):
-        await store.append(S1, Message("user", "refused"))
+    with pytest.raises(SessionArchived):
+        await store.append(S1, Message("user", "refused"), options=live)
     assert issubclass(SessionArchived, Conflict)
     assert [m.content for m in await store.load_history("s1")] == ["before"]
     assert await store.load_info("s1") == before  # not touched either
     # Everything else still writes to an archived session (imports, compaction, tools).
     await store.append(S1, Message("user", "kept"))
     assert [m.content for m in await store.load_history("s1")] == ["before", "kept"]
-    with live_session_only():  # a live session, new or not, is appended to
-        await store.append(S2, Message("user", "new"))
-        await store.append(S2, Message("assistant", "live"))
+    # a live session, new or not, is appended to
+    await store.append(S2, Message("user", "new"), options=live)
+    await store.append(S2, Message("assistant", "live"), options=live)
     assert [m.content for m in await store.load_history("s2")] == ["new", "live"]

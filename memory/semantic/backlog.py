@@ -25,7 +25,7 @@ import numpy as np
 from apscheduler.jobstores.base import JobLookupError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.capabilities import EmbeddingSources
+from memory.capabilities import EmbeddingSources, Provider
 from memory.semantic.client import RECHECK_S, Embedder, EmbeddingRejected, EmbeddingsUnavailable
 from memory.semantic.sources import EmbeddingSource
 from memory.semantic.store import Item, delete_other_dims, store_vectors
@@ -38,13 +38,13 @@ JOB_NAME = "embeddings"  # the worker's job on the application's scheduler (bot.
 MAX_BATCHES_PER_PASS = 1000  # then the worker sleeps once, so a flood never starves a stop
 
 
-def sources_of(provider: Any) -> list[EmbeddingSource]:
+def sources_of(provider: Provider) -> list[EmbeddingSource]:
     """The provider's embedding sources ([] when it offers none)."""
     inner = unwrap(provider)
     return list(inner.embedding_sources()) if isinstance(inner, EmbeddingSources) else []
 
 
-def _engine_of(provider: Any, engine: AsyncEngine | None) -> AsyncEngine:
+def _engine_of(provider: Provider, engine: AsyncEngine | None) -> AsyncEngine:
     found = engine if engine is not None else getattr(unwrap(provider), "engine", None)
     if not isinstance(found, AsyncEngine):
         raise TypeError("embedding needs the provider's database engine (pass engine=)")
@@ -72,7 +72,7 @@ async def embed_items(engine: AsyncEngine, embedder: Embedder, items: list[Item]
 
 
 async def embed_backlog(
-    provider: Any,
+    provider: Provider,
     embedder: Embedder,
     *,
     progress: Progress | None = None,
@@ -118,7 +118,7 @@ class EmbeddingWorker:
 
     def __init__(
         self,
-        provider: Any,
+        provider: Provider,
         embedder: Embedder,
         *,
         engine: AsyncEngine | None = None,

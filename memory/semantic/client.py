@@ -160,7 +160,8 @@ class Embedder:
     async def embed_query(self, text: str) -> np.ndarray:
         """One text's vector (1-D) for a search: one attempt and at most one retry, since
         someone waits for the answer."""
-        return (await self.embed([text], retries=min(self.max_retries, 1)))[0]
+        vectors: np.ndarray = await self.embed([text], retries=min(self.max_retries, 1))
+        return np.asarray(vectors[0])
 
     # --- internals -------------------------------------------------------------------
 
@@ -188,7 +189,7 @@ class Embedder:
         if isinstance(exc, _Status) and exc.retry_after is not None:
             return max(0.0, min(exc.retry_after, RETRY_AFTER_CAP_S))
         base = min(self.backoff_cap_s, self.backoff_s * 2 ** (state.attempt_number - 1))
-        return base * (0.5 + random.random() / 2)  # jitter: replicas must not retry in step
+        return float(base * (0.5 + random.random() / 2))  # jitter: replicas must not retry in step
 
     async def _request(self, chunk: list[str], retries: int) -> np.ndarray:
         retrying = AsyncRetrying(

@@ -24,6 +24,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
@@ -243,7 +244,7 @@ class VectorIndex:
             ).all()
         if not rows:
             return
-        by_dim: dict[int, list[sa.Row]] = {}
+        by_dim: dict[int, list[sa.Row[*tuple[Any, ...]]]] = {}
         for r in rows:
             if len(r.vector) == 4 * r.dim:  # a damaged row is skipped, never misread
                 by_dim.setdefault(r.dim, []).append(r)

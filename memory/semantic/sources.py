@@ -18,7 +18,7 @@ notes and archives.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -61,7 +61,7 @@ class TableSource:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
 
-    def _eligible(self) -> sa.Select:
+    def _eligible(self) -> sa.Select[*tuple[Any, ...]]:
         raise NotImplementedError
 
     def _position(self) -> sa.ColumnElement[int]:
@@ -114,7 +114,7 @@ class MessagesSource(TableSource):
 
     name = "message"
 
-    def _eligible(self) -> sa.Select:
+    def _eligible(self) -> sa.Select[*tuple[Any, ...]]:
         return (
             sa.select(
                 messages.c.id,

@@ -20,7 +20,7 @@ from datetime import datetime
 
 import numpy as np
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlmodel import Field, SQLModel
 
 from memory.db import conflict_insert, write_transaction
@@ -101,15 +101,14 @@ async def store_vectors(
     return len(inserted)
 
 
-async def last_position(
-    conn: sa.ext.asyncio.AsyncConnection, source: str, model: str
-) -> int | None:
+async def last_position(conn: AsyncConnection, source: str, model: str) -> int | None:
     """The largest `item_id` of `source` embedded for `model` (None: none yet)."""
-    return await conn.scalar(
+    last: int | None = await conn.scalar(
         sa.select(sa.func.max(embeddings.c.item_id)).where(
             embeddings.c.source == source, embeddings.c.model == model
         )
     )
+    return last
 
 
 async def delete_keys(

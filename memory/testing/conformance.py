@@ -19,6 +19,10 @@ the provider lacks the capability. Compaction tests append `compaction_messages`
 messages of about 60 tokens each: configure the provider (keep_tail, chunk sizes) so
 that this is enough to compact.
 
+The duties a caller passes on append and store writes (`AppendOptions`, `WriteOptions`;
+see memory/capabilities.py) have tests of their own: live-only appends, the hook run in
+the append's transaction, the source and session recorded by every store write.
+
 Search scope: per DESIGN §4 a session searches its user's memory, so the kit asserts that
 another *user's* messages never come back, not that another session of the same user's
 are hidden.
@@ -27,12 +31,16 @@ are hidden.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from memory.append_hook import AppendHook
 from memory.capabilities import (
     ChangelogReader,
     ChangelogWriter,
@@ -51,7 +59,8 @@ from memory.capabilities import (
     VersionedProfileStore,
 )
 from memory.context import with_change_source, with_session_id
-from memory.errors import Conflict, InvalidArgument, NotFound
+from memory.duties import AppendOptions, WriteOptions
+from memory.errors import Conflict, InvalidArgument, NotFound, SessionArchived
 from memory.summarizer import TruncatingSummarizer
 from memory.tokens import message_tokens
 from memory.tracing import unwrap
@@ -315,6 +324,69 @@ class ProviderConformance:
         assert [m.content for m in await self.everything(provider, b)] == ["only in b"]
         assert (await provider.stats(a)).message_count == 1
 
+    # == duties passed on append (memory/duties.py) ============================
+
+    async def test_append_with_live_only_refuses_an_archived_session(
+        self, provider: Provider
+    ) -> None:
+        manager = self.require(provider, SessionManager)
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(s, Message(role="user", content="before"))
+        info = await manager.load_info(s.id)
+        await manager.save_info(dataclasses.replace(info, archived=True))
+        with pytest.raises(SessionArchived):
+            await provider.append(
+                s, Message(role="user", content="refused"), options=AppendOptions(live_only=True)
+            )
+        assert [m.content for m in await manager.load_history(s.id)] == ["before"]
+        # Without live_only an archived session is appended to (imports, tools).
+        await provider.append(s, Message(role="user", content="kept"))
+        live = self.session(label="live")
+        await provider.bootstrap(live)
+        await provider.append(
+            live, Message(role="user", content="new"), options=AppendOptions(live_only=True)
+        )
+        assert [m.content for m in await self.everything(provider, live)] == ["new"]
+
+    async def test_append_hook_runs_once_inside_the_append_transaction(
+        self, provider: Provider
+    ) -> None:
+        seen: list[bool] = []
+
+        async def write(conn: AsyncConnection) -> None:
+            await conn.execute(sa.text("SELECT 1"))
+            seen.append(conn.in_transaction())
+
+        s = self.session()
+        await provider.bootstrap(s)
+        hook = AppendHook(write)
+        await provider.append(
+            s, Message(role="user", content="hi"), Message(role="assistant", content="hello"),
+            options=AppendOptions(hook=hook),
+        )  # fmt: skip
+        assert seen == [True] and hook.ran
+        assert [m.content for m in await self.everything(provider, s)] == ["hi", "hello"]
+
+    async def test_append_hook_failure_rolls_the_append_back(self, provider: Provider) -> None:
+        class HookFailed(Exception):
+            pass
+
+        async def write(conn: AsyncConnection) -> None:
+            raise HookFailed("the channel's record could not be written")
+
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(s, Message(role="user", content="before"))
+        hook = AppendHook(write)
+        with pytest.raises(HookFailed):
+            await provider.append(
+                s, Message(role="user", content="lost"), options=AppendOptions(hook=hook)
+            )
+        assert not hook.ran
+        assert [m.content for m in await self.everything(provider, s)] == ["before"]
+        assert (await provider.stats(s)).message_count == 1
+
     # == Compactor ==============================================================
 
     async def test_compaction_with_nothing_to_do_reports_zero(self, provider: Provider) -> None:
@@ -419,8 +491,9 @@ class ProviderConformance:
             s,
             Message(role="user", content="the capybara is my favourite"),
             Message(role="assistant", content="", tool_calls=[call]),
-            Message(role="tool", content="1 result: capybara capybara", tool_call_id="c1",
-                    name="memory"),
+            Message(
+                role="tool", content="1 result: capybara capybara", tool_call_id="c1", name="memory"
+            ),
             Message(role="assistant", content="noted"),
         )
         for mode in SearchMode:
@@ -585,6 +658,33 @@ class ProviderConformance:
         assert rows[0].version_after == (rows[0].version_before or 0) + 1
         assert await p.read_changelog(self.other_user_id, a) == []
         assert len(await p.read_changelog(u, a, "profile", 1)) == 1
+
+    async def test_every_store_write_records_the_source_and_session_passed(
+        self, provider: Provider
+    ) -> None:
+        p = self.require(provider, ChangelogReader)
+        self.require(provider, ProfileStore)
+        self.require(provider, ConstraintStore)
+        self.require(provider, VersionedProfileStore)
+        u, a = self.user_id, self.agent_id
+        passed = {
+            "profile": WriteOptions(ChangeSource.REFLECT, "sess-p"),
+            "soul": WriteOptions(ChangeSource.USER, "sess-s"),
+            "constraint": WriteOptions(ChangeSource.SYSTEM, "sess-c"),
+        }
+        # (the context says otherwise: the options passed win)
+        with with_change_source(ChangeSource.AGENT), with_session_id("from-context"):
+            await p.set_profile(u, a, "one", options=passed["profile"])
+            await p.set_profile(u, a, "two", options=passed["profile"])
+            await p.rollback(u, a, "profile", 1, options=passed["profile"])
+            await p.set_soul(u, a, "calm", options=passed["soul"])
+            [c] = await p.add_constraint(u, a, "be brief", options=passed["constraint"])
+            await p.remove_constraint(u, a, c.id, options=passed["constraint"])
+        rows = await p.read_changelog(u, a, "", 0)
+        assert len(rows) == 6
+        for row in rows:
+            want = passed[row.scope]
+            assert (row.source, row.session_id) == (want.source, want.session_id), row
 
     async def test_changelog_writer_does_not_bump_version(self, provider: Provider) -> None:
         p = self.require(provider, ChangelogWriter)

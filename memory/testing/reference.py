@@ -30,7 +30,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.capabilities import ProviderContext, Summarizer
 from memory.context import change_source_from_context
-from memory.errors import Conflict, InvalidArgument, NotFound
+from memory.db import write_transaction
+from memory.duties import AppendOptions
+from memory.errors import Conflict, InvalidArgument, NotFound, SessionArchived
 from memory.search_text import ranked_terms, snippet
 from memory.stores import SharedStores
 from memory.summarizer import leaf_target, truncate_to_tokens
@@ -164,10 +166,21 @@ class ReferenceProvider(SharedStores):
     async def bootstrap(self, session: Session) -> None:
         self._conversation(session)
 
-    async def append(self, session: Session, *msgs: Message) -> None:
+    async def append(
+        self, session: Session, *msgs: Message, options: AppendOptions | None = None
+    ) -> None:
         for msg in msgs:
             if not isinstance(msg, Message):
                 raise InvalidArgument(f"append takes Message objects, got {type(msg).__name__}")
+        options = options or AppendOptions()
+        info = self._infos.get(session.id)
+        if options.live_only and info is not None and info.archived:
+            raise SessionArchived(f"session {session.id!r} is archived: nothing appended")
+        if options.hook is not None and msgs:
+            # History lives in RAM: the hook gets a transaction of its own, and the
+            # messages land only once it committed.
+            async with write_transaction(self.engine) as conn:
+                await options.hook.run(conn)
         conv = self._conversation(session)
         # No await below: the whole call lands at once, in order.
         for msg in msgs:
@@ -452,7 +465,8 @@ class NotesReference(ReferenceProvider):
         entry_id = book["names"].get(self._key(name))
         if entry_id is None:
             raise NotFound(f"no note named {name!r}")
-        return book["entries"][entry_id]
+        entry: NoteEntry = book["entries"][entry_id]
+        return entry
 
     @staticmethod
     def _free(book: dict[str, Any], key: str, owner: int | None = None) -> None:

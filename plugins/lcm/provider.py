@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.capabilities import ProviderContext
+from memory.duties import AppendOptions
 from memory.history import HistoryStore, SessionCounts, SessionHistory
 from memory.provider_settings import settings_of
 from memory.recall import Recall
@@ -97,14 +98,16 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
                      adopted, session.id)
         self._adopted.add(session.id)
 
-    async def append(self, session: Session, *msgs: Message) -> None:
+    async def append(
+        self, session: Session, *msgs: Message, options: AppendOptions | None = None
+    ) -> None:
         """The messages and their context items, in one transaction under the session's
         lock (concurrent appends of one session are serialised, in call order)."""
         if not msgs:
             await self.history.bootstrap(session)
             return
         async with self.history.session_transaction(session) as (conn, conv_id):
-            stored = await self.history.insert_messages(conn, conv_id, msgs)
+            stored = await self.history.insert_messages(conn, conv_id, msgs, options)
             await ci.append_items(conn, conv_id, stored)
         self._compaction.totals.appended(
             conv_id, stored[0].seq, stored[-1].seq, sum(s.token_count for s in stored)

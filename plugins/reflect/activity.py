@@ -11,12 +11,12 @@ reference provider, a third party's) is served through `list_info`, whose
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.capabilities import SessionManager
+from memory.capabilities import Provider, SessionManager
 from memory.errors import NotFound
 from memory.history import SessionHistory
 from memory.history_models import Conversation
@@ -76,7 +76,7 @@ class SharedHistoryActivity:
 
 
 class SessionManagerActivity:
-    def __init__(self, provider: Any, state: ReflectState) -> None:
+    def __init__(self, provider: SessionManager, state: ReflectState) -> None:
         self.provider = provider
         self.state = state
 
@@ -111,12 +111,13 @@ class SessionManagerActivity:
         return as_utc(info.last_active or info.created_at)
 
 
-def activity_source(provider: Any, engine: AsyncEngine, state: ReflectState
+def activity_source(provider: Provider, engine: AsyncEngine, state: ReflectState
                     ) -> ActivitySource | None:
     """The cheapest source that works for `provider`; None when it has none."""
     inner = unwrap(provider)
     if isinstance(inner, SessionHistory):
         return SharedHistoryActivity(engine, state.agent_id)
     if isinstance(inner, SessionManager):
-        return SessionManagerActivity(provider, state)
+        # (the provider itself, traced or not, answers what its inner one does)
+        return SessionManagerActivity(cast(SessionManager, provider), state)
     return None

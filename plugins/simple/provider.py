@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.capabilities import ProviderContext, Summarizer
+from memory.duties import AppendOptions
 from memory.errors import Conflict, InvalidArgument
 from memory.history import (
     HistoryStore,
@@ -157,8 +158,10 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
     async def bootstrap(self, session: Session) -> None:
         await self.history.bootstrap(session)
 
-    async def append(self, session: Session, *msgs: Message) -> None:
-        await self.history.append(session, *msgs)
+    async def append(
+        self, session: Session, *msgs: Message, options: AppendOptions | None = None
+    ) -> None:
+        await self.history.append(session, *msgs, options=options)
 
     async def assemble(self, session: Session, budget: int, fresh_tail: int) -> list[Message]:
         async with self.engine.connect() as conn:
