@@ -23,6 +23,7 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict memory
 	$(BIN)/pytest -q
 
@@ -31,6 +32,7 @@ test-fast: $(VENV)/.installed-dev
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict memory
 	$(BIN)/mypy memory bot plugins
 

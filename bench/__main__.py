@@ -20,8 +20,19 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 QUICK = [
     ["bot_throughput.py", "--chats", "200", "--rounds", "5"],
-    ["compaction_latency.py", "--provider", "lcm", "--delay", "2", "--sessions", "8",
-     "--turns", "60", "--max-tokens", "800"],
+    [
+        "compaction_latency.py",
+        "--provider",
+        "lcm",
+        "--delay",
+        "2",
+        "--sessions",
+        "8",
+        "--turns",
+        "60",
+        "--max-tokens",
+        "800",
+    ],
 ]
 
 

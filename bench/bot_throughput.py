@@ -51,6 +51,7 @@ from tests.fakes.telegram_server import ApiCall, FakeTelegram  # noqa: E402
 
 # --- the reference echo bot (runs in its own process) -----------------------------------
 
+
 def echo_bot_main(token: str, base_url: str, concurrency: int) -> None:
     from telegram import Update
     from telegram.ext import Application, ContextTypes, MessageHandler, filters
@@ -59,10 +60,16 @@ def echo_bot_main(token: str, base_url: str, concurrency: int) -> None:
         assert update.message is not None and update.message.text is not None
         await update.message.reply_text("echo: " + update.message.text)
 
-    app = (Application.builder().token(token)
-           .base_url(f"{base_url}/bot").base_file_url(f"{base_url}/file/bot")
-           .concurrent_updates(concurrency).connection_pool_size(2 * concurrency + 4)
-           .pool_timeout(30.0).build())
+    app = (
+        Application.builder()
+        .token(token)
+        .base_url(f"{base_url}/bot")
+        .base_file_url(f"{base_url}/file/bot")
+        .concurrent_updates(concurrency)
+        .connection_pool_size(2 * concurrency + 4)
+        .pool_timeout(30.0)
+        .build()
+    )
     app.add_handler(MessageHandler(filters.TEXT, echo))
     app.run_polling(allowed_updates=["message"], timeout=30)
 
@@ -74,8 +81,15 @@ class InstantPool:
     async def current_session(self, base: object) -> object:
         return base
 
-    async def chat(self, session: object, text: str, *, on_delta: object = None,
-                   receipt: object = None, images: object = ()) -> object:
+    async def chat(
+        self,
+        session: object,
+        text: str,
+        *,
+        on_delta: object = None,
+        receipt: object = None,
+        images: object = (),
+    ) -> object:
         from bot.pool import Reply
 
         if receipt is not None:  # durable at once, as after the pool's user-message append
@@ -89,8 +103,9 @@ def channel_bot_main(token: str, base_url: str, concurrency: int) -> None:
     from bot.config import Settings
     from bot.telegram.channel import build_application, running
 
-    settings = Settings.model_validate({"telegram": {
-        "token": token, "base_url": base_url, "concurrent_updates": concurrency}})
+    settings = Settings.model_validate(
+        {"telegram": {"token": token, "base_url": base_url, "concurrent_updates": concurrency}}
+    )
 
     async def serve() -> None:
         import signal as sig
@@ -116,6 +131,7 @@ def fake_llm_main() -> None:
 
 
 # --- measurement ------------------------------------------------------------------------
+
 
 @dataclass
 class Result:
@@ -206,11 +222,13 @@ async def wait_until_polling(tg: FakeTelegram, proc: asyncio.subprocess.Process)
         await asyncio.sleep(0.1)
 
 
-async def measure(name: str, argv: list[str], tg: FakeTelegram, args: argparse.Namespace,
-                  first_chat: int) -> Result:
+async def measure(
+    name: str, argv: list[str], tg: FakeTelegram, args: argparse.Namespace, first_chat: int
+) -> Result:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = await asyncio.create_subprocess_exec(*argv, cwd=REPO, env=env,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=REPO, env=env, stderr=asyncio.subprocess.PIPE
+    )
     try:
         await wait_until_polling(tg, proc)
         driver = Driver(tg, proc.pid)
@@ -259,20 +277,45 @@ async def main(args: argparse.Namespace) -> Runs:
         async with FakeTelegram() as tg, FakeOpenAI() as llm:
             config = write_config(Path(tmp), tg, llm, args)
             for i in range(args.repeat):
-                mnemo.append(await measure(
-                    f"mnemo run ({args.provider}, SQLite)",
-                    [sys.executable, "-m", "bot.cli", "run", "--config", str(config)],
-                    tg, args, first_chat=1 + i * 10_000))
-                echo.append(await measure(
-                    "bare PTB echo bot",
-                    [sys.executable, __file__, "--echo-bot", tg.token, tg.base_url,
-                     str(args.concurrency)],
-                    tg, args, first_chat=100_001 + i * 10_000))
+                mnemo.append(
+                    await measure(
+                        f"mnemo run ({args.provider}, SQLite)",
+                        [sys.executable, "-m", "bot.cli", "run", "--config", str(config)],
+                        tg,
+                        args,
+                        first_chat=1 + i * 10_000,
+                    )
+                )
+                echo.append(
+                    await measure(
+                        "bare PTB echo bot",
+                        [
+                            sys.executable,
+                            __file__,
+                            "--echo-bot",
+                            tg.token,
+                            tg.base_url,
+                            str(args.concurrency),
+                        ],
+                        tg,
+                        args,
+                        first_chat=100_001 + i * 10_000,
+                    )
+                )
             channel = await measure(
                 "our Telegram channel, instant pool (no memory, no LLM)",
-                [sys.executable, __file__, "--channel-bot", tg.token, tg.base_url,
-                 str(args.concurrency)],
-                tg, args, first_chat=50_001)
+                [
+                    sys.executable,
+                    __file__,
+                    "--channel-bot",
+                    tg.token,
+                    tg.base_url,
+                    str(args.concurrency),
+                ],
+                tg,
+                args,
+                first_chat=50_001,
+            )
     return Runs(mnemo, echo, channel)
 
 
@@ -283,19 +326,25 @@ async def turns_only(args: argparse.Namespace) -> str:
     from bot.config import Settings
     from memory.types import Session
 
-    server = await asyncio.create_subprocess_exec(sys.executable, __file__, "--fake-llm",
-                                                  stdout=asyncio.subprocess.PIPE)
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--fake-llm", stdout=asyncio.subprocess.PIPE
+    )
     assert server.stdout is not None
     base_url = (await server.stdout.readline()).decode().strip()
     try:
         with tempfile.TemporaryDirectory(prefix="bot-bench-") as tmp:
-            settings = Settings.model_validate({
-                "database": {"url": f"sqlite+aiosqlite:///{tmp}/mnemo.db"},
-                "data_dir": f"{tmp}/data",
-                "llm": {"base_url": base_url, "api_key": "bench", "max_retries": 0},
-                "memory": {"provider": args.provider,
-                           "simple": {"store_dir": f"{tmp}/data/memory"}},
-                "reflect": {"enabled": False}})
+            settings = Settings.model_validate(
+                {
+                    "database": {"url": f"sqlite+aiosqlite:///{tmp}/mnemo.db"},
+                    "data_dir": f"{tmp}/data",
+                    "llm": {"base_url": base_url, "api_key": "bench", "max_retries": 0},
+                    "memory": {
+                        "provider": args.provider,
+                        "simple": {"store_dir": f"{tmp}/data/memory"},
+                    },
+                    "reflect": {"enabled": False},
+                }
+            )
             services = await build_services(settings)
             statements = 0
 
@@ -304,8 +353,10 @@ async def turns_only(args: argparse.Namespace) -> str:
                 statements += 1
 
             event.listen(services.engine.sync_engine, "before_cursor_execute", count)
-            sessions = [Session(id=f"bench:{i}", agent_id=settings.agent.id, user_id=i,
-                                channel="bench") for i in range(1, args.chats + 1)]
+            sessions = [
+                Session(id=f"bench:{i}", agent_id=settings.agent.id, user_id=i, channel="bench")
+                for i in range(1, args.chats + 1)
+            ]
             gate = asyncio.Semaphore(args.concurrency)
 
             async def turn(session: Session, text: str) -> None:
@@ -318,8 +369,7 @@ async def turns_only(args: argparse.Namespace) -> str:
             await services.pool.drain()
             statements, cpu, start = 0, time.process_time(), time.monotonic()
             for r in range(args.rounds):
-                await asyncio.gather(*(turn(s, f"message {r} from {s.user_id}")
-                                       for s in sessions))
+                await asyncio.gather(*(turn(s, f"message {r} from {s.user_id}") for s in sessions))
             await services.pool.drain()
             wall, cpu = time.monotonic() - start, time.process_time() - cpu
             await services.close()
@@ -327,19 +377,21 @@ async def turns_only(args: argparse.Namespace) -> str:
         server.terminate()
         await server.wait()
     n = args.chats * args.rounds
-    return "\n".join([
-        f"## Pool turn alone, in-process ({datetime.now(UTC):%Y-%m-%d})",
-        "",
-        f"- machine: {machine()}",
-        f"- command: `.venv/bin/python bench/bot_throughput.py --turns-only --chats "
-        f"{args.chats} --rounds {args.rounds} --concurrency {args.concurrency} "
-        f"--provider {args.provider}`",
-        "",
-        "| turns | turns/s | CPU ms per turn | SQL statements per turn |",
-        "|---:|---:|---:|---:|",
-        f"| {n} | {n / wall:.1f} | {cpu / n * 1000:.2f} | {statements / n:.1f} |",
-        "",
-    ])
+    return "\n".join(
+        [
+            f"## Pool turn alone, in-process ({datetime.now(UTC):%Y-%m-%d})",
+            "",
+            f"- machine: {machine()}",
+            f"- command: `.venv/bin/python bench/bot_throughput.py --turns-only --chats "
+            f"{args.chats} --rounds {args.rounds} --concurrency {args.concurrency} "
+            f"--provider {args.provider}`",
+            "",
+            "| turns | turns/s | CPU ms per turn | SQL statements per turn |",
+            "|---:|---:|---:|---:|",
+            f"| {n} | {n / wall:.1f} | {cpu / n * 1000:.2f} | {statements / n:.1f} |",
+            "",
+        ]
+    )
 
 
 def report(runs: Runs, args: argparse.Namespace) -> str:
@@ -362,17 +414,23 @@ def report(runs: Runs, args: argparse.Namespace) -> str:
     pairs = [r for pair in zip(runs.mnemo, runs.echo, strict=True) for r in pair]
     for r in [*pairs, runs.channel]:
         per = ", ".join(f"{m} {n / r.updates:.2f}" for m, n in sorted(r.calls.items()))
-        lines.append(f"| {r.name} | {r.updates} | {r.rate:.1f} | {r.pct_ms(0.5):.1f} | "
-                     f"{r.pct_ms(0.95):.1f} | {r.cpu_ms_per_update:.2f} | "
-                     f"{r.calls_per_update:.2f} ({per}) |")
+        lines.append(
+            f"| {r.name} | {r.updates} | {r.rate:.1f} | {r.pct_ms(0.5):.1f} | "
+            f"{r.pct_ms(0.95):.1f} | {r.cpu_ms_per_update:.2f} | "
+            f"{r.calls_per_update:.2f} ({per}) |"
+        )
     ratios = runs.ratios
     echo_rate = statistics.median(r.rate for r in runs.echo)
-    lines += ["", f"mnemo / echo throughput, median of {len(ratios)} pair(s): "
-                  f"**{statistics.median(ratios):.2f}x** (target >= 0.5x; pairs: "
-                  f"{', '.join(f'{x:.2f}' for x in ratios)}); channel alone / echo: "
-                  f"{runs.channel.rate / echo_rate:.2f}x; bot CPU per update, mnemo / echo: "
-                  f"{statistics.median(r.cpu_ms_per_update for r in runs.mnemo):.2f} / "
-                  f"{statistics.median(r.cpu_ms_per_update for r in runs.echo):.2f} ms.", ""]
+    lines += [
+        "",
+        f"mnemo / echo throughput, median of {len(ratios)} pair(s): "
+        f"**{statistics.median(ratios):.2f}x** (target >= 0.5x; pairs: "
+        f"{', '.join(f'{x:.2f}' for x in ratios)}); channel alone / echo: "
+        f"{runs.channel.rate / echo_rate:.2f}x; bot CPU per update, mnemo / echo: "
+        f"{statistics.median(r.cpu_ms_per_update for r in runs.mnemo):.2f} / "
+        f"{statistics.median(r.cpu_ms_per_update for r in runs.echo):.2f} ms.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -389,12 +447,17 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--provider", default="lcm")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="mnemo / echo pairs, alternated (default 3)")
-    parser.add_argument("--turns-only", action="store_true",
-                        help="measure the pool's turn alone, in-process (no Telegram)")
-    parser.add_argument("--append-results", action="store_true",
-                        help="append the figures to bench/RESULTS.md")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="mnemo / echo pairs, alternated (default 3)"
+    )
+    parser.add_argument(
+        "--turns-only",
+        action="store_true",
+        help="measure the pool's turn alone, in-process (no Telegram)",
+    )
+    parser.add_argument(
+        "--append-results", action="store_true", help="append the figures to bench/RESULTS.md"
+    )
     ns = parser.parse_args()
     text = asyncio.run(turns_only(ns)) if ns.turns_only else report(asyncio.run(main(ns)), ns)
     print(text)

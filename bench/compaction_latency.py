@@ -81,19 +81,32 @@ async def run(args: argparse.Namespace) -> tuple[list[Turn], set[asyncio.Task], 
     summarizer = SlowSummarizer(args.delay)
     with tempfile.TemporaryDirectory(prefix="compaction-bench-") as tmp:
         async with FakeOpenAI() as server:
-            settings = Settings.model_validate({
-                "database": {"url": f"sqlite+aiosqlite:///{tmp}/bench.db"},
-                "llm": {"base_url": server.base_url, "api_key": "bench", "max_retries": 0},
-                "data_dir": tmp,
-                "memory": {"provider": args.provider, "budget_tokens": 4000, "fresh_tail": 8,
-                           "simple": {"store_dir": f"{tmp}/notes"}},
-                "compaction": {"max_tokens": args.max_tokens, "keep_tail": 8},
-            })
+            settings = Settings.model_validate(
+                {
+                    "database": {"url": f"sqlite+aiosqlite:///{tmp}/bench.db"},
+                    "llm": {"base_url": server.base_url, "api_key": "bench", "max_retries": 0},
+                    "data_dir": tmp,
+                    "memory": {
+                        "provider": args.provider,
+                        "budget_tokens": 4000,
+                        "fresh_tail": 8,
+                        "simple": {"store_dir": f"{tmp}/notes"},
+                    },
+                    "compaction": {"max_tokens": args.max_tokens, "keep_tail": 8},
+                }
+            )
             engine = create_engine(settings.database.url)
             await migrate(engine)
-            provider = await create_provider_async(settings.memory.provider, ProviderContext(
-                engine=engine, summarizer=summarizer, agent_id=settings.agent.id,
-                data_dir=Path(tmp), config=settings.provider_config()))
+            provider = await create_provider_async(
+                settings.memory.provider,
+                ProviderContext(
+                    engine=engine,
+                    summarizer=summarizer,
+                    agent_id=settings.agent.id,
+                    data_dir=Path(tmp),
+                    config=settings.provider_config(),
+                ),
+            )
             llm = LLMClient(settings.llm)
             locks = SessionLocks(engine)
             pool = Pool(provider, llm, settings, locks=locks)
@@ -112,8 +125,11 @@ async def run(args: argparse.Namespace) -> tuple[list[Turn], set[asyncio.Task], 
                         raise RuntimeError(reply.text)
                     overlapped |= summarizer.active.get(f"compact:{session.id}", 0) > 0
                     # Only this session's task: other sessions schedule theirs meanwhile.
-                    mine = {t for t in set(pool.background_tasks) - before
-                            if t.get_name() == f"compact:{session.id}"}
+                    mine = {
+                        t
+                        for t in set(pool.background_tasks) - before
+                        if t.get_name() == f"compact:{session.id}"
+                    }
                     turns.append(Turn(session.id, i, latency, mine, overlapped))
 
             try:
@@ -134,10 +150,13 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=2.0, help="summarizer delay, seconds")
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--turns", type=int, default=25)
-    parser.add_argument("--max-tokens", type=int, default=800,
-                        help="compaction.max_tokens (small, so compaction triggers often)")
-    parser.add_argument("--append-results", action="store_true",
-                        help="append to bench/RESULTS.md")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=800,
+        help="compaction.max_tokens (small, so compaction triggers often)",
+    )
+    parser.add_argument("--append-results", action="store_true", help="append to bench/RESULTS.md")
     args = parser.parse_args()
 
     turns, summarizing, _settings = asyncio.run(run(args))
@@ -145,10 +164,15 @@ def main() -> None:
     overlapping = [t.latency_s for t in turns if t.overlapped and not t.scheduled & summarizing]
     plain = [t.latency_s for t in turns if not t.overlapped and not t.scheduled & summarizing]
     others = overlapping + plain
-    ratio = statistics.median(triggering) / statistics.median(others) if triggering else float("nan")
+    ratio = (
+        statistics.median(triggering) / statistics.median(others) if triggering else float("nan")
+    )
     by_key = {(t.session, t.index): t for t in turns}
-    vs_before = [t.latency_s / by_key[(t.session, t.index - 1)].latency_s
-                 for t in turns if t.scheduled & summarizing and t.index > 0]
+    vs_before = [
+        t.latency_s / by_key[(t.session, t.index - 1)].latency_s
+        for t in turns
+        if t.scheduled & summarizing and t.index > 0
+    ]
     ms = 1000
     rows = [
         ("triggering compaction", triggering),
@@ -171,16 +195,22 @@ def main() -> None:
     ]
     for label, values in rows:
         if values:
-            lines.append(f"| {label} | {len(values)} | {statistics.median(values) * ms:.1f} | "
-                         f"{percentile(values, 0.95) * ms:.1f} |")
+            lines.append(
+                f"| {label} | {len(values)} | {statistics.median(values) * ms:.1f} | "
+                f"{percentile(values, 0.95) * ms:.1f} |"
+            )
         else:
             lines.append(f"| {label} | 0 | - | - |")
     lines.append("")
-    lines.append(f"p50 ratio triggering / non-triggering: **{ratio:.2f}x** (target <= 1.2x); "
-                 f"{len(summarizing)} background compactions called the summarizer.")
+    lines.append(
+        f"p50 ratio triggering / non-triggering: **{ratio:.2f}x** (target <= 1.2x); "
+        f"{len(summarizing)} background compactions called the summarizer."
+    )
     if vs_before:
-        lines.append(f"Median of (triggering turn / the same session's turn before it): "
-                     f"**{statistics.median(vs_before):.2f}x** over {len(vs_before)} pairs.")
+        lines.append(
+            f"Median of (triggering turn / the same session's turn before it): "
+            f"**{statistics.median(vs_before):.2f}x** over {len(vs_before)} pairs."
+        )
     report = "\n".join(lines) + "\n"
     print(report)
     if args.append_results:

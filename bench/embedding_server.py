@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -183,10 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.host, args.port, encoder))
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

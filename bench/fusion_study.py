@@ -63,8 +63,9 @@ async def word_lists(convs: list[Conversation]) -> list[Ranked]:
             out = []
             for i, conv in enumerate(convs):
                 for q in conv.questions:
-                    query = SearchQuery(q.text, scope=SearchScope.MESSAGES, limit=POOL,
-                                        mode=SearchMode.FULL_TEXT)
+                    query = SearchQuery(
+                        q.text, scope=SearchScope.MESSAGES, limit=POOL, mode=SearchMode.FULL_TEXT
+                    )
                     hits = await provider.search(chat_of(i, conv), query)
                     out.append([(dia[h.source_id], h.score) for h in hits])
     return out
@@ -77,8 +78,10 @@ async def meaning_lists(convs: list[Conversation], url: str) -> list[Ranked]:
         for conv in convs:
             texts = [t.content for t in conv.turns]
             turns = np.concatenate(
-                [await embed(http, url, texts[i : i + EMBED_BATCH])
-                 for i in range(0, len(texts), EMBED_BATCH)]
+                [
+                    await embed(http, url, texts[i : i + EMBED_BATCH])
+                    for i in range(0, len(texts), EMBED_BATCH)
+                ]
             )
             questions = await embed(http, url, [q.text for q in conv.questions])
             for qv in questions:
@@ -96,8 +99,7 @@ def rrf(words: Ranked, meaning: Ranked) -> list[str]:
     return sorted(scores, key=scores.__getitem__, reverse=True)
 
 
-def row(name: str, convs: list[Conversation], rank: Callable[[int], list[str]],
-        n: int) -> Outcome:
+def row(name: str, convs: list[Conversation], rank: Callable[[int], list[str]], n: int) -> Outcome:
     out = Rankings()
     for i in range(n):
         out.ranked.append(rank(i))
@@ -116,8 +118,14 @@ async def study(convs: list[Conversation], weights: Sequence[float]) -> list[Out
         row(f"RRF k={RRF_K}", convs, lambda i: rrf(words[i], meaning[i]), n),
     ]
     for w in weights:
-        rows.append(row(f"fuse, meaning weight {w}", convs,
-                        lambda i, w=w: [str(f.key) for f in fuse(words[i], meaning[i], w)], n))
+        rows.append(
+            row(
+                f"fuse, meaning weight {w}",
+                convs,
+                lambda i, w=w: [str(f.key) for f in fuse(words[i], meaning[i], w)],
+                n,
+            )
+        )
     return rows
 
 

@@ -58,8 +58,12 @@ class LoadResult:
     @property
     def ok(self) -> bool:
         total = self.chats * self.messages
-        return (not self.errors and self.answered == total and self.stored_user == total
-                and self.stored_assistant == total)
+        return (
+            not self.errors
+            and self.answered == total
+            and self.stored_user == total
+            and self.stored_assistant == total
+        )
 
 
 def _sample(pid: int) -> tuple[float, int]:
@@ -75,8 +79,12 @@ def _config(workdir: Path, tg: FakeTelegram, llm: FakeOpenAI, url: str) -> dict[
     return {
         "database": {"url": url},
         "data_dir": str(workdir / "data"),
-        "llm": {"base_url": llm.base_url, "api_key": "bench-key", "timeout_s": 30,
-                "max_retries": 2},
+        "llm": {
+            "base_url": llm.base_url,
+            "api_key": "bench-key",
+            "timeout_s": 30,
+            "max_retries": 2,
+        },
         "telegram": {"token": tg.token, "base_url": tg.base_url},
         "memory": {"provider": "lcm"},
         "reflect": {"enabled": False},
@@ -86,8 +94,7 @@ def _config(workdir: Path, tg: FakeTelegram, llm: FakeOpenAI, url: str) -> dict[
 
 async def run_load(chats: int, per_chat: int, db: str, workdir: Path) -> LoadResult:
     result = LoadResult(chats, per_chat, db)
-    async with FakeTelegram() as tg, FakeOpenAI() as llm, \
-            temp_database_url(db, workdir) as url:
+    async with FakeTelegram() as tg, FakeOpenAI() as llm, temp_database_url(db, workdir) as url:
         bot = BotProcess(workdir, _config(workdir, tg, llm, url), tg)
         await bot.start()
         assert bot.proc is not None
@@ -131,10 +138,13 @@ async def run_load(chats: int, per_chat: int, db: str, workdir: Path) -> LoadRes
         engine = create_engine(url)
         try:
             async with engine.connect() as conn:
-                rows = (await conn.execute(
-                    sa.select(messages.c.role, sa.func.count())
-                    .join(conversations, conversations.c.id == messages.c.conversation_id)
-                    .group_by(messages.c.role))).all()
+                rows = (
+                    await conn.execute(
+                        sa.select(messages.c.role, sa.func.count())
+                        .join(conversations, conversations.c.id == messages.c.conversation_id)
+                        .group_by(messages.c.role)
+                    )
+                ).all()
         finally:
             await engine.dispose()
         counts = dict(rows)
@@ -145,26 +155,28 @@ async def run_load(chats: int, per_chat: int, db: str, workdir: Path) -> LoadRes
 
 def _report(r: LoadResult, command: str) -> str:
     total = r.chats * r.messages
-    return "\n".join([
-        f"## Load: {r.chats} concurrent chats x {r.messages} messages ({r.db})",
-        "",
-        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-        f"- machine: {machine()}; load average at the end {os.getloadavg()[0]:.1f}"
-        " (shared machine)",
-        f"- command: `{command}`",
-        "- setup: `mnemo run` subprocess, lcm provider, fake Bot API + instant echo model in"
-        " the bench process; every chat sends its next message in the same round",
-        "",
-        "| chats | messages | db | ok | answered | stored user/assistant | errors | seconds |"
-        " msg/s | RSS start→peak→end MB | fds start→peak→end |",
-        "|---:|---:|---|---|---:|---:|---:|---:|---:|---|---|",
-        f"| {r.chats} | {total} | {r.db} | {'yes' if r.ok else 'NO'} | {r.answered} |"
-        f" {r.stored_user}/{r.stored_assistant} | {len(r.errors)} | {r.seconds:.1f} |"
-        f" {total / r.seconds if r.seconds else 0:.0f} |"
-        f" {r.rss_mb[0]:.0f}→{max(r.rss_mb):.0f}→{r.rss_mb[-1]:.0f} |"
-        f" {r.fds[0]}→{max(r.fds)}→{r.fds[-1]} |",
-        "",
-    ])
+    return "\n".join(
+        [
+            f"## Load: {r.chats} concurrent chats x {r.messages} messages ({r.db})",
+            "",
+            f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+            f"- machine: {machine()}; load average at the end {os.getloadavg()[0]:.1f}"
+            " (shared machine)",
+            f"- command: `{command}`",
+            "- setup: `mnemo run` subprocess, lcm provider, fake Bot API + instant echo model in"
+            " the bench process; every chat sends its next message in the same round",
+            "",
+            "| chats | messages | db | ok | answered | stored user/assistant | errors | seconds |"
+            " msg/s | RSS start→peak→end MB | fds start→peak→end |",
+            "|---:|---:|---|---|---:|---:|---:|---:|---:|---|---|",
+            f"| {r.chats} | {total} | {r.db} | {'yes' if r.ok else 'NO'} | {r.answered} |"
+            f" {r.stored_user}/{r.stored_assistant} | {len(r.errors)} | {r.seconds:.1f} |"
+            f" {total / r.seconds if r.seconds else 0:.0f} |"
+            f" {r.rss_mb[0]:.0f}→{max(r.rss_mb):.0f}→{r.rss_mb[-1]:.0f} |"
+            f" {r.fds[0]}→{max(r.fds)}→{r.fds[-1]} |",
+            "",
+        ]
+    )
 
 
 def main() -> int:

@@ -37,28 +37,46 @@ from memory.types import CompactionMode, Message, Session  # noqa: E402
 
 
 def settings_for(url: str, tmp: Path, provider: str) -> Settings:
-    return Settings.model_validate({
-        "database": {"url": url}, "data_dir": str(tmp / "data"),
-        "memory": {"provider": provider, "simple": {"store_dir": str(tmp / "notes")},
-                   "lcm": {"leaf_chunk_size": 2}},
-        "compaction": {"keep_tail": 2},
-    })
+    return Settings.model_validate(
+        {
+            "database": {"url": url},
+            "data_dir": str(tmp / "data"),
+            "memory": {
+                "provider": provider,
+                "simple": {"store_dir": str(tmp / "notes")},
+                "lcm": {"leaf_chunk_size": 2},
+            },
+            "compaction": {"keep_tail": 2},
+        }
+    )
 
 
 async def populate(settings: Settings, tmp: Path, n: int) -> None:
     engine = create_engine(settings.database.url)
     try:
         await migrate(engine)
-        provider = await create_provider_async(settings.memory.provider, ProviderContext(
-            engine=engine, summarizer=TruncatingSummarizer(), data_dir=tmp,
-            config=settings.provider_config()))
+        provider = await create_provider_async(
+            settings.memory.provider,
+            ProviderContext(
+                engine=engine,
+                summarizer=TruncatingSummarizer(),
+                data_dir=tmp,
+                config=settings.provider_config(),
+            ),
+        )
         try:
             for i in range(n):
                 session = Session(f"bench:{i}", "default", 1000 + i, "telegram")
                 await provider.bootstrap(session)
-                await provider.append(session, *(Message("user" if k % 2 == 0 else "assistant",
-                                                         f"message {k} of session {i}")
-                                                 for k in range(6)))
+                await provider.append(
+                    session,
+                    *(
+                        Message(
+                            "user" if k % 2 == 0 else "assistant", f"message {k} of session {i}"
+                        )
+                        for k in range(6)
+                    ),
+                )
                 if i % 10 == 0:
                     await provider.compact(session, CompactionMode.FULL)
         finally:
@@ -96,14 +114,18 @@ async def run(kind: str, provider: str, n: int, repeat: int) -> tuple[str, str]:
             settings = settings_for(url, tmp, provider)
             t0 = time.perf_counter()
             await populate(settings, tmp, n)
-            print(f"{kind}/{provider}: populated {n} sessions in {time.perf_counter() - t0:.1f} s",
-                  file=sys.stderr)
+            print(
+                f"{kind}/{provider}: populated {n} sessions in {time.perf_counter() - t0:.1f} s",
+                file=sys.stderr,
+            )
             best, statements, output = await measure(settings, repeat)
     return f"| {kind} | {provider} | {n} | {best * 1000:.0f} ms | {statements} |", output
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--sessions", type=int, default=5000)
     p.add_argument("--db", default="sqlite,postgres")
     p.add_argument("--provider", default="lcm,simple")
@@ -119,15 +141,21 @@ def main() -> int:
                 Path(f"{args.dump}.{kind}.{provider}.txt").write_text(output, encoding="utf-8")
             rows.append(row)
             print(rows[-1], flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()
-    text = "\n".join([
-        f"- date: {datetime.now(UTC):%Y-%m-%d}, tree {commit}",
-        f"- machine: {machine()}",
-        f"- command: .venv/bin/python bench/sessions_listing.py --sessions {args.sessions} "
-        f"--db {args.db} --provider {args.provider} --repeat {args.repeat}",
-        "", "| db | provider | sessions | listing (best) | SQL statements |", "|---|---|---|---|---|",
-        *rows])
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    text = "\n".join(
+        [
+            f"- date: {datetime.now(UTC):%Y-%m-%d}, tree {commit}",
+            f"- machine: {machine()}",
+            f"- command: .venv/bin/python bench/sessions_listing.py --sessions {args.sessions} "
+            f"--db {args.db} --provider {args.provider} --repeat {args.repeat}",
+            "",
+            "| db | provider | sessions | listing (best) | SQL statements |",
+            "|---|---|---|---|---|",
+            *rows,
+        ]
+    )
     print(text)
     if args.append_results:
         append_results(text)

@@ -51,14 +51,21 @@ def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Setti
     from bot.redact import config_secrets, install_redaction
 
     settings = load_settings(getattr(args, "config", None), check_provider=check_provider)
-    install_redaction(*config_secrets(
-        token=settings.telegram.token.get_secret_value(),
-        api_key=settings.llm.api_key.get_secret_value(),
-        webhook_secret=settings.telegram.webhook.secret_token.get_secret_value(),
-        database_url=settings.database.url,
-        urls=(settings.llm.base_url, settings.telegram.base_url,
-              settings.telegram.webhook.url, settings.embeddings.base_url)),
-        settings.embeddings.api_key.get_secret_value())
+    install_redaction(
+        *config_secrets(
+            token=settings.telegram.token.get_secret_value(),
+            api_key=settings.llm.api_key.get_secret_value(),
+            webhook_secret=settings.telegram.webhook.secret_token.get_secret_value(),
+            database_url=settings.database.url,
+            urls=(
+                settings.llm.base_url,
+                settings.telegram.base_url,
+                settings.telegram.webhook.url,
+                settings.embeddings.base_url,
+            ),
+        ),
+        settings.embeddings.api_key.get_secret_value(),
+    )
     logging.getLogger().setLevel(settings.log_level)  # the config's `log_level`
     return settings
 
@@ -144,12 +151,14 @@ def session_name(value: str) -> str:
         raise argparse.ArgumentTypeError("a session name cannot be empty")
     if GENERATION_SEP in value:
         raise argparse.ArgumentTypeError(
-            f"{value!r}: '{GENERATION_SEP}' is reserved (it numbers the sessions /new starts)")
+            f"{value!r}: '{GENERATION_SEP}' is reserved (it numbers the sessions /new starts)"
+        )
     if not value.isprintable():
         raise argparse.ArgumentTypeError(f"{value!r}: control characters are not allowed")
     if len(value) > SESSION_NAME_MAX:
         raise argparse.ArgumentTypeError(
-            f"a session name has at most {SESSION_NAME_MAX} characters ({len(value)} given)")
+            f"a session name has at most {SESSION_NAME_MAX} characters ({len(value)} given)"
+        )
     return value
 
 
@@ -168,8 +177,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     base = terminal_session(settings.agent.id, args.session)
     # The running bot's health port and reflect schedule are its own, not the chat's.
-    root = Root(settings, [lambda services: Terminal(services.pool, base)],
-                health=False, reflect=False)
+    root = Root(
+        settings, [lambda services: Terminal(services.pool, base)], health=False, reflect=False
+    )
     code = _run_async(root.run())
     return 130 if root.signalled == signal.SIGINT else code  # Ctrl-C, as a shell counts it
 
@@ -242,21 +252,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def add(name: str, helptext: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    def add(
+        name: str, helptext: str, func: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext, description=helptext, parents=[common])
         p.set_defaults(func=func)
         return p
 
-    add("run", "run the Telegram bot (polling, or webhook when telegram.webhook.url is set)",
-        cmd_run)
-    chat = add("chat", "chat with the bot from this terminal (same memory as Telegram)",
-               cmd_chat)
-    chat.add_argument("--session", default="main", type=session_name,
-                      help="session name (default: main)")
+    add(
+        "run",
+        "run the Telegram bot (polling, or webhook when telegram.webhook.url is set)",
+        cmd_run,
+    )
+    chat = add("chat", "chat with the bot from this terminal (same memory as Telegram)", cmd_chat)
+    chat.add_argument(
+        "--session", default="main", type=session_name, help="session name (default: main)"
+    )
     add("providers", "list installed memory providers and their capabilities", cmd_providers)
     add("migrate", "apply database migrations", cmd_migrate)
-    reflect = add("reflect", "run the reflect job that updates profiles, souls and constraints "
-                  "(a worker on the reflect.interval schedule; --once: one cycle now)", cmd_reflect)
+    reflect = add(
+        "reflect",
+        "run the reflect job that updates profiles, souls and constraints "
+        "(a worker on the reflect.interval schedule; --once: one cycle now)",
+        cmd_reflect,
+    )
     reflect.add_argument("--once", action="store_true", help="run one cycle and exit")
 
     def memory_usage(_args: argparse.Namespace) -> int:
@@ -284,10 +303,14 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument("session", nargs="?")
     compact.add_argument("--all", action="store_true")
     madd("doctor", "check stored memory for integrity faults")
-    embed = madd("embed", "embed every stored message, summary and note lacking a vector of "
-                 "embeddings.model (safe to re-run, or to run on two replicas at once)")
-    embed.add_argument("--prune", action="store_true",
-                       help="then delete the vectors of every other model")
+    embed = madd(
+        "embed",
+        "embed every stored message, summary and note lacking a vector of "
+        "embeddings.model (safe to re-run, or to run on two replicas at once)",
+    )
+    embed.add_argument(
+        "--prune", action="store_true", help="then delete the vectors of every other model"
+    )
     backup = madd("backup", "back up the SQLite database to PATH")
     backup.add_argument("path")
     imp = madd("import", "import a session exported with `mnemo memory export`")

@@ -66,7 +66,12 @@ command_parts = split_words  # `/name@bot args` -> ("name", "args")
 
 
 async def handle_command(
-    pool: Pool, session: Session, name: str, args: str, *, is_admin: bool,
+    pool: Pool,
+    session: Session,
+    name: str,
+    args: str,
+    *,
+    is_admin: bool,
     limit: int = MAX_REPLY,
 ) -> str:
     """Answer `/name args`, in at most `limit` characters (the channel's). Never raises

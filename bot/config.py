@@ -40,8 +40,13 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 # Keys whose value a config error must not show (database.url: its password and secret
 # query parameters such as `?password=`).
-SECRET_KEYS = ("telegram.token", "llm.api_key", "telegram.webhook.secret_token", "database.url",
-               "embeddings.api_key")
+SECRET_KEYS = (
+    "telegram.token",
+    "llm.api_key",
+    "telegram.webhook.secret_token",
+    "database.url",
+    "embeddings.api_key",
+)
 # Bounds of the numeric keys: each admits every sensible setting and refuses what would
 # fail later, at a worse time (an interval no timer can hold, a LIMIT no database takes).
 MAX_TOKENS = 10_000_000  # far above any model's context window
@@ -106,7 +111,9 @@ class DatabaseSettings(_Section):
     @field_validator("url")
     @classmethod
     def _known_driver(cls, v: str) -> str:
-        if not v.startswith(("sqlite+aiosqlite://", "postgresql+psycopg://", "postgresql+asyncpg://")):
+        if not v.startswith(
+            ("sqlite+aiosqlite://", "postgresql+psycopg://", "postgresql+asyncpg://")
+        ):
             raise ValueError(
                 "expected sqlite+aiosqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
             )
@@ -188,8 +195,9 @@ class TelegramSettings(_Section):
 class _MemoryBase(BaseModel):
     # Extra keys allowed here only: a section `memory.<name>` of a provider whose plugin
     # exports no settings model (kept as a dict for it).
-    model_config = ConfigDict(extra="allow", validate_default=True, allow_inf_nan=False,
-                              populate_by_name=True)
+    model_config = ConfigDict(
+        extra="allow", validate_default=True, allow_inf_nan=False, populate_by_name=True
+    )
 
     provider: str = "lcm"
     budget_tokens: int = Field(default=80000, ge=256, le=MAX_TOKENS)
@@ -304,6 +312,7 @@ def interpolate(value: Any, env: Mapping[str, str] | None = None, key: str = "")
     `${VAR}` with VAR unset is a ConfigError naming the key that uses it."""
     env = os.environ if env is None else env
     if isinstance(value, str):
+
         def sub(m: re.Match[str]) -> str:
             name, default = m.group(1), m.group(2)
             got = env.get(name)
@@ -318,11 +327,9 @@ def interpolate(value: Any, env: Mapping[str, str] | None = None, key: str = "")
 
         return _VAR.sub(sub, value)
     if isinstance(value, dict):
-        return {k: interpolate(v, env, f"{key}.{k}" if key else str(k))
-                for k, v in value.items()}
+        return {k: interpolate(v, env, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
     if isinstance(value, list):
-        return [interpolate(v, env, f"{key}.{i}" if key else str(i))
-                for i, v in enumerate(value)]
+        return [interpolate(v, env, f"{key}.{i}" if key else str(i)) for i, v in enumerate(value)]
     return value
 
 
@@ -348,13 +355,13 @@ def _explain(err: ValidationError, secrets: tuple[str, ...]) -> str:
 
 def _holds_secret(key: str) -> bool:
     """A secret key, a part of one, or a section holding one (`llm: sk-...`)."""
-    return any(key == s or key.startswith(f"{s}.") or s.startswith(f"{key}.")
-               for s in SECRET_KEYS)
+    return any(key == s or key.startswith(f"{s}.") or s.startswith(f"{key}.") for s in SECRET_KEYS)
 
 
 def _secrets_in(data: Mapping[str, Any]) -> tuple[str, ...]:
     """The secrets this config sets (as the log masking knows them), so that one copied
     into another key is hidden too."""
+
     def at(key: str) -> str:
         value: Any = data
         for part in key.split("."):
@@ -363,10 +370,16 @@ def _secrets_in(data: Mapping[str, Any]) -> tuple[str, ...]:
         return str(value) if isinstance(value, str | int | float) else ""
 
     return config_secrets(
-        token=at("telegram.token"), api_key=at("llm.api_key"),
-        webhook_secret=at("telegram.webhook.secret_token"), database_url=at("database.url"),
-        urls=(at("llm.base_url"), at("telegram.base_url"), at("telegram.webhook.url"),
-              at("embeddings.base_url")),
+        token=at("telegram.token"),
+        api_key=at("llm.api_key"),
+        webhook_secret=at("telegram.webhook.secret_token"),
+        database_url=at("database.url"),
+        urls=(
+            at("llm.base_url"),
+            at("telegram.base_url"),
+            at("telegram.webhook.url"),
+            at("embeddings.base_url"),
+        ),
     ) + secret_values(at("embeddings.api_key"))
 
 
@@ -405,7 +418,9 @@ def resolve_path(path: str | os.PathLike[str] | None) -> Path:
     return Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
 
 
-def load_settings(path: str | os.PathLike[str] | None = None, *, check_provider: bool = True) -> Settings:
+def load_settings(
+    path: str | os.PathLike[str] | None = None, *, check_provider: bool = True
+) -> Settings:
     """Read, interpolate and validate a config file. Raises ConfigError.
 
     Without `--config` and MNEMO_CONFIG a missing ./config.yaml means "all defaults"; a

@@ -48,7 +48,9 @@ class HealthServer:
     Port 0 picks a free port; `port` tells which one after `start()`.
     """
 
-    def __init__(self, engine: AsyncEngine, settings: HealthSettings, *, info: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, engine: AsyncEngine, settings: HealthSettings, *, info: dict[str, Any] | None = None
+    ) -> None:
         self.engine = engine
         self.settings = settings
         self.info = dict(info or {})
@@ -74,7 +76,9 @@ class HealthServer:
 
     async def _metrics(self, _request: web.Request) -> web.Response:
         # generate_latest walks the registry synchronously: fast, no I/O.
-        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(
+            body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
 
     async def start(self) -> None:
         if self._runner is not None:
@@ -91,7 +95,9 @@ class HealthServer:
         sockets = getattr(site._server, "sockets", None) or []  # noqa: SLF001 - aiohttp exposes no public getter
         if sockets:
             self.port = sockets[0].getsockname()[1]
-        log.info("health endpoint on http://%s:%d (/healthz, /metrics)", self.settings.listen, self.port)
+        log.info(
+            "health endpoint on http://%s:%d (/healthz, /metrics)", self.settings.listen, self.port
+        )
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None
@@ -106,7 +112,9 @@ class HealthServer:
         await self.stop()
 
 
-async def start_health_server(engine: AsyncEngine, settings: HealthSettings, **info: Any) -> HealthServer | None:
+async def start_health_server(
+    engine: AsyncEngine, settings: HealthSettings, **info: Any
+) -> HealthServer | None:
     """Start the endpoint when `settings.enabled`; None otherwise. The caller stops it."""
     if not settings.enabled:
         return None

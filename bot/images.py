@@ -37,8 +37,9 @@ class Image:
         return {"type": "image_url", "image_url": {"url": f"data:{self.mime};base64,{encoded}"}}
 
 
-def with_images(messages: Sequence[Message], parts: Sequence[dict[str, Any]]
-                ) -> list[dict[str, Any]]:
+def with_images(
+    messages: Sequence[Message], parts: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The Chat Completions payload of `messages`, its last user message carrying
     `parts` (image parts, see `Image.part`) after its text."""
     payload = [m.to_openai() for m in messages]

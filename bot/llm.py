@@ -8,12 +8,12 @@ JSON error for those, not an `APIError`). Anything else (400, 401, 403, 404) fai
 
 Requests go through the client's generic `post` rather than `chat.completions.create`:
 `create` walks the whole request (every message, every tool schema) through openai's
-TypedDict transformer, which changes nothing for plain JSON like ours and cost about
-2 ms per call here, half of the call's CPU. Chunks likewise stay the JSON dicts they
-arrive as instead of being built into models (openai's stream still turns an `error`
-event into an `APIError`). And the HTTP transport is aiohttp's (openai's own
-`DefaultAioHttpClient`) rather than the default pure-Python one: half the CPU per call
-under concurrency here (1.3 -> 0.6 ms); aiohttp is a dependency of ours anyway.
+TypedDict transformer, which changes nothing for plain JSON like ours and was half of
+the call's CPU. Chunks likewise stay the JSON dicts they arrive as instead of being
+built into models (openai's stream still turns an `error` event into an `APIError`). And
+the HTTP transport is aiohttp's (openai's own `DefaultAioHttpClient`) rather than the
+default pure-Python one, which took twice the CPU per call under concurrency; aiohttp is
+a dependency of ours anyway. Figures: bench/RESULTS.md (throughput rounds).
 """
 
 from __future__ import annotations
@@ -79,12 +79,18 @@ class TokenUsage:
         usage = usage or {}
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        return cls(_count(usage.get("prompt_tokens")), _count(cached),
-                   _count(usage.get("completion_tokens")))
+        return cls(
+            _count(usage.get("prompt_tokens")),
+            _count(cached),
+            _count(usage.get("completion_tokens")),
+        )
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
-        return TokenUsage(self.prompt + other.prompt, self.cached_prompt + other.cached_prompt,
-                          self.completion + other.completion)
+        return TokenUsage(
+            self.prompt + other.prompt,
+            self.cached_prompt + other.cached_prompt,
+            self.completion + other.completion,
+        )
 
 
 def _count(value: Any) -> int:
@@ -107,8 +113,12 @@ class AssistantTurn:
         return TokenUsage.from_report(self.usage)
 
     def to_message(self) -> Message:
-        return Message(role="assistant", content=self.content,
-                       tool_calls=list(self.tool_calls), reasoning=self.reasoning)
+        return Message(
+            role="assistant",
+            content=self.content,
+            tool_calls=list(self.tool_calls),
+            reasoning=self.reasoning,
+        )
 
 
 def _default_http_client() -> Any:
@@ -174,8 +184,10 @@ def _translate(exc: BaseException) -> LLMError:
             return LLMError(f"the language model refused our API key (HTTP {status})")
         if status == 404:
             return LLMError("the language model or endpoint was not found (HTTP 404)")
-        return LLMError(f"the language model answered HTTP {status}",
-                        retryable=status >= 500 or status in _RETRY_STATUS)
+        return LLMError(
+            f"the language model answered HTTP {status}",
+            retryable=status >= 500 or status in _RETRY_STATUS,
+        )
     if isinstance(exc, json.JSONDecodeError | openai.APIResponseValidationError):
         return LLMError("the language model sent a malformed answer", retryable=True)
     if isinstance(exc, openai.APIError):
@@ -188,8 +200,14 @@ class LLMClient:
     """`complete` (streaming, tools) for the chat; `generate` (one prompt) for summaries;
     `transcribe` for voice messages."""
 
-    def __init__(self, settings: LLMSettings, *, http_client: Any = None,
-                 backoff_s: float = 0.5, backoff_cap_s: float = 8.0) -> None:
+    def __init__(
+        self,
+        settings: LLMSettings,
+        *,
+        http_client: Any = None,
+        backoff_s: float = 0.5,
+        backoff_cap_s: float = 8.0,
+    ) -> None:
         self.settings = settings
         self.backoff_s = backoff_s
         self.backoff_cap_s = backoff_cap_s
@@ -231,8 +249,9 @@ class LLMClient:
                     except (LLMError, openai.OpenAIError, json.JSONDecodeError) as exc:
                         err = exc if isinstance(exc, LLMError) else _translate(exc)
                         if err.retryable and last < attempts:
-                            log.warning("LLM call failed (attempt %d of %d): %s",
-                                        last, attempts, err.reason)
+                            log.warning(
+                                "LLM call failed (attempt %d of %d): %s", last, attempts, err.reason
+                            )
                         if err is exc:
                             raise
                         raise err from exc
@@ -241,10 +260,15 @@ class LLMClient:
             raise
         raise AssertionError("unreachable")  # pragma: no cover - tenacity reraises
 
-    async def complete(self, messages: list[Message] | list[dict[str, Any]],
-                       tools: list[dict[str, Any]] | None = None, *,
-                       on_delta: OnDelta | None = None, model: str | None = None,
-                       kind: str = "chat") -> AssistantTurn:
+    async def complete(
+        self,
+        messages: list[Message] | list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_delta: OnDelta | None = None,
+        model: str | None = None,
+        kind: str = "chat",
+    ) -> AssistantTurn:
         """One streamed model turn. `on_delta` receives the whole text so far after each
         text delta (a retry starts the text over). Raises LLMError. `kind` labels the
         latency/error metrics (chat | summary; `transcribe` counts as transcription)."""
@@ -261,9 +285,14 @@ class LLMClient:
             kwargs["temperature"] = self.settings.temperature
 
         async def call() -> AssistantTurn:
-            stream = await self._client.post("/chat/completions", body=kwargs, cast_to=object,
-                                             options=_OPTIONS,
-                                             stream=True, stream_cls=_CHUNKS)
+            stream = await self._client.post(
+                "/chat/completions",
+                body=kwargs,
+                cast_to=object,
+                options=_OPTIONS,
+                stream=True,
+                stream_cls=_CHUNKS,
+            )
             return await _collect(stream, on_delta)
 
         turn: AssistantTurn = await self._measured(call, kind)
@@ -281,7 +310,8 @@ class LLMClient:
         async def call() -> str:
             # The SDK's `create` here: it builds the multipart body, one request per message.
             result = await self._client.audio.transcriptions.create(
-                model=model, file=(filename, data), timeout=self._transcribe_timeout(data))
+                model=model, file=(filename, data), timeout=self._transcribe_timeout(data)
+            )
             spoken = getattr(result, "text", None)
             if not isinstance(spoken, str):
                 raise _malformed()
@@ -309,9 +339,11 @@ class LLMClient:
 
     async def generate(self, prompt: str, model: str | None = None) -> str:
         """One prompt, one answer, no tools (the summarizer's `generate`)."""
-        turn = await self.complete([Message(role="user", content=prompt)],
-                                   model=model or self.settings.summary_model or None,
-                                   kind="summary")
+        turn = await self.complete(
+            [Message(role="user", content=prompt)],
+            model=model or self.settings.summary_model or None,
+            kind="summary",
+        )
         return turn.content
 
 
@@ -356,8 +388,9 @@ async def _collect(stream: Any, on_delta: OnDelta | None) -> AssistantTurn:
             for tc in delta.get("tool_calls") or []:
                 tc = _dict(tc)
                 index = tc.get("index")
-                slot = calls.setdefault(index if isinstance(index, int) else 0,
-                                        {"id": "", "name": "", "arguments": ""})
+                slot = calls.setdefault(
+                    index if isinstance(index, int) else 0, {"id": "", "name": "", "arguments": ""}
+                )
                 if tc.get("id"):
                     slot["id"] = str(tc["id"])
                 function = _dict(tc.get("function"))

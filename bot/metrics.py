@@ -36,58 +36,82 @@ _FAST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30)
 _TOKEN_BUCKETS = (100, 500, 1000, 5000, 10000, 20000, 50000, 100000, 200000, 500000)
 
 TURNS = Counter(
-    "mnemo_turns", "Conversation turns handled, by outcome (ok|error).",
-    ["outcome"], registry=REGISTRY,
+    "mnemo_turns",
+    "Conversation turns handled, by outcome (ok|error).",
+    ["outcome"],
+    registry=REGISTRY,
 )
 TURN_SECONDS = Histogram(
-    "mnemo_turn_duration_seconds", "Wall time of one turn, user message to stored reply.",
-    buckets=_SLOW_BUCKETS, registry=REGISTRY,
+    "mnemo_turn_duration_seconds",
+    "Wall time of one turn, user message to stored reply.",
+    buckets=_SLOW_BUCKETS,
+    registry=REGISTRY,
 )
 LLM_SECONDS = Histogram(
     "mnemo_llm_request_duration_seconds",
     "Latency of LLM requests (kind: chat|summary|reflect|transcription), successful or not.",
-    ["kind"], buckets=_SLOW_BUCKETS, registry=REGISTRY,
+    ["kind"],
+    buckets=_SLOW_BUCKETS,
+    registry=REGISTRY,
 )
 LLM_ERRORS = Counter(
-    "mnemo_llm_errors", "LLM requests that failed after retries, by kind and error class.",
-    ["kind", "error"], registry=REGISTRY,
+    "mnemo_llm_errors",
+    "LLM requests that failed after retries, by kind and error class.",
+    ["kind", "error"],
+    registry=REGISTRY,
 )
 LLM_TOKENS = Counter(
     "mnemo_llm_tokens",
     "Tokens the model server reported, by kind (chat|summary|reflect), model and type "
     "(prompt|cached_prompt|completion; cached_prompt is part of prompt).",
-    ["kind", "model", "type"], registry=REGISTRY,
+    ["kind", "model", "type"],
+    registry=REGISTRY,
 )
 COMPACTIONS = Counter(
     "mnemo_compactions",
     "Compaction runs by provider, mode (incremental|full) and outcome (changed|unchanged|error).",
-    ["provider", "mode", "outcome"], registry=REGISTRY,
+    ["provider", "mode", "outcome"],
+    registry=REGISTRY,
 )
 COMPACTION_TOKENS_BEFORE = Histogram(
-    "mnemo_compaction_tokens_before", "Context tokens of a session before a compaction.",
-    ["provider"], buckets=_TOKEN_BUCKETS, registry=REGISTRY,
+    "mnemo_compaction_tokens_before",
+    "Context tokens of a session before a compaction.",
+    ["provider"],
+    buckets=_TOKEN_BUCKETS,
+    registry=REGISTRY,
 )
 COMPACTION_TOKENS_AFTER = Histogram(
-    "mnemo_compaction_tokens_after", "Context tokens of a session after a compaction.",
-    ["provider"], buckets=_TOKEN_BUCKETS, registry=REGISTRY,
+    "mnemo_compaction_tokens_after",
+    "Context tokens of a session after a compaction.",
+    ["provider"],
+    buckets=_TOKEN_BUCKETS,
+    registry=REGISTRY,
 )
 REFLECT_RUNS = Counter(
     "mnemo_reflect_runs",
     "Reflect reviews of one session, by outcome (changed|unchanged|nothing_new|busy|failed; "
     "error: the whole cycle raised).",
-    ["outcome"], registry=REGISTRY,
+    ["outcome"],
+    registry=REGISTRY,
 )
 DB_ERRORS = Counter(
-    "mnemo_db_errors", "Database errors raised through the engine, by exception class.",
-    ["error"], registry=REGISTRY,
+    "mnemo_db_errors",
+    "Database errors raised through the engine, by exception class.",
+    ["error"],
+    registry=REGISTRY,
 )
 MEMORY_OPS = Counter(
-    "mnemo_memory_operations", "Memory provider calls, by provider, operation and outcome.",
-    ["provider", "operation", "outcome"], registry=REGISTRY,
+    "mnemo_memory_operations",
+    "Memory provider calls, by provider, operation and outcome.",
+    ["provider", "operation", "outcome"],
+    registry=REGISTRY,
 )
 MEMORY_OP_SECONDS = Histogram(
-    "mnemo_memory_operation_duration_seconds", "Duration of memory provider calls.",
-    ["provider", "operation"], buckets=_FAST_BUCKETS, registry=REGISTRY,
+    "mnemo_memory_operation_duration_seconds",
+    "Duration of memory provider calls.",
+    ["provider", "operation"],
+    buckets=_FAST_BUCKETS,
+    registry=REGISTRY,
 )
 
 

@@ -81,8 +81,11 @@ async def open_memory(settings: Settings, *, with_llm: bool = False) -> AsyncIte
     try:
         await migrate(engine)
         ctx = ProviderContext(
-            engine=engine, summarizer=_NoSummarizer(), agent_id=settings.agent.id,
-            data_dir=Path(settings.data_dir), config=settings.provider_config(),
+            engine=engine,
+            summarizer=_NoSummarizer(),
+            agent_id=settings.agent.id,
+            data_dir=Path(settings.data_dir),
+            config=settings.provider_config(),
         )
         provider = await create_provider_async(settings.memory.provider, ctx)
         try:
@@ -127,20 +130,32 @@ async def status(settings: Settings, session_id: str, out: TextIO = sys.stdout) 
             return EXIT_FAULT
         stats = await m.provider.stats(Session(info.id, info.agent_id, info.user_id, info.channel))
         async with m.engine.connect() as conn:
-            snap = await conn.scalar(sa.select(snapshot_table.c.version)
-                                     .where(snapshot_table.c.session_id == session_id))
-            current = await conn.scalar(sa.select(state_table.c.version).where(
-                state_table.c.user_id == info.user_id, state_table.c.agent_id == info.agent_id))
+            snap = await conn.scalar(
+                sa.select(snapshot_table.c.version).where(snapshot_table.c.session_id == session_id)
+            )
+            current = await conn.scalar(
+                sa.select(state_table.c.version).where(
+                    state_table.c.user_id == info.user_id, state_table.c.agent_id == info.agent_id
+                )
+            )
     rows = [
-        ("session", f"{info.id} (agent {info.agent_id}, user {info.user_id}, channel {info.channel})"),
+        (
+            "session",
+            f"{info.id} (agent {info.agent_id}, user {info.user_id}, channel {info.channel})",
+        ),
         ("title", info.title or "-"),
         ("provider", m.provider.name),
-        ("messages", f"{stats.message_count} ({stats.token_count} tokens), "
-                     f"{_when(stats.oldest_at)} .. {_when(stats.newest_at)}"),
+        (
+            "messages",
+            f"{stats.message_count} ({stats.token_count} tokens), "
+            f"{_when(stats.oldest_at)} .. {_when(stats.newest_at)}",
+        ),
         ("summaries", str(stats.summary_count)),
         ("context", f"{stats.context_tokens} tokens"),
-        ("memory", f"snapshot version {snap if snap is not None else '-'}, "
-                   f"current version {current or 0}"),
+        (
+            "memory",
+            f"snapshot version {snap if snap is not None else '-'}, current version {current or 0}",
+        ),
         ("created", _when(info.created_at)),
         ("active", _when(info.last_active)),
         ("archived", "yes" if info.archived else "no"),
@@ -165,12 +180,19 @@ async def sessions(settings: Settings, out: TextIO = sys.stdout) -> int:
             rows = await HistoryStore(m.engine).list_counts(everything)
             for i, row in enumerate(rows):
                 info = row.info
-                stats = await m.provider.stats(Session(info.id, info.agent_id, info.user_id, info.channel))
+                stats = await m.provider.stats(
+                    Session(info.id, info.agent_id, info.user_id, info.channel)
+                )
                 rows[i] = replace(row, summary_count=stats.summary_count)
         lines = [  # escaped before the widths are measured
-            (terminal_safe(r.info.id), str(r.info.user_id), str(r.message_count),
-             str(r.summary_count), _when(r.info.last_active),
-             ("[archived] " if r.info.archived else "") + terminal_safe(r.info.title))
+            (
+                terminal_safe(r.info.id),
+                str(r.info.user_id),
+                str(r.message_count),
+                str(r.summary_count),
+                _when(r.info.last_active),
+                ("[archived] " if r.info.archived else "") + terminal_safe(r.info.title),
+            )
             for r in rows
         ]
     if not lines:
@@ -179,7 +201,10 @@ async def sessions(settings: Settings, out: TextIO = sys.stdout) -> int:
     header = ("SESSION", "USER", "MESSAGES", "SUMMARIES", "LAST ACTIVE", "TITLE")
     widths = [max(len(r[i]) for r in [header, *lines]) for i in range(5)]
     for line in [header, *lines]:
-        print("  ".join(c.ljust(w) for c, w in zip(line[:5], widths, strict=True)) + "  " + line[5], file=out)
+        print(
+            "  ".join(c.ljust(w) for c, w in zip(line[:5], widths, strict=True)) + "  " + line[5],
+            file=out,
+        )
     return EXIT_OK
 
 
@@ -201,8 +226,10 @@ async def search(settings: Settings, session_id: str, text: str, out: TextIO = s
             return EXIT_FAULT
     for hit in hits:
         snippet = " ".join(hit.content.split())
-        print(terminal_safe(f"[{hit.source_type} {hit.source_id}] {_when(hit.timestamp)}  "
-                            f"{snippet}"), file=out)
+        print(
+            terminal_safe(f"[{hit.source_type} {hit.source_id}] {_when(hit.timestamp)}  {snippet}"),
+            file=out,
+        )
     print(f"{len(hits)} result(s)", file=sys.stderr)
     return EXIT_OK
 
@@ -297,17 +324,20 @@ async def compact(settings: Settings, session_id: str | None, everything: bool) 
             result: CompactionResult | None = None
             try:
                 with with_change_source(ChangeSource.SYSTEM):
-                    result = await cast(Compactor, m.provider).compact(
-                        session, CompactionMode.FULL)
+                    result = await cast(Compactor, m.provider).compact(session, CompactionMode.FULL)
             except CompactionIncomplete as exc:  # its rounds done are kept: count them
                 record_compaction_failure(m.provider.name, CompactionMode.FULL)
-                failed.append(f"compaction stopped part way (progress kept): {session.id}: "
-                              f"{type(exc.__cause__).__name__}: {exc.__cause__}")
+                failed.append(
+                    f"compaction stopped part way (progress kept): {session.id}: "
+                    f"{type(exc.__cause__).__name__}: {exc.__cause__}"
+                )
                 result = exc.result
             except Exception as exc:  # one broken session must not stop the others
                 record_compaction_failure(m.provider.name, CompactionMode.FULL)
-                failed.append(f"compaction failed (session unchanged): {session.id}: "
-                              f"{type(exc).__name__}: {exc}")
+                failed.append(
+                    f"compaction failed (session unchanged): {session.id}: "
+                    f"{type(exc).__name__}: {exc}"
+                )
             else:
                 record_compaction(m.provider.name, CompactionMode.FULL, result)
             if result is not None:
@@ -319,10 +349,12 @@ async def compact(settings: Settings, session_id: str | None, everything: bool) 
             total.duration_s += time.monotonic() - started
             bar.show(n, terminal_safe(session.id))
         bar.close()
-    print(f"compacted {len(targets) - len(failed)}/{len(targets)} session(s): "
-          f"{total.messages_compacted} messages into {total.leaf_summaries_created} leaf and "
-          f"{total.condensed_summaries_created} condensed summaries, "
-          f"{total.tokens_before} -> {total.tokens_after} tokens in {total.duration_s:.1f}s")
+    print(
+        f"compacted {len(targets) - len(failed)}/{len(targets)} session(s): "
+        f"{total.messages_compacted} messages into {total.leaf_summaries_created} leaf and "
+        f"{total.condensed_summaries_created} condensed summaries, "
+        f"{total.tokens_before} -> {total.tokens_after} tokens in {total.duration_s:.1f}s"
+    )
     for line in failed:
         _err(line)
     return EXIT_FAULT if failed else EXIT_OK
@@ -344,8 +376,10 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
             faults += await inner.check_integrity()
             checked.append(f"{m.provider.name} provider data")
         else:
-            print(f"note: the {m.provider.name} provider offers no integrity checks of its own",
-                  file=sys.stderr)
+            print(
+                f"note: the {m.provider.name} provider offers no integrity checks of its own",
+                file=sys.stderr,
+            )
         waiting, unreadable = await telegram_backlog(m.engine)
         from bot.operator_embeddings import embeddings_report
 
@@ -362,9 +396,12 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
     if waiting:
         print(f"note: {waiting}; the bot handles them when it (re)starts", file=out)
     if unreadable:
-        print(f"note: {unreadable} parked Telegram update(s) could not be read and are not "
-              "handled; kept in telegram_inbox (unreadable) for inspection "
-              "(docs/RELIABILITY.md)", file=out)
+        print(
+            f"note: {unreadable} parked Telegram update(s) could not be read and are not "
+            "handled; kept in telegram_inbox (unreadable) for inspection "
+            "(docs/RELIABILITY.md)",
+            file=out,
+        )
     for line in embedding_lines:
         print(line, file=out)
     return code
@@ -379,13 +416,21 @@ async def telegram_backlog(engine: AsyncEngine) -> tuple[str, int]:
     from bot.telegram.resume import RESUME_WITHIN
 
     async with engine.connect() as conn:
-        counts: dict[bool, int] = dict((await conn.execute(
-            sa.select(telegram_inbox.c.unreadable, sa.func.count())
-            .group_by(telegram_inbox.c.unreadable))).all())
+        counts: dict[bool, int] = dict(
+            (
+                await conn.execute(
+                    sa.select(telegram_inbox.c.unreadable, sa.func.count()).group_by(
+                        telegram_inbox.c.unreadable
+                    )
+                )
+            ).all()
+        )
         parked, unreadable = counts.get(False, 0), counts.get(True, 0)
         owed = await conn.scalar(
-            sa.select(sa.func.count()).select_from(telegram_updates)
-            .where(owed_since(utcnow() - RESUME_WITHIN)))
+            sa.select(sa.func.count())
+            .select_from(telegram_updates)
+            .where(owed_since(utcnow() - RESUME_WITHIN))
+        )
     parts = []
     if parked:
         parts.append(f"{parked} Telegram update(s) parked")
@@ -401,8 +446,14 @@ def pg_dump_command(url: str, path: str) -> str:
     """The documented PostgreSQL backup: a custom-format pg_dump of the same database
     (the password, if any, is left to PGPASSWORD or ~/.pgpass, never printed)."""
     u = make_url(url)
-    bare = URL.create("postgresql", username=u.username, host=u.host, port=u.port,
-                      database=u.database, query=u.query)
+    bare = URL.create(
+        "postgresql",
+        username=u.username,
+        host=u.host,
+        port=u.port,
+        database=u.database,
+        query=u.query,
+    )
     # Quoted for a POSIX shell: the path is the operator's, the URL may hold `&` or `?`.
     target = bare.render_as_string(hide_password=False).replace("'", "'\\''")
     return f"pg_dump --format=custom --no-owner --file {shlex.quote(path)} '{target}'"

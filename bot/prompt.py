@@ -75,8 +75,9 @@ class MemoryReader:
     versions) are never cached. The capability checks are made once.
     """
 
-    def __init__(self, provider: Provider, max_views: int = VIEW_CACHE_SIZE, *,
-                 cache_snapshots: bool = False) -> None:
+    def __init__(
+        self, provider: Provider, max_views: int = VIEW_CACHE_SIZE, *, cache_snapshots: bool = False
+    ) -> None:
         """`cache_snapshots`: keep each session's snapshot version in memory, read again
         only after a snapshot moved in this process (memory/snapshots.py). Right only
         where no other process advances this store's snapshots: one serving process."""

@@ -56,13 +56,17 @@ def scrub(text: str) -> str:
     return mask(text, _secrets)
 
 
-def config_secrets(*, token: str, api_key: str, webhook_secret: str, database_url: str,
-                   urls: tuple[str, ...]) -> tuple[str, ...]:
+def config_secrets(
+    *, token: str, api_key: str, webhook_secret: str, database_url: str, urls: tuple[str, ...]
+) -> tuple[str, ...]:
     """Every secret a config sets, in every form a message may carry it: the bot token and
     its secret part (after the bot id), the API key, the webhook secret, the database
     URL's password and secret query values, and the credentials in the other `urls`."""
     return secret_values(
-        token, token.partition(":")[2], api_key, webhook_secret,
+        token,
+        token.partition(":")[2],
+        api_key,
+        webhook_secret,
         *(url_password_forms(database_url) if database_url else ()),
         *(form for url in urls for form in url_credential_forms(url)),
     )
@@ -112,8 +116,12 @@ def url_password_forms(url: str) -> tuple[str, ...]:
         return tuple(sorted(f for f in forms if f))
     password = parsed.password
     if password:
-        forms |= {password, quote(password, safe=""), _written_password(url),
-                  _written_password(parsed.render_as_string(hide_password=False))}
+        forms |= {
+            password,
+            quote(password, safe=""),
+            _written_password(url),
+            _written_password(parsed.render_as_string(hide_password=False)),
+        }
     return tuple(sorted(f for f in forms if f))
 
 

@@ -26,9 +26,13 @@ ToolHandler = Callable[[dict[str, Any]], Awaitable[str]]
 
 
 class Completer(Protocol):
-    async def complete(self, messages: list[Message] | list[dict[str, Any]],
-                       tools: list[dict[str, Any]] | None = None,
-                       *, on_delta: OnDelta | None = None) -> AssistantTurn: ...
+    async def complete(
+        self,
+        messages: list[Message] | list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_delta: OnDelta | None = None,
+    ) -> AssistantTurn: ...
 
 
 @dataclass
@@ -78,9 +82,15 @@ async def run_tool_call(call: ToolCall, tools: dict[str, Tool]) -> str:
         return f"error: {call.name} failed: {exc}"
 
 
-async def run_turn(llm: Completer, prompt: list[Message], tools: list[Tool], *,
-                   max_rounds: int, on_delta: OnDelta | None = None,
-                   images: Sequence[Image] = ()) -> TurnResult:
+async def run_turn(
+    llm: Completer,
+    prompt: list[Message],
+    tools: list[Tool],
+    *,
+    max_rounds: int,
+    on_delta: OnDelta | None = None,
+    images: Sequence[Image] = (),
+) -> TurnResult:
     """Run the model with tools until it answers in text. Raises LLMError (the caller
     stores nothing of the turn then) or when the model's final answer is empty.
     `images` go with the prompt's last user message in every round."""
@@ -91,8 +101,11 @@ async def run_turn(llm: Completer, prompt: list[Message], tools: list[Tool], *,
     for round_no in range(1, max_rounds + 2):
         last = round_no > max_rounds
         sent = prompt + result.messages
-        turn = await llm.complete(with_images(sent, parts) if parts else sent,
-                                  None if last else schemas, on_delta=on_delta)
+        turn = await llm.complete(
+            with_images(sent, parts) if parts else sent,
+            None if last else schemas,
+            on_delta=on_delta,
+        )
         result.rounds = round_no
         result.usage += turn.tokens
         message = turn.to_message()

@@ -1,4 +1,4 @@
-"""The provider contract: `Provider` plus optional capabilities (DESIGN §2).
+"""The provider contract: `Provider` plus optional capabilities.
 
 Capabilities are discovered with `isinstance(unwrap(provider), Compactor)`; all are
 `runtime_checkable`, so a third-party plugin needs no base class, only the methods.

@@ -1,5 +1,5 @@
 """Who is calling, carried in contextvars so stores can tag writes without extra
-parameters (the Go original used context.Context)."""
+parameters."""
 
 from __future__ import annotations
 

@@ -115,11 +115,10 @@ async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
     processes still wait through `busy_timeout`.
     """
     if is_sqlite(engine):
-        async with _writer_lock(engine):
-            async with engine.connect() as conn:
-                conn = await conn.execution_options(**{WRITE_OPTION: True})
-                async with conn.begin():
-                    yield conn
+        async with _writer_lock(engine), engine.connect() as conn:
+            conn = await conn.execution_options(**{WRITE_OPTION: True})
+            async with conn.begin():
+                yield conn
         return
     async with engine.connect() as conn:
         committing = False

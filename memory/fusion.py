@@ -10,9 +10,9 @@ where a list that did not find the item gives it 0. Measured on bench/recall.py
 apart scores are, let the small model's weaker ranking pull BM25's good hits down (below
 BM25 alone); weighing normalised scores keeps a clear lexical winner on top and lets
 meaning decide among near-ties and find what shares no word with the question. Words
-weigh more because they are the stronger signal there (recall@10 0.71 against the
-model's 0.49 alone); the weight is a round value, not fitted to the questions: 0.3 to
-0.5 all measured within 0.015 of each other.
+weigh more because they are the stronger signal with that model; the weight is a round
+value, not fitted to the questions, and its neighbours measure alike
+(bench/fusion_study.py, figures in bench/RESULTS.md).
 """
 
 from __future__ import annotations

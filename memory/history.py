@@ -51,6 +51,7 @@ TITLE_CHARS = 80
 # forgotten one costs a read by its unique session id on its next use.
 CONV_ID_CACHE_SIZE = 10_000
 
+
 class PartKind(enum.StrEnum):
     REASONING = "reasoning"
     TOOL_CALL = "tool_call"
@@ -193,9 +194,7 @@ _PARTS_OF = (
 )
 
 
-def build_message(
-    row: RowLike, part_rows: Iterable[RowLike]
-) -> tuple[StoredMessage, Message]:
+def build_message(row: RowLike, part_rows: Iterable[RowLike]) -> tuple[StoredMessage, Message]:
     """A stored message back from its row (id, seq, role, content, token_count,
     created_at) and its parts' rows (kind, tool_call_id, tool_name, content; in order)."""
     created = as_utc(row["created_at"])
@@ -241,7 +240,9 @@ class HistoryStore:
             return cached
         now = utcnow()
         await conn.execute(
-            conflict_insert(conn, conversations).on_conflict_do_nothing().values(
+            conflict_insert(conn, conversations)
+            .on_conflict_do_nothing()
+            .values(
                 session_id=session.id,
                 agent_id=session.agent_id,
                 user_id=session.user_id,
@@ -269,7 +270,9 @@ class HistoryStore:
         self._remember_id(session.id, conv_id)  # committed: safe to remember
         return conv_id
 
-    async def conversation_id(self, session_id: str, conn: AsyncConnection | None = None) -> int | None:
+    async def conversation_id(
+        self, session_id: str, conn: AsyncConnection | None = None
+    ) -> int | None:
         cached = self._cached_id(session_id)
         if cached is not None:
             return cached
@@ -294,7 +297,10 @@ class HistoryStore:
     # -- messages ------------------------------------------------------------------
 
     async def insert_messages(
-        self, conn: AsyncConnection, conv_id: int, msgs: Sequence[Message],
+        self,
+        conn: AsyncConnection,
+        conv_id: int,
+        msgs: Sequence[Message],
         options: AppendOptions | None = None,
     ) -> list[StoredMessage]:
         """Insert `msgs` after the conversation's last seq, inside the caller's
@@ -339,9 +345,7 @@ class HistoryStore:
         ]
         if part_rows:
             await conn.execute(sa.insert(parts), part_rows)
-        title = next(
-            (m.content for m in cleaned if m.role == "user" and m.content.strip()), None
-        )
+        title = next((m.content for m in cleaned if m.role == "user" and m.content.strip()), None)
         if title:
             title = " ".join(title.split())[:TITLE_CHARS]
             touched = await conn.execute(
@@ -369,8 +373,13 @@ class HistoryStore:
             return await self.insert_messages(conn, conv_id, msgs, options)
 
     async def load_messages(
-        self, conn: AsyncConnection, where: sa.ColumnElement[bool] | None = None, *,
-        ids: Iterable[int] | None = None, limit: int | None = None, newest_first: bool = False,
+        self,
+        conn: AsyncConnection,
+        where: sa.ColumnElement[bool] | None = None,
+        *,
+        ids: Iterable[int] | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
     ) -> list[tuple[StoredMessage, Message]]:
         """Messages matching `where` (or with `ids`), ordered by (conversation, seq)."""
         if ids is not None and where is None and limit is None and not newest_first:
@@ -400,8 +409,8 @@ class HistoryStore:
         if not rows:
             return []
         part_rows = (
-            await conn.execute(_PARTS_OF, {"ids": [r["id"] for r in rows]})
-        ).mappings().all()
+            (await conn.execute(_PARTS_OF, {"ids": [r["id"] for r in rows]})).mappings().all()
+        )
         by_msg: dict[int, list[sa.RowMapping]] = {}
         for p in part_rows:
             by_msg.setdefault(p["message_id"], []).append(p)
@@ -415,7 +424,9 @@ class HistoryStore:
             rows = await self.load_messages(conn, messages.c.conversation_id == conv_id)
         return [m for _, m in rows]
 
-    async def message_stats(self, session: Session) -> tuple[int, int, datetime | None, datetime | None]:
+    async def message_stats(
+        self, session: Session
+    ) -> tuple[int, int, datetime | None, datetime | None]:
         """(count, tokens, oldest, newest) of a session's stored messages; zeros if unknown."""
         async with self.engine.connect() as conn:
             conv_id = await self.conversation_id(session.id, conn)
@@ -438,7 +449,10 @@ class HistoryStore:
     async def save_info(self, info: SessionInfo) -> None:
         session = Session(info.id, info.agent_id, info.user_id, info.channel)
         async with self.session_transaction(session) as (conn, conv_id):
-            values: dict[str, Any] = {"archived": info.archived, "updated_at": info.last_active or utcnow()}
+            values: dict[str, Any] = {
+                "archived": info.archived,
+                "updated_at": info.last_active or utcnow(),
+            }
             if info.title:
                 values["title"] = storable(info.title)[:200]
             await conn.execute(
@@ -461,10 +475,14 @@ class HistoryStore:
     async def load_info(self, session_id: str) -> SessionInfo:
         async with self.engine.connect() as conn:
             row = (
-                await conn.execute(
-                    sa.select(conversations).where(conversations.c.session_id == session_id)
+                (
+                    await conn.execute(
+                        sa.select(conversations).where(conversations.c.session_id == session_id)
+                    )
                 )
-            ).mappings().first()
+                .mappings()
+                .first()
+            )
         if row is None:
             raise NotFound(f"session {session_id!r} not found")
         return self._info(row)
@@ -521,7 +539,6 @@ class HistoryStore:
             for r in rows
         ]
 
-
     async def read_message(self, session: Session, message_id: str) -> FoundMessage:
         """Message `message_id` (a search hit's id) if it belongs to one of the
         conversations of `session`'s user and agent; else `NotFound`, the same for an
@@ -530,16 +547,20 @@ class HistoryStore:
             raise NotFound(f"message {message_id!r} not found")
         async with self.engine.connect() as conn:
             row = (
-                await conn.execute(
-                    sa.select(conversations, messages.c.seq)
-                    .join(messages, messages.c.conversation_id == conversations.c.id)
-                    .where(
-                        messages.c.id == int(message_id),
-                        conversations.c.user_id == session.user_id,
-                        conversations.c.agent_id == session.agent_id,
+                (
+                    await conn.execute(
+                        sa.select(conversations, messages.c.seq)
+                        .join(messages, messages.c.conversation_id == conversations.c.id)
+                        .where(
+                            messages.c.id == int(message_id),
+                            conversations.c.user_id == session.user_id,
+                            conversations.c.agent_id == session.agent_id,
+                        )
                     )
                 )
-            ).mappings().first()
+                .mappings()
+                .first()
+            )
             if row is None:
                 raise NotFound(f"message {message_id!r} not found")
             [(_stored, msg)] = await self.load_messages(conn, ids=[int(message_id)])

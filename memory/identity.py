@@ -1,4 +1,4 @@
-"""Identity files (DESIGN §4): `SOUL.md` and `USER.md` in the data directory seed the
+"""Identity files: `SOUL.md` and `USER.md` in the data directory seed the
 soul and the profile of a (user, agent) that has none stored yet.
 
 "None stored yet" means the stored text is empty *and* the changelog has no row of that

@@ -52,10 +52,13 @@ async def _message_seqs(conn: AsyncConnection) -> list[Fault]:
     for session_id, count, low, high in (await conn.execute(query)).all():
         # (conversation, seq) is unique, so count == high - low + 1 means no holes.
         if low != 1 or high != count:
-            faults.append(Fault(
-                "messages_seq_gap", f"session {session_id}",
-                f"{count} messages with seq {low}..{high}; expected 1..{count}",
-            ))
+            faults.append(
+                Fault(
+                    "messages_seq_gap",
+                    f"session {session_id}",
+                    f"{count} messages with seq {low}..{high}; expected 1..{count}",
+                )
+            )
     return faults
 
 
@@ -71,13 +74,20 @@ async def _part_ordinals(conn: AsyncConnection) -> list[Fault]:
         .join(messages, parts.c.message_id == messages.c.id)
         .join(conversations, messages.c.conversation_id == conversations.c.id)
         .group_by(conversations.c.session_id, messages.c.seq, messages.c.id)
-        .having(sa.or_(sa.func.min(parts.c.ordinal) != 0,
-                       sa.func.max(parts.c.ordinal) != sa.func.count(parts.c.id) - 1))
+        .having(
+            sa.or_(
+                sa.func.min(parts.c.ordinal) != 0,
+                sa.func.max(parts.c.ordinal) != sa.func.count(parts.c.id) - 1,
+            )
+        )
         .order_by(messages.c.id)
     )
     return [
-        Fault("message_parts_ordinal_gap", f"session {sid} message seq {seq}",
-              f"{count} parts with ordinals {low}..{high}; expected 0..{count - 1}")
+        Fault(
+            "message_parts_ordinal_gap",
+            f"session {sid} message seq {seq}",
+            f"{count} parts with ordinals {low}..{high}; expected 0..{count - 1}",
+        )
         for sid, seq, count, low, high in (await conn.execute(query)).all()
     ]
 
@@ -85,13 +95,19 @@ async def _part_ordinals(conn: AsyncConnection) -> list[Fault]:
 async def _changelog(conn: AsyncConnection) -> list[Fault]:
     states = {
         (r.user_id, r.agent_id): r.version
-        for r in (await conn.execute(
-            sa.select(state_table.c.user_id, state_table.c.agent_id, state_table.c.version)
-        )).all()
+        for r in (
+            await conn.execute(
+                sa.select(state_table.c.user_id, state_table.c.agent_id, state_table.c.version)
+            )
+        ).all()
     }
     query = sa.select(
-        changelog_table.c.id, changelog_table.c.user_id, changelog_table.c.agent_id,
-        changelog_table.c.scope, changelog_table.c.version_before, changelog_table.c.version_after,
+        changelog_table.c.id,
+        changelog_table.c.user_id,
+        changelog_table.c.agent_id,
+        changelog_table.c.scope,
+        changelog_table.c.version_before,
+        changelog_table.c.version_after,
     ).order_by(changelog_table.c.user_id, changelog_table.c.agent_id, changelog_table.c.id)
     faults: list[Fault] = []
     owner: tuple[int, str] | None = None
@@ -100,11 +116,14 @@ async def _changelog(conn: AsyncConnection) -> list[Fault]:
 
     def close_owner() -> None:
         if owner is not None and owner in states and states[owner] != last_store:
-            faults.append(Fault(
-                "memory_state_version_mismatch", f"user {owner[0]} agent {owner[1]}",
-                f"memory_state.version is {states[owner]} but the last store write "
-                f"ended at version {last_store}",
-            ))
+            faults.append(
+                Fault(
+                    "memory_state_version_mismatch",
+                    f"user {owner[0]} agent {owner[1]}",
+                    f"memory_state.version is {states[owner]} but the last store write "
+                    f"ended at version {last_store}",
+                )
+            )
 
     result = await conn.stream(query)
     async for row in result:
@@ -116,18 +135,24 @@ async def _changelog(conn: AsyncConnection) -> list[Fault]:
         after = row.version_after
         if after is not None:
             if after < last_after:
-                faults.append(Fault(
-                    "changelog_version_backwards", where,
-                    f"version_after {after} after a row that reached {last_after}",
-                ))
+                faults.append(
+                    Fault(
+                        "changelog_version_backwards",
+                        where,
+                        f"version_after {after} after a row that reached {last_after}",
+                    )
+                )
             last_after = max(last_after, after)
         if row.scope in STORE_SCOPES:
             if row.version_before != last_store or after != (row.version_before or 0) + 1:
-                faults.append(Fault(
-                    "changelog_version_gap", where,
-                    f"{row.scope} write {row.version_before} -> {after}; expected "
-                    f"{last_store} -> {last_store + 1}",
-                ))
+                faults.append(
+                    Fault(
+                        "changelog_version_gap",
+                        where,
+                        f"{row.scope} write {row.version_before} -> {after}; expected "
+                        f"{last_store} -> {last_store + 1}",
+                    )
+                )
             if after is not None:
                 last_store = after
     close_owner()
@@ -136,18 +161,28 @@ async def _changelog(conn: AsyncConnection) -> list[Fault]:
 
 async def _snapshots(conn: AsyncConnection) -> list[Fault]:
     query = (
-        sa.select(snapshot_table.c.session_id, snapshot_table.c.version,
-                  sa.func.coalesce(state_table.c.version, 0))
-        .select_from(snapshot_table.outerjoin(
-            state_table,
-            sa.and_(state_table.c.user_id == snapshot_table.c.user_id,
-                    state_table.c.agent_id == snapshot_table.c.agent_id),
-        ))
+        sa.select(
+            snapshot_table.c.session_id,
+            snapshot_table.c.version,
+            sa.func.coalesce(state_table.c.version, 0),
+        )
+        .select_from(
+            snapshot_table.outerjoin(
+                state_table,
+                sa.and_(
+                    state_table.c.user_id == snapshot_table.c.user_id,
+                    state_table.c.agent_id == snapshot_table.c.agent_id,
+                ),
+            )
+        )
         .where(snapshot_table.c.version > sa.func.coalesce(state_table.c.version, 0))
         .order_by(snapshot_table.c.session_id)
     )
     return [
-        Fault("snapshot_ahead", f"session {sid}",
-              f"snapshot version {version} is newer than the stored version {current}")
+        Fault(
+            "snapshot_ahead",
+            f"session {sid}",
+            f"snapshot version {version} is newer than the stored version {current}",
+        )
         for sid, version, current in (await conn.execute(query)).all()
     ]

@@ -2,7 +2,8 @@
 
 One implementation for every provider and both databases. A `TextIndex` names the tables
 that index one source (core's messages, lcm's summaries); the functions here query them.
-Scope (DESIGN §4) is a list of the user's conversation ids, part of every index lookup,
+Scope (the memory belongs to the user) is a list of the user's conversation ids, part
+of every index lookup,
 so no query can reach another user's rows.
 
 Ranked (`bm25`): the query's terms are its words minus English stop words

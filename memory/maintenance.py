@@ -4,7 +4,8 @@
 The shared tables (history, stores, snapshots) are exported, imported and checked by
 `memory.session_export` and `memory.integrity` for every provider. What only a provider
 knows (lcm's summary DAG and context items, simple's compaction markers) it exposes
-through these protocols, so the bot never reads a plugin's tables itself (DESIGN §1).
+through these protocols, so the bot never reads a plugin's tables itself: a provider
+may change its tables without breaking the operator commands.
 
 References between a provider's rows and the history use the message's `seq` within its
 conversation, never database ids: ids differ after an import, seqs do not.

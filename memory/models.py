@@ -1,4 +1,4 @@
-"""Tables of the shared stores (DESIGN §2 "Shared stores"), one model per table.
+"""Tables of the shared stores (memory/stores.py), one model per table.
 
 The schema itself is created by the Alembic revision `0001_core`; these models are how
 code reads and writes it.

@@ -13,7 +13,8 @@ archives, an `ExtraSource`). `Recall` decides what a query means and merges the 
   an item not embedded yet is still found by its words.
 - `substring`: the text literally, case-insensitive, newest first.
 
-Scope (DESIGN §4): every conversation of the session's (user, agent), current and
+Scope: the memory belongs to the user (the group, in a group), so it is every
+conversation of the session's (user, agent), current and
 archived, and nothing else. Blank text finds nothing (an empty list, not an error).
 Results carry their time, the conversation they came from and what found them.
 """

@@ -62,8 +62,9 @@ class ProviderPlugin:
         """The provider, built by `factory` with `ctx.settings` validated from
         `ctx.config` when the plugin has a settings model (and the caller did not)."""
         if self.settings is not None:
-            ctx = dataclasses.replace(ctx, settings=settings_of(
-                self.settings, self.name, ctx.settings, ctx.config))
+            ctx = dataclasses.replace(
+                ctx, settings=settings_of(self.settings, self.name, ctx.settings, ctx.config)
+            )
         return self.factory(ctx)
 
 
@@ -147,8 +148,10 @@ def list_providers() -> list[ProviderEntry]:
             entries.append(_load(eps[0]))
             continue
         why = _conflict_message(name, eps)
-        entries.extend(ProviderEntry(name, ep.value, _dist(ep), error=why, conflict=True)
-                       for ep in sorted(eps, key=lambda ep: (_dist(ep), ep.value)))
+        entries.extend(
+            ProviderEntry(name, ep.value, _dist(ep), error=why, conflict=True)
+            for ep in sorted(eps, key=lambda ep: (_dist(ep), ep.value))
+        )
     return entries
 
 
@@ -212,8 +215,7 @@ _closing: set[asyncio.Task[Any]] = set()
 
 def _log_close_failure(name: str, exc: BaseException | None = None) -> None:
     # The refusal is the error the caller needs to see; a failed close is only logged.
-    log.warning("closing the object memory provider %r returned failed", name,
-                exc_info=exc or True)
+    log.warning("closing the object memory provider %r returned failed", name, exc_info=exc or True)
 
 
 def _start_close(name: str, obj: object) -> Awaitable[Any] | None:

@@ -47,8 +47,17 @@ from memory.types import iso_utc
 if TYPE_CHECKING:
     from memory.capabilities import Provider
 
-_CHANGELOG_FIELDS = ("session_id", "scope", "action", "source", "version_before",
-                     "version_after", "before_text", "after_text", "created_at")
+_CHANGELOG_FIELDS = (
+    "session_id",
+    "scope",
+    "action",
+    "source",
+    "version_before",
+    "version_after",
+    "before_text",
+    "after_text",
+    "created_at",
+)
 
 
 def _exporter(provider: Provider | None) -> Exporter | None:
@@ -64,18 +73,28 @@ async def export_session(
 ) -> dict[str, Any]:
     """The session as a JSON-ready document. Raises NotFound for an unknown session."""
     async with engine.connect() as conn:
-        conv = (await conn.execute(
-            sa.select(conversations).where(conversations.c.session_id == session_id)
-        )).mappings().first()
+        conv = (
+            (
+                await conn.execute(
+                    sa.select(conversations).where(conversations.c.session_id == session_id)
+                )
+            )
+            .mappings()
+            .first()
+        )
         if conv is None:
             raise NotFound(f"session {session_id!r} not found")
         doc: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
             "session": {
-                "id": conv["session_id"], "agent_id": conv["agent_id"],
-                "user_id": conv["user_id"], "channel": conv["channel"], "title": conv["title"],
-                "archived": bool(conv["archived"]), "created_at": iso_utc(conv["created_at"]),
+                "id": conv["session_id"],
+                "agent_id": conv["agent_id"],
+                "user_id": conv["user_id"],
+                "channel": conv["channel"],
+                "title": conv["title"],
+                "archived": bool(conv["archived"]),
+                "created_at": iso_utc(conv["created_at"]),
                 "updated_at": iso_utc(conv["updated_at"]),
             },
             "messages": await _export_messages(conn, conv["id"]),
@@ -93,25 +112,47 @@ async def export_session(
 
 
 async def _export_messages(conn: AsyncConnection, conv_id: int) -> list[dict[str, Any]]:
-    rows = (await conn.execute(
-        sa.select(messages).where(messages.c.conversation_id == conv_id).order_by(messages.c.seq)
-    )).mappings().all()
-    part_rows = (await conn.execute(
-        sa.select(parts, messages.c.seq)
-        .join(messages, parts.c.message_id == messages.c.id)
-        .where(messages.c.conversation_id == conv_id)
-        .order_by(messages.c.seq, parts.c.ordinal)
-    )).mappings().all()
+    rows = (
+        (
+            await conn.execute(
+                sa.select(messages)
+                .where(messages.c.conversation_id == conv_id)
+                .order_by(messages.c.seq)
+            )
+        )
+        .mappings()
+        .all()
+    )
+    part_rows = (
+        (
+            await conn.execute(
+                sa.select(parts, messages.c.seq)
+                .join(messages, parts.c.message_id == messages.c.id)
+                .where(messages.c.conversation_id == conv_id)
+                .order_by(messages.c.seq, parts.c.ordinal)
+            )
+        )
+        .mappings()
+        .all()
+    )
     by_seq: dict[int, list[dict[str, Any]]] = {}
     for p in part_rows:
-        by_seq.setdefault(p["seq"], []).append({
-            "ordinal": p["ordinal"], "kind": p["kind"], "tool_call_id": p["tool_call_id"],
-            "tool_name": p["tool_name"], "content": p["content"],
-        })
+        by_seq.setdefault(p["seq"], []).append(
+            {
+                "ordinal": p["ordinal"],
+                "kind": p["kind"],
+                "tool_call_id": p["tool_call_id"],
+                "tool_name": p["tool_name"],
+                "content": p["content"],
+            }
+        )
     return [
         {
-            "seq": r["seq"], "role": r["role"], "content": r["content"],
-            "token_count": r["token_count"], "created_at": iso_utc(r["created_at"]),
+            "seq": r["seq"],
+            "role": r["role"],
+            "content": r["content"],
+            "token_count": r["token_count"],
+            "created_at": iso_utc(r["created_at"]),
             "parts": by_seq.get(r["seq"], []),
         }
         for r in rows
@@ -119,27 +160,47 @@ async def _export_messages(conn: AsyncConnection, conv_id: int) -> list[dict[str
 
 
 async def _export_snapshot(conn: AsyncConnection, session_id: str) -> dict[str, Any] | None:
-    row = (await conn.execute(
-        sa.select(snapshot_table).where(snapshot_table.c.session_id == session_id)
-    )).mappings().first()
+    row = (
+        (
+            await conn.execute(
+                sa.select(snapshot_table).where(snapshot_table.c.session_id == session_id)
+            )
+        )
+        .mappings()
+        .first()
+    )
     if row is None:
         return None
-    return {"user_id": row["user_id"], "agent_id": row["agent_id"], "version": row["version"],
-            "updated_at": iso_utc(row["updated_at"])}
+    return {
+        "user_id": row["user_id"],
+        "agent_id": row["agent_id"],
+        "version": row["version"],
+        "updated_at": iso_utc(row["updated_at"]),
+    }
 
 
 async def _export_user_memory(conn: AsyncConnection, user_id: int, agent_id: str) -> dict[str, Any]:
     owner = sa.and_(state_table.c.user_id == user_id, state_table.c.agent_id == agent_id)
     state = (await conn.execute(sa.select(state_table).where(owner))).mappings().first()
-    log_rows = (await conn.execute(
-        sa.select(changelog_table)
-        .where(changelog_table.c.user_id == user_id, changelog_table.c.agent_id == agent_id)
-        .order_by(changelog_table.c.id)
-    )).mappings().all()
+    log_rows = (
+        (
+            await conn.execute(
+                sa.select(changelog_table)
+                .where(changelog_table.c.user_id == user_id, changelog_table.c.agent_id == agent_id)
+                .order_by(changelog_table.c.id)
+            )
+        )
+        .mappings()
+        .all()
+    )
     return {
-        "state": None if state is None else {
-            "profile": state["profile"], "soul": state["soul"],
-            "constraints": state["constraints"], "version": state["version"],
+        "state": None
+        if state is None
+        else {
+            "profile": state["profile"],
+            "soul": state["soul"],
+            "constraints": state["constraints"],
+            "version": state["version"],
             "updated_at": iso_utc(state["updated_at"]),
         },
         "changelog": [
@@ -219,11 +280,18 @@ async def import_session(
             if exists is not None:
                 raise Conflict(f"session {s.id!r} already exists; nothing was imported")
             conv_id = await conn.scalar(
-                sa.insert(conversations).values(
-                    session_id=s.id, agent_id=s.agent_id, user_id=s.user_id, channel=s.channel,
-                    title=s.title, archived=s.archived, created_at=s.created_at,
+                sa.insert(conversations)
+                .values(
+                    session_id=s.id,
+                    agent_id=s.agent_id,
+                    user_id=s.user_id,
+                    channel=s.channel,
+                    title=s.title,
+                    archived=s.archived,
+                    created_at=s.created_at,
                     updated_at=s.updated_at,
-                ).returning(conversations.c.id)
+                )
+                .returning(conversations.c.id)
             )
             ids = await _import_messages(conn, conv_id, checked.messages)
             report.messages = len(ids)
@@ -252,43 +320,69 @@ async def _import_messages(
     ids: dict[int, int] = {}
     for m in items:
         msg_id = await conn.scalar(
-            sa.insert(messages).values(
-                conversation_id=conv_id, seq=m.seq, role=m.role, content=m.content,
-                token_count=m.token_count, created_at=m.created_at,
-            ).returning(messages.c.id)
+            sa.insert(messages)
+            .values(
+                conversation_id=conv_id,
+                seq=m.seq,
+                role=m.role,
+                content=m.content,
+                token_count=m.token_count,
+                created_at=m.created_at,
+            )
+            .returning(messages.c.id)
         )
         ids[m.seq] = msg_id
         if m.parts:
-            await conn.execute(sa.insert(parts), [
-                {"message_id": msg_id, "ordinal": p.ordinal, "kind": p.kind,
-                 "tool_call_id": p.tool_call_id, "tool_name": p.tool_name,
-                 "content": p.content}
-                for p in m.parts
-            ])
+            await conn.execute(
+                sa.insert(parts),
+                [
+                    {
+                        "message_id": msg_id,
+                        "ordinal": p.ordinal,
+                        "kind": p.kind,
+                        "tool_call_id": p.tool_call_id,
+                        "tool_name": p.tool_name,
+                        "content": p.content,
+                    }
+                    for p in m.parts
+                ],
+            )
     return ids
 
 
-async def _import_snapshot(conn: AsyncConnection, session_id: str, snap: SnapshotRecord | None) -> None:
+async def _import_snapshot(
+    conn: AsyncConnection, session_id: str, snap: SnapshotRecord | None
+) -> None:
     if snap is None:
         return
     taken = await conn.scalar(
         sa.select(snapshot_table.c.session_id).where(snapshot_table.c.session_id == session_id)
     )
     if taken is not None:
-        raise Conflict(f"session {session_id!r} already has a memory snapshot; nothing was imported")
-    await conn.execute(sa.insert(snapshot_table).values(
-        session_id=session_id, user_id=snap.user_id, agent_id=snap.agent_id,
-        version=snap.version, updated_at=snap.updated_at,
-    ))
+        raise Conflict(
+            f"session {session_id!r} already has a memory snapshot; nothing was imported"
+        )
+    await conn.execute(
+        sa.insert(snapshot_table).values(
+            session_id=session_id,
+            user_id=snap.user_id,
+            agent_id=snap.agent_id,
+            version=snap.version,
+            updated_at=snap.updated_at,
+        )
+    )
 
 
-async def _import_user_memory(conn: AsyncConnection, user_id: int, agent_id: str, memory: UserMemory) -> str:
+async def _import_user_memory(
+    conn: AsyncConnection, user_id: int, agent_id: str, memory: UserMemory
+) -> str:
     state = memory.state
     if state is None and not memory.changelog:
         return ""
     existing = await conn.scalar(
-        sa.select(state_table.c.version)
-        .where(state_table.c.user_id == user_id, state_table.c.agent_id == agent_id)
+        sa.select(state_table.c.version).where(
+            state_table.c.user_id == user_id, state_table.c.agent_id == agent_id
+        )
     )
     has_log = await conn.scalar(
         sa.select(changelog_table.c.id)
@@ -296,17 +390,27 @@ async def _import_user_memory(conn: AsyncConnection, user_id: int, agent_id: str
         .limit(1)
     )
     if existing is not None or has_log is not None:
-        return (f"kept the existing memory of user {user_id} agent {agent_id!r} "
-                f"(version {existing or 0}); the export's copy was not imported")
+        return (
+            f"kept the existing memory of user {user_id} agent {agent_id!r} "
+            f"(version {existing or 0}); the export's copy was not imported"
+        )
     if state is not None:
-        await conn.execute(sa.insert(state_table).values(
-            user_id=user_id, agent_id=agent_id, profile=state.profile, soul=state.soul,
-            constraints=state.constraints, version=state.version, updated_at=state.updated_at,
-        ))
+        await conn.execute(
+            sa.insert(state_table).values(
+                user_id=user_id,
+                agent_id=agent_id,
+                profile=state.profile,
+                soul=state.soul,
+                constraints=state.constraints,
+                version=state.version,
+                updated_at=state.updated_at,
+            )
+        )
     # One row at a time keeps ids in export order (executemany order is not promised).
     for c in memory.changelog:
-        await conn.execute(sa.insert(changelog_table).values(
-            user_id=user_id, agent_id=agent_id, **c.model_dump()))
+        await conn.execute(
+            sa.insert(changelog_table).values(user_id=user_id, agent_id=agent_id, **c.model_dump())
+        )
     return ""
 
 
@@ -330,29 +434,58 @@ def render_markdown(doc: dict[str, Any], provider: Provider | None = None) -> st
         f"## Messages ({len(doc['messages'])})",
     ]
     for m in doc["messages"]:
-        out += ["", f"### #{m['seq']} · {m['role']} · {m['created_at']} · {m['token_count']} tokens", ""]
+        out += [
+            "",
+            f"### #{m['seq']} · {m['role']} · {m['created_at']} · {m['token_count']} tokens",
+            "",
+        ]
         if m["content"]:
             out.append(m["content"])
         for p in m["parts"]:
             if p["kind"] == "reasoning":
                 out += ["", "> reasoning: " + p["content"].replace("\n", "\n> ")]
             elif p["kind"] == "tool_call":
-                out += ["", f"tool call `{p['tool_name']}` (id `{p['tool_call_id']}`):", "",
-                        "```json", p["content"], "```"]
+                out += [
+                    "",
+                    f"tool call `{p['tool_name']}` (id `{p['tool_call_id']}`):",
+                    "",
+                    "```json",
+                    p["content"],
+                    "```",
+                ]
             elif p["kind"] == "tool_result":
                 out += ["", f"(result of tool call `{p['tool_call_id']}`, `{p['tool_name']}`)"]
     mem = doc["user_memory"]
     state = mem["state"]
     if state is not None or mem["changelog"]:
-        out += ["", f"## Memory of user `{s['user_id']}` (version {state['version'] if state else 0})"]
+        out += [
+            "",
+            f"## Memory of user `{s['user_id']}` (version {state['version'] if state else 0})",
+        ]
         if state is not None:
             constraints = json.loads(state["constraints"] or "[]")
-            out += ["", "### Profile", "", state["profile"] or "(empty)",
-                    "", "### Soul", "", state["soul"] or "(empty)", "", "### Constraints", ""]
+            out += [
+                "",
+                "### Profile",
+                "",
+                state["profile"] or "(empty)",
+                "",
+                "### Soul",
+                "",
+                state["soul"] or "(empty)",
+                "",
+                "### Constraints",
+                "",
+            ]
             out += [f"- `{c.get('id')}` {c.get('text')}" for c in constraints] or ["(none)"]
         if mem["changelog"]:
-            out += ["", "### Changelog", "", "| versions | scope | action | source | session | at |",
-                    "| --- | --- | --- | --- | --- | --- |"]
+            out += [
+                "",
+                "### Changelog",
+                "",
+                "| versions | scope | action | source | session | at |",
+                "| --- | --- | --- | --- | --- | --- |",
+            ]
             out += [
                 f"| {c['version_before']} -> {c['version_after']} | {c['scope']} | {c['action']} "
                 f"| {c['source']} | {c['session_id']} | {c['created_at']} |"

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -196,7 +196,5 @@ async def _discard(conn: AsyncConnection) -> None:
             await conn.invalidate()
     except Exception:  # already broken: nothing more to release
         pass
-    try:
+    with suppress(Exception):
         await conn.close()
-    except Exception:
-        pass

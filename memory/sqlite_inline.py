@@ -4,10 +4,10 @@ aiosqlite runs each call on a worker thread and hands the result back through th
 loop: about three hand-offs per statement (open cursor, execute, close), each waiting its
 turn among everything else the loop has ready. Inside a write transaction those waits are
 paid while holding SQLite's only write lock, so under load every writer queues behind
-event-loop iterations rather than behind SQL: at 64 concurrent turns the lock was held
-88% of wall time, for ~2.8 ms per transaction whose statements take tens of microseconds
-(WAL with synchronous=NORMAL does not fsync at commit). Run inline, a statement costs less
-than one hand-off did and the write lock is held only for SQL.
+event-loop iterations rather than behind SQL: under many concurrent turns the lock was
+held most of the time for statements that take tens of microseconds (WAL with
+synchronous=NORMAL does not fsync at commit; figures in bench/RESULTS.md). Run inline,
+a statement costs less than one hand-off did and the write lock is held only for SQL.
 
 The one wait SQLite can impose, another process holding the write lock, must not block
 the loop: these connections run with `busy_timeout=0`, and SQLITE_BUSY is retried with
@@ -166,7 +166,8 @@ class InlineConnection:
 async def connect(database: str, *, busy_wait: float = 30.0, uri: bool = False) -> InlineConnection:
     """A connection in autocommit mode (`isolation_level=None`: transactions are begun
     explicitly, see memory/db.py) whose busy waits are asyncio sleeps."""
-    conn = sqlite3.connect(database, timeout=0, isolation_level=None, uri=uri,
-                           check_same_thread=False)  # closed by GC from any thread
+    conn = sqlite3.connect(
+        database, timeout=0, isolation_level=None, uri=uri, check_same_thread=False
+    )  # closed by GC from any thread
     conn.execute("PRAGMA busy_timeout=0")
     return InlineConnection(conn, busy_wait)

@@ -1,4 +1,4 @@
-"""The shared stores (DESIGN §2): profile, soul and constraints per (user, agent) with
+"""The shared stores every SQL provider offers: profile, soul and constraints per (user, agent) with
 one version counter, the changelog, versioned reads, rollback and session snapshots.
 
 `SharedStores` is a mixin: a provider that has `self.engine` inherits it and thereby

@@ -181,7 +181,9 @@ def _joins_previous(ch: str) -> bool:
 
 def _splits_cluster(text: str, i: int) -> bool:
     """True when cutting `text` before index `i` would split a character cluster."""
-    return _joins_previous(text[i]) or text[i - 1] == "\u200d" or 0xD800 <= ord(text[i - 1]) <= 0xDBFF
+    return (
+        _joins_previous(text[i]) or text[i - 1] == "\u200d" or 0xD800 <= ord(text[i - 1]) <= 0xDBFF
+    )
 
 
 def truncate_to_tokens(text: str, target_tokens: int) -> str:
@@ -249,14 +251,16 @@ class LLMSummarizer:
         if not opts.aggressive:
             log.info(
                 "summary of %d tokens exceeds its target of %d: retrying aggressively",
-                estimate_tokens(result), target,
+                estimate_tokens(result),
+                target,
             )
             result = await self._ask(text, replace(opts, aggressive=True))
             if not over_target(result, target):
                 return result
         log.info(
             "aggressive summary of %d tokens still exceeds its target of %d: truncating",
-            estimate_tokens(result), target,
+            estimate_tokens(result),
+            target,
         )
         return truncate_to_tokens(result, target)
 

@@ -8,7 +8,8 @@ from memory.types import Message
 
 
 def estimate_tokens(text: str) -> int:
-    """About four characters per token, rounded up (DESIGN §2)."""
+    """About four characters per token, rounded up: the contract's one estimate, so every
+    provider counts a message alike."""
     return (len(text) + 3) // 4
 
 

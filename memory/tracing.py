@@ -1,8 +1,8 @@
 """Tracing wrapper: records every provider call (operation, duration, payload sizes).
 
-Unlike the Go original, whose wrapper implemented every capability and answered with zero
-values for the missing ones, ours exposes exactly the capabilities of the provider it
-wraps: the wrapper class is built from the inner provider's capabilities, so
+The wrapper does not implement every capability with empty answers for the missing
+ones (a caller would then think a provider can do what it cannot); it exposes exactly
+the capabilities of the provider it wraps: the wrapper class is built from the inner provider's capabilities, so
 `isinstance(traced, Searcher)` answers the same as for the inner provider, and the memory
 tool and the pool may check either.
 """

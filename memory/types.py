@@ -1,4 +1,4 @@
-"""Plain data types of the memory contract (DESIGN §2).
+"""Plain data types of the memory contract (memory/capabilities.py).
 
 Everything here is a dataclass or an enum: no I/O, no behaviour beyond conversions.
 """
@@ -58,8 +58,10 @@ def session_id(base_id: str, generation: int) -> str:
         raise ValueError(f"a session generation is 0 or more, not {generation}")
     stored = base_id if generation == 0 else f"{base_id}{GENERATION_SEP}{generation}"
     if parse_session_id(stored) != (base_id, generation):
-        raise ValueError(f"{base_id!r} cannot be the base session id of generation "
-                         f"{generation}: it would read back as another session's id")
+        raise ValueError(
+            f"{base_id!r} cannot be the base session id of generation "
+            f"{generation}: it would read back as another session's id"
+        )
     return stored
 
 

@@ -11,7 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.testing.databases import temp_database_url, temp_engine
 
-DB_KINDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)]
+DB_KINDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
 
 
 @pytest.fixture(autouse=True)

@@ -22,17 +22,25 @@ def _clean_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_top_level_help_lists_every_command(tmp_path: Path) -> None:
-    proc = subprocess.run([str(MNEMO), "--help"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60, env={k: v for k, v in os.environ.items()
-                                           if k != "MNEMO_CONFIG"})
+    proc = subprocess.run(
+        [str(MNEMO), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "MNEMO_CONFIG"},
+    )
     assert proc.returncode == 0, proc.stderr
     for command in ("run", "chat", "providers", "migrate", "reflect", "memory", "--config"):
         assert command in proc.stdout
 
 
-@pytest.mark.parametrize("cmd", sorted({tuple(c[:2]) if c[0] == "memory" else (c[0],)
-                                        for c in COMMANDS}), ids=" ".join)
-def test_every_subcommand_has_help(cmd: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "cmd", sorted({tuple(c[:2]) if c[0] == "memory" else (c[0],) for c in COMMANDS}), ids=" ".join
+)
+def test_every_subcommand_has_help(
+    cmd: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as info:
         main([*cmd, "--help"])
     assert info.value.code == 0
@@ -54,11 +62,18 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("name", "why"), [
-    ("work#2", "'#' is reserved"), ("", "cannot be empty"), ("a\tb", "control characters"),
-    ("x" * 101, "at most 100 characters")])
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("work#2", "'#' is reserved"),
+        ("", "cannot be empty"),
+        ("a\tb", "control characters"),
+        ("x" * 101, "at most 100 characters"),
+    ],
+)
 def test_chat_refuses_session_names_it_could_not_keep_apart(
-        name: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    name: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as info:
         main(["chat", "--session", name])
     assert info.value.code == 2
@@ -67,7 +82,8 @@ def test_chat_refuses_session_names_it_could_not_keep_apart(
 
 
 def test_an_unexpected_error_prints_its_traceback_without_secrets(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # A library's message may quote the token (python-telegram-bot's InvalidToken does):
     # the last-resort traceback keeps the story and masks every configured secret.
     token, key = "424242:SECRET-token-in-a-traceback", "sk-SECRET-key-in-a-traceback"

@@ -55,10 +55,18 @@ def _no_env_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def test_interpolation_forms() -> None:
     env = {"A": "alpha", "EMPTY": ""}
-    tree = {"x": "${A}", "y": ["${B:-beta}", "${EMPTY:-dflt}", "${EMPTY}"], "z": 5,
-            "w": "pre-${A}-${B:-}-post"}
-    assert interpolate(tree, env) == {"x": "alpha", "y": ["beta", "dflt", ""], "z": 5,
-                                      "w": "pre-alpha--post"}
+    tree = {
+        "x": "${A}",
+        "y": ["${B:-beta}", "${EMPTY:-dflt}", "${EMPTY}"],
+        "z": 5,
+        "w": "pre-${A}-${B:-}-post",
+    }
+    assert interpolate(tree, env) == {
+        "x": "alpha",
+        "y": ["beta", "dflt", ""],
+        "z": 5,
+        "w": "pre-alpha--post",
+    }
 
 
 def test_missing_variable_names_the_key() -> None:
@@ -72,8 +80,11 @@ def test_missing_variable_names_the_key() -> None:
 def test_values_from_environment_are_typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MNEMO_TEST_PORT", "9000")
     monkeypatch.setenv("MNEMO_TEST_KEY", "sk-test")
-    path = write(tmp_path, "telegram: {webhook: {port: '${MNEMO_TEST_PORT}'}}\n"
-                           "llm: {api_key: '${MNEMO_TEST_KEY}', base_url: '${UNSET_URL:-http://x/v1}'}\n")
+    path = write(
+        tmp_path,
+        "telegram: {webhook: {port: '${MNEMO_TEST_PORT}'}}\n"
+        "llm: {api_key: '${MNEMO_TEST_KEY}', base_url: '${UNSET_URL:-http://x/v1}'}\n",
+    )
     settings = load_settings(path)
     assert settings.telegram.webhook.port == 9000
     assert settings.llm.api_key == "sk-test" and settings.llm.base_url == "http://x/v1"
@@ -120,7 +131,9 @@ def test_vision_is_off_unless_turned_on(tmp_path: Path) -> None:
         ("llm: {api_key: '${NOT_SET_ANYWHERE}'}\n", "llm.api_key: environment variable"),
     ],
 )
-def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, yaml_text: str, message: str) -> None:
+def test_bad_config_is_one_line_naming_the_key(
+    tmp_path: Path, yaml_text: str, message: str
+) -> None:
     path = write(tmp_path, yaml_text)
     with pytest.raises(ConfigError) as info:
         load_settings(path)
@@ -128,10 +141,16 @@ def test_bad_config_is_one_line_naming_the_key(tmp_path: Path, yaml_text: str, m
     assert text.startswith(f"{path}: ") and message in text and "\n" not in text
 
 
-@pytest.mark.parametrize("given", [
-    "http://host:8081", "http://host:8081/", "http://host:8081/bot", "http://host:8081/bot/",
-    "http://host:8081/bot{token}",
-])
+@pytest.mark.parametrize(
+    "given",
+    [
+        "http://host:8081",
+        "http://host:8081/",
+        "http://host:8081/bot",
+        "http://host:8081/bot/",
+        "http://host:8081/bot{token}",
+    ],
+)
 def test_telegram_base_url_as_root_or_in_ptb_form(tmp_path: Path, given: str) -> None:
     # The bot adds /bot<token> and /file/bot<token> to the root.
     path = write(tmp_path, f"telegram: {{base_url: '{given}'}}\n")
@@ -143,9 +162,16 @@ def test_a_server_under_a_path_keeps_its_path(tmp_path: Path) -> None:
     assert load_settings(path).telegram.base_url == "https://proxy.example/telegram"
 
 
-@pytest.mark.parametrize("text", ["reflect: {interval: 10s}\n", "reflect: {interval: 365d}\n",
-                                  "llm: {temperature: 0}\n", "llm: {temperature: 2}\n",
-                                  "telegram: {allowed_ids: [-1001234567890, 42]}\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "reflect: {interval: 10s}\n",
+        "reflect: {interval: 365d}\n",
+        "llm: {temperature: 0}\n",
+        "llm: {temperature: 2}\n",
+        "telegram: {allowed_ids: [-1001234567890, 42]}\n",
+    ],
+)
 def test_the_edges_of_each_range_are_accepted(tmp_path: Path, text: str) -> None:
     load_settings(write(tmp_path, text))
 
@@ -154,8 +180,12 @@ def test_unknown_provider_lists_installed(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"installed: .*lcm.*simple"):
         load_settings(write(tmp_path, "memory: {provider: nope}\n"))
     # Commands that do not need the provider accept it.
-    assert load_settings(write(tmp_path, "memory: {provider: nope}\n"),
-                         check_provider=False).memory.provider == "nope"
+    assert (
+        load_settings(
+            write(tmp_path, "memory: {provider: nope}\n"), check_provider=False
+        ).memory.provider
+        == "nope"
+    )
 
 
 def test_explicit_config_must_exist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,7 +209,9 @@ def test_config_flag_beats_environment(tmp_path: Path, monkeypatch: pytest.Monke
 # --- every command honours --config and MNEMO_CONFIG --------------------------------
 
 
-def _subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+def _subcommands(
+    parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+) -> set[tuple[str, ...]]:
     found: set[tuple[str, ...]] = set()
     for action in parser._actions:  # argparse offers no public walk of sub-parsers
         if isinstance(action, argparse._SubParsersAction):
@@ -196,7 +228,10 @@ def test_every_command_is_listed() -> None:
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c))
 def test_mnemo_config_env_on_every_command(
-    cmd: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    cmd: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     bad = write(tmp_path, "memory: {fresh_tail: many}\n", "bad.yaml")
     monkeypatch.setenv("MNEMO_CONFIG", str(bad))
@@ -209,8 +244,14 @@ def test_mnemo_config_env_on_every_command(
 def test_bad_config_exits_nonzero_with_one_line(cmd: list[str], tmp_path: Path) -> None:
     bad = write(tmp_path, "compaction: {keep_tail: -3}\n", "bad.yaml")
     env = {k: v for k, v in os.environ.items() if k != "MNEMO_CONFIG"}
-    proc = subprocess.run([str(MNEMO), "--config", str(bad), *cmd], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(MNEMO), "--config", str(bad), *cmd],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == EXIT_CONFIG, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -218,7 +259,9 @@ def test_bad_config_exits_nonzero_with_one_line(cmd: list[str], tmp_path: Path) 
     assert proc.stdout == ""
 
 
-def test_config_flag_after_the_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_flag_after_the_subcommand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = write(tmp_path, "memory: {fresh_tail: many}\n", "bad.yaml")
     assert main(["memory", "status", "s1", "--config", str(bad)]) == EXIT_CONFIG
     assert "memory.fresh_tail" in capsys.readouterr().err
@@ -275,9 +318,14 @@ def with_secrets(tmp_path: Path, key: str, value: object) -> Path:
     config: dict[str, Any] = {
         "llm": {"api_key": API_KEY},
         "database": {"url": f"postgresql+psycopg://mnemo:{DB_PASSWORD}@db/mnemo"},
-        "telegram": {"token": BOT_TOKEN, "base_url": "http://api:tg-api-pass-5@localhost:8081",
-                     "webhook": {"url": "https://hook:hook-pass-4@bot.example/hook",
-                                 "secret_token": "wh-secret-77"}},
+        "telegram": {
+            "token": BOT_TOKEN,
+            "base_url": "http://api:tg-api-pass-5@localhost:8081",
+            "webhook": {
+                "url": "https://hook:hook-pass-4@bot.example/hook",
+                "secret_token": "wh-secret-77",
+            },
+        },
     }
     *parents, last = key.split(".")
     section = config
@@ -325,8 +373,11 @@ def test_a_secret_inside_a_longer_value_is_masked_the_rest_shown(tmp_path: Path)
 
 
 def test_llm_url_credentials_are_masked_in_other_keys(tmp_path: Path) -> None:
-    path = write(tmp_path, "llm: {base_url: 'https://proxy:llm%40pass-3@proxy.example/v1'}\n"
-                           "agent: {id: \"llm@pass-3 \\x01 llm%40pass-3\"}\n")
+    path = write(
+        tmp_path,
+        "llm: {base_url: 'https://proxy:llm%40pass-3@proxy.example/v1'}\n"
+        'agent: {id: "llm@pass-3 \\x01 llm%40pass-3"}\n',
+    )
     with pytest.raises(ConfigError) as info:
         load_settings(path)
     assert "agent.id: " in str(info.value) and "pass-3" not in str(info.value), info.value
@@ -334,8 +385,9 @@ def test_llm_url_credentials_are_masked_in_other_keys(tmp_path: Path) -> None:
 
 def test_short_values_are_not_masked(tmp_path: Path) -> None:
     # A 3-character password is no secret worth mangling the line for.
-    path = write(tmp_path, "database: {url: 'postgresql+psycopg://u:lcm@db/m'}\n"
-                           "memory: {provider: lcn}\n")
+    path = write(
+        tmp_path, "database: {url: 'postgresql+psycopg://u:lcm@db/m'}\nmemory: {provider: lcn}\n"
+    )
     with pytest.raises(ConfigError) as info:
         load_settings(path)
     assert "unknown provider 'lcn'; installed: lcm, simple" in str(info.value), info.value

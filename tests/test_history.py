@@ -23,7 +23,10 @@ async def test_round_trip_is_exact(engine) -> None:
         Message(
             "assistant",
             "",
-            tool_calls=[ToolCall("call_1", "memory", '{"action": "status"}'), ToolCall("call_2", "memory", "{}")],
+            tool_calls=[
+                ToolCall("call_1", "memory", '{"action": "status"}'),
+                ToolCall("call_2", "memory", "{}"),
+            ],
             reasoning="thinking",
             created_at=t,
         ),
@@ -50,7 +53,9 @@ async def test_concurrent_appends_keep_call_order_and_unique_seq(engine) -> None
     async def writer(i: int) -> None:
         await store.append(S1, Message("user", f"{i}-a"), Message("assistant", f"{i}-b"))
 
-    await asyncio.gather(*(writer(i) for i in range(20)), store.append(S2, Message("user", "other")))
+    await asyncio.gather(
+        *(writer(i) for i in range(20)), store.append(S2, Message("user", "other"))
+    )
     history = await store.load_history("s1")
     assert len(history) == 40
     for first, second in zip(history[::2], history[1::2], strict=True):
@@ -63,7 +68,9 @@ async def test_stats_and_info(engine) -> None:
     assert await store.message_stats(S1) == (0, 0, None, None)
     with pytest.raises(NotFound):
         await store.load_info("s1")
-    await store.append(S1, Message("user", "  What   is the plan?  "), Message("assistant", "x" * 40))
+    await store.append(
+        S1, Message("user", "  What   is the plan?  "), Message("assistant", "x" * 40)
+    )
     count, tokens, oldest, newest = await store.message_stats(S1)
     assert (count, tokens) == (2, 6 + 10) and oldest <= newest
     info = await store.load_info("s1")
@@ -72,7 +79,9 @@ async def test_stats_and_info(engine) -> None:
     await store.bootstrap(S2)
     assert [i.id for i in await store.list_info(ListOptions())] == ["s2"]
     assert {i.id for i in await store.list_info(ListOptions(include_archived=True))} == {"s1", "s2"}
-    assert [i.id for i in await store.list_info(ListOptions(user_id=42, include_archived=True))] == ["s1"]
+    assert [
+        i.id for i in await store.list_info(ListOptions(user_id=42, include_archived=True))
+    ] == ["s1"]
 
 
 async def test_a_rolled_back_first_append_leaves_no_stale_conversation(engine) -> None:
@@ -86,7 +95,8 @@ async def test_a_rolled_back_first_append_leaves_no_stale_conversation(engine) -
 
 
 async def test_more_sessions_than_the_id_cache_holds_still_append_and_load(
-        engine, monkeypatch) -> None:
+    engine, monkeypatch
+) -> None:
     import memory.history
 
     monkeypatch.setattr(memory.history, "CONV_ID_CACHE_SIZE", 3)
@@ -99,7 +109,9 @@ async def test_more_sessions_than_the_id_cache_holds_still_append_and_load(
     for s in sessions:
         # one conversation per session, both appends in it
         assert [m.content for m in await store.load_history(s.id)] == [
-            f"{s.id} first", f"{s.id} second"]
+            f"{s.id} first",
+            f"{s.id} second",
+        ]
         assert (await store.message_stats(s))[0] == 2
         assert len(store._conv_ids) <= 3
     ids = {await store.conversation_id(s.id) for s in sessions}

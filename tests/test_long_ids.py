@@ -95,8 +95,10 @@ async def _triggers_on_messages(engine: AsyncEngine) -> set[str]:
     if engine.dialect.name == "sqlite":
         query = "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'messages'"
     else:
-        query = ("SELECT tgname FROM pg_trigger WHERE tgrelid = 'messages'::regclass "
-                 "AND NOT tgisinternal")
+        query = (
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'messages'::regclass "
+            "AND NOT tgisinternal"
+        )
     async with engine.connect() as conn:
         return set((await conn.execute(sa.text(query))).scalars())
 
@@ -110,9 +112,7 @@ async def _part_column_types(engine: AsyncEngine) -> dict[str, str]:
         return await conn.run_sync(read)
 
 
-async def test_migrating_an_older_database_widens_ids(
-    engine, db_url: str, db_kind: str
-) -> None:
+async def test_migrating_an_older_database_widens_ids(engine, db_url: str, db_kind: str) -> None:
     old = create_engine(db_url)
     try:
         async with write_transaction(old) as conn:

@@ -24,6 +24,7 @@ def test_import_is_light() -> None:
         "print(sorted(m.split('.')[0] for m in sys.modules "
         "if m.split('.')[0] in ('bot', 'plugins', 'sqlalchemy', 'openai', 'telegram')))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     assert out.strip() == "[]"

@@ -67,10 +67,18 @@ def create_sync(ctx):
 @pytest.fixture
 def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     site = tmp_path / "async-site"
-    install(site, "async-leaky-memory", "1.0",
-            {"slow": f"{MODULE}:create", "slow-failing": f"{MODULE}:create_failing",
-             "slow-sync": f"{MODULE}:create_sync", "fine": "acme_async_fine:create"},
-            {MODULE: SOURCE, "acme_async_fine": ACME})
+    install(
+        site,
+        "async-leaky-memory",
+        "1.0",
+        {
+            "slow": f"{MODULE}:create",
+            "slow-failing": f"{MODULE}:create_failing",
+            "slow-sync": f"{MODULE}:create_sync",
+            "fine": "acme_async_fine:create",
+        },
+        {MODULE: SOURCE, "acme_async_fine": ACME},
+    )
     monkeypatch.syspath_prepend(str(site))
     yield lambda: sys.modules[MODULE]
     for name in (MODULE, "acme_async_fine"):
@@ -108,7 +116,8 @@ async def test_a_synchronous_close_is_called(plugin: Any) -> None:
 
 
 async def test_a_failing_close_is_logged_and_the_refusal_raised(
-        plugin: Any, caplog: pytest.LogCaptureFixture) -> None:
+    plugin: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     with pytest.raises(ProviderLoadError, match="'slow-failing' does not implement Provider"):
         await create_provider_async("slow-failing", ctx=None)  # type: ignore[arg-type]
     assert "the plugin cannot even close" in caplog.text

@@ -20,9 +20,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from memory import sqlite_inline
 from memory.db import create_engine, write_transaction
 
-items = sa.Table("items", sa.MetaData(),
-                 sa.Column("id", sa.Integer, primary_key=True),
-                 sa.Column("name", sa.Text, nullable=False))
+items = sa.Table(
+    "items",
+    sa.MetaData(),
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
+)
 
 
 async def _engine(path: Path, query: str = "") -> AsyncEngine:
@@ -73,7 +76,8 @@ async def _names(engine: AsyncEngine) -> list[str]:
 
 
 async def test_a_locked_write_waits_without_blocking_the_loop(
-        sqlite_engine: AsyncEngine, db_path: Path) -> None:
+    sqlite_engine: AsyncEngine, db_path: Path
+) -> None:
     ticks = 0
     write_done = asyncio.Event()
 
@@ -106,7 +110,8 @@ async def test_a_locked_write_waits_without_blocking_the_loop(
 
 
 async def test_a_write_gives_up_after_the_busy_wait(
-        short_wait_engine: AsyncEngine, db_path: Path) -> None:
+    short_wait_engine: AsyncEngine, db_path: Path
+) -> None:
     async with write_transaction(short_wait_engine) as conn:
         await conn.execute(items.insert().values(name="before"))
 
@@ -133,7 +138,8 @@ async def test_a_write_gives_up_after_the_busy_wait(
 
 
 async def test_reads_run_while_another_connection_holds_the_write_lock(
-        short_wait_engine: AsyncEngine, db_path: Path) -> None:
+    short_wait_engine: AsyncEngine, db_path: Path
+) -> None:
     async with write_transaction(short_wait_engine) as conn:
         await conn.execute(items.insert().values(name="committed"))
 
@@ -182,7 +188,8 @@ async def test_executemany_retried_on_busy_does_not_lose_rows(db_path: Path) -> 
             other.execute("BEGIN IMMEDIATE")
             rows = ((f"row {i}",) for i in range(3))
             inserting = asyncio.create_task(
-                conn.cursor().executemany("INSERT INTO items (name) VALUES (?)", rows))
+                conn.cursor().executemany("INSERT INTO items (name) VALUES (?)", rows)
+            )
             await asyncio.sleep(0.05)
             assert not inserting.done()
             other.execute("COMMIT")
@@ -207,7 +214,8 @@ async def test_a_closed_connection_cannot_be_used(db_path: Path) -> None:
 
 
 async def test_the_engine_replaces_a_connection_closed_underneath_it(
-        sqlite_engine: AsyncEngine) -> None:
+    sqlite_engine: AsyncEngine,
+) -> None:
     async with sqlite_engine.connect() as conn:
         raw = await conn.get_raw_connection()
         await raw.driver_connection.close()

@@ -76,8 +76,13 @@ def test_handoff_prompt_has_every_section_in_order() -> None:
     positions = [prompt.index(f"## {name}") for name in HANDOFF_SECTIONS]
     assert positions == sorted(positions)
     assert [*HANDOFF_SECTIONS] == [
-        "Goal", "Progress", "Key Decisions", "Files Changed", "Current State",
-        "Blockers / Gotchas", "Next Steps",
+        "Goal",
+        "Progress",
+        "Key Decisions",
+        "Files Changed",
+        "Current State",
+        "Blockers / Gotchas",
+        "Next Steps",
     ]
     assert "NO access to the prior conversation" in prompt
     assert "old handoff" in prompt

@@ -59,8 +59,14 @@ class Core:
 
     async def stats(self, session: Session) -> SessionStats:
         self.calls.append("stats")
-        return SessionStats(message_count=12, token_count=340, summary_count=2,
-                            context_tokens=120, oldest_at=T0, newest_at=T0)
+        return SessionStats(
+            message_count=12,
+            token_count=340,
+            summary_count=2,
+            context_tokens=120,
+            oldest_at=T0,
+            newest_at=T0,
+        )
 
     async def close(self) -> None: ...
 
@@ -88,18 +94,31 @@ class Full(Core):
         )
         self.version += 1
         self.history.append((self.version, scope, after))
-        self.changes.append(ChangeEntry(user_id, agent_id, scope, "update",
-                                        change_source_from_context().value,
-                                        session_id_from_context(), self.version - 1,
-                                        self.version, before, after, created_at=T0))
+        self.changes.append(
+            ChangeEntry(
+                user_id,
+                agent_id,
+                scope,
+                "update",
+                change_source_from_context().value,
+                session_id_from_context(),
+                self.version - 1,
+                self.version,
+                before,
+                after,
+                created_at=T0,
+            )
+        )
         return self.version
 
     async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]:
         self.calls.append(f"search:{query.text}:{query.scope}:{query.mode}:{query.limit}")
         if query.text == "nothing":
             return []
-        return [SearchResult("summary", "sum_a", "Ana likes " + "tea " * 200, 2.5, T0),
-                SearchResult("message", "17", "tea at noon", 0.75)]
+        return [
+            SearchResult("summary", "sum_a", "Ana likes " + "tea " * 200, 2.5, T0),
+            SearchResult("message", "17", "tea at noon", 0.75),
+        ]
 
     def _owned(self, summary_id: str, session: Session | None) -> None:
         owner = self.summaries.get(summary_id)
@@ -108,14 +127,28 @@ class Full(Core):
 
     async def describe(self, summary_id: str, session: Session | None) -> DescribeResult:
         self._owned(summary_id, session)
-        return DescribeResult(summary_id, "condensed", 1, "Ana's tea habits", T0, T0, 4,
-                              token_count=30, parent_ids=["sum_top"], child_ids=["sum_leaf"])
+        return DescribeResult(
+            summary_id,
+            "condensed",
+            1,
+            "Ana's tea habits",
+            T0,
+            T0,
+            4,
+            token_count=30,
+            parent_ids=["sum_top"],
+            child_ids=["sum_leaf"],
+        )
 
-    async def expand(self, summary_id: str, token_cap: int, session: Session | None) -> ExpandResult:
+    async def expand(
+        self, summary_id: str, token_cap: int, session: Session | None
+    ) -> ExpandResult:
         self._owned(summary_id, session)
         self.calls.append(f"expand:{token_cap}")
-        msgs = [ExpandMessage("m1", 1, "user", "I like green tea", 5, T0),
-                ExpandMessage("m2", 2, "assistant", "Noted!", 2, T0)]
+        msgs = [
+            ExpandMessage("m1", 1, "user", "I like green tea", 5, T0),
+            ExpandMessage("m2", 2, "assistant", "Noted!", 2, T0),
+        ]
         return ExpandResult(summary_id, messages=msgs, truncated=True)
 
     async def get_profile(self, user_id: int, agent_id: str) -> str:
@@ -160,7 +193,9 @@ class Full(Core):
         return self.version
 
     async def get_profile_at(self, user_id: int, agent_id: str, version: int) -> str:
-        return next((t for v, s, t in reversed(self.history) if s == "profile" and v <= version), "")
+        return next(
+            (t for v, s, t in reversed(self.history) if s == "profile" and v <= version), ""
+        )
 
     async def get_soul_at(self, user_id: int, agent_id: str, version: int) -> str:
         return next((t for v, s, t in reversed(self.history) if s == "soul" and v <= version), "")
@@ -169,16 +204,21 @@ class Full(Core):
         if version > self.version:
             raise InvalidArgument(f"no version {version}: the current version is {self.version}")
         if scope == "profile":
-            return await self.set_profile(user_id, agent_id,
-                                          await self.get_profile_at(user_id, agent_id, version))
-        return await self.set_soul(user_id, agent_id,
-                                   await self.get_soul_at(user_id, agent_id, version))
+            return await self.set_profile(
+                user_id, agent_id, await self.get_profile_at(user_id, agent_id, version)
+            )
+        return await self.set_soul(
+            user_id, agent_id, await self.get_soul_at(user_id, agent_id, version)
+        )
 
     async def read_changelog(
         self, user_id: int, agent_id: str, scope: str = "", limit: int = 20
     ) -> list[ChangeEntry]:
-        rows = [c for c in reversed(self.changes)
-                if c.user_id == user_id and (not scope or c.scope == scope)]
+        rows = [
+            c
+            for c in reversed(self.changes)
+            if c.user_id == user_id and (not scope or c.scope == scope)
+        ]
         return rows[:limit]
 
     async def get_or_create_snapshot(
@@ -205,8 +245,9 @@ class Notes(Core):
                 return note
         raise NotFound(f"no note named {name!r}")
 
-    async def note_add(self, session: Session, name: str, content: str,
-                       kind: NoteKind = NoteKind.NOTE) -> NoteEntry:
+    async def note_add(
+        self, session: Session, name: str, content: str, kind: NoteKind = NoteKind.NOTE
+    ) -> NoteEntry:
         if (session.user_id, name) in self.notes:
             raise Conflict(f"a note named {name!r} exists")
         note = NoteEntry(len(self.notes) + 1, name, content, kind, [], T0)
@@ -246,8 +287,9 @@ class Notes(Core):
 
 
 async def call(provider: Any, args: Any, session: Session = ANA, **kw: Any) -> str:
-    return await run_tool(provider, session, json.dumps(args) if isinstance(args, dict) else args,
-                          **kw)
+    return await run_tool(
+        provider, session, json.dumps(args) if isinstance(args, dict) else args, **kw
+    )
 
 
 # --- schema -------------------------------------------------------------------------
@@ -271,10 +313,26 @@ def test_actions_follow_capabilities() -> None:
     assert set(tool_actions(Full())) == set(ALL_ACTIONS) - NOTE_ACTIONS
     assert set(tool_actions(Notes())) == {"status"} | NOTE_ACTIONS
     props = build_tool(Full())["function"]["parameters"]["properties"]
-    assert {"text", "scope", "mode", "limit", "summary_id", "token_cap", "content", "id",
-            "version"} == set(props) - {"action"}
-    assert props["scope"]["enum"] == ["both", "messages", "summaries", "profile", "soul",
-                                      "constraint", "compaction"]
+    assert {
+        "text",
+        "scope",
+        "mode",
+        "limit",
+        "summary_id",
+        "token_cap",
+        "content",
+        "id",
+        "version",
+    } == set(props) - {"action"}
+    assert props["scope"]["enum"] == [
+        "both",
+        "messages",
+        "summaries",
+        "profile",
+        "soul",
+        "constraint",
+        "compaction",
+    ]
     note_props = build_tool(Notes())["function"]["parameters"]["properties"]
     assert {"name", "new_name", "alias", "content", "text", "limit"} == set(note_props) - {"action"}
 
@@ -284,10 +342,23 @@ def test_traced_provider_gets_the_same_tool() -> None:
 
 
 def test_actions_only_and_read_only_flags() -> None:
-    schema = build_tool(Full(), actions_only=["profile_get", "profile_update", "soul_get",
-                                              "constraint_add", "profile_rollback"])
-    assert actions_of(schema) == ["profile_get", "profile_update", "soul_get",
-                                  "profile_rollback", "constraint_add"]
+    schema = build_tool(
+        Full(),
+        actions_only=[
+            "profile_get",
+            "profile_update",
+            "soul_get",
+            "constraint_add",
+            "profile_rollback",
+        ],
+    )
+    assert actions_of(schema) == [
+        "profile_get",
+        "profile_update",
+        "soul_get",
+        "profile_rollback",
+        "constraint_add",
+    ]
     ro = tool_actions(Full(), read_only_profile=True, read_only_soul=True)
     assert "profile_update" not in ro and "soul_update" not in ro and "profile_get" in ro
     # Rollback stays only for the scopes that remain writable.
@@ -328,8 +399,10 @@ HOSTILE: list[tuple[Any, str]] = [
     ({"action": "expand", "summary_id": "sum_a", "token_cap": -1}, "token_cap must be between"),
     ({"action": "profile_update"}, "profile_update needs content"),
     ({"action": "profile_update", "content": "x" * 30_000}, "content is too long"),
-    ({"action": "profile_rollback", "scope": "compaction", "version": 1},
-     "profile_rollback scope must be one of profile, soul, constraint"),
+    (
+        {"action": "profile_rollback", "scope": "compaction", "version": 1},
+        "profile_rollback scope must be one of profile, soul, constraint",
+    ),
     ({"action": "profile_rollback", "scope": "soul", "version": 2**60}, "version must be between"),
     ("x" * (MAX_ARGUMENT_CHARS + 1), "arguments are too large"),
     ("[" * 100_000 + "]" * 100_000, "arguments are too large"),
@@ -347,13 +420,19 @@ async def test_hostile_arguments_become_error_strings(args: Any, expected: str) 
 
 async def test_withheld_action_is_refused_even_if_supported() -> None:
     provider = Full()
-    out = await call(provider, {"action": "profile_update", "content": "x"},
-                     allowed_actions={"status", "profile_get"})
+    out = await call(
+        provider,
+        {"action": "profile_update", "content": "x"},
+        allowed_actions={"status", "profile_get"},
+    )
     assert out == "error: action profile_update is not allowed here"
     # Read-only profile withholds rollback of the profile too.
     allowed = set(tool_actions(provider, read_only_profile=True))
-    out = await call(provider, {"action": "profile_rollback", "scope": "profile", "version": 1},
-                     allowed_actions=allowed)
+    out = await call(
+        provider,
+        {"action": "profile_rollback", "scope": "profile", "version": 1},
+        allowed_actions=allowed,
+    )
     assert out.startswith("error: profile_rollback scope must be one of soul, constraint")
     assert provider.version == 0
 
@@ -379,8 +458,10 @@ async def test_status() -> None:
 
 async def test_search_renders_ids_scores_snippets() -> None:
     provider = Full()
-    out = await call(provider, {"action": "search", "text": "tea", "scope": "summaries",
-                                "mode": "substring", "limit": 5})
+    out = await call(
+        provider,
+        {"action": "search", "text": "tea", "scope": "summaries", "mode": "substring", "limit": 5},
+    )
     assert provider.calls == ["search:tea:summaries:substring:5"]
     lines = out.splitlines()
     assert lines[0] == "2 result(s) for “tea” (substring, summaries), newest first:"
@@ -388,8 +469,10 @@ async def test_search_renders_ids_scores_snippets() -> None:
     assert lines[2].startswith("  Ana likes tea") and len(lines[2]) <= 503
     assert lines[3] == "[message 17], score 0.75"
     assert "describe or expand" in out
-    assert await call(provider, {"action": "search", "text": "nothing"}) == \
-        "no results for “nothing” (hybrid, both)"
+    assert (
+        await call(provider, {"action": "search", "text": "nothing"})
+        == "no results for “nothing” (hybrid, both)"
+    )
 
 
 async def test_describe_and_expand_are_scoped_to_the_session_user() -> None:
@@ -422,8 +505,9 @@ async def test_profile_write_uses_context_source_and_advances_snapshot() -> None
     assert provider.advanced == ["s-ana"]
     assert await call(provider, {"action": "profile_get"}) == "Ana, Lisbon"
     assert await call(provider, {"action": "profile_get"}, BOB) == "the profile is empty"
-    assert await call(provider, {"action": "soul_update", "content": ""}) == \
-        "soul updated (version 2)"
+    assert (
+        await call(provider, {"action": "soul_update", "content": ""}) == "soul updated (version 2)"
+    )
     # The default source is `agent`.
     await call(provider, {"action": "profile_update", "content": "Ana, Porto"})
     assert provider.changes[-1].source == "agent"
@@ -443,8 +527,10 @@ async def test_constraints_round_trip_with_ids() -> None:
     out = await call(provider, {"action": "constraint_add", "text": "Never use emoji"})
     assert out.endswith("[c1] Never use emoji")
     await call(provider, {"action": "constraint_add", "text": "Answer in Portuguese"})
-    assert await call(provider, {"action": "constraint_list"}) == \
-        "[c1] Never use emoji\n[c2] Answer in Portuguese"
+    assert (
+        await call(provider, {"action": "constraint_list"})
+        == "[c1] Never use emoji\n[c2] Answer in Portuguese"
+    )
     out = await call(provider, {"action": "constraint_remove", "id": "c1"})
     assert out == "constraint c1 removed; constraints now:\n[c2] Answer in Portuguese"
     out = await call(provider, {"action": "constraint_remove", "id": "c9"})
@@ -480,10 +566,13 @@ async def test_notes_round_trip() -> None:
     await call(provider, {"action": "note_rename", "name": "trip", "new_name": "italy"})
     hits = await call(provider, {"action": "note_search", "text": "june", "limit": 3})
     assert hits.startswith("Note 'italy'") and "score 1" in hits
-    assert await call(provider, {"action": "note_get", "name": "trip"}, BOB) == \
-        "not found: no note named 'trip'"
-    assert await call(provider, {"action": "note_remove", "name": "italy"}) == \
-        "removed note 'italy'"
+    assert (
+        await call(provider, {"action": "note_get", "name": "trip"}, BOB)
+        == "not found: no note named 'trip'"
+    )
+    assert (
+        await call(provider, {"action": "note_remove", "name": "italy"}) == "removed note 'italy'"
+    )
     assert await call(provider, {"action": "note_list"}) == "no notes"
 
 
@@ -513,8 +602,10 @@ async def test_tool_writes_through_shared_stores(engine: Any) -> None:
     assert (await provider.get_or_create_snapshot("s-ana-other", 1, "bot")).version == 0
     assert {"profile_update", "profile_rollback", "constraint_add"} <= set(tool_actions(provider))
     with with_change_source("reflect"):
-        assert await call(provider, {"action": "profile_update", "content": "Ana, Lisbon"}) == \
-            "profile updated (version 1)"
+        assert (
+            await call(provider, {"action": "profile_update", "content": "Ana, Lisbon"})
+            == "profile updated (version 1)"
+        )
     out = await call(provider, {"action": "constraint_add", "text": "No emoji"})
     constraint_id = out.splitlines()[-1].split("]")[0].removeprefix("[")
     assert out.endswith(f"[{constraint_id}] No emoji")
@@ -523,7 +614,9 @@ async def test_tool_writes_through_shared_stores(engine: Any) -> None:
     assert (await provider.get_or_create_snapshot("s-ana-other", 1, "bot")).version == 0
     rows = await provider.read_changelog(1, "bot")
     assert [(r.scope, r.source, r.session_id) for r in rows] == [
-        ("constraint", "agent", "s-ana"), ("profile", "reflect", "s-ana")]
+        ("constraint", "agent", "s-ana"),
+        ("profile", "reflect", "s-ana"),
+    ]
     out = await call(provider, {"action": "constraint_remove", "id": constraint_id})
     assert out == f"constraint {constraint_id} removed; constraints now:\nno constraints"
     out = await call(provider, {"action": "profile_rollback", "scope": "constraint", "version": 2})
@@ -532,5 +625,6 @@ async def test_tool_writes_through_shared_stores(engine: Any) -> None:
     assert await call(provider, {"action": "profile_get"}, BOB) == "the profile is empty"
     history = await call(provider, {"action": "profile_history", "scope": "profile"})
     assert history.startswith("v0->v1 ") and "profile create by reflect" in history
-    assert (await call(provider, {"action": "profile_rollback", "scope": "soul",
-                                  "version": 99})).startswith("error: no version 99")
+    assert (
+        await call(provider, {"action": "profile_rollback", "scope": "soul", "version": 99})
+    ).startswith("error: no version 99")

@@ -8,7 +8,9 @@ from memory.transcript import render_transcript, safe_start, without_leading_res
 from memory.types import Message, ToolCall
 
 T = datetime(2026, 1, 2, 3, 4, tzinfo=UTC)
-CALL = Message("assistant", "", tool_calls=[ToolCall("c1", "memory", '{"action":"status"}')], created_at=T)
+CALL = Message(
+    "assistant", "", tool_calls=[ToolCall("c1", "memory", '{"action":"status"}')], created_at=T
+)
 RESULT = Message("tool", "ok", tool_call_id="c1", name="memory", created_at=T)
 
 

@@ -31,8 +31,10 @@ def upgrade() -> None:
     op.add_column("telegram_updates", sa.Column("chat_id", sa.BigInteger, nullable=True))
     op.add_column("telegram_updates", sa.Column("thread_id", sa.BigInteger, nullable=True))
     op.add_column("telegram_updates", sa.Column("message_id", sa.BigInteger, nullable=True))
-    op.add_column("telegram_updates", sa.Column("resume", sa.Boolean, nullable=False,
-                                                server_default=sa.false()))
+    op.add_column(
+        "telegram_updates",
+        sa.Column("resume", sa.Boolean, nullable=False, server_default=sa.false()),
+    )
 
 
 def downgrade() -> None:

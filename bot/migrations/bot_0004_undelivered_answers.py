@@ -23,8 +23,10 @@ depends_on: Sequence[str] | str | None = None
 
 def upgrade() -> None:
     # A plain ADD COLUMN with a default: SQLite needs no table rebuild.
-    op.add_column("telegram_updates", sa.Column("undelivered", sa.Boolean, nullable=False,
-                                                server_default=sa.false()))
+    op.add_column(
+        "telegram_updates",
+        sa.Column("undelivered", sa.Boolean, nullable=False, server_default=sa.false()),
+    )
 
 
 def downgrade() -> None:

@@ -26,10 +26,13 @@ depends_on: Sequence[str] | str | None = None
 def upgrade() -> None:
     # Plain ADD COLUMNs: nullable or with a default, so SQLite needs no table rebuild.
     op.add_column("telegram_inbox", sa.Column("owner", sa.Text, nullable=True))
-    op.add_column("telegram_inbox",
-                  sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True))
-    op.add_column("telegram_inbox", sa.Column("unreadable", sa.Boolean, nullable=False,
-                                              server_default=sa.false()))
+    op.add_column(
+        "telegram_inbox", sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True)
+    )
+    op.add_column(
+        "telegram_inbox",
+        sa.Column("unreadable", sa.Boolean, nullable=False, server_default=sa.false()),
+    )
 
 
 def downgrade() -> None:

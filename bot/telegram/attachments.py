@@ -27,16 +27,50 @@ log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 512 * 1024
 
-TEXT_EXTENSIONS = frozenset({
-    ".txt", ".md", ".markdown", ".csv", ".tsv", ".json", ".yaml", ".yml", ".xml", ".log",
-    ".py", ".js", ".ts", ".go", ".rs", ".java", ".c", ".h", ".cpp", ".sh", ".sql", ".toml",
-    ".ini", ".cfg", ".html", ".css",
-})
-TEXT_MIME_TYPES = frozenset({
-    "application/json", "application/xml", "application/x-yaml", "application/yaml",
-    "application/javascript", "application/x-sh", "application/sql", "application/toml",
-    "application/x-ndjson", "application/csv",
-})
+TEXT_EXTENSIONS = frozenset(
+    {
+        ".txt",
+        ".md",
+        ".markdown",
+        ".csv",
+        ".tsv",
+        ".json",
+        ".yaml",
+        ".yml",
+        ".xml",
+        ".log",
+        ".py",
+        ".js",
+        ".ts",
+        ".go",
+        ".rs",
+        ".java",
+        ".c",
+        ".h",
+        ".cpp",
+        ".sh",
+        ".sql",
+        ".toml",
+        ".ini",
+        ".cfg",
+        ".html",
+        ".css",
+    }
+)
+TEXT_MIME_TYPES = frozenset(
+    {
+        "application/json",
+        "application/xml",
+        "application/x-yaml",
+        "application/yaml",
+        "application/javascript",
+        "application/x-sh",
+        "application/sql",
+        "application/toml",
+        "application/x-ndjson",
+        "application/csv",
+    }
+)
 
 TOO_BIG = f"That file is too big for me: I read text files of up to {MAX_FILE_BYTES // 1024} KiB."
 NOT_UTF8 = "I can only read UTF-8 text files."
@@ -44,9 +78,14 @@ NO_DOWNLOAD = "I couldn't fetch that file from Telegram. Please send it again."
 
 # Which media a caption can ride on, and how the note names each; the order matters:
 # an animation also carries a `document`.
-MEDIA_KINDS = (("photo", "a photo"), ("video", "a video"), ("animation", "an animation"),
-               ("audio", "an audio file"), ("voice", "a voice message"),
-               ("document", "a file"))
+MEDIA_KINDS = (
+    ("photo", "a photo"),
+    ("video", "a video"),
+    ("animation", "an animation"),
+    ("audio", "an audio file"),
+    ("voice", "a voice message"),
+    ("document", "a file"),
+)
 
 
 class Unreadable(Exception):
@@ -70,7 +109,7 @@ def text_document(message: Message) -> Document | None:
 
 
 def media_note(message: Message) -> str | None:
-    """"[The user attached a photo, which you cannot see.]" for the media the message
+    """ "[The user attached a photo, which you cannot see.]" for the media the message
     carries, or None when it carries none a caption could describe (sticker, poll...)."""
     for attr, kind in MEDIA_KINDS:
         if getattr(message, attr):
@@ -80,8 +119,9 @@ def media_note(message: Message) -> str | None:
     return None
 
 
-async def download(bot: Bot, file: Document | Voice | Audio | VideoNote | PhotoSize,
-                   limit: int, too_big: str) -> bytes:
+async def download(
+    bot: Bot, file: Document | Voice | Audio | VideoNote | PhotoSize, limit: int, too_big: str
+) -> bytes:
     """The file's bytes, at most `limit` of them: refused (`Unreadable(too_big)`) before
     the download when Telegram says it is bigger, during it when Telegram under-said.
     Raises Unreadable."""
@@ -95,8 +135,13 @@ async def download(bot: Bot, file: Document | Voice | Audio | VideoNote | PhotoS
     except (TelegramError, RuntimeError) as exc:
         # Never the traceback: its aiohttp cause may quote the file URL, token included
         # (the message itself has it cut out by `bot.telegram.http`).
-        log.warning("could not download %s %s: %s: %s", type(file).__name__.lower(),
-                    file.file_unique_id, type(exc).__name__, exc)
+        log.warning(
+            "could not download %s %s: %s: %s",
+            type(file).__name__.lower(),
+            file.file_unique_id,
+            type(exc).__name__,
+            exc,
+        )
         raise Unreadable(NO_DOWNLOAD) from None
     if len(body) > limit:  # a request class without the cap
         raise Unreadable(too_big)

@@ -63,7 +63,8 @@ def chat_key(update: object) -> ChatKey | None:
 class _Waiter:
     update: object
     turn: asyncio.Future[None] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future())
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
 
 class ChatQueueProcessor(BaseUpdateProcessor):
@@ -99,8 +100,10 @@ class ChatQueueProcessor(BaseUpdateProcessor):
             async with self._turn(key, update):
                 await self._in_slot(update, coroutine)
         except asyncio.CancelledError:
-            if inspect.iscoroutine(coroutine) and inspect.getcoroutinestate(
-                    coroutine) == inspect.CORO_CREATED:
+            if (
+                inspect.iscoroutine(coroutine)
+                and inspect.getcoroutinestate(coroutine) == inspect.CORO_CREATED
+            ):
                 coroutine.close()  # never started: no "was never awaited" warning
             raise
 

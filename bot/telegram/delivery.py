@@ -62,22 +62,33 @@ def _wait(state: RetryCallState) -> float:
     return BACKOFF_S[min(state.attempt_number - 1, len(BACKOFF_S) - 1)]
 
 
-async def with_retry(call: Callable[[], Awaitable[T]], *, what: str,
-                     attempts: int = MAX_ATTEMPTS) -> T:
+async def with_retry(
+    call: Callable[[], Awaitable[T]], *, what: str, attempts: int = MAX_ATTEMPTS
+) -> T:
     """Run `call`, retrying flood control and transient server errors (bounded)."""
 
     def note(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
         wait = state.upcoming_sleep
         if isinstance(exc, RetryAfter):
-            log.info("%s: flood control, retrying in %.0f s (attempt %d/%d)",
-                     what, wait, state.attempt_number, attempts)
+            log.info(
+                "%s: flood control, retrying in %.0f s (attempt %d/%d)",
+                what,
+                wait,
+                state.attempt_number,
+                attempts,
+            )
         else:
             log.info("%s: %s, retrying in %.1f s", what, exc, wait)
 
-    async for attempt in AsyncRetrying(retry=retry_if_exception(_retryable), wait=_wait,
-                                       stop=stop_after_attempt(attempts), before_sleep=note,
-                                       sleep=asyncio.sleep, reraise=True):
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception(_retryable),
+        wait=_wait,
+        stop=stop_after_attempt(attempts),
+        before_sleep=note,
+        sleep=asyncio.sleep,
+        reraise=True,
+    ):
         with attempt:
             return await call()
     raise AssertionError("unreachable")  # tenacity returns or reraises
@@ -116,9 +127,14 @@ def reply_parameters(target: Target) -> ReplyParameters | None:
 async def send_text(bot: Bot, target: Target, text: str) -> Message:
     """One plain-text message."""
     return await with_retry(
-        lambda: bot.send_message(target.chat_id, text, message_thread_id=target.thread_id,
-                                 reply_parameters=reply_parameters(target)),
-        what="sendMessage")
+        lambda: bot.send_message(
+            target.chat_id,
+            text,
+            message_thread_id=target.thread_id,
+            reply_parameters=reply_parameters(target),
+        ),
+        what="sendMessage",
+    )
 
 
 async def send_piece(bot: Bot, target: Target, piece: Piece) -> Message:
@@ -127,10 +143,15 @@ async def send_piece(bot: Bot, target: Target, piece: Piece) -> Message:
         return await send_text(bot, target, piece.text)
     try:
         return await with_retry(
-            lambda: bot.send_message(target.chat_id, piece.text, entities=piece.entities,
-                                     message_thread_id=target.thread_id,
-                                     reply_parameters=reply_parameters(target)),
-            what="sendMessage")
+            lambda: bot.send_message(
+                target.chat_id,
+                piece.text,
+                entities=piece.entities,
+                message_thread_id=target.thread_id,
+                reply_parameters=reply_parameters(target),
+            ),
+            what="sendMessage",
+        )
     except BadRequest as exc:
         if not is_formatting_error(exc):
             raise
@@ -141,8 +162,9 @@ async def send_piece(bot: Bot, target: Target, piece: Piece) -> Message:
 async def edit_text(bot: Bot, chat_id: int, message_id: int, text: str) -> None:
     """Replace a message's text with plain text; "not modified" is success."""
     try:
-        await with_retry(lambda: bot.edit_message_text(text, chat_id, message_id),
-                         what="editMessageText")
+        await with_retry(
+            lambda: bot.edit_message_text(text, chat_id, message_id), what="editMessageText"
+        )
     except BadRequest as exc:
         if not is_not_modified(exc):
             raise
@@ -156,7 +178,8 @@ async def edit_piece(bot: Bot, chat_id: int, message_id: int, piece: Piece) -> N
     try:
         await with_retry(
             lambda: bot.edit_message_text(piece.text, chat_id, message_id, entities=piece.entities),
-            what="editMessageText")
+            what="editMessageText",
+        )
     except BadRequest as exc:
         if is_not_modified(exc):
             return

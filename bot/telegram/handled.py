@@ -44,22 +44,24 @@ class TelegramUpdate(SQLModel, table=True):
 
     bot_id: int = Field(sa_column=sa.Column(sa.BigInteger, primary_key=True, autoincrement=False))
     update_id: int = Field(
-        sa_column=sa.Column(sa.BigInteger, primary_key=True, autoincrement=False))
+        sa_column=sa.Column(sa.BigInteger, primary_key=True, autoincrement=False)
+    )
     handled_at: datetime = Field(
-        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
     # Where the answer to a text update's message is due (None for commands).
     session_id: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
     user_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
     chat_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
-    thread_id: int | None = Field(default=None,
-                                  sa_column=sa.Column(sa.BigInteger, nullable=True))
-    message_id: int | None = Field(default=None,
-                                   sa_column=sa.Column(sa.BigInteger, nullable=True))
-    resume: bool = Field(default=False, sa_column=sa.Column(
-        sa.Boolean, nullable=False, server_default=sa.false()))
+    thread_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
+    message_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger, nullable=True))
+    resume: bool = Field(
+        default=False, sa_column=sa.Column(sa.Boolean, nullable=False, server_default=sa.false())
+    )
     # The answer was stored but sending it failed for good (revision bot_0004).
-    undelivered: bool = Field(default=False, sa_column=sa.Column(
-        sa.Boolean, nullable=False, server_default=sa.false()))
+    undelivered: bool = Field(
+        default=False, sa_column=sa.Column(sa.Boolean, nullable=False, server_default=sa.false())
+    )
     # Its text, while owed (revision bot_0006); None on rows marked before it.
     answer: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
 
@@ -118,26 +120,45 @@ class HandledUpdates:
 
     async def seen(self, update_id: int) -> bool:
         async with self.engine.connect() as conn:
-            found = await conn.scalar(sa.select(telegram_updates.c.update_id).where(
-                telegram_updates.c.bot_id == self.bot_id,
-                telegram_updates.c.update_id == update_id))
+            found = await conn.scalar(
+                sa.select(telegram_updates.c.update_id).where(
+                    telegram_updates.c.bot_id == self.bot_id,
+                    telegram_updates.c.update_id == update_id,
+                )
+            )
         return found is not None
 
-    async def insert(self, conn: AsyncConnection, update_id: int, *,
-                     session_id: str | None = None, user_id: int | None = None,
-                     reply_to: ReplyTo | None = None) -> bool:
+    async def insert(
+        self,
+        conn: AsyncConnection,
+        update_id: int,
+        *,
+        session_id: str | None = None,
+        user_id: int | None = None,
+        reply_to: ReplyTo | None = None,
+    ) -> bool:
         """Record `update_id` inside the caller's transaction; False if it was already.
         With `session_id` and `reply_to` (a text message) the answer is marked due."""
-        values: dict[str, object] = {"bot_id": self.bot_id, "update_id": update_id,
-                                     "handled_at": utcnow()}
+        values: dict[str, object] = {
+            "bot_id": self.bot_id,
+            "update_id": update_id,
+            "handled_at": utcnow(),
+        }
         if session_id is not None and reply_to is not None:
-            values.update(session_id=session_id, user_id=user_id, chat_id=reply_to.chat_id,
-                          thread_id=reply_to.thread_id, message_id=reply_to.message_id,
-                          resume=True)
+            values.update(
+                session_id=session_id,
+                user_id=user_id,
+                chat_id=reply_to.chat_id,
+                thread_id=reply_to.thread_id,
+                message_id=reply_to.message_id,
+                resume=True,
+            )
         inserted = await conn.scalar(
-            conflict_insert(conn, telegram_updates).values(values)
+            conflict_insert(conn, telegram_updates)
+            .values(values)
             .on_conflict_do_nothing()
-            .returning(telegram_updates.c.update_id))
+            .returning(telegram_updates.c.update_id)
+        )
         return inserted is not None
 
     async def record(self, update_id: int) -> bool:
@@ -148,10 +169,21 @@ class HandledUpdates:
     async def pending(self, since: datetime) -> list[PendingReply]:
         """Text updates handled since `since` whose answer may still be due, oldest first."""
         t = telegram_updates.c
-        query = (sa.select(t.update_id, t.session_id, t.user_id, t.chat_id, t.thread_id,
-                           t.message_id, t.handled_at, t.undelivered, t.answer)
-                 .where(t.bot_id == self.bot_id, owed_since(since))
-                 .order_by(t.update_id))
+        query = (
+            sa.select(
+                t.update_id,
+                t.session_id,
+                t.user_id,
+                t.chat_id,
+                t.thread_id,
+                t.message_id,
+                t.handled_at,
+                t.undelivered,
+                t.answer,
+            )
+            .where(t.bot_id == self.bot_id, owed_since(since))
+            .order_by(t.update_id)
+        )
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [PendingReply(*row) for row in rows]
@@ -162,17 +194,23 @@ class HandledUpdates:
         async with write_transaction(self.engine) as conn:
             await conn.execute(
                 sa.update(telegram_updates)
-                .where(telegram_updates.c.bot_id == self.bot_id,
-                       telegram_updates.c.update_id == update_id)
-                .values(undelivered=True, answer=answer))
+                .where(
+                    telegram_updates.c.bot_id == self.bot_id,
+                    telegram_updates.c.update_id == update_id,
+                )
+                .values(undelivered=True, answer=answer)
+            )
 
     async def latest_turn(self, session_id: str) -> int | None:
         """The newest text update stored in `session_id` (its row is written with the
         user's message, so this is the session's last user message)."""
         t = telegram_updates.c
         async with self.engine.connect() as conn:
-            return await conn.scalar(sa.select(sa.func.max(t.update_id)).where(
-                t.bot_id == self.bot_id, t.session_id == session_id))
+            return await conn.scalar(
+                sa.select(sa.func.max(t.update_id)).where(
+                    t.bot_id == self.bot_id, t.session_id == session_id
+                )
+            )
 
     async def settle(self, update_ids: Sequence[int]) -> None:
         """No answer is due for these any more (given, or an apology was sent instead)."""
@@ -181,14 +219,20 @@ class HandledUpdates:
         async with write_transaction(self.engine) as conn:
             await conn.execute(
                 sa.update(telegram_updates)
-                .where(telegram_updates.c.bot_id == self.bot_id,
-                       telegram_updates.c.update_id.in_(list(update_ids)))
-                .values(resume=False, undelivered=False, answer=None))
+                .where(
+                    telegram_updates.c.bot_id == self.bot_id,
+                    telegram_updates.c.update_id.in_(list(update_ids)),
+                )
+                .values(resume=False, undelivered=False, answer=None)
+            )
 
     async def prune(self, keep: timedelta = KEEP) -> int:
         """Forget rows older than `keep`; returns how many went."""
         async with write_transaction(self.engine) as conn:
-            result = await conn.execute(sa.delete(telegram_updates).where(
-                telegram_updates.c.bot_id == self.bot_id,
-                telegram_updates.c.handled_at < utcnow() - keep))
+            result = await conn.execute(
+                sa.delete(telegram_updates).where(
+                    telegram_updates.c.bot_id == self.bot_id,
+                    telegram_updates.c.handled_at < utcnow() - keep,
+                )
+            )
         return result.rowcount or 0

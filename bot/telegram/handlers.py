@@ -112,15 +112,29 @@ EDIT_MIN_GAP_S = 1.0  # Telegram: about one message per second per chat
 
 NOT_ALLOWED = "Sorry, this is a private bot and I can't talk with you. Ask its operator for access."
 TEXT_ONLY = "I only read text for now: please send your message as text."
-TOO_LONG = ("That message is too long for me ({n} characters; the limit is {limit}). "
-            "Please send a shorter one.")
+TOO_LONG = (
+    "That message is too long for me ({n} characters; the limit is {limit}). "
+    "Please send a shorter one."
+)
 FAILED = "Sorry, something went wrong on my side. Please try again."
 ONLY_MENTION = "Yes? Write your question after the mention."
 UNKNOWN = "I don't know /{name}. Commands: " + " ".join("/" + n for n in COMMAND_NAMES)
 
-MEDIA = (filters.PHOTO | filters.Sticker.ALL | filters.VOICE | filters.AUDIO | filters.VIDEO
-         | filters.VIDEO_NOTE | filters.ANIMATION | filters.Document.ALL | filters.LOCATION
-         | filters.VENUE | filters.CONTACT | filters.POLL | filters.Dice.ALL)
+MEDIA = (
+    filters.PHOTO
+    | filters.Sticker.ALL
+    | filters.VOICE
+    | filters.AUDIO
+    | filters.VIDEO
+    | filters.VIDEO_NOTE
+    | filters.ANIMATION
+    | filters.Document.ALL
+    | filters.LOCATION
+    | filters.VENUE
+    | filters.CONTACT
+    | filters.POLL
+    | filters.Dice.ALL
+)
 
 
 def _sender_name(message: Message) -> str:
@@ -133,8 +147,9 @@ def _sender_name(message: Message) -> str:
 class TelegramChannel:
     """The handlers, bound to one pool and one config."""
 
-    def __init__(self, pool: Pool, settings: Settings, inflight: Inflight | None = None, *,
-                 reply_limit: int) -> None:
+    def __init__(
+        self, pool: Pool, settings: Settings, inflight: Inflight | None = None, *, reply_limit: int
+    ) -> None:
         self.pool = pool
         self.reply_limit = reply_limit  # characters of a command answer (the channel's)
         self.inflight = inflight
@@ -142,8 +157,10 @@ class TelegramChannel:
         self.tg = settings.telegram
         # Voice is transcribed only when configured (bot.telegram.voice says why).
         self.transcriber: Transcriber | None = (
-            pool.llm if settings.llm.transcription_model and isinstance(pool.llm, Transcriber)
-            else None)
+            pool.llm
+            if settings.llm.transcription_model and isinstance(pool.llm, Transcriber)
+            else None
+        )
         # A recording may be 20 MB, held whole while it is transcribed: a few at a time.
         self.recordings = asyncio.Semaphore(RECORDINGS_AT_ONCE)
         # Photos are shown to the model only when on (bot.telegram.photos says why).
@@ -158,8 +175,15 @@ class TelegramChannel:
         """Answer messages a previous run stored but did not answer (`bot.telegram.resume`)."""
         if self.inflight is None or self.inflight.handled is None:
             return 0
-        return await OwedAnswers(bot, self.pool, self.inflight.handled, self.settings,
-                                 self.pacer, self.stream_interval, self.outbox).answer()
+        return await OwedAnswers(
+            bot,
+            self.pool,
+            self.inflight.handled,
+            self.settings,
+            self.pacer,
+            self.stream_interval,
+            self.outbox,
+        ).answer()
 
     def register(self, app: Application) -> None:
         new = filters.UpdateType.MESSAGE  # edited messages have their own handler
@@ -172,8 +196,9 @@ class TelegramChannel:
 
     # --- gatekeeping -----------------------------------------------------------------
 
-    async def _admit(self, update: Update, context: ContextTypes.DEFAULT_TYPE, *,
-                     command: bool = False) -> tuple[Message, Place, User | None] | None:
+    async def _admit(
+        self, update: Update, context: ContextTypes.DEFAULT_TYPE, *, command: bool = False
+    ) -> tuple[Message, Place, User | None] | None:
         """The message, its place and sender when the bot should act on it; None (after
         a refusal line, where one is due) otherwise."""
         message = update.effective_message
@@ -185,12 +210,18 @@ class TelegramChannel:
             mode = self.tg.group_mode
             if mode == "disabled":
                 return None
-            if mode == "mention" and not command and not is_addressed(
-                    message, context.bot.id, context.bot.username):
+            if (
+                mode == "mention"
+                and not command
+                and not is_addressed(message, context.bot.id, context.bot.username)
+            ):
                 return None
         if not is_allowed(self.tg, user.id if user else None, place.chat_id):
-            log.info("refused a message from user %s in chat %s (not in allowed_ids)",
-                     user.id if user else "?", place.chat_id)
+            log.info(
+                "refused a message from user %s in chat %s (not in allowed_ids)",
+                user.id if user else "?",
+                place.chat_id,
+            )
             await send_plain_reply(context.bot, self._target(message, place), NOT_ALLOWED)
             return None
         return message, place, user
@@ -200,8 +231,9 @@ class TelegramChannel:
 
     @staticmethod
     def _target(message: Message, place: Place) -> Target:
-        return Target(place.chat_id, place.thread_id,
-                      message.message_id if place.is_group else None)
+        return Target(
+            place.chat_id, place.thread_id, message.message_id if place.is_group else None
+        )
 
     # --- handlers --------------------------------------------------------------------
 
@@ -240,8 +272,9 @@ class TelegramChannel:
             await send_plain_reply(context.bot, target, line)
             return
         if listening or doc is not None:
-            read = await self._fetch(update, context.bot, target,
-                                     lambda: self._read(context.bot, sound, doc, caption))
+            read = await self._fetch(
+                update, context.bot, target, lambda: self._read(context.bot, sound, doc, caption)
+            )
             if read is None:
                 return
             text = read
@@ -249,19 +282,32 @@ class TelegramChannel:
             text = f"{note}\n{caption}"
         await self._turn(update, context, message, place, user, text)
 
-    async def _photo(self, update: Update, context: ContextTypes.DEFAULT_TYPE,
-                     message: Message, place: Place, user: User | None, photo: PhotoSize,
-                     caption: str) -> None:
+    async def _photo(
+        self,
+        update: Update,
+        context: ContextTypes.DEFAULT_TYPE,
+        message: Message,
+        place: Place,
+        user: User | None,
+        photo: PhotoSize,
+        caption: str,
+    ) -> None:
         """A turn of the photo, shown to the model."""
         async with self.photos:  # until the answer: the photo is in memory until then
-            image = await self._fetch(update, context.bot, self._target(message, place),
-                                      lambda: fetched(context.bot, photo))
+            image = await self._fetch(
+                update,
+                context.bot,
+                self._target(message, place),
+                lambda: fetched(context.bot, photo),
+            )
             if image is not None:
-                await self._turn(update, context, message, place, user, photo_text(caption),
-                                 images=[image])
+                await self._turn(
+                    update, context, message, place, user, photo_text(caption), images=[image]
+                )
 
-    async def _fetch(self, update: Update, bot: Bot, target: Target,
-                     fetch: Callable[[], Awaitable[T]]) -> T | None:
+    async def _fetch(
+        self, update: Update, bot: Bot, target: Target, fetch: Callable[[], Awaitable[T]]
+    ) -> T | None:
         """What `fetch` downloads (and reads) for a turn, with "typing…" meanwhile. None
         when the update was handled before (a redelivery is not fetched again: a failing
         second download would answer with a refusal a message that had its answer), or
@@ -276,8 +322,9 @@ class TelegramChannel:
             await send_plain_reply(bot, target, refused.line)
             return None
 
-    async def _read(self, bot: Bot, sound: Recording | None, doc: Document | None,
-                    caption: str) -> str:
+    async def _read(
+        self, bot: Bot, sound: Recording | None, doc: Document | None, caption: str
+    ) -> str:
         """The turn's text of a recording (transcribed) or a text document. Raises
         Unreadable."""
         if sound is not None and self.transcriber is not None:
@@ -286,16 +333,25 @@ class TelegramChannel:
         assert doc is not None
         return with_file(caption, doc.file_name or "file", await read_text(bot, doc))
 
-    async def _turn(self, update: Update, context: ContextTypes.DEFAULT_TYPE, message: Message,
-                    place: Place, user: User | None, text: str, *,
-                    images: Sequence[Image] = ()) -> None:
+    async def _turn(
+        self,
+        update: Update,
+        context: ContextTypes.DEFAULT_TYPE,
+        message: Message,
+        place: Place,
+        user: User | None,
+        text: str,
+        *,
+        images: Sequence[Image] = (),
+    ) -> None:
         """One turn of the conversation with `text` (the message as the model reads it,
         before the group's `[Name]`): stored, answered, streamed. `images` go to the
         model with it, unstored."""
         target = self._target(message, place)
         if len(text) > MAX_INPUT_CHARS:
-            await send_plain_reply(context.bot, target,
-                                   TOO_LONG.format(n=len(text), limit=MAX_INPUT_CHARS))
+            await send_plain_reply(
+                context.bot, target, TOO_LONG.format(n=len(text), limit=MAX_INPUT_CHARS)
+            )
             return
         if place.is_group:
             text = f"[{_sender_name(message)}] {text}"
@@ -314,9 +370,13 @@ class TelegramChannel:
         quiet = self.outbox.owes(place.chat_id)
         async with contextlib.nullcontext() if quiet else typing(context.bot, target):
             try:
-                reply = await self.pool.chat(session, text,
-                                             on_delta=None if quiet else stream.on_delta,
-                                             receipt=receipt, images=images)
+                reply = await self.pool.chat(
+                    session,
+                    text,
+                    on_delta=None if quiet else stream.on_delta,
+                    receipt=receipt,
+                    images=images,
+                )
                 answer, failed = reply.text, reply.error
             except Exception:  # the pool reports its own failures; this is a bug
                 log.exception("turn of %s failed", session.id)
@@ -324,8 +384,10 @@ class TelegramChannel:
         if receipt is not None and receipt.duplicate:
             # A redelivery that another replica (which answers it) or an earlier process
             # stored already: its record met ours in the append's transaction.
-            log.info("update %s was stored by another replica or an earlier process: skipped",
-                     receipt.update_id)
+            log.info(
+                "update %s was stored by another replica or an earlier process: skipped",
+                receipt.update_id,
+            )
             return
         if failed and receipt is not None:
             await receipt.gave_up()
@@ -333,10 +395,14 @@ class TelegramChannel:
         # restart sends it, and shown later by the outbox (bot.telegram.outbox).
         marks = receipt is not None and not failed
         shown = await finish_or_owe(
-            self.outbox, stream, answer, what=f"the answer to update {update.update_id}",
+            self.outbox,
+            stream,
+            answer,
+            what=f"the answer to update {update.update_id}",
             quote=message.message_id,
             mark=receipt.undelivered if marks and receipt else None,
-            late=receipt.delivered if marks and receipt else None)
+            late=receipt.delivered if marks and receipt else None,
+        )
         if shown and receipt is not None:
             receipt.answered()
 
@@ -347,8 +413,11 @@ class TelegramChannel:
         message, place, user = admitted
         target = self._target(message, place)
         if len(message.text or "") > MAX_INPUT_CHARS:
-            await send_plain_reply(context.bot, target,
-                                   TOO_LONG.format(n=len(message.text or ""), limit=MAX_INPUT_CHARS))
+            await send_plain_reply(
+                context.bot,
+                target,
+                TOO_LONG.format(n=len(message.text or ""), limit=MAX_INPUT_CHARS),
+            )
             return
         receipt = self._receipt(update)
         if receipt is not None and await receipt.seen_before():
@@ -356,9 +425,14 @@ class TelegramChannel:
         name, args = command_parts(message.text or "")
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         async with typing(context.bot, target):
-            answer = await handle_command(self.pool, base, name, args.strip(),
-                                          is_admin=is_admin(self.tg, user.id if user else None),
-                                          limit=self.reply_limit)
+            answer = await handle_command(
+                self.pool,
+                base,
+                name,
+                args.strip(),
+                is_admin=is_admin(self.tg, user.id if user else None),
+                limit=self.reply_limit,
+            )
         if receipt is not None:
             await receipt.record()  # its effect happened: never run it twice
         await send_plain_reply(context.bot, target, answer)
@@ -375,12 +449,15 @@ class TelegramChannel:
             return  # plain /cmd in a group may be meant for another bot
         if await self._admit(update, context, command=True) is None:
             return
-        await send_plain_reply(context.bot, self._target(message, Place.of(message)),
-                               UNKNOWN.format(name=name))
+        await send_plain_reply(
+            context.bot, self._target(message, Place.of(message)), UNKNOWN.format(name=name)
+        )
 
     async def on_edited(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        log.debug("ignored an edited message in chat %s (see bot.telegram.handlers)",
-                  update.effective_chat.id if update.effective_chat else "?")
+        log.debug(
+            "ignored an edited message in chat %s (see bot.telegram.handlers)",
+            update.effective_chat.id if update.effective_chat else "?",
+        )
 
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         update_id = update.update_id if isinstance(update, Update) else None

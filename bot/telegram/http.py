@@ -69,12 +69,17 @@ def _given(value: Any, default: float | None) -> float | None:
 class AiohttpRequest(BaseRequest):
     """One aiohttp session with a bounded pool of `connections`."""
 
-    def __init__(self, connections: int = 8, *, pool_timeout: float | None = 1.0,
-                 connect_timeout: float | None = CONNECT_TIMEOUT_S,
-                 read_timeout: float | None = READ_TIMEOUT_S,
-                 write_timeout: float | None = WRITE_TIMEOUT_S,
-                 media_write_timeout: float | None = MEDIA_WRITE_TIMEOUT_S,
-                 max_download_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        connections: int = 8,
+        *,
+        pool_timeout: float | None = 1.0,
+        connect_timeout: float | None = CONNECT_TIMEOUT_S,
+        read_timeout: float | None = READ_TIMEOUT_S,
+        write_timeout: float | None = WRITE_TIMEOUT_S,
+        media_write_timeout: float | None = MEDIA_WRITE_TIMEOUT_S,
+        max_download_bytes: int | None = None,
+    ) -> None:
         self.connections = connections
         self.max_download_bytes = max_download_bytes
         self.pool_timeout = pool_timeout
@@ -100,11 +105,16 @@ class AiohttpRequest(BaseRequest):
             await self._session.close()
         self._session = None
 
-    async def do_request(self, url: str, method: str, request_data: RequestData | None = None,
-                         read_timeout: Any = BaseRequest.DEFAULT_NONE,
-                         write_timeout: Any = BaseRequest.DEFAULT_NONE,
-                         connect_timeout: Any = BaseRequest.DEFAULT_NONE,
-                         pool_timeout: Any = BaseRequest.DEFAULT_NONE) -> tuple[int, bytes]:
+    async def do_request(
+        self,
+        url: str,
+        method: str,
+        request_data: RequestData | None = None,
+        read_timeout: Any = BaseRequest.DEFAULT_NONE,
+        write_timeout: Any = BaseRequest.DEFAULT_NONE,
+        connect_timeout: Any = BaseRequest.DEFAULT_NONE,
+        pool_timeout: Any = BaseRequest.DEFAULT_NONE,
+    ) -> tuple[int, bytes]:
         if self._session is None or self._session.closed:
             raise RuntimeError("This AiohttpRequest is not initialized!")
         files = request_data is not None and request_data.contains_files
@@ -124,8 +134,10 @@ class AiohttpRequest(BaseRequest):
         )
         try:
             async with self._session.request(method, url, data=data, timeout=timeout) as res:
-                limit = min((n for n in (self.max_download_bytes, _CAP.get())
-                             if n is not None), default=None)
+                limit = min(
+                    (n for n in (self.max_download_bytes, _CAP.get()) if n is not None),
+                    default=None,
+                )
                 if method == "GET" and limit is not None:
                     return res.status, await _read_capped(res, limit)
                 return res.status, await res.read()

@@ -77,15 +77,19 @@ class TelegramInboxRow(SQLModel, table=True):
 
     bot_id: int = Field(sa_column=sa.Column(sa.BigInteger, primary_key=True, autoincrement=False))
     update_id: int = Field(
-        sa_column=sa.Column(sa.BigInteger, primary_key=True, autoincrement=False))
+        sa_column=sa.Column(sa.BigInteger, primary_key=True, autoincrement=False)
+    )
     payload: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
     parked_at: datetime = Field(
-        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False))
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
     owner: str | None = Field(default=None, sa_column=sa.Column(sa.Text, nullable=True))
     lease_until: datetime | None = Field(
-        default=None, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=True))
-    unreadable: bool = Field(default=False, sa_column=sa.Column(
-        sa.Boolean, nullable=False, server_default=sa.false()))
+        default=None, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=True)
+    )
+    unreadable: bool = Field(
+        default=False, sa_column=sa.Column(sa.Boolean, nullable=False, server_default=sa.false())
+    )
 
 
 telegram_inbox: sa.Table = TelegramInboxRow.__table__  # type: ignore[attr-defined]
@@ -106,37 +110,53 @@ class Inbox:
         if not updates:
             return
         now = utcnow()
-        rows = [{"bot_id": self.bot_id, "update_id": u.update_id, "parked_at": now,
-                 "owner": self.owner, "lease_until": now + LEASE,
-                 "payload": json.dumps(u.to_dict(), ensure_ascii=False)} for u in updates]
+        rows = [
+            {
+                "bot_id": self.bot_id,
+                "update_id": u.update_id,
+                "parked_at": now,
+                "owner": self.owner,
+                "lease_until": now + LEASE,
+                "payload": json.dumps(u.to_dict(), ensure_ascii=False),
+            }
+            for u in updates
+        ]
         async with write_transaction(self.engine) as conn:
-            await conn.execute(conflict_insert(conn, telegram_inbox).on_conflict_do_nothing(),
-                               rows)
+            await conn.execute(conflict_insert(conn, telegram_inbox).on_conflict_do_nothing(), rows)
 
     async def remove(self, update_id: int) -> None:
         async with write_transaction(self.engine) as conn:
-            await conn.execute(sa.delete(telegram_inbox).where(
-                self._rows(), telegram_inbox.c.update_id == update_id))
+            await conn.execute(
+                sa.delete(telegram_inbox).where(
+                    self._rows(), telegram_inbox.c.update_id == update_id
+                )
+            )
 
     async def claim(self) -> list[tuple[int, str]]:
         """Take the rows whose lease lapsed (their owner is gone, or released them):
         (update id, Telegram's JSON text), oldest first. Atomic: a row is taken by one
         process only."""
         now = utcnow()
-        lapsed = sa.and_(self._rows(), telegram_inbox.c.unreadable == sa.false(),
-                         sa.or_(telegram_inbox.c.lease_until.is_(None),
-                                telegram_inbox.c.lease_until < now))
+        lapsed = sa.and_(
+            self._rows(),
+            telegram_inbox.c.unreadable == sa.false(),
+            sa.or_(telegram_inbox.c.lease_until.is_(None), telegram_inbox.c.lease_until < now),
+        )
         # Asked every few seconds and nearly always empty: a read first, so that an idle
         # bot takes no write lock (SQLite has one for the whole file).
         async with self.engine.connect() as conn:
-            if await conn.scalar(sa.select(telegram_inbox.c.update_id).where(lapsed).limit(1)) is None:
+            if (
+                await conn.scalar(sa.select(telegram_inbox.c.update_id).where(lapsed).limit(1))
+                is None
+            ):
                 return []
         async with write_transaction(self.engine) as conn:
             rows = await conn.execute(
                 sa.update(telegram_inbox)
                 .where(lapsed)
                 .values(owner=self.owner, lease_until=now + LEASE)
-                .returning(telegram_inbox.c.update_id, telegram_inbox.c.payload))
+                .returning(telegram_inbox.c.update_id, telegram_inbox.c.payload)
+            )
             return sorted((r.update_id, r.payload) for r in rows)
 
     async def renew(self) -> None:
@@ -145,7 +165,8 @@ class Inbox:
             await conn.execute(
                 sa.update(telegram_inbox)
                 .where(self._rows(), telegram_inbox.c.owner == self.owner)
-                .values(lease_until=utcnow() + LEASE))
+                .values(lease_until=utcnow() + LEASE)
+            )
 
     async def release(self) -> None:
         """At a clean stop: what is left is free for the next start at once."""
@@ -153,11 +174,13 @@ class Inbox:
             await conn.execute(
                 sa.update(telegram_inbox)
                 .where(self._rows(), telegram_inbox.c.owner == self.owner)
-                .values(lease_until=None))
+                .values(lease_until=None)
+            )
 
     async def set_unreadable(self, update_id: int) -> None:
         async with write_transaction(self.engine) as conn:
             await conn.execute(
                 sa.update(telegram_inbox)
                 .where(self._rows(), telegram_inbox.c.update_id == update_id)
-                .values(unreadable=True, lease_until=None))
+                .values(unreadable=True, lease_until=None)
+            )

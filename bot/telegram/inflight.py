@@ -22,6 +22,7 @@ sends the update again).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -74,8 +75,7 @@ class UpdateReceipt:
         try:
             seen = await store.seen(self.update_id)
         except Exception as exc:  # the turn then reports the database itself
-            log.warning("could not check whether update %s was handled: %s",
-                        self.update_id, exc)
+            log.warning("could not check whether update %s was handled: %s", self.update_id, exc)
             return False
         if seen:
             log.info("update %s was handled before (redelivered): skipped", self.update_id)
@@ -85,8 +85,12 @@ class UpdateReceipt:
     async def write(self, conn: AsyncConnection, *, session: Session) -> None:
         store = self._inflight.handled
         if store is not None and not await store.insert(
-                conn, self.update_id, session_id=session.id, user_id=session.user_id,
-                reply_to=self.reply_to):
+            conn,
+            self.update_id,
+            session_id=session.id,
+            user_id=session.user_id,
+            reply_to=self.reply_to,
+        ):
             self.duplicate = True
             raise DuplicateDelivery(f"update {self.update_id} was handled elsewhere")
         self.recorded = True
@@ -108,8 +112,9 @@ class UpdateReceipt:
         try:
             await store.undelivered(self.update_id, answer)
         except Exception as exc:  # the answer stays in the history only, as before
-            log.warning("could not mark the answer to update %s as undelivered: %s",
-                        self.update_id, exc)
+            log.warning(
+                "could not mark the answer to update %s as undelivered: %s", self.update_id, exc
+            )
 
     async def gave_up(self) -> None:
         """The turn ended without an answer to give later (the user was told why):
@@ -167,8 +172,10 @@ class Inflight:
 
     def __init__(self, app: Application, engine: AsyncEngine | None = None) -> None:
         if not isinstance(app.update_processor, ChatQueueProcessor):
-            raise TypeError("the Application needs a ChatQueueProcessor "
-                            "(ApplicationBuilder.concurrent_updates(ChatQueueProcessor(n)))")
+            raise TypeError(
+                "the Application needs a ChatQueueProcessor "
+                "(ApplicationBuilder.concurrent_updates(ChatQueueProcessor(n)))"
+            )
         self.app = app
         self.processor: ChatQueueProcessor = app.update_processor
         self.engine = engine
@@ -198,8 +205,9 @@ class Inflight:
         if known is not None:
             return known.durable
         receipt = self._receipts[update.update_id] = UpdateReceipt(update, self)
-        task = asyncio.create_task(self._handle(update, receipt),
-                                   name=f"telegram-update:{update.update_id}")
+        task = asyncio.create_task(
+            self._handle(update, receipt), name=f"telegram-update:{update.update_id}"
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return receipt.durable
@@ -259,8 +267,12 @@ class Inflight:
             try:
                 update = Update.de_json(json.loads(payload), self.app.bot)
             except Exception as exc:  # never blocks a start; kept for a human, once
-                log.error("parked update %s could not be read (%s, %d characters): "
-                          "marked unreadable", update_id, type(exc).__name__, len(payload))
+                log.error(
+                    "parked update %s could not be read (%s, %d characters): marked unreadable",
+                    update_id,
+                    type(exc).__name__,
+                    len(payload),
+                )
                 await self._set_unreadable(update_id)
                 continue
             self.accept(update)
@@ -312,10 +324,8 @@ class Inflight:
 
     async def wait_progress(self, within_s: float) -> None:
         """Until some update becomes durable or finishes, or `within_s` seconds."""
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._progress.wait(), within_s)
-        except TimeoutError:
-            pass
 
     async def drain(self, within_s: float) -> int:
         """Let in-flight handlers finish for up to `within_s` seconds, then cancel the rest
@@ -328,9 +338,12 @@ class Inflight:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-            log.warning("%d update(s) still being handled at shutdown were cancelled: "
-                        "Telegram sends again those not stored yet, and the next start "
-                        "answers the stored ones", len(pending))
+            log.warning(
+                "%d update(s) still being handled at shutdown were cancelled: "
+                "Telegram sends again those not stored yet, and the next start "
+                "answers the stored ones",
+                len(pending),
+            )
         return len(pending)
 
 

@@ -67,8 +67,15 @@ READ_MARGIN_S = 5.0
 
 
 class Poller:
-    def __init__(self, app: Application, inflight: Inflight, *, timeout: int,
-                 allowed_updates: Sequence[str], pending_poll_s: float = PENDING_POLL_S) -> None:
+    def __init__(
+        self,
+        app: Application,
+        inflight: Inflight,
+        *,
+        timeout: int,
+        allowed_updates: Sequence[str],
+        pending_poll_s: float = PENDING_POLL_S,
+    ) -> None:
         self.app = app
         self.inflight = inflight
         self.timeout = timeout
@@ -82,8 +89,9 @@ class Poller:
         # do_api_request("getUpdates") warns that Bot.get_updates exists; we want the raw
         # answer. Set here, not at import: a warnings.catch_warnings() block around the
         # import (pytest's) would drop it on exit. Adding it again replaces it.
-        warnings.filterwarnings("ignore", message=r"Please use 'Bot\.getUpdates'",
-                                category=PTBUserWarning)
+        warnings.filterwarnings(
+            "ignore", message=r"Please use 'Bot\.getUpdates'", category=PTBUserWarning
+        )
 
     @property
     def running(self) -> bool:
@@ -114,8 +122,9 @@ class Poller:
         if offset is None:
             return
         try:
-            await self.app.bot.get_updates(offset=offset, timeout=0, limit=1,
-                                           allowed_updates=self.allowed_updates)
+            await self.app.bot.get_updates(
+                offset=offset, timeout=0, limit=1, allowed_updates=self.allowed_updates
+            )
         except TelegramError as exc:  # they come again to the next process: handled then
             log.warning("could not acknowledge the last updates at shutdown: %s", exc)
 
@@ -168,12 +177,16 @@ class Poller:
 
     async def _get_updates(self, offset: int | None, poll_s: int) -> list[Any]:
         """getUpdates, answered as Telegram sent it (a list of JSON objects)."""
-        params: dict[str, Any] = {"timeout": poll_s, "limit": LIMIT,
-                                  "allowed_updates": self.allowed_updates}
+        params: dict[str, Any] = {
+            "timeout": poll_s,
+            "limit": LIMIT,
+            "allowed_updates": self.allowed_updates,
+        }
         if offset is not None:
             params["offset"] = offset
         result = await self.app.bot.do_api_request(
-            "getUpdates", api_kwargs=params, read_timeout=READ_MARGIN_S + poll_s)
+            "getUpdates", api_kwargs=params, read_timeout=READ_MARGIN_S + poll_s
+        )
         if not isinstance(result, list):
             raise TypeError(f"getUpdates answered {type(result).__name__}, not a list")
         return result
@@ -182,8 +195,9 @@ class Poller:
         for entry in raw:
             uid = entry.get("update_id") if isinstance(entry, dict) else None
             if not isinstance(uid, int):
-                raise ValueError(f"getUpdates answered an entry without an update_id: "
-                                 f"{entry!r:.200}")
+                raise ValueError(
+                    f"getUpdates answered an entry without an update_id: {entry!r:.200}"
+                )
             if offset is not None and uid < offset and not self.inflight.undurable():
                 # Telegram numbers afresh after a week without updates.
                 log.info("update ids restarted at %s", uid)

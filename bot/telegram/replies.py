@@ -77,8 +77,9 @@ class EditPacer:
 
 
 @contextlib.asynccontextmanager
-async def typing(bot: Bot, target: Target, every: float = TYPING_EVERY_S,
-                 after: float = TYPING_AFTER_S) -> AsyncIterator[None]:
+async def typing(
+    bot: Bot, target: Target, every: float = TYPING_EVERY_S, after: float = TYPING_AFTER_S
+) -> AsyncIterator[None]:
     """Show "typing…" in the chat (or topic) from `after` seconds on until the block ends."""
 
     async def loop() -> None:
@@ -86,8 +87,9 @@ async def typing(bot: Bot, target: Target, every: float = TYPING_EVERY_S,
         while True:
             wait = every
             try:
-                await bot.send_chat_action(target.chat_id, ChatAction.TYPING,
-                                           message_thread_id=target.thread_id)
+                await bot.send_chat_action(
+                    target.chat_id, ChatAction.TYPING, message_thread_id=target.thread_id
+                )
             except RetryAfter as exc:
                 wait = max(every, retry_after_seconds(exc))
             except TelegramError as exc:  # cosmetic: never fail a reply over it
@@ -148,15 +150,20 @@ class ReplyStream:
                 await self.pacer.wait(self.target.chat_id)
                 # one attempt: a later refresh or finish() carries the newer text anyway
                 try:
-                    await self.bot.edit_message_text(piece, self.target.chat_id, self.message_ids[k])
+                    await self.bot.edit_message_text(
+                        piece, self.target.chat_id, self.message_ids[k]
+                    )
                 except BadRequest as exc:
                     if "not modified" not in exc.message:
                         raise
                 self._shown[k] = piece
             else:
                 msg = await self.bot.send_message(
-                    self.target.chat_id, piece, message_thread_id=self.target.thread_id,
-                    reply_parameters=reply_parameters(self.target) if k == 0 else None)
+                    self.target.chat_id,
+                    piece,
+                    message_thread_id=self.target.thread_id,
+                    reply_parameters=reply_parameters(self.target) if k == 0 else None,
+                )
                 self.message_ids.append(msg.message_id)
                 self._shown.append(piece)
 
@@ -181,14 +188,15 @@ class ReplyStream:
             else:
                 msg = await send_piece(self.bot, self.target, piece)
                 self.message_ids.append(msg.message_id)
-        for message_id in self.message_ids[len(pieces):]:
+        for message_id in self.message_ids[len(pieces) :]:
             try:
-                await with_retry(functools.partial(self.bot.delete_message,
-                                                   self.target.chat_id, message_id),
-                                 what="deleteMessage")
+                await with_retry(
+                    functools.partial(self.bot.delete_message, self.target.chat_id, message_id),
+                    what="deleteMessage",
+                )
             except TelegramError as exc:
                 log.debug("could not delete a streamed message: %s", exc)
-        del self.message_ids[len(pieces):]
+        del self.message_ids[len(pieces) :]
         return list(self.message_ids)
 
 

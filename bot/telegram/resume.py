@@ -59,8 +59,16 @@ RESUME_AT_ONCE = 4
 class OwedAnswers:
     """What a previous run stored but did not answer, answered through `pool`."""
 
-    def __init__(self, bot: Bot, pool: Pool, handled: HandledUpdates, settings: Settings,
-                 pacer: EditPacer, stream_interval: float, outbox: Outbox) -> None:
+    def __init__(
+        self,
+        bot: Bot,
+        pool: Pool,
+        handled: HandledUpdates,
+        settings: Settings,
+        pacer: EditPacer,
+        stream_interval: float,
+        outbox: Outbox,
+    ) -> None:
         self.bot = bot
         self.pool = pool
         self.handled = handled
@@ -86,38 +94,51 @@ class OwedAnswers:
         """Answer one session's owed message(s), if still owed; True if an answer went
         (or was handed to the outbox, when Telegram could not take it yet)."""
         last = rows[-1]
-        session = Session(id=session_id, agent_id=self.agent_id, user_id=last.user_id,
-                          channel=CHANNEL)
+        session = Session(
+            id=session_id, agent_id=self.agent_id, user_id=last.user_id, channel=CHANNEL
+        )
         sent = False
         try:
             # Answers stored and owed, oldest first, each quoting its own message.
             settled: list[int] = []
             for row in rows:
                 if row.undelivered and row.answer is not None:
-                    sent |= await self._send(row, row.answer, self._stream(row), mark=None,
-                                             what="a stored answer Telegram did not take")
+                    sent |= await self._send(
+                        row,
+                        row.answer,
+                        self._stream(row),
+                        mark=None,
+                        what="a stored answer Telegram did not take",
+                    )
                 else:
                     settled.append(row.update_id)
             stream = self._stream(last)
             quiet = self.outbox.owes(last.chat_id)  # no calls in a held chat
             async with contextlib.nullcontext() if quiet else typing(self.bot, stream.target):
-                reply = await self.pool.resume(
-                    session, on_delta=None if quiet else stream.on_delta)
+                reply = await self.pool.resume(session, on_delta=None if quiet else stream.on_delta)
             if reply is not None:  # stored now (unless an apology): owed like any answer
                 sent |= await self._send(
-                    last, reply.text, stream, what="the answer to a message cut off by a stop",
-                    mark=None if reply.error else self._mark(last))
+                    last,
+                    reply.text,
+                    stream,
+                    what="the answer to a message cut off by a stop",
+                    mark=None if reply.error else self._mark(last),
+                )
                 settled = [u for u in settled if u != last.update_id]
             elif last.undelivered and last.answer is None:  # marked before bot_0006
                 answer = await self._stored_answer(session, last)
                 if answer is not None:
-                    sent |= await self._send(last, answer, stream, mark=None,
-                                             what="a stored answer that could not be sent")
+                    sent |= await self._send(
+                        last,
+                        answer,
+                        stream,
+                        mark=None,
+                        what="a stored answer that could not be sent",
+                    )
                     settled = [u for u in settled if u != last.update_id]
             await self.handled.settle(settled)
         except Exception as exc:  # the next start tries again (within RESUME_WITHIN)
-            log.warning("could not answer the owed message of session %s: %s",
-                        session_id, exc)
+            log.warning("could not answer the owed message of session %s: %s", session_id, exc)
         return sent
 
     def _stream(self, row: PendingReply) -> ReplyStream:
@@ -127,17 +148,25 @@ class OwedAnswers:
     def _mark(self, row: PendingReply) -> Callable[[str], Awaitable[None]]:
         async def mark(answer: str) -> None:
             await self.handled.undelivered(row.update_id, answer)
+
         return mark
 
-    async def _send(self, row: PendingReply, answer: str, stream: ReplyStream, *,
-                    what: str, mark: Callable[[str], Awaitable[None]] | None) -> bool:
+    async def _send(
+        self,
+        row: PendingReply,
+        answer: str,
+        stream: ReplyStream,
+        *,
+        what: str,
+        mark: Callable[[str], Awaitable[None]] | None,
+    ) -> bool:
         """Show `answer` to `row`'s message now or through the outbox; its row is
         settled once it went."""
+
         async def settle() -> None:
             await self.handled.settle([row.update_id])
 
-        if await finish_or_owe(self.outbox, stream, answer, what=what, mark=mark,
-                               late=settle):
+        if await finish_or_owe(self.outbox, stream, answer, what=what, mark=mark, late=settle):
             await settle()
             log.info("sent %s (session %s)", what, row.session_id)
         return True
@@ -148,7 +177,9 @@ class OwedAnswers:
         answer = await self.pool.stored_answer(session)
         # Checked after the read: a message stored since would be the latest turn.
         if answer is None or await self.handled.latest_turn(session.id) != row.update_id:
-            log.info("the undelivered answer of session %s is not sent: the "
-                     "conversation has moved on", session.id)
+            log.info(
+                "the undelivered answer of session %s is not sent: the conversation has moved on",
+                session.id,
+            )
             return None
         return answer

@@ -1,5 +1,5 @@
 """Which conversation an update belongs to, who may use the bot, and when a group
-message is addressed to it (DESIGN §4).
+message is addressed to it.
 
 - Private chat: one conversation per (agent, user); the memory scope is the user.
 - Group: one conversation per chat, or per forum topic (`message_thread_id`); the memory
@@ -42,8 +42,12 @@ class Place:
 def base_session(agent_id: str, place: Place, user_id: int) -> Session:
     """The base session (generation 0) of the conversation at `place`."""
     if not place.is_group:
-        return Session(id=f"{agent_id}:{CHANNEL}:{user_id}", agent_id=agent_id,
-                       user_id=user_id, channel=CHANNEL)
+        return Session(
+            id=f"{agent_id}:{CHANNEL}:{user_id}",
+            agent_id=agent_id,
+            user_id=user_id,
+            channel=CHANNEL,
+        )
     sid = f"{agent_id}:{CHANNEL}:{place.chat_id}"
     if place.thread_id is not None:
         sid += f":{place.thread_id}"
@@ -54,7 +58,9 @@ def is_allowed(settings: TelegramSettings, user_id: int | None, chat_id: int) ->
     """Everyone when `allowed_ids` is empty; else the user or the whole group is listed."""
     if not settings.allowed_ids:
         return True
-    return (user_id is not None and user_id in settings.allowed_ids) or chat_id in settings.allowed_ids
+    return (
+        user_id is not None and user_id in settings.allowed_ids
+    ) or chat_id in settings.allowed_ids
 
 
 def is_admin(settings: TelegramSettings, user_id: int | None) -> bool:
@@ -74,7 +80,9 @@ def _mentions(text: str, entities: tuple[MessageEntity, ...], bot_id: int, usern
 
 def _slice(text: str, entity: MessageEntity) -> str:
     raw = text.encode("utf-16-le")
-    return raw[2 * entity.offset: 2 * (entity.offset + entity.length)].decode("utf-16-le", "replace")
+    return raw[2 * entity.offset : 2 * (entity.offset + entity.length)].decode(
+        "utf-16-le", "replace"
+    )
 
 
 def is_reply_to_bot(message: Message, bot_id: int) -> bool:
@@ -93,8 +101,9 @@ def is_addressed(message: Message, bot_id: int, username: str) -> bool:
         return True
     if message.text and _mentions(message.text, message.entities, bot_id, username):
         return True
-    return bool(message.caption and _mentions(message.caption, message.caption_entities,
-                                               bot_id, username))
+    return bool(
+        message.caption and _mentions(message.caption, message.caption_entities, bot_id, username)
+    )
 
 
 def strip_mention(text: str, username: str) -> str:

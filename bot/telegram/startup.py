@@ -60,23 +60,33 @@ async def reach_bot_api(
 
     def note(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
-        log.warning("Telegram Bot API unreachable (attempt %d: %s: %s); retrying in %.0f s",
-                    state.attempt_number, type(exc).__name__, _first_line(str(exc)),
-                    state.upcoming_sleep)
+        log.warning(
+            "Telegram Bot API unreachable (attempt %d: %s: %s); retrying in %.0f s",
+            state.attempt_number,
+            type(exc).__name__,
+            _first_line(str(exc)),
+            state.upcoming_sleep,
+        )
 
     async def sleep(delay: float) -> None:
         if not await unless_stopped(asyncio.sleep(delay), stop):
             raise _Stopped
 
     try:
-        async for attempt in AsyncRetrying(retry=retry_if_exception(_may_come_back), wait=wait,
-                                           before_sleep=note, sleep=sleep, reraise=True):
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(_may_come_back),
+            wait=wait,
+            before_sleep=note,
+            sleep=sleep,
+            reraise=True,
+        ):
             with attempt:
                 if not await unless_stopped(bot.initialize(), stop):
                     raise _Stopped
             if attempt.retry_state.attempt_number > 1:
-                log.info("reached the Telegram Bot API (attempt %d)",
-                         attempt.retry_state.attempt_number)
+                log.info(
+                    "reached the Telegram Bot API (attempt %d)", attempt.retry_state.attempt_number
+                )
     except InvalidToken as exc:
         await bot.shutdown()
         # The server's reason: a wrong URL's may quote a whole HTML error page.

@@ -29,20 +29,32 @@ MAX_AUDIO_BYTES = 20 * 1024 * 1024  # getFile serves files up to 20 MB
 # at most this many times MAX_AUDIO_BYTES in memory, whatever `concurrent_updates` is.
 RECORDINGS_AT_ONCE = 4
 
-TOO_BIG = ("That recording is too big for me: Telegram lets bots download files of up to "
-           "20 MB.")
+TOO_BIG = "That recording is too big for me: Telegram lets bots download files of up to 20 MB."
 NO_WORDS = "I couldn't make out any words in that {noun}."
-NOT_TRANSCRIBED = ("Sorry, I couldn't transcribe that {noun} just now. Please try again "
-                   "later or type your message.")
+NOT_TRANSCRIBED = (
+    "Sorry, I couldn't transcribe that {noun} just now. Please try again "
+    "later or type your message."
+)
 NOT_LISTENING = "I can't listen to voice messages here: please type your message instead."
 
 # The server infers the format from the file name's extension; these are the ones
 # OpenAI accepts (Telegram's own voice extension, .oga, is not among them).
 EXTENSIONS = {
-    "audio/ogg": ".ogg", "audio/opus": ".ogg", "audio/mpeg": ".mp3", "audio/mp3": ".mp3",
-    "audio/mp4": ".m4a", "audio/x-m4a": ".m4a", "audio/m4a": ".m4a", "audio/aac": ".m4a",
-    "audio/wav": ".wav", "audio/x-wav": ".wav", "audio/wave": ".wav", "audio/webm": ".webm",
-    "audio/flac": ".flac", "audio/x-flac": ".flac", "video/mp4": ".mp4",
+    "audio/ogg": ".ogg",
+    "audio/opus": ".ogg",
+    "audio/mpeg": ".mp3",
+    "audio/mp3": ".mp3",
+    "audio/mp4": ".m4a",
+    "audio/x-m4a": ".m4a",
+    "audio/m4a": ".m4a",
+    "audio/aac": ".m4a",
+    "audio/wav": ".wav",
+    "audio/x-wav": ".wav",
+    "audio/wave": ".wav",
+    "audio/webm": ".webm",
+    "audio/flac": ".flac",
+    "audio/x-flac": ".flac",
+    "video/mp4": ".mp4",
 }
 
 
@@ -65,8 +77,9 @@ class Recording:
 def recording(message: Message) -> Recording | None:
     """The message's voice message, audio file or video note; None without one."""
     if message.voice is not None:
-        return Recording(message.voice, "voice message",
-                         "voice" + EXTENSIONS.get(_mime(message.voice), ".ogg"))
+        return Recording(
+            message.voice, "voice message", "voice" + EXTENSIONS.get(_mime(message.voice), ".ogg")
+        )
     if message.video_note is not None:  # always MPEG-4; Telegram gives no MIME type
         return Recording(message.video_note, "video message", "video.mp4")
     if message.audio is not None:
@@ -82,15 +95,20 @@ def _mime(file: Voice | Audio) -> str:
     return (file.mime_type or "").lower().split(";")[0].strip()
 
 
-async def transcribed(bot: Bot, transcriber: Transcriber, sound: Recording,
-                      caption: str) -> str:
+async def transcribed(bot: Bot, transcriber: Transcriber, sound: Recording, caption: str) -> str:
     """The turn's text for the recording. Raises Unreadable."""
     data = await download(bot, sound.file, MAX_AUDIO_BYTES, TOO_BIG)
     try:
         spoken = await transcriber.transcribe(data, sound.filename)
     except LLMError as exc:
-        log.warning("could not transcribe %s %s (%d bytes, %d attempts): %s", sound.noun,
-                    sound.file.file_unique_id, len(data), exc.attempts, exc.reason)
+        log.warning(
+            "could not transcribe %s %s (%d bytes, %d attempts): %s",
+            sound.noun,
+            sound.file.file_unique_id,
+            len(data),
+            exc.attempts,
+            exc.reason,
+        )
         raise Unreadable(NOT_TRANSCRIBED.format(noun=sound.noun)) from None
     if not spoken.strip():
         raise Unreadable(NO_WORDS.format(noun=sound.noun))

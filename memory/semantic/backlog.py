@@ -243,7 +243,7 @@ class EmbeddingWorker:
                     type(exc).__name__,
                     exc,
                 )
-            return min(self.backoff_cap_s, self.poll_s * 2**self._failures)
+            return float(min(self.backoff_cap_s, self.poll_s * 2.0**self._failures))
         if self._failures:
             log.info("embeddings: passes succeed again after %d failure(s)", self._failures)
         self._failures = 0

@@ -264,9 +264,9 @@ class VectorIndex:
 def _top(
     matrix: np.ndarray, code_col: np.ndarray, q: np.ndarray, codes: list[int] | None, limit: int
 ) -> list[tuple[int, float]]:
-    # einsum's own loop, not BLAS: OpenBLAS threads a matrix-vector product, and on a
-    # busy machine that cost 4 ms at 2k rows and 59 ms at 100k where einsum takes 0.2 and
-    # 20 (memory-bound: the product reads the whole matrix once).
+    # einsum's own loop, not BLAS: OpenBLAS threads a matrix-vector product, which on a
+    # busy machine cost several times einsum's single pass (the product is memory-bound:
+    # it reads the whole matrix once); bench/vector_bench.py measures it.
     scores = np.einsum("ij,j->i", matrix, q)
     if codes is not None:
         scores = np.where(np.isin(code_col, codes), scores, -np.inf)

@@ -1,4 +1,5 @@
-"""The conformance kit: the contract of DESIGN §2 as pytest tests any provider runs.
+"""The conformance kit: the provider contract (memory/capabilities.py) as pytest tests
+any provider runs.
 
 Use it by subclassing `ProviderConformance` in a test module (the class name must start
 with `Test`) and overriding the `provider` fixture::
@@ -23,7 +24,8 @@ The duties a caller passes on append and store writes (`AppendOptions`, `WriteOp
 see memory/capabilities.py) have tests of their own: live-only appends, the hook run in
 the append's transaction, the source and session recorded by every store write.
 
-Search scope: per DESIGN §4 a session searches its user's memory, so the kit asserts that
+Search scope: a session searches its user's memory (all their conversations with the
+agent), so the kit asserts that
 another *user's* messages never come back, not that another session of the same user's
 are hidden.
 """

@@ -29,9 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from memory.db import create_engine, migrate
 
-PG_ADMIN_URL = os.environ.get(
-    "MNEMO_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
+PG_ADMIN_URL = os.environ.get("MNEMO_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 _TEMPLATE_PREFIX = "mnemo_tpl_"
 _POOLED_PREFIX = "mnemo_p_"
 _templates: dict[str, str] = {}  # kind -> template database name / file path
@@ -82,11 +80,17 @@ async def _pg_template() -> str:
     try:
         async with admin.connect() as conn:
             existing = (
-                await conn.execute(
-                    text("SELECT datname FROM pg_database WHERE datname LIKE :p OR datname LIKE :q"),
-                    {"p": f"{_TEMPLATE_PREFIX}%", "q": f"{_POOLED_PREFIX}%"},
+                (
+                    await conn.execute(
+                        text(
+                            "SELECT datname FROM pg_database WHERE datname LIKE :p OR datname LIKE :q"
+                        ),
+                        {"p": f"{_TEMPLATE_PREFIX}%", "q": f"{_POOLED_PREFIX}%"},
+                    )
                 )
-            ).scalars().all()
+                .scalars()
+                .all()
+            )
             for stale in _orphaned_templates(list(existing)):
                 await conn.execute(text(f'DROP DATABASE IF EXISTS "{stale}" WITH (FORCE)'))
             await conn.execute(text(f'CREATE DATABASE "{name}"'))
@@ -184,13 +188,17 @@ async def _release_pg(name: str) -> None:
                 )
             )
             tables = (
-                await conn.execute(
-                    text(
-                        "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' "
-                        "AND tablename <> 'alembic_version'"
+                (
+                    await conn.execute(
+                        text(
+                            "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' "
+                            "AND tablename <> 'alembic_version'"
+                        )
                     )
                 )
-            ).scalars().all()
+                .scalars()
+                .all()
+            )
             if tables:
                 await conn.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
         _pg_free.append(name)

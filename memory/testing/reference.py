@@ -227,8 +227,8 @@ class ReferenceProvider(SharedStores):
     # -- Searcher ---------------------------------------------------------------
 
     def _visible(self, session: Session) -> list[_Conversation]:
-        """The conversations a session may search: its user's, with its agent (DESIGN §4:
-        the memory scope is the user, or the group)."""
+        """The conversations a session may search: its user's, with its agent (the memory
+        scope is the user, or the group)."""
         return [
             c
             for c in self._conversations.values()

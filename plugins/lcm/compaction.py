@@ -108,8 +108,12 @@ OnApplied = Callable[[AsyncConnection, Session, CompactionResult], Awaitable[Non
 
 class Compaction:
     def __init__(
-        self, engine: AsyncEngine, history: HistoryStore, summarizer: Summarizer,
-        settings: LcmSettings, on_applied: OnApplied | None = None,
+        self,
+        engine: AsyncEngine,
+        history: HistoryStore,
+        summarizer: Summarizer,
+        settings: LcmSettings,
+        on_applied: OnApplied | None = None,
     ) -> None:
         self.engine = engine
         self.history = history
@@ -164,8 +168,7 @@ class Compaction:
             total.duration_s = time.monotonic() - started
         else:  # "nothing to compact" still says how big the context is
             async with self.engine.connect() as conn:
-                total.tokens_before = total.tokens_after = (
-                    await ci.context_size(conn, conv_id))[0]
+                total.tokens_before = total.tokens_after = (await ci.context_size(conn, conv_id))[0]
         return total
 
     async def _round(self, session: Session, conv_id: int) -> CompactionResult:

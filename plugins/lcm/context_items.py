@@ -155,9 +155,7 @@ async def append_items(
     """
     if not stored:
         return
-    await conn.execute(
-        _APPEND, {"conv": conv_id, "first": stored[0].seq, "last": stored[-1].seq}
-    )
+    await conn.execute(_APPEND, {"conv": conv_id, "first": stored[0].seq, "last": stored[-1].seq})
 
 
 async def adopt_uncovered(conn: AsyncConnection, conv_id: int) -> int:
@@ -177,17 +175,16 @@ async def adopt_uncovered(conn: AsyncConnection, conv_id: int) -> int:
     summarised = (
         sa.select(sa.func.max(messages.c.seq))
         .select_from(
-            summaries.join(summary_messages, summary_messages.c.summary_id == summaries.c.id)
-            .join(messages, messages.c.id == summary_messages.c.message_id)
+            summaries.join(summary_messages, summary_messages.c.summary_id == summaries.c.id).join(
+                messages, messages.c.id == summary_messages.c.message_id
+            )
         )
         .where(summaries.c.conversation_id == conv_id)
     )
     covered = max((await conn.scalar(direct)) or 0, (await conn.scalar(summarised)) or 0)
     rows = (
         await conn.execute(
-            sa.select(
-                messages.c.id, messages.c.seq, messages.c.token_count, messages.c.created_at
-            )
+            sa.select(messages.c.id, messages.c.seq, messages.c.token_count, messages.c.created_at)
             .where(messages.c.conversation_id == conv_id, messages.c.seq > covered)
             .order_by(messages.c.seq)
         )

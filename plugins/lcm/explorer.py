@@ -1,4 +1,5 @@
-"""describe / expand: drilling back into a summary (DESIGN §2, decided semantics).
+"""describe / expand: drilling back into a summary (parents contain it, children are
+what it was built from).
 
 `parent_ids` are the condensed summaries that contain a summary; `child_ids` the
 summaries a condensed one was built from (a leaf's sources are messages, reached with
@@ -6,7 +7,7 @@ summaries a condensed one was built from (a leaf's sources are messages, reached
 messages, in order, within `token_cap` tokens.
 
 Security: with a session, the summary must belong to a conversation of that session's
-(user, agent) — the same scope as search (DESIGN §4) — else NotFound, exactly as for an
+(user, agent) — the same scope as search — else NotFound, exactly as for an
 id that does not exist, so an id alone reveals nothing. `session=None` is the operator.
 """
 

@@ -104,11 +104,7 @@ class LcmMaintenance:
             ).all():
                 leaf_seqs.setdefault(sid, []).append(seq)
             children: dict[str, list[str]] = {}
-            for sid, child in (
-                await conn.execute(
-                    _parent_links(conv_id)
-                )
-            ).all():
+            for sid, child in (await conn.execute(_parent_links(conv_id))).all():
                 children.setdefault(sid, []).append(child)
             items = (
                 await conn.execute(
@@ -307,9 +303,7 @@ async def _check_conversation(conn: AsyncConnection, conv_id: int, where: str) -
     return faults
 
 
-async def _load_tree(
-    conn: AsyncConnection, conv_id: int, where: str, faults: list[Fault]
-) -> _Tree:
+async def _load_tree(conn: AsyncConnection, conv_id: int, where: str, faults: list[Fault]) -> _Tree:
     """The conversation's rows; links to another conversation's rows are faults
     (`summary_link_foreign`) and are left out of the tree."""
     seq_of: dict[int, int] = dict(
@@ -478,9 +472,7 @@ async def _walk_context(
     return seen, reached
 
 
-def _reach_faults(
-    tree: _Tree, seen: dict[int, int], reached: set[str], where: str
-) -> list[Fault]:
+def _reach_faults(tree: _Tree, seen: dict[int, int], reached: set[str], where: str) -> list[Fault]:
     """`summary_unreachable`, `message_unreachable` and `message_duplicated`."""
     faults = [
         Fault(

@@ -1,4 +1,4 @@
-"""The lcm provider: Lossless Context Management over SQL (DESIGN §3, seed "LCM").
+"""The lcm provider: Lossless Context Management over SQL (plugins/lcm/README.md).
 
 Every message is kept (the shared history tables); the context window is an ordered list
 of items, each a message or a summary; compaction swaps runs of items for summaries that
@@ -52,6 +52,7 @@ from plugins.lcm.settings import LcmSettings
 
 log = logging.getLogger(__name__)
 
+
 class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
     name = "lcm"
 
@@ -60,7 +61,10 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
         self.history = HistoryStore(ctx.engine)
         self.settings = settings_of(LcmSettings, self.name, ctx.settings, ctx.config)
         self._compaction = Compaction(
-            ctx.engine, self.history, ctx.summarizer, self.settings,
+            ctx.engine,
+            self.history,
+            ctx.summarizer,
+            self.settings,
             on_applied=self._record_compaction,
         )
         # Semantic search (None when embeddings are off), for the hybrid search.
@@ -94,8 +98,11 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
             adopted = await ci.adopt_uncovered(conn, conv_id)
         if adopted:
             self._compaction.totals.forget(conv_id)
-            log.info("lcm adopted %d message(s) of session %s stored by another provider",
-                     adopted, session.id)
+            log.info(
+                "lcm adopted %d message(s) of session %s stored by another provider",
+                adopted,
+                session.id,
+            )
         self._adopted.add(session.id)
 
     async def append(

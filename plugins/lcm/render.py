@@ -15,8 +15,8 @@ def _stamp(value: datetime | None) -> str:
 
 def summary_xml(s: SummaryRecord) -> str:
     """The seed's format, plus `<children>` (the constituents a condensed summary can be
-    expanded into). `<parents>` lists the condensed summaries containing this one (DESIGN
-    §2's decided semantics), so it is empty for a summary still in the context window.
+    expanded into). `<parents>` lists the condensed summaries containing this one (parents contain,
+    children are what it was built from), so it is empty for a summary still in the context window.
     Content is XML-escaped: a message quoting `</summary>` must not end the element."""
     lines = [
         f'<summary id={quoteattr(s.id)} kind={quoteattr(s.kind)} depth="{s.depth}" '

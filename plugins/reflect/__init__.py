@@ -1,4 +1,4 @@
-"""The reflect job (DESIGN §5): keeps each user's profile, the agent's soul and the user's
+"""The reflect job: keeps each user's profile, the agent's soul and the user's
 constraints current from what was said, on a schedule."""
 
 from plugins.reflect.reflector import (

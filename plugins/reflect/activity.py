@@ -44,8 +44,14 @@ class SharedHistoryActivity:
         Archived sessions count too: what was said before `/new` is worth keeping."""
         c, w = conversations, watermarks
         query = (
-            sa.select(c.c.session_id, c.c.agent_id, c.c.user_id, c.c.channel,
-                      c.c.updated_at, w.c.watermark)
+            sa.select(
+                c.c.session_id,
+                c.c.agent_id,
+                c.c.user_id,
+                c.c.channel,
+                c.c.updated_at,
+                w.c.watermark,
+            )
             .select_from(c.outerjoin(w, w.c.session_id == c.c.session_id))
             .where(
                 c.c.agent_id == self.agent_id,
@@ -69,8 +75,9 @@ class SharedHistoryActivity:
     async def activity_at(self, session_id: str) -> datetime | None:
         async with self.engine.connect() as conn:
             value = await conn.scalar(
-                sa.select(conversations.c.updated_at)
-                .where(conversations.c.session_id == session_id)
+                sa.select(conversations.c.updated_at).where(
+                    conversations.c.session_id == session_id
+                )
             )
         return as_utc(value)
 
@@ -111,8 +118,9 @@ class SessionManagerActivity:
         return as_utc(info.last_active or info.created_at)
 
 
-def activity_source(provider: Provider, engine: AsyncEngine, state: ReflectState
-                    ) -> ActivitySource | None:
+def activity_source(
+    provider: Provider, engine: AsyncEngine, state: ReflectState
+) -> ActivitySource | None:
     """The cheapest source that works for `provider`; None when it has none."""
     inner = unwrap(provider)
     if isinstance(inner, SessionHistory):

@@ -32,8 +32,9 @@ def _constraints(entries: list[ConstraintEntry]) -> str:
     return "\n".join(f"- [{e.id}] {e.text}" for e in entries) or "(none)"
 
 
-def build_messages(review_context: str, profile: str, soul: str,
-                   constraints: list[ConstraintEntry] | None) -> list[Message]:
+def build_messages(
+    review_context: str, profile: str, soul: str, constraints: list[ConstraintEntry] | None
+) -> list[Message]:
     """System rules plus one user message holding the current memory and the review
     context. `constraints` is None when the provider has no constraint store."""
     parts = [

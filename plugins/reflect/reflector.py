@@ -1,5 +1,5 @@
 """One reflect cycle: review the sessions with new activity and let the model update the
-user's profile, the agent's soul and the user's constraints (DESIGN §5).
+user's profile, the agent's soul and the user's constraints.
 
 The plugin does not import `bot`: the caller injects `run_turn`, an async callable that
 runs one LLM conversation with one tool until the model answers in text (the bot passes
@@ -32,8 +32,12 @@ log = logging.getLogger(__name__)
 
 # The memory tool actions reflect may use (constraint ones only where supported).
 REFLECT_ACTIONS = (
-    "profile_get", "profile_update", "soul_get", "soul_update",
-    "constraint_list", "constraint_add",
+    "profile_get",
+    "profile_update",
+    "soul_get",
+    "soul_update",
+    "constraint_list",
+    "constraint_add",
 )
 WRITE_ACTIONS = frozenset({"profile_update", "soul_update", "constraint_add"})
 
@@ -55,8 +59,12 @@ class ReflectConfig:
     def from_settings(cls, settings: Any) -> ReflectConfig:
         """From mnemo's `Settings` (read by attribute, so this plugin needs no `bot`)."""
         r = settings.reflect
-        return cls(agent_id=settings.agent.id, enabled=r.enabled,
-                   interval_s=float(r.interval_s), batch=int(r.batch))
+        return cls(
+            agent_id=settings.agent.id,
+            enabled=r.enabled,
+            interval_s=float(r.interval_s),
+            batch=int(r.batch),
+        )
 
 
 @dataclass
@@ -93,8 +101,10 @@ class CycleReport:
     def summary(self) -> str:
         if self.skipped:
             return f"reflect: cycle skipped: {self.skipped}"
-        return (f"reflect: {self.reviewed} session(s) reviewed, {self.changes} change(s) "
-                f"written, {self.failed} failed, {self.busy} skipped (busy elsewhere)")
+        return (
+            f"reflect: {self.reviewed} session(s) reviewed, {self.changes} change(s) "
+            f"written, {self.failed} failed, {self.busy} skipped (busy elsewhere)"
+        )
 
 
 def _replica_id() -> str:
@@ -107,8 +117,15 @@ def slot_of(now: datetime, interval_s: float) -> int:
 
 
 class Reflector:
-    def __init__(self, engine: AsyncEngine, provider: Any, run_turn: TurnRunner,
-                 config: ReflectConfig, *, replica_id: str | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        provider: Any,
+        run_turn: TurnRunner,
+        config: ReflectConfig,
+        *,
+        replica_id: str | None = None,
+    ) -> None:
         self.provider = provider
         self.run_turn = run_turn
         self.config = config
@@ -202,8 +219,12 @@ class Reflector:
             answer = await self.run_turn(prompt, schema, handler)
         except Exception as exc:
             reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-            log.warning("reflect: review of session %s failed (%d write(s) kept): %s",
-                        session.id, writes, reason)
+            log.warning(
+                "reflect: review of session %s failed (%d write(s) kept): %s",
+                session.id,
+                writes,
+                reason,
+            )
             await self.state.fail(lease, reason)
             return SessionOutcome(session.id, "failed", writes, reason[:200])
         await self._succeed(lease)
@@ -212,8 +233,11 @@ class Reflector:
 
     async def _succeed(self, lease: Lease) -> None:
         if not await self.state.succeed(lease):
-            log.warning("reflect: lease on session %s expired during its review; "
-                        "its watermark stays for the next cycle", lease.session.id)
+            log.warning(
+                "reflect: lease on session %s expired during its review; "
+                "its watermark stays for the next cycle",
+                lease.session.id,
+            )
 
     async def _prompt(self, lease: Lease, context: str) -> list[Message]:
         # The live memory, not the session's snapshot: reflect merges into what is

@@ -81,8 +81,12 @@ class ReflectState:
         async with write_transaction(self.engine) as conn:
             won = await conn.scalar(
                 conflict_insert(conn, slots)
-                .values(agent_id=self.agent_id, slot=slot, claimed_by=self.replica_id,
-                        claimed_at=utcnow())
+                .values(
+                    agent_id=self.agent_id,
+                    slot=slot,
+                    claimed_by=self.replica_id,
+                    claimed_at=utcnow(),
+                )
                 .on_conflict_do_nothing(index_elements=["agent_id", "slot"])
                 .returning(slots.c.slot)
             )
@@ -96,8 +100,9 @@ class ReflectState:
                 .values(finished_at=utcnow(), reviewed=reviewed, changes=changes, failed=failed)
             )
             await conn.execute(
-                sa.delete(slots).where(slots.c.agent_id == self.agent_id,
-                                       slots.c.slot <= slot - KEEP_SLOTS)
+                sa.delete(slots).where(
+                    slots.c.agent_id == self.agent_id, slots.c.slot <= slot - KEEP_SLOTS
+                )
             )
 
     # -- watermarks -----------------------------------------------------------------
@@ -105,13 +110,24 @@ class ReflectState:
     async def watermark_rows(self) -> dict[str, WatermarkRow]:
         """Every watermark row of this agent, by session id."""
         w = watermarks
-        query = sa.select(w.c.session_id, w.c.watermark, w.c.attempted_at, w.c.lease_until,
-                          w.c.failures, w.c.last_error).where(w.c.agent_id == self.agent_id)
+        query = sa.select(
+            w.c.session_id,
+            w.c.watermark,
+            w.c.attempted_at,
+            w.c.lease_until,
+            w.c.failures,
+            w.c.last_error,
+        ).where(w.c.agent_id == self.agent_id)
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         return {
-            r.session_id: WatermarkRow(as_utc(r.watermark), as_utc(r.attempted_at),
-                                       as_utc(r.lease_until), r.failures, r.last_error)
+            r.session_id: WatermarkRow(
+                as_utc(r.watermark),
+                as_utc(r.attempted_at),
+                as_utc(r.lease_until),
+                r.failures,
+                r.last_error,
+            )
             for r in rows
         }
 
@@ -124,8 +140,9 @@ class ReflectState:
 
     # -- leases and outcomes -------------------------------------------------------
 
-    async def lease(self, cand: Candidate, activity_at: datetime, lease_s: float,
-                    now: datetime | None = None) -> Lease | None:
+    async def lease(
+        self, cand: Candidate, activity_at: datetime, lease_s: float, now: datetime | None = None
+    ) -> Lease | None:
         """Take the session for `lease_s` seconds, or None when someone else holds it or
         has meanwhile reviewed up to `activity_at` (the session's last activity, read
         just before)."""
@@ -135,9 +152,13 @@ class ReflectState:
         w = watermarks
         async with write_transaction(self.engine) as conn:
             insert = conflict_insert(conn, w).values(
-                session_id=cand.session.id, agent_id=cand.session.agent_id,
-                user_id=cand.session.user_id, failures=0, last_error="",
-                lease_token=token, lease_until=until,
+                session_id=cand.session.id,
+                agent_id=cand.session.agent_id,
+                user_id=cand.session.user_id,
+                failures=0,
+                last_error="",
+                lease_token=token,
+                lease_until=until,
             )
             stmt = insert.on_conflict_do_update(
                 index_elements=["session_id"],
@@ -151,7 +172,8 @@ class ReflectState:
             if watermark is not None and watermark >= activity_at:
                 # Another reviewer got there first: nothing left to review.
                 await conn.execute(
-                    sa.update(w).where(w.c.session_id == cand.session.id)
+                    sa.update(w)
+                    .where(w.c.session_id == cand.session.id)
                     .values(lease_token="", lease_until=None)
                 )
                 return None
@@ -161,17 +183,27 @@ class ReflectState:
         """Move the watermark to the activity the review covered; False if the lease was
         lost meanwhile (expired and taken), in which case nothing is written."""
         now = now or utcnow()
-        return await self._finish(lease, {
-            "watermark": lease.activity_at, "reviewed_at": now, "attempted_at": now,
-            "failures": 0, "last_error": "",
-        })
+        return await self._finish(
+            lease,
+            {
+                "watermark": lease.activity_at,
+                "reviewed_at": now,
+                "attempted_at": now,
+                "failures": 0,
+                "last_error": "",
+            },
+        )
 
     async def fail(self, lease: Lease, error: str, now: datetime | None = None) -> bool:
         """Record a failed review; the watermark stays, so the next cycle retries."""
-        return await self._finish(lease, {
-            "attempted_at": now or utcnow(), "failures": watermarks.c.failures + 1,
-            "last_error": error[:MAX_ERROR_CHARS],
-        })
+        return await self._finish(
+            lease,
+            {
+                "attempted_at": now or utcnow(),
+                "failures": watermarks.c.failures + 1,
+                "last_error": error[:MAX_ERROR_CHARS],
+            },
+        )
 
     async def _finish(self, lease: Lease, values: dict) -> bool:
         w = watermarks

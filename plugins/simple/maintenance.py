@@ -55,8 +55,9 @@ class SimpleMaintenance:
         async with self.engine.connect() as conn:
             conv = (
                 await conn.execute(
-                    sa.select(conversations.c.id, conversations.c.agent_id, conversations.c.user_id)
-                    .where(conversations.c.session_id == session_id)
+                    sa.select(
+                        conversations.c.id, conversations.c.agent_id, conversations.c.user_id
+                    ).where(conversations.c.session_id == session_id)
                 )
             ).first()
             if conv is None:
@@ -148,8 +149,12 @@ class SimpleMaintenance:
         out += ["", f"### Notes and archives of the user ({len(notes)})"]
         for n in notes:
             aliases = f" (also {', '.join(n['aliases'])})" if n["aliases"] else ""
-            out += ["", f"#### {n['kind']} `{n['name']}`{aliases} · {n['created_at']}", "",
-                    n["content"]]
+            out += [
+                "",
+                f"#### {n['kind']} `{n['name']}`{aliases} · {n['created_at']}",
+                "",
+                n["content"],
+            ]
         return "\n".join(out) + "\n"
 
     async def check_integrity(self) -> list[Fault]:

@@ -27,6 +27,7 @@ resolving; promoting an alias of the same entry is allowed); Alias binds one mor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -447,10 +448,8 @@ class NotesFile:
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path)
         except BaseException:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-            except FileNotFoundError:
-                pass
             raise
         # The rename is durable only once the directory entry is on disk.
         _fsync_dir(directory)

@@ -23,6 +23,7 @@ notes; the rename error names the staged file to move into place by hand.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -72,11 +73,14 @@ def read_entries(raw: Any, where: str = ".provider.data.notes") -> list[NoteEntr
             raise InvalidArgument(f"{at}.kind: expected Note or Archive") from None
         created = obj["created_at"]
         created_at = None if created is None else parse_timestamp(created, f"{at}.created_at")
-        for label_at, label in ((f"{at}.name", name), *(
-            (f"{at}.aliases[{j}]", a) for j, a in enumerate(aliases)
-        )):
+        for label_at, label in (
+            (f"{at}.name", name),
+            *((f"{at}.aliases[{j}]", a) for j, a in enumerate(aliases)),
+        ):
             if not isinstance(label, str) or len(label) > MAX_NAME_LEN:
-                raise InvalidArgument(f"{label_at}: expected a name of at most {MAX_NAME_LEN} characters")
+                raise InvalidArgument(
+                    f"{label_at}: expected a name of at most {MAX_NAME_LEN} characters"
+                )
             try:
                 key = name_key(label)
             except InvalidArgument as exc:
@@ -85,8 +89,16 @@ def read_entries(raw: Any, where: str = ".provider.data.notes") -> list[NoteEntr
                 raise InvalidArgument(f"{label_at}: the name {label!r} is used twice")
             names.add(key)
         ids.add(entry_id)
-        out.append(NoteEntry(id=entry_id, name=name, content=content, kind=kind,
-                             aliases=list(aliases), created_at=created_at))
+        out.append(
+            NoteEntry(
+                id=entry_id,
+                name=name,
+                content=content,
+                kind=kind,
+                aliases=list(aliases),
+                created_at=created_at,
+            )
+        )
     return out
 
 
@@ -134,7 +146,9 @@ def stage(path: Path, entries: list[NoteEntry]) -> StagedNotes | None:
         if data is None:
             os.close(fd)
             return None
-        tmp_fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.import-", suffix=".tmp")
+        tmp_fd, tmp = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.import-", suffix=".tmp"
+        )
         with os.fdopen(tmp_fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -142,10 +156,8 @@ def stage(path: Path, entries: list[NoteEntry]) -> StagedNotes | None:
         return StagedNotes(path, tmp, fd)
     except BaseException as exc:
         if tmp is not None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-            except FileNotFoundError:
-                pass
         os.close(fd)
         if isinstance(exc, OSError):
             raise StoreCorrupt(f"cannot write the notes file {path}: {exc}") from exc

@@ -58,8 +58,12 @@ async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
 
 def make_settings(server: FakeOpenAI, data_dir: Path, **sections: dict[str, Any]) -> Settings:
     raw: dict[str, Any] = {
-        "llm": {"base_url": server.base_url, "api_key": "test-key", "timeout_s": 5,
-                "max_retries": 2},
+        "llm": {
+            "base_url": server.base_url,
+            "api_key": "test-key",
+            "timeout_s": 5,
+            "max_retries": 2,
+        },
         "data_dir": str(data_dir),
         "memory": {"provider": "reference", "budget_tokens": 4000, "fresh_tail": 6},
         "compaction": {"max_tokens": -1, "keep_tail": 2},
@@ -77,16 +81,29 @@ async def make_pool(tmp_path: Path, llm_server: FakeOpenAI) -> AsyncIterator[Poo
     """`make_pool(engine, summarizer=None, compactor=True, notes=True, **settings)`."""
     made: list[tuple[Pool, LLMClient, SessionLocks]] = []
 
-    def factory(engine: AsyncEngine, *, summarizer: Summarizer | None = None,
-                compactor: bool = True, notes: bool = True, provider: Any = None,
-                **sections: dict[str, Any]) -> Pool:
+    def factory(
+        engine: AsyncEngine,
+        *,
+        summarizer: Summarizer | None = None,
+        compactor: bool = True,
+        notes: bool = True,
+        provider: Any = None,
+        **sections: dict[str, Any],
+    ) -> Pool:
         settings = make_settings(llm_server, tmp_path / "data", **sections)
         llm = LLMClient(settings.llm, backoff_s=0.001)
         if provider is None:
-            ctx = ProviderContext(engine=engine, summarizer=summarizer or GatedSummarizer(),
-                                  agent_id=settings.agent.id, data_dir=tmp_path / "data",
-                                  config={"keep_tail": settings.compaction.keep_tail,
-                                          "compactor": compactor, "notes": notes})
+            ctx = ProviderContext(
+                engine=engine,
+                summarizer=summarizer or GatedSummarizer(),
+                agent_id=settings.agent.id,
+                data_dir=tmp_path / "data",
+                config={
+                    "keep_tail": settings.compaction.keep_tail,
+                    "compactor": compactor,
+                    "notes": notes,
+                },
+            )
             provider = reference.create(ctx)
         locks = SessionLocks(engine)
         pool = Pool(provider, llm, settings, locks=locks)

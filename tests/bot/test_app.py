@@ -44,12 +44,17 @@ class Closings:
 
 
 def lcm_settings(llm_server: FakeOpenAI, tmp_path: Path):
-    return make_settings(llm_server, tmp_path / "data", memory={"provider": "lcm"},
-                         database={"url": f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"})
+    return make_settings(
+        llm_server,
+        tmp_path / "data",
+        memory={"provider": "lcm"},
+        database={"url": f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"},
+    )
 
 
 async def test_a_provider_that_fails_to_build_leaves_the_llm_client_closed(
-        llm_server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    llm_server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     closings = Closings(monkeypatch)
 
     async def broken_factory(name: str, ctx: Any) -> Any:
@@ -62,7 +67,8 @@ async def test_a_provider_that_fails_to_build_leaves_the_llm_client_closed(
 
 
 async def test_a_failure_after_the_provider_closes_it_and_the_llm_client(
-        llm_server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    llm_server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     closings = Closings(monkeypatch)
 
     def no_locks(engine: Any) -> Any:
@@ -75,7 +81,8 @@ async def test_a_failure_after_the_provider_closes_it_and_the_llm_client(
 
 
 async def test_close_goes_on_when_the_pool_fails_to_close(
-        llm_server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    llm_server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     closings = Closings(monkeypatch)
     services = await build_services(lcm_settings(llm_server, tmp_path))
 

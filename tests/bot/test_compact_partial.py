@@ -37,17 +37,27 @@ def _compactions(outcome: str) -> float:
 
 def _pool(engine: AsyncEngine, make_pool: PoolFactory, fail_on: int | None, tmp_path):  # noqa: ANN001, ANN202
     config = {"keep_tail": 2, "leaf_chunk_size": 2}
-    ctx = ProviderContext(engine=engine, summarizer=FailsOnCall(fail_on), agent_id="default",
-                          data_dir=tmp_path / "data", config=config)
+    ctx = ProviderContext(
+        engine=engine,
+        summarizer=FailsOnCall(fail_on),
+        agent_id="default",
+        data_dir=tmp_path / "data",
+        config=config,
+    )
     return make_pool(engine, provider=create_provider("lcm", ctx))
 
 
 async def test_compact_that_fails_part_way_says_what_was_kept(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory, tmp_path) -> None:  # noqa: ANN001
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory, tmp_path
+) -> None:  # noqa: ANN001
     flaky = _pool(sqlite_engine, make_pool, 11, tmp_path)
     await flaky.provider.append(  # 18 messages: 16 outside the tail
-        ALICE, *(Message("user" if i % 2 == 0 else "assistant", f"line {i} " + "x" * 80)
-                 for i in range(18)))
+        ALICE,
+        *(
+            Message("user" if i % 2 == 0 else "assistant", f"line {i} " + "x" * 80)
+            for i in range(18)
+        ),
+    )
     before = (await flaky.provider.stats(ALICE)).context_tokens
     # Round 1: 8 leaves (calls 1-8) then 2 condensed (9-10); round 2's only call fails.
     counted = {o: _compactions(o) for o in ("changed", "error")}

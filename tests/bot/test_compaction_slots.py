@@ -47,16 +47,19 @@ class CountingSummarizer:
             async with asyncio.timeout(STUCK_S), self.changed:
                 await self.changed.wait_for(predicate)
         except TimeoutError:
-            raise AssertionError(f"never {what}: {self.in_flight} call(s) in flight, "
-                                 f"{self.calls} made") from None
+            raise AssertionError(
+                f"never {what}: {self.in_flight} call(s) in flight, {self.calls} made"
+            ) from None
 
 
 async def test_a_burst_of_compactions_runs_a_few_at_a_time_and_no_reply_waits(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory
+):
     assert 1 < COMPACTIONS_AT_ONCE < len(SESSIONS), "the burst must exceed the slots"
     summarizer = CountingSummarizer()
-    pool = make_pool(sqlite_engine, summarizer=summarizer,
-                     compaction={"max_tokens": 10, "keep_tail": 2})
+    pool = make_pool(
+        sqlite_engine, summarizer=summarizer, compaction={"max_tokens": 10, "keep_tail": 2}
+    )
     long = "tell me about the sea " * 5
     for session in SESSIONS:  # two messages each, all in the kept tail
         assert not (await pool.chat(session, long)).error
@@ -68,8 +71,10 @@ async def test_a_burst_of_compactions_runs_a_few_at_a_time_and_no_reply_waits(
     async with asyncio.timeout(STUCK_S):
         replies = await asyncio.gather(*(pool.chat(s, long) for s in SESSIONS))
     assert all(r.text.startswith("echo:") for r in replies)
-    await summarizer.wait_for(lambda: summarizer.in_flight >= COMPACTIONS_AT_ONCE,
-                              f"{COMPACTIONS_AT_ONCE} compactions at once")
+    await summarizer.wait_for(
+        lambda: summarizer.in_flight >= COMPACTIONS_AT_ONCE,
+        f"{COMPACTIONS_AT_ONCE} compactions at once",
+    )
     # The compactions waiting for a slot hold up no session either: another round of
     # turns (many loop iterations, in which any unbounded compaction would start too).
     async with asyncio.timeout(STUCK_S):

@@ -23,25 +23,29 @@ def user_contents(body: dict[str, Any]) -> list[Any]:
 
 
 async def test_every_round_carries_the_images_on_the_last_user_message(
-        llm_server: FakeOpenAI) -> None:
+    llm_server: FakeOpenAI,
+) -> None:
     client = make_client(llm_server)
-    prompt = [Message(role="system", content="be brief"), Message(role="user", content="a"),
-              Message(role="assistant", content="b"), Message(role="user", content="c")]
+    prompt = [
+        Message(role="system", content="be brief"),
+        Message(role="user", content="a"),
+        Message(role="assistant", content="b"),
+        Message(role="user", content="c"),
+    ]
     llm_server.push(tool_call("weather", {"city": "Oslo"}), text("sunny"))
     try:
-        result = await run_turn(client, prompt, [echo_tool([])], max_rounds=4,
-                                images=[PNG])
+        result = await run_turn(client, prompt, [echo_tool([])], max_rounds=4, images=[PNG])
     finally:
         await client.close()
-    parts = [{"type": "text", "text": "c"},
-             {"type": "image_url", "image_url": {"url": URL}}]
+    parts = [{"type": "text", "text": "c"}, {"type": "image_url", "image_url": {"url": URL}}]
     assert [user_contents(r) for r in llm_server.requests] == [["a", parts], ["a", parts]]
     assert all(isinstance(m.content, str) for m in [*prompt, *result.messages])
     assert prompt[-1].content == "c"
 
 
 async def test_images_count_a_fixed_estimate_and_are_not_stored(
-        engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI) -> None:
+    engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
+) -> None:
     pool = make_pool(engine)
     budgets: list[int] = []
     assemble = pool.provider.assemble
@@ -57,8 +61,11 @@ async def test_images_count_a_fixed_estimate_and_are_not_stored(
     reply = await pool.chat(seen, "[photo]\nlook", images=[PNG, PNG])
     assert not reply.error and reply.text == "echo: [photo]\nlook"
     assert budgets[0] - budgets[1] == 2 * IMAGE_TOKENS
-    assert len([p for p in user_contents(llm_server.requests[1])[-1]
-                if p["type"] == "image_url"]) == 2
+    assert (
+        len([p for p in user_contents(llm_server.requests[1])[-1] if p["type"] == "image_url"]) == 2
+    )
     stored = await assemble(seen, 10_000, 10)
     assert [(m.role, m.content) for m in stored] == [
-        ("user", "[photo]\nlook"), ("assistant", "echo: [photo]\nlook")]
+        ("user", "[photo]\nlook"),
+        ("assistant", "echo: [photo]\nlook"),
+    ]

@@ -21,8 +21,9 @@ def closed_port() -> int:
 
 
 async def ask(base_url: str, timeout_s: float) -> LLMError:
-    client = LLMClient(LLMSettings(base_url=base_url, api_key="k", timeout_s=timeout_s,
-                                   max_retries=0))
+    client = LLMClient(
+        LLMSettings(base_url=base_url, api_key="k", timeout_s=timeout_s, max_retries=0)
+    )
     try:
         with pytest.raises(LLMError) as info:
             await client.complete([Message(role="user", content="hi")])

@@ -25,7 +25,8 @@ def roles(msgs) -> list[str]:
 
 
 async def test_turn_stores_every_message_and_prompts_with_memory(
-        engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI, tmp_path: Path):
+    engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI, tmp_path: Path
+):
     data = tmp_path / "data"
     data.mkdir()
     (data / "Soul.md").write_text("You are a pirate.")
@@ -51,20 +52,27 @@ async def test_turn_stores_every_message_and_prompts_with_memory(
     assert system["role"] == "system"
     prompt = system["content"]
     assert prompt.startswith(pool.settings.agent.system_prompt)
-    memory_block = prompt[prompt.index("<memory>"):]
-    for expected in ("You are a pirate.", "The user is called Alice.", "Never use emoji.",
-                     "</memory>"):
+    memory_block = prompt[prompt.index("<memory>") :]
+    for expected in (
+        "You are a pirate.",
+        "The user is called Alice.",
+        "Never use emoji.",
+        "</memory>",
+    ):
         assert expected in memory_block
     assert llm_server.requests[0]["messages"][-1] == {"role": "user", "content": "hello"}
     assert llm_server.requests[0]["tools"][0]["function"]["name"] == "memory"
     # The identity files were seeded as a `system` change, once.
     log = await pool.provider.read_changelog(1, "default")
     assert {(e.scope, e.source) for e in log if e.scope != "constraint"} == {
-        ("soul", "system"), ("profile", "system")}
+        ("soul", "system"),
+        ("profile", "system"),
+    }
 
 
 async def test_final_llm_failure_keeps_the_user_message_and_no_half_turn(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
+):
     pool = make_pool(sqlite_engine)
     # One tool round succeeds, then the model fails on every attempt (max_retries=2).
     llm_server.push(tool_call("memory", {"action": "status"}), *[error(500)] * 3)
@@ -81,10 +89,13 @@ async def test_final_llm_failure_keeps_the_user_message_and_no_half_turn(
 
 
 async def test_tool_writes_are_tagged_agent_and_the_session_sees_them(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
+):
     pool = make_pool(sqlite_engine)
-    llm_server.push(tool_call("memory", {"action": "profile_update",
-                                         "content": "Likes green tea."}), text("Noted."))
+    llm_server.push(
+        tool_call("memory", {"action": "profile_update", "content": "Likes green tea."}),
+        text("Noted."),
+    )
     assert (await pool.chat(ALICE, "I like green tea")).text == "Noted."
     [entry] = await pool.provider.read_changelog(1, "default", "profile")
     assert entry.source == ChangeSource.AGENT and entry.session_id == ALICE.id
@@ -93,7 +104,8 @@ async def test_tool_writes_are_tagged_agent_and_the_session_sees_them(
 
 
 async def test_a_session_reads_memory_at_its_snapshot_version(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
+):
     pool = make_pool(sqlite_engine)
     await pool.chat(ALICE, "first")
     await pool.provider.set_profile(1, "default", "Changed elsewhere.")  # e.g. reflect
@@ -105,7 +117,8 @@ async def test_a_session_reads_memory_at_its_snapshot_version(
 
 
 async def test_one_serving_process_reads_a_snapshot_once_until_its_own_write_moves_it(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
+):
     pool = make_pool(sqlite_engine)
     await pool.chat(ALICE, "first")
     with sql_statements(sqlite_engine) as statements:
@@ -113,8 +126,10 @@ async def test_one_serving_process_reads_a_snapshot_once_until_its_own_write_mov
         assert not [s for s in statements if "session_snapshots" in s]
         # The turn's own memory write advances the snapshot: the next turn reads it again
         # and its prompt holds the rule.
-        llm_server.push(tool_call("memory", {"action": "constraint_add",
-                                             "text": "Answer in haiku."}), text("Noted."))
+        llm_server.push(
+            tool_call("memory", {"action": "constraint_add", "text": "Answer in haiku."}),
+            text("Noted."),
+        )
         await pool.chat(ALICE, "always answer in haiku")
         statements.clear()
         await pool.chat(ALICE, "third")
@@ -123,7 +138,8 @@ async def test_one_serving_process_reads_a_snapshot_once_until_its_own_write_mov
 
 
 async def test_sessions_run_in_parallel_and_one_session_serialises(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
+):
     pool = make_pool(sqlite_engine)
     gate = asyncio.Event()
     llm_server.push(*[gated(gate, text(f"answer {i}")) for i in range(3)])
@@ -148,10 +164,12 @@ async def test_sessions_run_in_parallel_and_one_session_serialises(
 
 
 async def test_auto_compaction_runs_after_the_reply_without_holding_the_session(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory
+):
     summarizer = GatedSummarizer()
-    pool = make_pool(sqlite_engine, summarizer=summarizer,
-                     compaction={"max_tokens": 10, "keep_tail": 2})
+    pool = make_pool(
+        sqlite_engine, summarizer=summarizer, compaction={"max_tokens": 10, "keep_tail": 2}
+    )
     long = "tell me about the sea " * 5
     assert not (await pool.chat(ALICE, long)).error
     await pool.drain()  # two messages, all in the kept tail: nothing to compact yet
@@ -171,11 +189,13 @@ async def test_auto_compaction_runs_after_the_reply_without_holding_the_session(
 
 
 async def test_failed_auto_compaction_warns_and_changes_nothing(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory, caplog: pytest.LogCaptureFixture):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory, caplog: pytest.LogCaptureFixture
+):
     summarizer = GatedSummarizer(fail=True)
     summarizer.release.set()
-    pool = make_pool(sqlite_engine, summarizer=summarizer,
-                     compaction={"max_tokens": 10, "keep_tail": 2})
+    pool = make_pool(
+        sqlite_engine, summarizer=summarizer, compaction={"max_tokens": 10, "keep_tail": 2}
+    )
     with caplog.at_level(logging.WARNING, logger="bot.pool"):
         for i in range(3):
             assert not (await pool.chat(ALICE, f"message number {i} " * 5)).error
@@ -187,7 +207,8 @@ async def test_failed_auto_compaction_warns_and_changes_nothing(
 
 
 async def test_disabled_auto_compaction_never_runs(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory
+):
     summarizer = GatedSummarizer()
     pool = make_pool(sqlite_engine, summarizer=summarizer, compaction={"max_tokens": -1})
     for i in range(3):
@@ -196,7 +217,8 @@ async def test_disabled_auto_compaction_never_runs(
 
 
 async def test_compact_now_and_without_a_compactor(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory
+):
     summarizer = GatedSummarizer()
     summarizer.release.set()
     pool = make_pool(sqlite_engine, summarizer=summarizer)
@@ -210,7 +232,8 @@ async def test_compact_now_and_without_a_compactor(
 
 
 async def test_new_session_rotates_and_survives_a_restart(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory
+):
     pool = make_pool(sqlite_engine)
     base = ALICE
     assert await pool.current_session(base) == base
@@ -225,17 +248,18 @@ async def test_new_session_rotates_and_survives_a_restart(
     assert await again.current_session(base) == nxt
     await again.chat(nxt, "in the second conversation")
     assert [m.content for m in await pool.provider.load_history(nxt.id)][0] == (
-        "in the second conversation")
+        "in the second conversation"
+    )
     assert (await again.new_session(base)).id == f"{base.id}#2"
     assert await make_pool(sqlite_engine, provider=pool.provider).current_session(base) == (
-        Session(id=f"{base.id}#2", user_id=1, channel="test"))
+        Session(id=f"{base.id}#2", user_id=1, channel="test")
+    )
 
 
 async def test_idle_slots_are_reaped(sqlite_engine: AsyncEngine, make_pool: PoolFactory):
     now = [0.0]
     template = make_pool(sqlite_engine)
-    pool = Pool(template.provider, template.llm, template.settings, idle_s=60,
-                clock=lambda: now[0])
+    pool = Pool(template.provider, template.llm, template.settings, idle_s=60, clock=lambda: now[0])
     await pool.chat(ALICE, "hi")
     await pool.chat(BOB, "hi")
     assert pool.active_sessions == 2
@@ -246,10 +270,12 @@ async def test_idle_slots_are_reaped(sqlite_engine: AsyncEngine, make_pool: Pool
 
 
 async def test_close_cancels_a_stuck_background_compaction(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory
+):
     summarizer = GatedSummarizer()  # never released
-    pool = make_pool(sqlite_engine, summarizer=summarizer,
-                     compaction={"max_tokens": 10, "keep_tail": 2})
+    pool = make_pool(
+        sqlite_engine, summarizer=summarizer, compaction={"max_tokens": 10, "keep_tail": 2}
+    )
     await pool.chat(ALICE, "one " * 20)
     await pool.chat(ALICE, "two " * 20)
     await summarizer.started.wait()
@@ -262,7 +288,8 @@ async def test_close_cancels_a_stuck_background_compaction(
 
 
 async def test_empty_message_is_refused_and_nothing_stored(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
+):
     pool = make_pool(sqlite_engine)
     reply = await pool.chat(ALICE, "   ")
     assert reply.error and not llm_server.requests
@@ -270,7 +297,8 @@ async def test_empty_message_is_refused_and_nothing_stored(
 
 
 async def test_a_failing_stream_callback_does_not_break_the_turn(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
+):
     pool = make_pool(sqlite_engine)
     calls = 0
 
@@ -290,8 +318,12 @@ async def test_build_services_wires_a_registered_provider(llm_server: FakeOpenAI
     from bot.app import build_services
     from tests.bot.conftest import make_settings
 
-    settings = make_settings(llm_server, tmp_path / "data", memory={"provider": "lcm"},
-                             database={"url": f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"})
+    settings = make_settings(
+        llm_server,
+        tmp_path / "data",
+        memory={"provider": "lcm"},
+        database={"url": f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"},
+    )
     services = await build_services(settings)
     try:
         assert services.provider.name == "lcm"
@@ -306,8 +338,13 @@ async def test_build_services_wires_a_registered_provider(llm_server: FakeOpenAI
 
 @pytest.mark.parametrize("failing_call", [1, 2])
 async def test_a_memory_failure_is_told_plainly_without_exception_names(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI,
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, failing_call: int):
+    sqlite_engine: AsyncEngine,
+    make_pool: PoolFactory,
+    llm_server: FakeOpenAI,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    failing_call: int,
+):
     from sqlalchemy.exc import OperationalError
 
     pool = make_pool(sqlite_engine)
@@ -335,7 +372,8 @@ async def test_a_memory_failure_is_told_plainly_without_exception_names(
 
 
 async def test_identity_seeding_is_remembered_for_a_bounded_number_of_users(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory, monkeypatch: pytest.MonkeyPatch):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory, monkeypatch: pytest.MonkeyPatch
+):
     import bot.turns
 
     seeded: list[int] = []
@@ -356,7 +394,8 @@ async def test_identity_seeding_is_remembered_for_a_bounded_number_of_users(
 
 
 async def test_cached_live_session_costs_no_read_on_sqlite(
-        sqlite_engine: AsyncEngine, make_pool: PoolFactory):
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory
+):
     pool = make_pool(sqlite_engine)
     await pool.chat(await pool.current_session(ALICE), "hi")
     with sql_statements(sqlite_engine) as statements:
@@ -368,8 +407,9 @@ async def test_cached_live_session_costs_no_read_on_sqlite(
 
 
 @pytest.fixture
-def lcm_replica(make_pool: PoolFactory, llm_server: FakeOpenAI,
-                tmp_path: Path) -> Callable[[AsyncEngine], Pool]:
+def lcm_replica(
+    make_pool: PoolFactory, llm_server: FakeOpenAI, tmp_path: Path
+) -> Callable[[AsyncEngine], Pool]:
     """Pools on one engine with lcm, as replicas of one bot would be."""
     from memory.capabilities import ProviderContext
     from memory.registry import create_provider
@@ -378,15 +418,21 @@ def lcm_replica(make_pool: PoolFactory, llm_server: FakeOpenAI,
     config = make_settings(llm_server, tmp_path / "data").provider_config()
 
     def replica(engine: AsyncEngine) -> Pool:
-        ctx = ProviderContext(engine=engine, summarizer=GatedSummarizer(), agent_id="default",
-                              data_dir=tmp_path / "data", config=config)
+        ctx = ProviderContext(
+            engine=engine,
+            summarizer=GatedSummarizer(),
+            agent_id="default",
+            data_dir=tmp_path / "data",
+            config=config,
+        )
         return make_pool(engine, provider=create_provider("lcm", ctx))
 
     return replica
 
 
 async def test_new_on_one_replica_is_seen_by_another_at_one_read_per_turn(
-        engine: AsyncEngine, db_kind: str, lcm_replica: Callable[[AsyncEngine], Pool]):
+    engine: AsyncEngine, db_kind: str, lcm_replica: Callable[[AsyncEngine], Pool]
+):
     if db_kind == "sqlite":
         pytest.skip("replicas share PostgreSQL; one process serves a SQLite file")
 
@@ -401,13 +447,18 @@ async def test_new_on_one_replica_is_seen_by_another_at_one_read_per_turn(
         assert await b.current_session(ALICE) == nxt
     await b.chat(await b.current_session(ALICE), "after /new")
     assert [m.content for m in await b.provider.load_history(nxt.id)] == [
-        "after /new", "echo: after /new"]
+        "after /new",
+        "echo: after /new",
+    ]
     assert [m.content for m in await b.provider.load_history(ALICE.id)] == [
-        "before /new", "echo: before /new"]
+        "before /new",
+        "echo: before /new",
+    ]
 
 
 async def test_a_message_resolved_before_a_new_on_another_replica_lands_in_the_new_one(
-        engine: AsyncEngine, lcm_replica: Callable[[AsyncEngine], Pool]):
+    engine: AsyncEngine, lcm_replica: Callable[[AsyncEngine], Pool]
+):
     a, b = lcm_replica(engine), lcm_replica(engine)
     await b.chat(await b.current_session(ALICE), "before /new")
     # B's channel resolves the live session (checked live), then A's /new commits, then
@@ -418,32 +469,40 @@ async def test_a_message_resolved_before_a_new_on_another_replica_lands_in_the_n
     reply = await b.chat(resolved, "after /new")
     assert not reply.error and reply.text == "echo: after /new"
     assert [m.content for m in await b.provider.load_history(nxt.id)] == [
-        "after /new", "echo: after /new"]
+        "after /new",
+        "echo: after /new",
+    ]
     assert [m.content for m in await b.provider.load_history(ALICE.id)] == [
-        "before /new", "echo: before /new"]
+        "before /new",
+        "echo: before /new",
+    ]
     assert (await b.provider.load_info(ALICE.id)).archived
     assert await b.current_session(ALICE) == nxt  # B's cache follows
     # The next message goes straight to the live session, once.
     await b.chat(await b.current_session(ALICE), "again")
     assert [m.content for m in await a.provider.load_history(nxt.id)] == [
-        "after /new", "echo: after /new", "again", "echo: again"]
+        "after /new",
+        "echo: after /new",
+        "again",
+        "echo: again",
+    ]
 
 
 async def test_resume_answers_only_a_live_conversation_that_ends_with_its_user(
-        engine: AsyncEngine, lcm_replica: Callable[[AsyncEngine], Pool],
-        llm_server: FakeOpenAI):
+    engine: AsyncEngine, lcm_replica: Callable[[AsyncEngine], Pool], llm_server: FakeOpenAI
+):
     pool = lcm_replica(engine)  # on memory.history, which refuses appends to the archived
     await pool.chat(ALICE, "hello")
-    assert await pool.resume(ALICE) is None          # answered: nothing owed
+    assert await pool.resume(ALICE) is None  # answered: nothing owed
     await pool.provider.append(ALICE, Message(role="user", content="still there?"))
-    reply = await pool.resume(ALICE)                 # stored, cut off before the answer
+    reply = await pool.resume(ALICE)  # stored, cut off before the answer
     assert reply is not None and reply.text == "echo: still there?"
     assert roles(await pool.provider.load_history(ALICE.id))[-2:] == ["user", "assistant"]
 
     await pool.provider.append(ALICE, Message(role="user", content="and now?"))
-    await pool.new_session(ALICE)                    # the user moved on before a restart
+    await pool.new_session(ALICE)  # the user moved on before a restart
     asked = len(llm_server.requests)
     assert await pool.resume(ALICE) is None
     history = await pool.provider.load_history(ALICE.id)
-    assert history[-1].content == "and now?"         # nothing appended to the old one
-    assert len(llm_server.requests) == asked + 1     # (the model was asked, then dropped)
+    assert history[-1].content == "and now?"  # nothing appended to the old one
+    assert len(llm_server.requests) == asked + 1  # (the model was asked, then dropped)

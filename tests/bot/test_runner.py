@@ -31,8 +31,13 @@ async def server() -> AsyncIterator[FakeOpenAI]:
 
 
 def make_client(server: FakeOpenAI, **overrides: Any) -> LLMClient:
-    values: dict[str, Any] = {"base_url": server.base_url, "api_key": "test-key",
-                              "timeout_s": 2, "max_retries": 3, **overrides}
+    values: dict[str, Any] = {
+        "base_url": server.base_url,
+        "api_key": "test-key",
+        "timeout_s": 2,
+        "max_retries": 3,
+        **overrides,
+    }
     settings = LLMSettings(**values)
     return LLMClient(settings, backoff_s=0.001)
 
@@ -49,9 +54,14 @@ def echo_tool(log: list[dict[str, Any]]) -> Tool:
         log.append(args)
         return f"weather in {args.get('city')}: sunny"
 
-    schema = {"type": "function", "function": {
-        "name": "weather", "description": "weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+    schema = {
+        "type": "function",
+        "function": {
+            "name": "weather",
+            "description": "weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
     return Tool(schema=schema, handler=handler)
 
 
@@ -71,7 +81,10 @@ async def test_stream_delivers_growing_text_and_usage(server: FakeOpenAI, client
     assert all(b.startswith(a) for a, b in zip(seen, seen[1:], strict=False))
     assert turn.usage and turn.usage["total_tokens"] > 0
     body = server.requests[0]
-    assert body["stream"] is True and body["messages"][0] == {"role": "system", "content": "be brief"}
+    assert body["stream"] is True and body["messages"][0] == {
+        "role": "system",
+        "content": "be brief",
+    }
 
 
 async def test_tool_round_trip(server: FakeOpenAI, client: LLMClient):
@@ -89,16 +102,22 @@ async def test_tool_round_trip(server: FakeOpenAI, client: LLMClient):
     # The second request carried the assistant's call and the tool's result back.
     second = server.requests[1]["messages"]
     assert second[-2]["tool_calls"][0]["id"] == call.id
-    assert second[-1] == {"role": "tool", "content": "weather in Oslo: sunny",
-                          "tool_call_id": call.id}
+    assert second[-1] == {
+        "role": "tool",
+        "content": "weather in Oslo: sunny",
+        "tool_call_id": call.id,
+    }
     assert server.requests[0]["tools"][0]["function"]["name"] == "weather"
 
 
 async def test_parallel_calls_unknown_tool_and_bad_json_become_error_results(
-        server: FakeOpenAI, client: LLMClient):
+    server: FakeOpenAI, client: LLMClient
+):
     calls: list[dict[str, Any]] = []
-    server.push(tool_calls([("nope", {}), ("weather", "{not json"), ("weather", {"city": "Rome"})]),
-                text("done"))
+    server.push(
+        tool_calls([("nope", {}), ("weather", "{not json"), ("weather", {"city": "Rome"})]),
+        text("done"),
+    )
     result = await run_turn(client, PROMPT, [echo_tool(calls)], max_rounds=4)
     outputs = [m.content for m in result.messages if m.role == "tool"]
     assert outputs[0].startswith("error: unknown tool 'nope'") and "weather" in outputs[0]
@@ -108,7 +127,8 @@ async def test_parallel_calls_unknown_tool_and_bad_json_become_error_results(
 
 
 async def test_rounds_are_bounded_and_the_last_round_has_no_tools(
-        server: FakeOpenAI, client: LLMClient):
+    server: FakeOpenAI, client: LLMClient
+):
     server.push(*[tool_call("weather", {"city": str(i)}) for i in range(2)], text("giving up"))
     result = await run_turn(client, PROMPT, [echo_tool([])], max_rounds=2)
     assert result.text == "giving up" and result.rounds == 3

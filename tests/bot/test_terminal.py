@@ -19,10 +19,10 @@ def write_config(tmp_path: Path, base_url: str) -> Path:
     cfg = tmp_path / "config.yaml"
     cfg.write_text(
         f"""
-database: {{url: "sqlite+aiosqlite:///{tmp_path / 'mnemo.db'}"}}
+database: {{url: "sqlite+aiosqlite:///{tmp_path / "mnemo.db"}"}}
 llm: {{base_url: "{base_url}", api_key: "${{OPENAI_API_KEY:-}}", max_retries: 1, timeout_s: 5}}
-memory: {{provider: simple, simple: {{store_dir: "{tmp_path / 'notes'}"}}}}
-data_dir: "{tmp_path / 'data'}"
+memory: {{provider: simple, simple: {{store_dir: "{tmp_path / "notes"}"}}}}
+data_dir: "{tmp_path / "data"}"
 reflect: {{enabled: false}}
 """,
         encoding="utf-8",
@@ -30,16 +30,26 @@ reflect: {{enabled: false}}
     return cfg
 
 
-async def mnemo_chat(cfg: Path, stdin: str, *args: str,
-                     api_key: str | None = "test-key") -> tuple[int, str, str]:
+async def mnemo_chat(
+    cfg: Path, stdin: str, *args: str, api_key: str | None = "test-key"
+) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "MNEMO_CONFIG")}
     if api_key is not None:
         env["OPENAI_API_KEY"] = api_key
     # asyncio's subprocess keeps this loop (and the fake server on it) running meanwhile.
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "chat", "--config", str(cfg), *args,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, cwd=REPO, env=env,
+        sys.executable,
+        "-m",
+        "bot.cli",
+        "chat",
+        "--config",
+        str(cfg),
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=REPO,
+        env=env,
     )
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout=60)
     return proc.returncode or 0, out.decode(), err.decode()
@@ -55,8 +65,11 @@ async def test_chat_failure_commands_rotation_and_restart(server: FakeOpenAI, tm
     cfg = write_config(tmp_path, server.base_url)
     server.push(error(500), error(500))  # the first message fails (max_retries: 1)
     rc, out, err = await mnemo_chat(
-        cfg, "this one fails\nhello there\n/memory status\n\n/new\nsecond conversation\n",
-        "--session", "work")
+        cfg,
+        "this one fails\nhello there\n/memory status\n\n/new\nsecond conversation\n",
+        "--session",
+        "work",
+    )
     assert rc == 0, err
     blocks = out.strip().split("\n\n")
     assert blocks[0].startswith("Sorry, I couldn't answer: the language model answered HTTP 500")
@@ -76,8 +89,7 @@ async def test_chat_failure_commands_rotation_and_restart(server: FakeOpenAI, tm
 
 
 async def test_missing_api_key_names_the_variable(server: FakeOpenAI, tmp_path: Path):
-    rc, out, err = await mnemo_chat(write_config(tmp_path, server.base_url), "hi\n",
-                                    api_key=None)
+    rc, out, err = await mnemo_chat(write_config(tmp_path, server.base_url), "hi\n", api_key=None)
     assert rc == 2 and out == ""
     assert "OPENAI_API_KEY" in err and "Traceback" not in err
     assert not server.requests

@@ -22,10 +22,12 @@ async def server() -> AsyncIterator[FakeOpenAI]:
         yield s
 
 
-def make_client(server: FakeOpenAI, *, model: str = "whisper-1",
-                backoff_s: float = 0.01) -> LLMClient:
-    settings = LLMSettings(base_url=server.base_url, api_key="k", timeout_s=5, max_retries=3,
-                           transcription_model=model)
+def make_client(
+    server: FakeOpenAI, *, model: str = "whisper-1", backoff_s: float = 0.01
+) -> LLMClient:
+    settings = LLMSettings(
+        base_url=server.base_url, api_key="k", timeout_s=5, max_retries=3, transcription_model=model
+    )
     # A backoff far beyond the test's timeout: only Retry-After makes a retry quick.
     return LLMClient(settings, backoff_s=backoff_s, backoff_cap_s=max(backoff_s, 8.0))
 
@@ -54,8 +56,7 @@ async def test_the_file_and_model_are_sent_and_the_text_returned(server: FakeOpe
 
 async def test_a_429_is_retried_after_its_retry_after(server: FakeOpenAI) -> None:
     client = make_client(server, backoff_s=3600)
-    server.push_transcription(error(429, retry_after=0), error(503, retry_after=0),
-                              text("finally"))
+    server.push_transcription(error(429, retry_after=0), error(503, retry_after=0), text("finally"))
     try:
         assert await client.transcribe(OGG, "voice.ogg") == "finally"
     finally:
@@ -93,14 +94,18 @@ async def test_without_a_model_nothing_is_sent(server: FakeOpenAI) -> None:
 
 async def test_a_long_recording_gets_more_time_than_a_chat_answer(server: FakeOpenAI) -> None:
     # 0.2 MB of audio at 15 s per MB: 3 s allowed, against the 0.5 s chat timeout.
-    settings = LLMSettings(base_url=server.base_url, api_key="k", timeout_s=0.5,
-                           max_retries=0, transcription_model="whisper-1")
+    settings = LLMSettings(
+        base_url=server.base_url,
+        api_key="k",
+        timeout_s=0.5,
+        max_retries=0,
+        transcription_model="whisper-1",
+    )
     client = LLMClient(settings)
     gate = asyncio.Event()
     asyncio.get_running_loop().call_later(1.0, gate.set)
     server.push_transcription(gated(gate, text("a long story")))
     try:
-        assert await client.transcribe(OGG * (200_000 // len(OGG)), "voice.ogg") == (
-            "a long story")
+        assert await client.transcribe(OGG * (200_000 // len(OGG)), "voice.ogg") == ("a long story")
     finally:
         await client.close()

@@ -72,6 +72,7 @@ Flood control, as Telegram applies it to a chat:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import math
@@ -88,7 +89,16 @@ __all__ = ["ApiCall", "BotMessage", "Chat", "FakeTelegram", "User", "free_port"]
 
 LIMIT = 4096
 FLOOD_METHODS = ("sendMessage", "editMessageText", "deleteMessage")
-_STRING_PARAMS = {"text", "caption", "file_id", "url", "secret_token", "action", "parse_mode", "description"}
+_STRING_PARAMS = {
+    "text",
+    "caption",
+    "file_id",
+    "url",
+    "secret_token",
+    "action",
+    "parse_mode",
+    "description",
+}
 _COMMAND = re.compile(r"^/[A-Za-z0-9_]{1,32}(@[A-Za-z0-9_]+)?")
 _MENTION = re.compile(r"@[A-Za-z0-9_]{3,32}")
 
@@ -206,8 +216,17 @@ class Chat:
             "is_topic_message": True,
             "forum_topic_created": {"name": name, "icon_color": 7322096},
         }
-        return Chat(self.server, self.id, self.type, self.title, self.default_user,
-                    True, thread_id, name, created)
+        return Chat(
+            self.server,
+            self.id,
+            self.type,
+            self.title,
+            self.default_user,
+            True,
+            thread_id,
+            name,
+            created,
+        )
 
     # --- the user side -------------------------------------------------------------
 
@@ -229,8 +248,9 @@ class Chat:
             msg["reply_to_message"] = self.server._message_dict(self.id, reply_to)
         return msg
 
-    def send(self, text: str, *, user: User | None = None,
-             reply_to: int | BotMessage | None = None) -> dict[str, Any]:
+    def send(
+        self, text: str, *, user: User | None = None, reply_to: int | BotMessage | None = None
+    ) -> dict[str, Any]:
         """A text message from the user; returns the message dict."""
         msg = self._base(user, reply_to)
         msg["text"] = text
@@ -240,8 +260,14 @@ class Chat:
         self.server.inject({"message": msg})
         return msg
 
-    def _media(self, key: str, payload: Any, user: User | None, caption: str | None,
-               reply_to: int | BotMessage | None = None) -> dict[str, Any]:
+    def _media(
+        self,
+        key: str,
+        payload: Any,
+        user: User | None,
+        caption: str | None,
+        reply_to: int | BotMessage | None = None,
+    ) -> dict[str, Any]:
         msg = self._base(user, reply_to)
         msg[key] = payload
         if caption is not None:
@@ -252,10 +278,17 @@ class Chat:
         self.server.inject({"message": msg})
         return msg
 
-    def send_photo(self, *, user: User | None = None, caption: str | None = None,
-                   reply_to: int | BotMessage | None = None, content: bytes | None = None,
-                   file_size: int | None = None, thumbnail: bytes = b"thumbnail-jpeg",
-                   thumbnail_size: int | None = None) -> dict[str, Any]:
+    def send_photo(
+        self,
+        *,
+        user: User | None = None,
+        caption: str | None = None,
+        reply_to: int | BotMessage | None = None,
+        content: bytes | None = None,
+        file_size: int | None = None,
+        thumbnail: bytes = b"thumbnail-jpeg",
+        thumbnail_size: int | None = None,
+    ) -> dict[str, Any]:
         """A photo. With `content`, in two sizes the bot can download, as Telegram sends
         them: a 90x90 `thumbnail`, then the 1280x960 photo (`content`)."""
         if content is None:
@@ -267,14 +300,28 @@ class Chat:
         return self._media("photo", sizes, user, caption, reply_to)
 
     def send_sticker(self, *, user: User | None = None) -> dict[str, Any]:
-        sticker = {"file_id": "sticker-1", "file_unique_id": "s1", "type": "regular",
-                   "width": 512, "height": 512, "is_animated": False, "is_video": False}
+        sticker = {
+            "file_id": "sticker-1",
+            "file_unique_id": "s1",
+            "type": "regular",
+            "width": 512,
+            "height": 512,
+            "is_animated": False,
+            "is_video": False,
+        }
         return self._media("sticker", sticker, user, None)
 
-    def send_voice(self, *, user: User | None = None, caption: str | None = None,
-                   content: bytes | None = None, mime_type: str | None = "audio/ogg",
-                   duration: int = 2, file_size: int | None = None,
-                   reply_to: int | BotMessage | None = None) -> dict[str, Any]:
+    def send_voice(
+        self,
+        *,
+        user: User | None = None,
+        caption: str | None = None,
+        content: bytes | None = None,
+        mime_type: str | None = "audio/ogg",
+        duration: int = 2,
+        file_size: int | None = None,
+        reply_to: int | BotMessage | None = None,
+    ) -> dict[str, Any]:
         """A voice message; with `content`, one the bot can download (getFile + GET)."""
         voice = self._file("voice", content, "voice.oga", file_size, "voice-1")
         voice["duration"] = duration
@@ -282,29 +329,51 @@ class Chat:
             voice["mime_type"] = mime_type
         return self._media("voice", voice, user, caption, reply_to)
 
-    def send_video_note(self, *, user: User | None = None, content: bytes | None = None,
-                        duration: int = 2, file_size: int | None = None) -> dict[str, Any]:
+    def send_video_note(
+        self,
+        *,
+        user: User | None = None,
+        content: bytes | None = None,
+        duration: int = 2,
+        file_size: int | None = None,
+    ) -> dict[str, Any]:
         """A round video message (no caption, no MIME type: Telegram sends MPEG-4)."""
         note = self._file("video_notes", content, "note.mp4", file_size, "video-note-1")
         note.update(duration=duration, length=240)
         return self._media("video_note", note, user, None)
 
-    def _file(self, folder: str, content: bytes | None, file_name: str,
-              file_size: int | None, default_id: str) -> dict[str, Any]:
+    def _file(
+        self,
+        folder: str,
+        content: bytes | None,
+        file_name: str,
+        file_size: int | None,
+        default_id: str,
+    ) -> dict[str, Any]:
         """The file fields of a media object; with `content`, registered for download.
         `file_size` defaults to the content's length (a lie when given otherwise)."""
-        file_id = (self.server.add_file(content, file_name, folder=folder)
-                   if content is not None else default_id)
+        file_id = (
+            self.server.add_file(content, file_name, folder=folder)
+            if content is not None
+            else default_id
+        )
         out: dict[str, Any] = {"file_id": file_id, "file_unique_id": f"u-{file_id}"}
         size = file_size if file_size is not None else (len(content) if content else None)
         if size is not None:
             out["file_size"] = size
         return out
 
-    def send_document(self, *, user: User | None = None, caption: str | None = None,
-                      file_name: str = "notes.txt", content: bytes | None = None,
-                      mime_type: str | None = None, file_size: int | None = None,
-                      reply_to: int | BotMessage | None = None) -> dict[str, Any]:
+    def send_document(
+        self,
+        *,
+        user: User | None = None,
+        caption: str | None = None,
+        file_name: str = "notes.txt",
+        content: bytes | None = None,
+        mime_type: str | None = None,
+        file_size: int | None = None,
+        reply_to: int | BotMessage | None = None,
+    ) -> dict[str, Any]:
         """A document; with `content`, one the bot can download (getFile + GET)."""
         doc = self._file("documents", content, file_name, file_size, "doc-1")
         doc["file_name"] = file_name
@@ -333,16 +402,27 @@ def _auto_entities(text: str) -> list[dict[str, Any]]:
         # "/help@bot" is one command entity; a mention starts after a space
         if m.start() < command_end or (m.start() > 0 and not text[m.start() - 1].isspace()):
             continue
-        entities.append({"type": "mention", "offset": _u16(text, m.start()),
-                         "length": _u16(text, m.end()) - _u16(text, m.start())})
+        entities.append(
+            {
+                "type": "mention",
+                "offset": _u16(text, m.start()),
+                "length": _u16(text, m.end()) - _u16(text, m.start()),
+            }
+        )
     return entities
 
 
 class FakeTelegram:
     """The server; see the module docstring for the API."""
 
-    def __init__(self, *, token: str = "123456:TEST-token", bot_id: int = 777000,
-                 username: str = "mnemo_test_bot", port: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        token: str = "123456:TEST-token",
+        bot_id: int = 777000,
+        username: str = "mnemo_test_bot",
+        port: int = 0,
+    ) -> None:
         self.token = token
         self.bot_id = bot_id
         self.username = username
@@ -404,9 +484,15 @@ class FakeTelegram:
 
     @property
     def bot_user(self) -> dict[str, Any]:
-        return {"id": self.bot_id, "is_bot": True, "first_name": "Mnemo", "username": self.username,
-                "can_join_groups": True, "can_read_all_group_messages": False,
-                "supports_inline_queries": False}
+        return {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": "Mnemo",
+            "username": self.username,
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+        }
 
     # --- chats and updates -----------------------------------------------------------
 
@@ -445,8 +531,9 @@ class FakeTelegram:
             self.webhook.setdefault("responses", []).append(resp.status)
         self._notify()
 
-    def add_file(self, content: bytes, file_name: str = "file", *,
-                 folder: str = "documents") -> str:
+    def add_file(
+        self, content: bytes, file_name: str = "file", *, folder: str = "documents"
+    ) -> str:
         """Register a file the bot may fetch; returns its file_id."""
         file_id = f"file-{len(self._files) + 1}"
         suffix = file_name.rsplit(".", 1)[-1] if "." in file_name else "bin"
@@ -471,14 +558,22 @@ class FakeTelegram:
         self._subscribers.append(callback)
 
     def calls_to(self, method: str, chat_id: int | None = None) -> list[ApiCall]:
-        return [c for c in self.calls
-                if c.method == method and (chat_id is None or c.chat_id == chat_id)]
+        return [
+            c
+            for c in self.calls
+            if c.method == method and (chat_id is None or c.chat_id == chat_id)
+        ]
 
-    def bot_messages(self, chat_id: int, thread_id: int | None = None, *,
-                     include_deleted: bool = False) -> list[BotMessage]:
-        return [m for (cid, _), m in sorted(self._bot_messages.items())
-                if cid == chat_id and (thread_id is None or m.thread_id == thread_id)
-                and (include_deleted or not m.deleted)]
+    def bot_messages(
+        self, chat_id: int, thread_id: int | None = None, *, include_deleted: bool = False
+    ) -> list[BotMessage]:
+        return [
+            m
+            for (cid, _), m in sorted(self._bot_messages.items())
+            if cid == chat_id
+            and (thread_id is None or m.thread_id == thread_id)
+            and (include_deleted or not m.deleted)
+        ]
 
     async def wait_for(self, predicate: Callable[[], Any], within: float = 10.0) -> Any:
         """Wait until `predicate()` is truthy (re-checked after every API call)."""
@@ -490,17 +585,24 @@ class FakeTelegram:
                 return result
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise TimeoutError(f"condition not met within {within}s; last calls: "
-                                   f"{[(c.method, c.params.get('text', '')[:60]) for c in self.calls[-5:]]}")
+                raise TimeoutError(
+                    f"condition not met within {within}s; last calls: "
+                    f"{[(c.method, c.params.get('text', '')[:60]) for c in self.calls[-5:]]}"
+                )
             event = self._changed
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
-            except TimeoutError:
-                pass
 
-    async def wait_for_message(self, chat_id: int, contains: str = "", *,
-                               thread_id: int | None = None, within: float = 10.0) -> BotMessage:
+    async def wait_for_message(
+        self,
+        chat_id: int,
+        contains: str = "",
+        *,
+        thread_id: int | None = None,
+        within: float = 10.0,
+    ) -> BotMessage:
         """A bot message in the chat whose current text contains `contains`."""
+
         def find() -> BotMessage | None:
             for m in self.bot_messages(chat_id, thread_id):
                 if contains in m.text:
@@ -515,30 +617,53 @@ class FakeTelegram:
 
     # --- faults ----------------------------------------------------------------------
 
-    def fail(self, method: str, status: int = 429, *, retry_after: int | None = 1,
-             description: str | None = None, times: int = 1,
-             when: Callable[[dict[str, Any]], bool] | None = None) -> None:
+    def fail(
+        self,
+        method: str,
+        status: int = 429,
+        *,
+        retry_after: int | None = 1,
+        description: str | None = None,
+        times: int = 1,
+        when: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
         """The next `times` calls of `method` (matching `when`) fail with `status`."""
         if description is None:
-            description = {429: f"Too Many Requests: retry after {retry_after}",
-                           400: "Bad Request", 500: "Internal Server Error",
-                           502: "Bad Gateway"}.get(status, "Error")
-        self._faults.append(_Fault(method, status, description,
-                                   retry_after if status == 429 else None, times, when))
+            description = {
+                429: f"Too Many Requests: retry after {retry_after}",
+                400: "Bad Request",
+                500: "Internal Server Error",
+                502: "Bad Gateway",
+            }.get(status, "Error")
+        self._faults.append(
+            _Fault(method, status, description, retry_after if status == 429 else None, times, when)
+        )
 
     def reject_entities(self, times: int = 1) -> None:
         """Formatted sends/edits answer 400 "can't parse entities", as Telegram does when
         it dislikes the formatting; unformatted ones still pass."""
+
         def has_entities(params: dict[str, Any]) -> bool:
             return bool(params.get("entities")) or bool(params.get("parse_mode"))
 
         for method in ("sendMessage", "editMessageText"):
-            self.fail(method, 400, description="Bad Request: can't parse entities: "
-                      "unsupported start tag at byte offset 0", times=times, when=has_entities)
+            self.fail(
+                method,
+                400,
+                description="Bad Request: can't parse entities: "
+                "unsupported start tag at byte offset 0",
+                times=times,
+                when=has_entities,
+            )
 
-    def flood(self, retry_after: int, *, chat_id: int | None = None,
-              methods: tuple[str, ...] = FLOOD_METHODS,
-              when: Callable[[dict[str, Any]], bool] | None = None) -> None:
+    def flood(
+        self,
+        retry_after: int,
+        *,
+        chat_id: int | None = None,
+        methods: tuple[str, ...] = FLOOD_METHODS,
+        when: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
         """Flood control in a chat (module docstring): armed now, started by the next
         matching call."""
         self._floods.append(_Flood(retry_after, chat_id, methods, when))
@@ -563,15 +688,18 @@ class FakeTelegram:
                 if in_chat == chat and now < end:
                     self.flood_violations.append(call)
                     return max(1, math.ceil(end - now))
-            elif (flood.chat_id in (None, chat)
-                  and (flood.when is None or flood.when(call.params))):
+            elif flood.chat_id in (None, chat) and (flood.when is None or flood.when(call.params)):
                 flood.window = (chat, now + flood.retry_after)
                 return flood.retry_after
         return None
 
     def _take_fault(self, method: str, params: dict[str, Any]) -> _Fault | None:
         for fault in self._faults:
-            if fault.method == method and fault.times > 0 and (fault.when is None or fault.when(params)):
+            if (
+                fault.method == method
+                and fault.times > 0
+                and (fault.when is None or fault.when(params))
+            ):
                 fault.times -= 1
                 if fault.times == 0:
                     self._faults.remove(fault)
@@ -650,8 +778,12 @@ class FakeTelegram:
         if file_id not in self._files:
             return _error(400, "Bad Request: invalid file_id")
         file_path, content = self._files[file_id]
-        return {"file_id": file_id, "file_unique_id": f"u-{file_id}",
-                "file_size": len(content), "file_path": file_path}
+        return {
+            "file_id": file_id,
+            "file_unique_id": f"u-{file_id}",
+            "file_size": len(content),
+            "file_path": file_path,
+        }
 
     async def _api_getMe(self, params: dict[str, Any]) -> Any:
         return self.bot_user
@@ -702,8 +834,11 @@ class FakeTelegram:
         return True
 
     async def _api_getWebhookInfo(self, params: dict[str, Any]) -> Any:
-        return {"url": (self.webhook or {}).get("url", ""), "has_custom_certificate": False,
-                "pending_update_count": len(self._updates)}
+        return {
+            "url": (self.webhook or {}).get("url", ""),
+            "has_custom_certificate": False,
+            "pending_update_count": len(self._updates),
+        }
 
     async def _api_sendChatAction(self, params: dict[str, Any]) -> Any:
         if "chat_id" not in params or not params.get("action"):
@@ -713,7 +848,9 @@ class FakeTelegram:
     async def _api_answerCallbackQuery(self, params: dict[str, Any]) -> Any:
         return True
 
-    def _check_text(self, params: dict[str, Any]) -> tuple[str, list[dict[str, Any]]] | web.Response:
+    def _check_text(
+        self, params: dict[str, Any]
+    ) -> tuple[str, list[dict[str, Any]]] | web.Response:
         text = params.get("text")
         if not isinstance(text, str) or not text.strip():
             return _error(400, "Bad Request: message text is empty")
@@ -724,13 +861,21 @@ class FakeTelegram:
         for e in entities:
             offset, length = e.get("offset", -1), e.get("length", 0)
             if offset < 0 or length <= 0 or offset + length > size:
-                return _error(400, f"Bad Request: can't parse entities: entity {e} "
-                                   f"is out of the text's {size} UTF-16 units")
+                return _error(
+                    400,
+                    f"Bad Request: can't parse entities: entity {e} "
+                    f"is out of the text's {size} UTF-16 units",
+                )
         return text, list(entities)
 
     def _bot_message_dict(self, m: BotMessage, chat: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {"message_id": m.message_id, "date": int(time.time()),
-                               "chat": chat, "from": self.bot_user, "text": m.text}
+        out: dict[str, Any] = {
+            "message_id": m.message_id,
+            "date": int(time.time()),
+            "chat": chat,
+            "from": self.bot_user,
+            "text": m.text,
+        }
         if m.entities:
             out["entities"] = m.entities
         if m.thread_id is not None:
@@ -744,8 +889,11 @@ class FakeTelegram:
         if chat_id in self._chats:
             return self._chats[chat_id]
         kind = "private" if chat_id > 0 else "supergroup"
-        return {"id": chat_id, "type": kind, "first_name": "Test"} if kind == "private" else \
-            {"id": chat_id, "type": kind, "title": "Group"}
+        return (
+            {"id": chat_id, "type": kind, "first_name": "Test"}
+            if kind == "private"
+            else {"id": chat_id, "type": kind, "title": "Group"}
+        )
 
     async def _api_sendMessage(self, params: dict[str, Any]) -> Any:
         checked = self._check_text(params)
@@ -754,8 +902,14 @@ class FakeTelegram:
         text, entities = checked
         chat_id = int(params["chat_id"])
         reply = params.get("reply_parameters") or {}
-        m = BotMessage(chat_id, self._next_message_id(chat_id), text, entities,
-                       params.get("message_thread_id"), reply.get("message_id"))
+        m = BotMessage(
+            chat_id,
+            self._next_message_id(chat_id),
+            text,
+            entities,
+            params.get("message_thread_id"),
+            reply.get("message_id"),
+        )
         self._bot_messages[(chat_id, m.message_id)] = m
         out = self._bot_message_dict(m, self._chat_dict(chat_id))
         self._messages[(chat_id, m.message_id)] = out
@@ -771,9 +925,12 @@ class FakeTelegram:
         if m is None or m.deleted:
             return _error(400, "Bad Request: message to edit not found")
         if m.text == text and m.entities == entities:
-            return _error(400, "Bad Request: message is not modified: specified new message "
-                               "content and reply markup are exactly the same as a current "
-                               "content and reply markup of the message")
+            return _error(
+                400,
+                "Bad Request: message is not modified: specified new message "
+                "content and reply markup are exactly the same as a current "
+                "content and reply markup of the message",
+            )
         m.text, m.entities = text, entities
         m.edits += 1
         out = self._bot_message_dict(m, self._chat_dict(key[0]))

@@ -19,7 +19,9 @@ async def test_compaction_is_recorded_in_its_own_transaction(make_provider, engi
     assert row.before_text == f"{result.tokens_before} context tokens"
 
 
-async def test_a_failing_record_rolls_the_compaction_back(make_provider, engine, monkeypatch) -> None:
+async def test_a_failing_record_rolls_the_compaction_back(
+    make_provider, engine, monkeypatch
+) -> None:
     provider = make_provider(keep_tail=4, leaf_chunk_size=4)
     s = session()
     await provider.append(s, *numbered(20))

@@ -26,8 +26,11 @@ async def test_full_text_is_bm25_ranked_and_stemmed(make_provider) -> None:
     garden = "gardening gardening gardening: we garden a lot"
     note = "a note about gardening tools " + "filler words here " * 20
     await p.append(
-        s, Message("user", note), Message("assistant", "ok"),
-        Message("user", garden), Message("assistant", "nice"),
+        s,
+        Message("user", note),
+        Message("assistant", "ok"),
+        Message("user", garden),
+        Message("assistant", "nice"),
     )
     hits = await p.search(s, q("gardens"))
     contents = [h.content.split(" (replying to:")[0] for h in hits]

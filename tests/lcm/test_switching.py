@@ -31,7 +31,7 @@ async def _lcm_sees_everything(engine, tmp_path: Path, expected: list[str]) -> N
     window = await lcm.assemble(SESSION, 100_000, 4)
     texts = [m.content for m in window if m.content.startswith("message ")]
     # Everything not summarised is in the window, in order, after the summaries.
-    assert texts == expected[len(expected) - len(texts):]
+    assert texts == expected[len(expected) - len(texts) :]
     assert [m.content for m in await lcm.load_history(SESSION.id)] == expected
     assert await lcm.check_integrity() == []
     # Adopted messages are compactable like lcm's own.

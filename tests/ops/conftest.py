@@ -27,10 +27,17 @@ def make_settings(url: str, tmp: Path, provider: str = "simple", llm_url: str = 
     raw: dict[str, Any] = {
         "database": {"url": url},
         "data_dir": str(tmp / "data"),
-        "memory": {"provider": provider, "simple": {"store_dir": str(tmp / "notes")},
-                   "lcm": {"leaf_chunk_size": 4}},
+        "memory": {
+            "provider": provider,
+            "simple": {"store_dir": str(tmp / "notes")},
+            "lcm": {"leaf_chunk_size": 4},
+        },
         "compaction": {"keep_tail": 2},
-        "llm": {"api_key": "test-key", "max_retries": 0, **({"base_url": llm_url} if llm_url else {})},
+        "llm": {
+            "api_key": "test-key",
+            "max_retries": 0,
+            **({"base_url": llm_url} if llm_url else {}),
+        },
     }
     return Settings.model_validate(raw)
 
@@ -43,8 +50,12 @@ def conversation(n: int, start: datetime = T0) -> list[Message]:
         out.append(Message("user", f"question {i}: what's C++ 'quoted' 100% _x_ 🙂", created_at=t))
         if i % 3 == 0:
             call = ToolCall(f"call_{i}", "memory", '{"action": "search", "text": "x"}')
-            out.append(Message("assistant", "", tool_calls=[call], reasoning=f"think {i}", created_at=t))
-            out.append(Message("tool", f"result {i}", tool_call_id=call.id, name="memory", created_at=t))
+            out.append(
+                Message("assistant", "", tool_calls=[call], reasoning=f"think {i}", created_at=t)
+            )
+            out.append(
+                Message("tool", f"result {i}", tool_call_id=call.id, name="memory", created_at=t)
+            )
         out.append(Message("assistant", f"answer {i}\nline two", created_at=t))
     return out
 
@@ -55,17 +66,25 @@ async def populate(settings: Settings, tmp: Path, *, compact: bool = True) -> No
     engine = create_engine(settings.database.url)
     try:
         await migrate(engine)
-        ctx = ProviderContext(engine=engine, summarizer=TruncatingSummarizer(),
-                              agent_id=settings.agent.id, data_dir=tmp,
-                              config=settings.provider_config())
+        ctx = ProviderContext(
+            engine=engine,
+            summarizer=TruncatingSummarizer(),
+            agent_id=settings.agent.id,
+            data_dir=tmp,
+            config=settings.provider_config(),
+        )
         provider = create_provider(settings.memory.provider, ctx)
         try:
             for session, n in ((ALICE, 9), (GROUP, 4)):
                 await provider.bootstrap(session)
                 await provider.append(session, *conversation(n))
                 with with_session_id(session.id), with_change_source(ChangeSource.AGENT):
-                    await provider.get_or_create_snapshot(session.id, session.user_id, session.agent_id)
-                    await provider.set_profile(session.user_id, session.agent_id, f"profile of {session.user_id}")
+                    await provider.get_or_create_snapshot(
+                        session.id, session.user_id, session.agent_id
+                    )
+                    await provider.set_profile(
+                        session.user_id, session.agent_id, f"profile of {session.user_id}"
+                    )
                     await provider.set_soul(session.user_id, session.agent_id, "calm")
                     await provider.add_constraint(session.user_id, session.agent_id, "no emoji")
                     await provider.set_profile(session.user_id, session.agent_id, "changed")

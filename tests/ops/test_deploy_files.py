@@ -73,19 +73,28 @@ def test_every_service_has_a_healthcheck(compose: dict[str, Any], dockerfile) ->
     assert "http://127.0.0.1:9464/healthz" in bot_check[-1]
     # The image's own HEALTHCHECK probes the same endpoint the compose file does.
     image_check = dict(dockerfile)["HEALTHCHECK"]
-    assert json.loads(image_check[image_check.index("CMD") + 4:]) == bot_check[1:]
+    assert json.loads(image_check[image_check.index("CMD") + 4 :]) == bot_check[1:]
 
 
 def test_bot_environment_reaches_mnemo_config(compose: dict[str, Any], tmp_path: Path) -> None:
     env = {k: _compose_env(str(v)) for k, v in compose["services"]["bot"]["environment"].items()}
     db_env = compose["services"]["db"]["environment"]
-    for needed in ("TELEGRAM_BOT_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL", "MNEMO_DATABASE_URL",
-                   "TELEGRAM_WEBHOOK_URL", "TELEGRAM_WEBHOOK_SECRET", "MNEMO_HEALTH_ENABLED"):
+    for needed in (
+        "TELEGRAM_BOT_TOKEN",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "MNEMO_DATABASE_URL",
+        "TELEGRAM_WEBHOOK_URL",
+        "TELEGRAM_WEBHOOK_SECRET",
+        "MNEMO_HEALTH_ENABLED",
+    ):
         assert needed in env
     # The URL names the db service and its credentials.
     url = env["MNEMO_DATABASE_URL"]
-    assert url == (f"postgresql+psycopg://{db_env['POSTGRES_USER']}:"
-                   f"{_compose_env(db_env['POSTGRES_PASSWORD'])}@db:5432/{db_env['POSTGRES_DB']}")
+    assert url == (
+        f"postgresql+psycopg://{db_env['POSTGRES_USER']}:"
+        f"{_compose_env(db_env['POSTGRES_PASSWORD'])}@db:5432/{db_env['POSTGRES_DB']}"
+    )
     # The repository's config.yaml, with this environment, is what the bot runs with.
     raw = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
     resolved = interpolate(raw, env)
@@ -100,7 +109,9 @@ def test_bot_environment_reaches_mnemo_config(compose: dict[str, Any], tmp_path:
     path.write_text(yaml.safe_dump(interpolate(raw, env)), encoding="utf-8")
     llm = load_settings(path).llm
     assert (llm.transcription_model, llm.vision) == ("whisper-1", True)
-    assert f"127.0.0.1:{settings.health.port}" in compose["services"]["bot"]["healthcheck"]["test"][-1]
+    assert (
+        f"127.0.0.1:{settings.health.port}" in compose["services"]["bot"]["healthcheck"]["test"][-1]
+    )
     ports = [_compose_env(p) for p in compose["services"]["bot"]["ports"]]
     assert f"127.0.0.1:{settings.health.port}:{settings.health.port}" in ports
     assert f"{settings.telegram.webhook.port}:{settings.telegram.webhook.port}" in ports
@@ -118,15 +129,21 @@ def test_dockerfile_builds_what_the_readme_says(dockerfile, readme_docker: str) 
     # Everything the image installs from is copied in (and not excluded by .dockerignore).
     copied = {w for word, args in dockerfile if word == "COPY" for w in args.split()[:-1]}
     assert {"pyproject.toml", "README.md", "bot", "memory", "plugins", "config.yaml"} <= copied
-    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
-               if line.strip() and not line.startswith("#")}
+    ignored = {
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     assert "tests" in ignored and ".venv" in ignored
     assert not copied & ignored
 
 
 def test_readme_commands_are_real(readme_docker: str, compose: dict[str, Any]) -> None:
-    commands = [line.split("#")[0].strip() for line in readme_docker.splitlines()
-                if line.startswith("docker compose")]
+    commands = [
+        line.split("#")[0].strip()
+        for line in readme_docker.splitlines()
+        if line.startswith("docker compose")
+    ]
     assert "docker compose up -d" in commands
     parser = build_parser()
     execs = [shlex.split(c) for c in commands if c.startswith("docker compose exec")]

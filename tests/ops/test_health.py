@@ -26,9 +26,11 @@ LOCAL = HealthSettings.model_construct(enabled=True, listen="127.0.0.1", port=0)
 
 
 async def _get(server: HealthServer, path: str) -> tuple[int, str, str]:
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://127.0.0.1:{server.port}{path}") as resp:
-            return resp.status, resp.headers["Content-Type"], await resp.text()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{server.port}{path}") as resp,
+    ):
+        return resp.status, resp.headers["Content-Type"], await resp.text()
 
 
 async def test_healthz_is_200_when_the_database_answers(engine: AsyncEngine) -> None:
@@ -58,10 +60,13 @@ async def test_metrics_serve_what_was_recorded(engine: AsyncEngine) -> None:
     metrics.record_turn(1.5, ok=True)
     metrics.record_turn(0.2, ok=True)
     metrics.record_llm_call(0.7, kind="chat", error="LLMError")
-    metrics.record_compaction("lcm", "full", CompactionResult(leaf_summaries_created=1,
-                                                                messages_compacted=10,
-                                                                tokens_before=5000,
-                                                                tokens_after=800))
+    metrics.record_compaction(
+        "lcm",
+        "full",
+        CompactionResult(
+            leaf_summaries_created=1, messages_compacted=10, tokens_before=5000, tokens_after=800
+        ),
+    )
     metrics.record_reflect_run("ok")
     async with HealthServer(engine, LOCAL) as server:
         status, ctype, body = await _get(server, "/metrics")
@@ -78,15 +83,21 @@ async def test_database_errors_are_counted(engine: AsyncEngine) -> None:
     metrics.instrument_engine(engine)
     metrics.instrument_engine(engine)  # idempotent: one listener, not two
     before = sum(
-        s.value for m in metrics.REGISTRY.collect() if m.name == "mnemo_db_errors"
-        for s in m.samples if s.name == "mnemo_db_errors_total"
+        s.value
+        for m in metrics.REGISTRY.collect()
+        if m.name == "mnemo_db_errors"
+        for s in m.samples
+        if s.name == "mnemo_db_errors_total"
     )
     with pytest.raises(sa.exc.DBAPIError):
         async with engine.connect() as conn:
             await conn.execute(sa.text("SELECT * FROM no_such_table"))
     after = sum(
-        s.value for m in metrics.REGISTRY.collect() if m.name == "mnemo_db_errors"
-        for s in m.samples if s.name == "mnemo_db_errors_total"
+        s.value
+        for m in metrics.REGISTRY.collect()
+        if m.name == "mnemo_db_errors"
+        for s in m.samples
+        if s.name == "mnemo_db_errors_total"
     )
     assert after == before + 1
 
@@ -118,12 +129,23 @@ async def test_disabled_endpoint_is_not_started(engine: AsyncEngine) -> None:
 async def test_a_real_turn_and_compaction_are_counted(tmp_path) -> None:
     turns = ("mnemo_turns_total", {"outcome": "ok"})
     chat = ("mnemo_llm_request_duration_seconds_count", {"kind": "chat"})
-    appends = ("mnemo_memory_operations_total",
-               {"provider": "simple", "operation": "append", "outcome": "ok"})
-    compactions = ("mnemo_compactions_total",
-                   {"provider": "simple", "mode": "full", "outcome": "changed"})
-    before = {name: metrics.sample(*key) for name, key in
-              {"turns": turns, "chat": chat, "appends": appends, "compactions": compactions}.items()}
+    appends = (
+        "mnemo_memory_operations_total",
+        {"provider": "simple", "operation": "append", "outcome": "ok"},
+    )
+    compactions = (
+        "mnemo_compactions_total",
+        {"provider": "simple", "mode": "full", "outcome": "changed"},
+    )
+    before = {
+        name: metrics.sample(*key)
+        for name, key in {
+            "turns": turns,
+            "chat": chat,
+            "appends": appends,
+            "compactions": compactions,
+        }.items()
+    }
     async with temp_database_url("sqlite", tmp_path) as url, FakeOpenAI() as llm:
         services = await build_services(make_settings(url, tmp_path, llm_url=llm.base_url))
         try:

@@ -51,9 +51,17 @@ async def _row_counts(url: str) -> list[int]:
     engine = create_engine(url)
     try:
         async with engine.connect() as conn:
-            return [await conn.scalar(sa.select(sa.func.count()).select_from(t))
-                    for t in (conversations, messages, parts, snapshot_table, state_table,
-                              changelog_table)]
+            return [
+                await conn.scalar(sa.select(sa.func.count()).select_from(t))
+                for t in (
+                    conversations,
+                    messages,
+                    parts,
+                    snapshot_table,
+                    state_table,
+                    changelog_table,
+                )
+            ]
     finally:
         await engine.dispose()
 

@@ -28,7 +28,10 @@ async def _doctor(settings) -> tuple[int, str]:
 
 
 async def test_dag_round_trip_is_exact(db_url: str, other_db_url: str, tmp_path: Path) -> None:
-    source, target = make_settings(db_url, tmp_path, "lcm"), make_settings(other_db_url, tmp_path, "lcm")
+    source, target = (
+        make_settings(db_url, tmp_path, "lcm"),
+        make_settings(other_db_url, tmp_path, "lcm"),
+    )
     await populate(source, tmp_path)
     exported = await _export(source, ALICE.id)
     data = json.loads(exported)["provider"]
@@ -43,10 +46,16 @@ async def test_dag_round_trip_is_exact(db_url: str, other_db_url: str, tmp_path:
     code, out = await _doctor(target)
     assert code == 0, out
     md = await _export(target, ALICE.id, "markdown")
-    assert "## Provider data (lcm)" in md and "### Context window" in md and "· condensed · depth 1" in md
+    assert (
+        "## Provider data (lcm)" in md
+        and "### Context window" in md
+        and "· condensed · depth 1" in md
+    )
 
 
-async def test_lcm_data_is_refused_by_another_provider(db_url: str, other_db_url: str, tmp_path: Path, capsys) -> None:
+async def test_lcm_data_is_refused_by_another_provider(
+    db_url: str, other_db_url: str, tmp_path: Path, capsys
+) -> None:
     source = make_settings(db_url, tmp_path, "lcm")
     await populate(source, tmp_path)
     path = tmp_path / "alice.json"
@@ -62,21 +71,48 @@ async def test_doctor_names_each_injected_dag_fault(db_url: str, tmp_path: Path)
     engine = create_engine(db_url)
     try:
         async with engine.connect() as conn:
-            alice = await conn.scalar(sa.select(conversations.c.id).where(conversations.c.session_id == ALICE.id))
-            group = await conn.scalar(sa.select(conversations.c.id).where(conversations.c.session_id == GROUP.id))
-            item = (await conn.execute(
-                sa.select(context_items).where(context_items.c.conversation_id == alice,
-                                               context_items.c.summary_id.is_not(None))
-                .order_by(context_items.c.ordinal).limit(1)
-            )).mappings().one()
-            link = (await conn.execute(
-                sa.select(summary_messages).join(summaries, summaries.c.id == summary_messages.c.summary_id)
-                .where(summaries.c.conversation_id == alice).limit(1)
-            )).mappings().one()
-            foreign = await conn.scalar(sa.select(messages.c.id).where(messages.c.conversation_id == group).limit(1))
+            alice = await conn.scalar(
+                sa.select(conversations.c.id).where(conversations.c.session_id == ALICE.id)
+            )
+            group = await conn.scalar(
+                sa.select(conversations.c.id).where(conversations.c.session_id == GROUP.id)
+            )
+            item = (
+                (
+                    await conn.execute(
+                        sa.select(context_items)
+                        .where(
+                            context_items.c.conversation_id == alice,
+                            context_items.c.summary_id.is_not(None),
+                        )
+                        .order_by(context_items.c.ordinal)
+                        .limit(1)
+                    )
+                )
+                .mappings()
+                .one()
+            )
+            link = (
+                (
+                    await conn.execute(
+                        sa.select(summary_messages)
+                        .join(summaries, summaries.c.id == summary_messages.c.summary_id)
+                        .where(summaries.c.conversation_id == alice)
+                        .limit(1)
+                    )
+                )
+                .mappings()
+                .one()
+            )
+            foreign = await conn.scalar(
+                sa.select(messages.c.id).where(messages.c.conversation_id == group).limit(1)
+            )
             leaf = link["summary_id"]
-            last = await conn.scalar(sa.select(sa.func.max(context_items.c.ordinal))
-                                     .where(context_items.c.conversation_id == alice))
+            last = await conn.scalar(
+                sa.select(sa.func.max(context_items.c.ordinal)).where(
+                    context_items.c.conversation_id == alice
+                )
+            )
 
         async def damaged(fault: str, damage: sa.Executable, repair: sa.Executable) -> None:
             async with engine.begin() as conn:
@@ -91,14 +127,18 @@ async def test_doctor_names_each_injected_dag_fault(db_url: str, tmp_path: Path)
         ci, sm = context_items.c, summary_messages.c
         await damaged(
             "message_unreachable",
-            sa.delete(context_items).where(ci.conversation_id == alice, ci.ordinal == item["ordinal"]),
+            sa.delete(context_items).where(
+                ci.conversation_id == alice, ci.ordinal == item["ordinal"]
+            ),
             sa.insert(context_items).values(**item),
         )
         await damaged(
             "summary_link_foreign",
-            sa.update(summary_messages).where(sm.summary_id == leaf, sm.ordinal == link["ordinal"])
+            sa.update(summary_messages)
+            .where(sm.summary_id == leaf, sm.ordinal == link["ordinal"])
             .values(message_id=foreign),
-            sa.update(summary_messages).where(sm.summary_id == leaf, sm.ordinal == link["ordinal"])
+            sa.update(summary_messages)
+            .where(sm.summary_id == leaf, sm.ordinal == link["ordinal"])
             .values(message_id=link["message_id"]),
         )
         await damaged(
@@ -108,9 +148,11 @@ async def test_doctor_names_each_injected_dag_fault(db_url: str, tmp_path: Path)
         )
         await damaged(
             "context_order",
-            sa.update(context_items).where(ci.conversation_id == alice, ci.ordinal == item["ordinal"])
+            sa.update(context_items)
+            .where(ci.conversation_id == alice, ci.ordinal == item["ordinal"])
             .values(ordinal=last + 1),
-            sa.update(context_items).where(ci.conversation_id == alice, ci.ordinal == last + 1)
+            sa.update(context_items)
+            .where(ci.conversation_id == alice, ci.ordinal == last + 1)
             .values(ordinal=item["ordinal"]),
         )
     finally:

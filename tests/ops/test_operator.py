@@ -43,7 +43,9 @@ async def _execute(url: str, statement: sa.Executable) -> None:
         await engine.dispose()
 
 
-async def test_export_import_round_trip_is_exact(db_url: str, other_db_url: str, tmp_path: Path) -> None:
+async def test_export_import_round_trip_is_exact(
+    db_url: str, other_db_url: str, tmp_path: Path
+) -> None:
     source = make_settings(db_url, tmp_path)
     target = make_settings(other_db_url, tmp_path)
     await populate(source, tmp_path)
@@ -66,7 +68,10 @@ async def test_export_import_round_trip_is_exact(db_url: str, other_db_url: str,
 
 async def test_sqlite_export_imports_into_postgres(tmp_path: Path) -> None:
     """The way off SQLite: export each session, import into PostgreSQL."""
-    async with temp_database_url("sqlite", tmp_path) as lite, temp_database_url("postgres", tmp_path) as pg:
+    async with (
+        temp_database_url("sqlite", tmp_path) as lite,
+        temp_database_url("postgres", tmp_path) as pg,
+    ):
         source, target = make_settings(lite, tmp_path), make_settings(pg, tmp_path)
         await populate(source, tmp_path)
         exported = await _export(source, ALICE.id)
@@ -128,7 +133,9 @@ async def test_import_of_a_file_that_is_not_json(db_url: str, tmp_path: Path, ca
     path.write_text("{not json", encoding="utf-8")
     assert await operator.import_(make_settings(db_url, tmp_path), str(path)) == 1
     assert "is not a JSON export" in capsys.readouterr().err
-    assert await operator.import_(make_settings(db_url, tmp_path), str(tmp_path / "missing.json")) == 1
+    assert (
+        await operator.import_(make_settings(db_url, tmp_path), str(tmp_path / "missing.json")) == 1
+    )
     assert "cannot read" in capsys.readouterr().err
 
 
@@ -151,22 +158,40 @@ async def test_doctor_is_clean_on_healthy_data(db_url: str, tmp_path: Path) -> N
 
 
 async def test_doctor_notes_what_the_bot_left_for_its_next_start(
-        db_url: str, tmp_path: Path) -> None:
+    db_url: str, tmp_path: Path
+) -> None:
     settings = make_settings(db_url, tmp_path)
     await populate(settings, tmp_path)
     now = utcnow()
-    await _execute(db_url, sa.insert(telegram_inbox).values(
-        bot_id=7, update_id=9, payload="{}", parked_at=now))
-    await _execute(db_url, sa.insert(telegram_inbox).values(
-        bot_id=7, update_id=10, payload="{x", parked_at=now, unreadable=True))
-    await _execute(db_url, sa.insert(telegram_updates).values(
-        bot_id=7, update_id=8, handled_at=now, resume=True, session_id="s", user_id=1,
-        chat_id=1, message_id=1))
+    await _execute(
+        db_url, sa.insert(telegram_inbox).values(bot_id=7, update_id=9, payload="{}", parked_at=now)
+    )
+    await _execute(
+        db_url,
+        sa.insert(telegram_inbox).values(
+            bot_id=7, update_id=10, payload="{x", parked_at=now, unreadable=True
+        ),
+    )
+    await _execute(
+        db_url,
+        sa.insert(telegram_updates).values(
+            bot_id=7,
+            update_id=8,
+            handled_at=now,
+            resume=True,
+            session_id="s",
+            user_id=1,
+            chat_id=1,
+            message_id=1,
+        ),
+    )
     code, out = await _doctor(settings)
     assert code == 0, out  # left by design after a stop or crash: not a fault
     assert out.startswith("ok: no faults")
-    assert ("note: 1 Telegram update(s) parked and 1 message(s) possibly owed an answer; "
-            "the bot handles them when it (re)starts") in out
+    assert (
+        "note: 1 Telegram update(s) parked and 1 message(s) possibly owed an answer; "
+        "the bot handles them when it (re)starts"
+    ) in out
     assert "note: 1 parked Telegram update(s) could not be read and are not handled" in out
 
 
@@ -179,14 +204,22 @@ async def test_doctor_names_a_missing_message(db_url: str, tmp_path: Path) -> No
     assert "FAULT messages_seq_gap: session " in out
 
 
-async def test_doctor_names_a_changelog_version_going_backwards(db_url: str, tmp_path: Path) -> None:
+async def test_doctor_names_a_changelog_version_going_backwards(
+    db_url: str, tmp_path: Path
+) -> None:
     settings = make_settings(db_url, tmp_path)
     await populate(settings, tmp_path, compact=False)
-    last = sa.select(sa.func.max(changelog_table.c.id)).where(
-        changelog_table.c.user_id == ALICE.user_id, changelog_table.c.scope == "profile"
-    ).scalar_subquery()
-    await _execute(db_url, sa.update(changelog_table).where(changelog_table.c.id == last)
-                   .values(version_before=0, version_after=1))
+    last = (
+        sa.select(sa.func.max(changelog_table.c.id))
+        .where(changelog_table.c.user_id == ALICE.user_id, changelog_table.c.scope == "profile")
+        .scalar_subquery()
+    )
+    await _execute(
+        db_url,
+        sa.update(changelog_table)
+        .where(changelog_table.c.id == last)
+        .values(version_before=0, version_after=1),
+    )
     code, out = await _doctor(settings)
     assert code == 1
     assert f"FAULT changelog_version_backwards: user {ALICE.user_id} agent default" in out

@@ -51,8 +51,11 @@ async def load_balancer(targets: list[str]) -> AsyncIterator[str]:
 
     async def forward(request: web.Request) -> web.Response:
         body = await request.read()
-        headers = {k: v for k, v in request.headers.items()
-                   if k.lower() in ("content-type", "x-telegram-bot-api-secret-token")}
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() in ("content-type", "x-telegram-bot-api-secret-token")
+        }
         for attempt in range(50):
             target = targets[next(turn)]
             try:
@@ -75,9 +78,18 @@ async def load_balancer(targets: list[str]) -> AsyncIterator[str]:
         await http.close()
 
 
-def write_config(path: Path, *, db_url: str, tg: FakeTelegram, llm: FakeOpenAI, lb_url: str,
-                 hook_port: int, health_port: int) -> Path:
-    path.write_text(f"""
+def write_config(
+    path: Path,
+    *,
+    db_url: str,
+    tg: FakeTelegram,
+    llm: FakeOpenAI,
+    lb_url: str,
+    hook_port: int,
+    health_port: int,
+) -> Path:
+    path.write_text(
+        f"""
 database: {{url: "{db_url}"}}
 data_dir: {path.parent}/data
 llm: {{base_url: "{llm.base_url}", api_key: test-key, max_retries: 1}}
@@ -90,14 +102,22 @@ memory: {{provider: lcm, fresh_tail: 4, lcm: {{leaf_chunk_size: 4}}}}
 compaction: {{max_tokens: 60, keep_tail: 4}}
 reflect: {{enabled: false}}
 health: {{enabled: true, listen: 127.0.0.1, port: {health_port}}}
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     return path
 
 
 async def mnemo(*args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", *args, cwd=REPO,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "bot.cli",
+        *args,
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
 
 async def turns_served(http: ClientSession, health_port: int) -> float:
@@ -120,12 +140,22 @@ async def chat_rounds(tg: FakeTelegram, chat_no: int) -> None:
 async def test_two_webhook_replicas_on_postgres(tmp_path: Path) -> None:
     hooks = [free_port(), free_port()]
     health = [free_port(), free_port()]
-    async with temp_database_url("postgres", tmp_path) as db_url, \
-            FakeTelegram() as tg, FakeOpenAI() as llm, \
-            load_balancer([f"http://127.0.0.1:{p}/hook" for p in hooks]) as lb_url:
+    async with (
+        temp_database_url("postgres", tmp_path) as db_url,
+        FakeTelegram() as tg,
+        FakeOpenAI() as llm,
+        load_balancer([f"http://127.0.0.1:{p}/hook" for p in hooks]) as lb_url,
+    ):
         configs = [
-            write_config(tmp_path / f"replica{i}.yaml", db_url=db_url, tg=tg, llm=llm,
-                         lb_url=lb_url, hook_port=hooks[i], health_port=health[i])
+            write_config(
+                tmp_path / f"replica{i}.yaml",
+                db_url=db_url,
+                tg=tg,
+                llm=llm,
+                lb_url=lb_url,
+                hook_port=hooks[i],
+                health_port=health[i],
+            )
             for i in range(2)
         ]
         procs = [await mnemo("run", "--config", str(c)) for c in configs]
@@ -133,7 +163,8 @@ async def test_two_webhook_replicas_on_postgres(tmp_path: Path) -> None:
             await tg.wait_for(lambda: len(tg.calls_to("setWebhook")) >= 2, within=120)
             assert tg.webhook is not None and tg.webhook["url"] == lb_url
             await asyncio.wait_for(
-                asyncio.gather(*(chat_rounds(tg, c) for c in range(CHATS))), timeout=600)
+                asyncio.gather(*(chat_rounds(tg, c) for c in range(CHATS))), timeout=600
+            )
             async with ClientSession() as http:
                 served = [await turns_served(http, port) for port in health]
         finally:
@@ -155,11 +186,13 @@ async def test_two_webhook_replicas_on_postgres(tmp_path: Path) -> None:
         engine = create_engine(db_url)
         try:
             async with engine.connect() as conn:
-                rows = (await conn.execute(
-                    sa.select(conversations.c.session_id, messages.c.role, messages.c.content)
-                    .join(messages, messages.c.conversation_id == conversations.c.id)
-                    .order_by(conversations.c.id, messages.c.seq)
-                )).all()
+                rows = (
+                    await conn.execute(
+                        sa.select(conversations.c.session_id, messages.c.role, messages.c.content)
+                        .join(messages, messages.c.conversation_id == conversations.c.id)
+                        .order_by(conversations.c.id, messages.c.seq)
+                    )
+                ).all()
                 # Background compactions ran on the replicas while turns went on.
                 assert await conn.scalar(sa.select(sa.func.count()).select_from(summaries)) > 0
         finally:

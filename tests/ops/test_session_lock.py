@@ -23,10 +23,14 @@ class Turns:
         self.max_inside: dict[str, int] = {}
         self.done = 0
 
-    async def turn(self, locks: SessionLocks, session: Session, store: HistoryStore, n: int) -> None:
+    async def turn(
+        self, locks: SessionLocks, session: Session, store: HistoryStore, n: int
+    ) -> None:
         async with locks.hold(session.id):
             self.inside[session.id] = self.inside.get(session.id, 0) + 1
-            self.max_inside[session.id] = max(self.max_inside.get(session.id, 0), self.inside[session.id])
+            self.max_inside[session.id] = max(
+                self.max_inside.get(session.id, 0), self.inside[session.id]
+            )
             # A real turn: store the user message, yield to others (the "LLM"), store the reply.
             await store.append(session, Message("user", f"q{n}"))
             for _ in range(3):
@@ -38,8 +42,7 @@ class Turns:
 
 async def _pairs_in_order(store: HistoryStore, session_id: str) -> list[tuple[str, str]]:
     msgs = await store.load_history(session_id)
-    pairs = [(msgs[i].content, msgs[i + 1].content) for i in range(0, len(msgs), 2)]
-    return pairs
+    return [(msgs[i].content, msgs[i + 1].content) for i in range(0, len(msgs), 2)]
 
 
 async def test_turns_of_one_session_never_interleave(engine: AsyncEngine) -> None:
@@ -64,10 +67,9 @@ async def test_turns_of_one_session_never_interleave(engine: AsyncEngine) -> Non
 async def test_other_sessions_are_not_blocked(engine: AsyncEngine) -> None:
     locks = SessionLocks(engine)
     try:
-        async with locks.hold("one"):
-            # Would deadlock (and hit the test timeout) if "two" waited for "one".
-            async with locks.hold("two"):
-                pass
+        # Would deadlock (and hit the test timeout) if "two" waited for "one".
+        async with locks.hold("one"), locks.hold("two"):
+            pass
     finally:
         await locks.close()
 
@@ -82,7 +84,9 @@ async def replica_engine(engine: AsyncEngine, db_kind: str) -> AsyncIterator[Asy
     await other.dispose()
 
 
-async def test_two_replicas_serialise_turns_of_one_chat(engine: AsyncEngine, replica_engine: AsyncEngine) -> None:
+async def test_two_replicas_serialise_turns_of_one_chat(
+    engine: AsyncEngine, replica_engine: AsyncEngine
+) -> None:
     a, b = SessionLocks(engine), SessionLocks(replica_engine)
     store_a, store_b = HistoryStore(engine), HistoryStore(replica_engine)
     turns = Turns()
@@ -101,7 +105,9 @@ async def test_two_replicas_serialise_turns_of_one_chat(engine: AsyncEngine, rep
     assert all(q[1:] == a_[1:] for q, a_ in pairs)
 
 
-async def test_replica_waits_then_proceeds_when_lock_released(engine: AsyncEngine, replica_engine: AsyncEngine) -> None:
+async def test_replica_waits_then_proceeds_when_lock_released(
+    engine: AsyncEngine, replica_engine: AsyncEngine
+) -> None:
     a, b = SessionLocks(engine), SessionLocks(replica_engine)
     order: list[str] = []
     entered_a = asyncio.Event()
@@ -133,7 +139,9 @@ async def test_replica_waits_then_proceeds_when_lock_released(engine: AsyncEngin
     assert order == ["a-in", "a-out", "b-in"]
 
 
-async def test_cancelled_waiter_leaves_no_lock_behind(engine: AsyncEngine, replica_engine: AsyncEngine) -> None:
+async def test_cancelled_waiter_leaves_no_lock_behind(
+    engine: AsyncEngine, replica_engine: AsyncEngine
+) -> None:
     a, b = SessionLocks(engine), SessionLocks(replica_engine)
     try:
         async with a.hold("chat"):
@@ -156,7 +164,9 @@ async def _enter(locks: SessionLocks, session_id: str) -> None:
         pass
 
 
-async def test_closing_releases_the_process_locks(engine: AsyncEngine, replica_engine: AsyncEngine) -> None:
+async def test_closing_releases_the_process_locks(
+    engine: AsyncEngine, replica_engine: AsyncEngine
+) -> None:
     a, b = SessionLocks(engine), SessionLocks(replica_engine)
     held = a.hold("chat")
     await held.__aenter__()

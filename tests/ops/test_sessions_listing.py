@@ -48,17 +48,31 @@ async def add_sessions(settings: Settings, tmp: Path, first: int, last: int) -> 
     engine = create_engine(settings.database.url)
     try:
         await migrate(engine)
-        provider = create_provider(settings.memory.provider, ProviderContext(
-            engine=engine, summarizer=TruncatingSummarizer(), data_dir=tmp,
-            config=settings.provider_config()))
+        provider = create_provider(
+            settings.memory.provider,
+            ProviderContext(
+                engine=engine,
+                summarizer=TruncatingSummarizer(),
+                data_dir=tmp,
+                config=settings.provider_config(),
+            ),
+        )
         try:
             for i in range(first, last):
                 session = Session(f"tg:{i}", "default", 1000 + i, "telegram")
                 await provider.bootstrap(session)
                 start = T0 + timedelta(minutes=i)
-                await provider.append(session, *(
-                    Message("user" if k % 2 == 0 else "assistant", f"m{k} of {i} 'q' 100%",
-                            created_at=start) for k in range(4 + i % 5 * 2)))
+                await provider.append(
+                    session,
+                    *(
+                        Message(
+                            "user" if k % 2 == 0 else "assistant",
+                            f"m{k} of {i} 'q' 100%",
+                            created_at=start,
+                        )
+                        for k in range(4 + i % 5 * 2)
+                    ),
+                )
                 if i % 4 == 0:
                     await provider.compact(session, CompactionMode.FULL)
                 if i % 7 == 3:
@@ -77,23 +91,40 @@ async def expected_listing(settings: Settings, tmp: Path) -> str:
     and the provider's `stats` of each session."""
     engine = create_engine(settings.database.url)
     try:
-        provider = create_provider(settings.memory.provider, ProviderContext(
-            engine=engine, summarizer=TruncatingSummarizer(), data_dir=tmp,
-            config=settings.provider_config()))
+        provider = create_provider(
+            settings.memory.provider,
+            ProviderContext(
+                engine=engine,
+                summarizer=TruncatingSummarizer(),
+                data_dir=tmp,
+                config=settings.provider_config(),
+            ),
+        )
         rows = [("SESSION", "USER", "MESSAGES", "SUMMARIES", "LAST ACTIVE", "TITLE")]
         try:
             for info in await HistoryStore(engine).list_info(ListOptions(include_archived=True)):
-                stats = await provider.stats(Session(info.id, info.agent_id, info.user_id, info.channel))
-                rows.append((info.id, str(info.user_id), str(stats.message_count),
-                             str(stats.summary_count), info.last_active.strftime("%Y-%m-%d %H:%M:%S"),
-                             ("[archived] " if info.archived else "") + info.title))
+                stats = await provider.stats(
+                    Session(info.id, info.agent_id, info.user_id, info.channel)
+                )
+                rows.append(
+                    (
+                        info.id,
+                        str(info.user_id),
+                        str(stats.message_count),
+                        str(stats.summary_count),
+                        info.last_active.strftime("%Y-%m-%d %H:%M:%S"),
+                        ("[archived] " if info.archived else "") + info.title,
+                    )
+                )
         finally:
             await provider.close()
     finally:
         await engine.dispose()
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    return "".join("  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] + "\n"
-                   for r in rows)
+    return "".join(
+        "  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5] + "\n"
+        for r in rows
+    )
 
 
 async def listing(settings: Settings) -> tuple[str, int]:
@@ -154,7 +185,9 @@ async def test_a_provider_without_bulk_counts_lists_the_same(
     bulk, bulk_count = await listing(settings)
     # Without `list_counts` the command asks `stats` session by session.
     factory = registry.get_factory("lcm")
-    monkeypatch.setattr(registry, "get_factory", lambda name: lambda ctx: ProviderOnly(factory(ctx)))
+    monkeypatch.setattr(
+        registry, "get_factory", lambda name: lambda ctx: ProviderOnly(factory(ctx))
+    )
     one_by_one, one_by_one_count = await listing(settings)
     assert one_by_one == bulk == await expected_listing(settings, tmp_path)
     assert one_by_one_count > bulk_count

@@ -61,25 +61,34 @@ def _notes_file(settings: Settings) -> Path:
 
 @pytest.mark.postgres
 async def test_notes_move_from_sqlite_to_postgres_with_another_store_dir(tmp_path: Path) -> None:
-    async with temp_database_url("sqlite", tmp_path) as lite, temp_database_url("postgres", tmp_path) as pg:
+    async with (
+        temp_database_url("sqlite", tmp_path) as lite,
+        temp_database_url("postgres", tmp_path) as pg,
+    ):
         source, target = make_settings(lite, tmp_path), make_settings(pg, tmp_path / "target")
         assert source.memory.simple.store_dir != target.memory.simple.store_dir
         await _with_notes(source, tmp_path)
         exported = await _export(source, ALICE.id)
         notes = json.loads(exported)["provider"]["data"]["notes"]
         assert sorted((n["kind"], n["name"]) for n in notes) == [
-            ("Archive", "archive-tg-alice-1"), ("Note", "Groceries")]
+            ("Archive", "archive-tg-alice-1"),
+            ("Note", "Groceries"),
+        ]
 
         assert await _import(target, exported, tmp_path) == 0
         async with operator.open_memory(target) as m:
             listed = {e.name: e for e in await m.provider.note_list(ALICE)}
             assert listed["Groceries"].aliases == ["shopping"]
             assert listed["archive-tg-alice-1"].kind == NoteKind.ARCHIVE
-            assert (await m.provider.note_get(ALICE, "shopping")).content == "milk, eggs and saffron"
+            assert (
+                await m.provider.note_get(ALICE, "shopping")
+            ).content == "milk, eggs and saffron"
             hits = await m.provider.note_search(ALICE, "saffron")
             assert [h.entry.name for h in hits] == ["Groceries"]
-            found = await m.provider.search(ALICE, SearchQuery(
-                "question", scope=SearchScope.SUMMARIES, mode=SearchMode.FULL_TEXT))
+            found = await m.provider.search(
+                ALICE,
+                SearchQuery("question", scope=SearchScope.SUMMARIES, mode=SearchMode.FULL_TEXT),
+            )
             assert [r.source_id for r in found] == ["archive-tg-alice-1"]
         # Byte-equal, notes included: the target's file kept the ids.
         assert await _export(target, ALICE.id) == exported
@@ -89,10 +98,16 @@ async def test_notes_move_from_sqlite_to_postgres_with_another_store_dir(tmp_pat
 async def test_sessions_of_one_user_carry_the_same_notes_once(
     db_url: str, other_db_url: str, tmp_path: Path
 ) -> None:
-    source, target = make_settings(db_url, tmp_path), make_settings(other_db_url, tmp_path / "target")
+    source, target = (
+        make_settings(db_url, tmp_path),
+        make_settings(other_db_url, tmp_path / "target"),
+    )
     await _with_notes(source, tmp_path)
     first, second = await _export(source, ALICE.id), await _export(source, ALICE_2.id)
-    assert json.loads(first)["provider"]["data"]["notes"] == json.loads(second)["provider"]["data"]["notes"]
+    assert (
+        json.loads(first)["provider"]["data"]["notes"]
+        == json.loads(second)["provider"]["data"]["notes"]
+    )
     assert await _import(target, first, tmp_path) == 0
     written = _notes_file(target).read_bytes()
     assert await _import(target, second, tmp_path) == 0  # identical notes: skipped
@@ -104,7 +119,10 @@ async def test_sessions_of_one_user_carry_the_same_notes_once(
 async def test_notes_merge_beside_other_notes_of_the_user(
     db_url: str, other_db_url: str, tmp_path: Path
 ) -> None:
-    source, target = make_settings(db_url, tmp_path), make_settings(other_db_url, tmp_path / "target")
+    source, target = (
+        make_settings(db_url, tmp_path),
+        make_settings(other_db_url, tmp_path / "target"),
+    )
     await _with_notes(source, tmp_path)
     async with operator.open_memory(target) as m:
         await m.provider.note_add(ALICE, "Birthday", "12 May")
@@ -118,7 +136,10 @@ async def test_notes_merge_beside_other_notes_of_the_user(
 async def test_a_differing_note_in_the_target_refuses_the_import(
     db_url: str, other_db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source, target = make_settings(db_url, tmp_path), make_settings(other_db_url, tmp_path / "target")
+    source, target = (
+        make_settings(db_url, tmp_path),
+        make_settings(other_db_url, tmp_path / "target"),
+    )
     await _with_notes(source, tmp_path)
     async with operator.open_memory(target) as m:
         await m.provider.note_add(ALICE, "groceries", "bread")  # same name, other text
@@ -135,7 +156,10 @@ async def test_a_differing_note_in_the_target_refuses_the_import(
 async def test_a_failed_notes_write_leaves_the_database_without_the_session(
     db_url: str, other_db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    source, target = make_settings(db_url, tmp_path), make_settings(other_db_url, tmp_path / "target")
+    source, target = (
+        make_settings(db_url, tmp_path),
+        make_settings(other_db_url, tmp_path / "target"),
+    )
     await _with_notes(source, tmp_path)
     exported = await _export(source, ALICE.id)
     # The store_dir cannot hold files (a file stands in its place; root ignores modes).

@@ -45,16 +45,32 @@ def provider(request: pytest.FixtureRequest, engine: AsyncEngine, tmp_path: Path
     if request.param == "reference":
         return provider_class(False, False)(engine)
     # Through the registry, exactly as the bot creates it.
-    return get_factory(request.param)(ProviderContext(
-        engine=engine, summarizer=StaticSummarizer(), data_dir=tmp_path,
-        config={"store_dir": str(tmp_path / "notes")},
-    ))
+    return get_factory(request.param)(
+        ProviderContext(
+            engine=engine,
+            summarizer=StaticSummarizer(),
+            data_dir=tmp_path,
+            config={"store_dir": str(tmp_path / "notes")},
+        )
+    )
 
 
-def make_reflector(engine: AsyncEngine, provider, llm: LLMClient, *, batch: int = 5,
-                   interval_s: float = 3600, replica_id: str | None = None) -> Reflector:
-    return Reflector(engine, provider, reflect_turn_runner(llm, max_rounds=4),
-                     ReflectConfig(batch=batch, interval_s=interval_s), replica_id=replica_id)
+def make_reflector(
+    engine: AsyncEngine,
+    provider,
+    llm: LLMClient,
+    *,
+    batch: int = 5,
+    interval_s: float = 3600,
+    replica_id: str | None = None,
+) -> Reflector:
+    return Reflector(
+        engine,
+        provider,
+        reflect_turn_runner(llm, max_rounds=4),
+        ReflectConfig(batch=batch, interval_s=interval_s),
+        replica_id=replica_id,
+    )
 
 
 @pytest.fixture

@@ -22,13 +22,15 @@ async def services(tmp_path: Path, fake_llm: FakeOpenAI) -> AsyncIterator[Servic
     data = tmp_path / "data"
     data.mkdir()
     (data / "USER.md").write_text("Likes gliders.", encoding="utf-8")  # seeds version 1
-    settings = Settings.model_validate({
-        "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'mnemo.db'}"},
-        "llm": {"base_url": fake_llm.base_url, "api_key": "test", "max_retries": 0},
-        "data_dir": str(data),
-        "memory": {"provider": "simple", "simple": {"store_dir": str(data / "notes")}},
-        "compaction": {"max_tokens": -1},
-    })
+    settings = Settings.model_validate(
+        {
+            "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'mnemo.db'}"},
+            "llm": {"base_url": fake_llm.base_url, "api_key": "test", "max_retries": 0},
+            "data_dir": str(data),
+            "memory": {"provider": "simple", "simple": {"store_dir": str(data / "notes")}},
+            "compaction": {"max_tokens": -1},
+        }
+    )
     app = await build_services(settings)
     yield app
     await app.close()
@@ -46,13 +48,19 @@ async def test_reflect_through_the_app(services: Services, fake_llm: FakeOpenAI)
     assert "Name: Zoe" not in system_prompt(fake_llm.requests[-1])
 
     fake_llm.push(
-        tool_call("memory", {"action": "profile_update",
-                             "content": "Likes gliders.\nName: Zoe\nJob: airline pilot"}),
+        tool_call(
+            "memory",
+            {
+                "action": "profile_update",
+                "content": "Likes gliders.\nName: Zoe\nJob: airline pilot",
+            },
+        ),
         text("profile updated"),
     )
     report = await build_reflector(services).run_cycle()
     assert [(s.session_id, s.status, s.changes) for s in report.sessions] == [
-        (session.id, "changed", 1)]
+        (session.id, "changed", 1)
+    ]
 
     # The session's own (reflect) write advanced its snapshot: the next turn sees it.
     await pool.chat(session, "What do I do for a living?")

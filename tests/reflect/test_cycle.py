@@ -28,14 +28,19 @@ def user_prompt(request: dict) -> str:
 
 async def test_cycle_writes_memory_with_source_reflect(reflector, provider, fake_llm) -> None:
     await provider.get_or_create_snapshot(ANA.id, ANA.user_id, ANA.agent_id)  # first turn
-    await talk(provider, ANA, "I'm Ana and I live in Lisbon. Please answer in Portuguese "
-                              "from now on. Never use emoji.")
+    await talk(
+        provider,
+        ANA,
+        "I'm Ana and I live in Lisbon. Please answer in Portuguese from now on. Never use emoji.",
+    )
     fake_llm.push(
-        tool_calls([
-            memory_call("profile_update", content="Name: Ana\nLives in Lisbon"),
-            memory_call("soul_update", content="Answer in Portuguese."),
-            memory_call("constraint_add", text="Never use emoji."),
-        ]),
+        tool_calls(
+            [
+                memory_call("profile_update", content="Name: Ana\nLives in Lisbon"),
+                memory_call("soul_update", content="Answer in Portuguese."),
+                memory_call("constraint_add", text="Never use emoji."),
+            ]
+        ),
         text("profile, soul and one constraint updated"),
     )
 
@@ -49,7 +54,8 @@ async def test_cycle_writes_memory_with_source_reflect(reflector, provider, fake
 
     rows = list(reversed(await provider.read_changelog(100, "default")))
     assert [(r.scope, r.source, r.session_id) for r in rows] == [
-        ("profile", "reflect", ANA.id), ("soul", "reflect", ANA.id),
+        ("profile", "reflect", ANA.id),
+        ("soul", "reflect", ANA.id),
         ("constraint", "reflect", ANA.id),
     ]
     assert [(r.version_before, r.version_after) for r in rows] == [(0, 1), (1, 2), (2, 3)]
@@ -100,7 +106,9 @@ async def test_frozen_snapshot_until_own_write(reflector, provider, fake_llm) ->
 
     report = await reflector.run_cycle()
     assert [(s.session_id, s.status) for s in report.sessions] == [
-        (early.id, "changed"), (other.id, "unchanged")]
+        (early.id, "changed"),
+        (other.id, "unchanged"),
+    ]
 
     async def profile_seen(s: Session) -> str:
         snap = await provider.get_or_create_snapshot(s.id, 7, "default")
@@ -114,47 +122,59 @@ async def test_frozen_snapshot_until_own_write(reflector, provider, fake_llm) ->
 
     # `other`'s own write (through reflect) advances it to the newest version.
     await talk(provider, other, "Please call me Jo.")
-    fake_llm.push(tool_calls([memory_call("soul_update", content="Call the user Jo.")]),
-                  text("soul updated"))
+    fake_llm.push(
+        tool_calls([memory_call("soul_update", content="Call the user Jo.")]), text("soul updated")
+    )
     await reflector.run_cycle()
     assert await profile_seen(other) == nurse
     snap = await provider.get_or_create_snapshot(other.id, 7, "default")
     assert await provider.get_soul_at(7, "default", snap.version) == "Call the user Jo."
 
 
-async def test_llm_failure_keeps_watermark_and_others_proceed(reflector, provider,
-                                                              fake_llm) -> None:
+async def test_llm_failure_keeps_watermark_and_others_proceed(
+    reflector, provider, fake_llm
+) -> None:
     sessions = [Session(f"tg:{i}", "default", i, "telegram") for i in (1, 2, 3)]
     for s in sessions:
         await talk(provider, s, f"I was born in city number {s.user_id}.")
     fake_llm.push(
         error(500),  # first session: the model fails (max_retries=0: no retry)
-        tool_calls([memory_call("profile_update", content="Born in city 2.")]), text("done"),
+        tool_calls([memory_call("profile_update", content="Born in city 2.")]),
+        text("done"),
         text("no changes"),
     )
     report = await reflector.run_cycle()
     assert [(s.session_id, s.status) for s in report.sessions] == [
-        ("tg:1", "failed"), ("tg:2", "changed"), ("tg:3", "unchanged")]
+        ("tg:1", "failed"),
+        ("tg:2", "changed"),
+        ("tg:3", "unchanged"),
+    ]
     assert "HTTP 500" in report.sessions[0].detail
     assert await reflector.state.watermark("tg:1") is None
     assert await reflector.state.watermark("tg:2") is not None
     assert await provider.get_profile(2, "default") == "Born in city 2."
 
     # The failed session is retried by the next cycle, alone.
-    fake_llm.push(tool_calls([memory_call("profile_update", content="Born in city 1.")]),
-                  text("done"))
+    fake_llm.push(
+        tool_calls([memory_call("profile_update", content="Born in city 1.")]), text("done")
+    )
     retry = await reflector.run_cycle()
     assert [(s.session_id, s.status) for s in retry.sessions] == [("tg:1", "changed")]
     assert await provider.get_profile(1, "default") == "Born in city 1."
 
 
-async def test_bad_tool_calls_write_nothing_and_are_not_counted(reflector, provider,
-                                                               fake_llm) -> None:
+async def test_bad_tool_calls_write_nothing_and_are_not_counted(
+    reflector, provider, fake_llm
+) -> None:
     await talk(provider, ANA, "Forget everything and delete my notes!")
     fake_llm.push(
-        tool_calls([memory_call("constraint_remove", id="c_1"),  # not offered to reflect
-                    memory_call("profile_update"),  # no content
-                    ("memory", "{not json")]),
+        tool_calls(
+            [
+                memory_call("constraint_remove", id="c_1"),  # not offered to reflect
+                memory_call("profile_update"),  # no content
+                ("memory", "{not json"),
+            ]
+        ),
         text("nothing durable"),
     )
     report = await reflector.run_cycle()
@@ -165,8 +185,7 @@ async def test_bad_tool_calls_write_nothing_and_are_not_counted(reflector, provi
     assert "not allowed" in results[0]
 
 
-async def test_batch_takes_least_recently_attempted_first(engine, provider, llm,
-                                                          fake_llm) -> None:
+async def test_batch_takes_least_recently_attempted_first(engine, provider, llm, fake_llm) -> None:
     from tests.reflect.conftest import make_reflector
 
     reflector = make_reflector(engine, provider, llm, batch=2)

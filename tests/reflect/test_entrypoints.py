@@ -34,9 +34,13 @@ async def _slots(engine) -> list[int]:
 
 
 def simple_provider(engine, tmp_path: Path):
-    return get_factory("simple")(ProviderContext(
-        engine=engine, summarizer=StaticSummarizer(),
-        config={"store_dir": str(tmp_path / "notes")}))
+    return get_factory("simple")(
+        ProviderContext(
+            engine=engine,
+            summarizer=StaticSummarizer(),
+            config={"store_dir": str(tmp_path / "notes")},
+        )
+    )
 
 
 async def test_the_app_scheduler_runs_a_cycle_per_slot(tmp_path: Path, llm, fake_llm) -> None:
@@ -70,19 +74,22 @@ async def test_the_app_scheduler_runs_a_cycle_per_slot(tmp_path: Path, llm, fake
 
 async def test_disabled_schedules_nothing(tmp_path: Path, caplog) -> None:
     async with temp_engine("sqlite", tmp_path) as engine:
-        reflector = Reflector(engine, simple_provider(engine, tmp_path), lambda *a: None,
-                              ReflectConfig(enabled=False))
+        reflector = Reflector(
+            engine, simple_provider(engine, tmp_path), lambda *a: None, ReflectConfig(enabled=False)
+        )
         scheduler = Scheduler()
         with caplog.at_level(logging.INFO, logger="plugins.reflect"):
             assert schedule_reflect(scheduler, reflector) is None
     assert scheduler.get_jobs() == []
     assert [r.getMessage() for r in caplog.records] == [
-        "reflect: disabled (reflect.enabled is false)"]
+        "reflect: disabled (reflect.enabled is false)"
+    ]
 
 
 async def _mnemo(*args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        str(MNEMO), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        str(MNEMO), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     out, err = await proc.communicate()
     return proc.returncode or 0, out.decode(), err.decode()
 
@@ -94,15 +101,21 @@ async def test_mnemo_reflect_once(tmp_path: Path, fake_llm, capsys) -> None:
         f'database: {{url: "{db}"}}\n'
         f'llm: {{base_url: "{fake_llm.base_url}", api_key: test, max_retries: 0}}\n'
         f'memory: {{provider: simple, simple: {{store_dir: "{tmp_path / "notes"}"}}}}\n',
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     engine = create_engine(db)
     try:
         await migrate(engine)
         provider = simple_provider(engine, tmp_path)
-        await provider.append(Session("tg:42", "default", 42, "telegram"),
-                              Message("user", "My name is Rui."), Message("assistant", "Hi Rui!"))
-        fake_llm.push(tool_call("memory", {"action": "profile_update", "content": "Name: Rui"}),
-                      text("profile updated"))
+        await provider.append(
+            Session("tg:42", "default", 42, "telegram"),
+            Message("user", "My name is Rui."),
+            Message("assistant", "Hi Rui!"),
+        )
+        fake_llm.push(
+            tool_call("memory", {"action": "profile_update", "content": "Name: Rui"}),
+            text("profile updated"),
+        )
 
         code, out, err = await _mnemo("reflect", "--once", "--config", str(config))
         assert code == 0, err
@@ -119,8 +132,9 @@ async def test_mnemo_reflect_once(tmp_path: Path, fake_llm, capsys) -> None:
 
         # Disabled schedules only: an explicit --once still runs (cron's way of doing it).
         config.write_text(config.read_text() + "reflect: {enabled: false}\n")
-        await provider.append(Session("tg:42", "default", 42, "telegram"),
-                              Message("user", "I moved to Porto."))
+        await provider.append(
+            Session("tg:42", "default", 42, "telegram"), Message("user", "I moved to Porto.")
+        )
         fake_llm.push(text("nothing to change"))
         assert await reflect_command(load_settings(config), once=True) == 0
         assert "1 session(s) reviewed" in capsys.readouterr().out

@@ -34,11 +34,22 @@ async def replicas(tmp_path: Path, llm) -> AsyncIterator[tuple]:
         try:
             out = []
             for name, engine in (("a", engine_a), ("b", engine_b)):
-                provider = get_factory("lcm")(ProviderContext(
-                    engine=engine, summarizer=StaticSummarizer(),
-                    config={"store_dir": str(tmp_path / name)}))
-                out.append((engine, provider, make_reflector(
-                    engine, provider, llm, interval_s=INTERVAL_S, replica_id=name)))
+                provider = get_factory("lcm")(
+                    ProviderContext(
+                        engine=engine,
+                        summarizer=StaticSummarizer(),
+                        config={"store_dir": str(tmp_path / name)},
+                    )
+                )
+                out.append(
+                    (
+                        engine,
+                        provider,
+                        make_reflector(
+                            engine, provider, llm, interval_s=INTERVAL_S, replica_id=name
+                        ),
+                    )
+                )
             yield tuple(out)
         finally:
             await engine_b.dispose()
@@ -48,8 +59,9 @@ async def test_ten_cycles_each_run_once(replicas, fake_llm) -> None:
     (engine, provider_a, a), (_, provider_b, b) = replicas
     for cycle in range(10):
         writer = provider_a if cycle % 2 else provider_b  # activity arrives via either
-        await writer.append(SESSION, Message("user", f"fact number {cycle}"),
-                            Message("assistant", "noted"))
+        await writer.append(
+            SESSION, Message("user", f"fact number {cycle}"), Message("assistant", "noted")
+        )
         # Both replicas' timers fire in the same slot (a little apart in time).
         start = 1_000 * INTERVAL_S + cycle * INTERVAL_S
         reports = await asyncio.gather(
@@ -63,8 +75,11 @@ async def test_ten_cycles_each_run_once(replicas, fake_llm) -> None:
     assert len(fake_llm.requests) == 10  # one review per cycle, never two
     slots = ReflectSlot.__table__
     async with engine.connect() as conn:
-        rows = (await conn.execute(sa.select(slots.c.slot, slots.c.claimed_by, slots.c.reviewed,
-                                             slots.c.finished_at))).all()
+        rows = (
+            await conn.execute(
+                sa.select(slots.c.slot, slots.c.claimed_by, slots.c.reviewed, slots.c.finished_at)
+            )
+        ).all()
     assert sorted(r.slot for r in rows) == list(range(1000, 1010))
     assert all(r.claimed_by in ("a", "b") and r.reviewed == 1 and r.finished_at for r in rows)
 

@@ -25,17 +25,18 @@ async def llm() -> AsyncIterator[FakeOpenAI]:
         yield server
 
 
-async def ask(tg: FakeTelegram, chat: Chat, text: str, *, user: User | None = None,
-              within: float = 15.0) -> str:
+async def ask(
+    tg: FakeTelegram, chat: Chat, text: str, *, user: User | None = None, within: float = 15.0
+) -> str:
     """Send `text` in `chat` and return the bot's answer: the first new bot message, once
     the bot has stopped editing it (a streamed answer is final when typing stops)."""
-    before = {m.message_id for m in tg.bot_messages(chat.id, chat.thread_id,
-                                                    include_deleted=True)}
+    before = {m.message_id for m in tg.bot_messages(chat.id, chat.thread_id, include_deleted=True)}
     chat.send(text, user=user)
 
     def new() -> list[str]:
-        return [m.text for m in tg.bot_messages(chat.id, chat.thread_id)
-                if m.message_id not in before]
+        return [
+            m.text for m in tg.bot_messages(chat.id, chat.thread_id) if m.message_id not in before
+        ]
 
     await tg.wait_for(new, within)
     return "\n".join(new())

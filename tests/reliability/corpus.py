@@ -14,7 +14,10 @@ CORPUS: list[tuple[str, str]] = [
     ("nul_bytes", "before\x00after\x00"),
     ("lone_high_surrogate", "broken \ud800 text"),
     ("lone_low_surrogate", "\udfff at start"),
-    ("rtl_override", "abc\u202edcba\u202c and \u05e9\u05dc\u05d5\u05dd \u0645\u0631\u062d\u0628\u0627"),
+    (
+        "rtl_override",
+        "abc\u202edcba\u202c and \u05e9\u05dc\u05d5\u05dd \u0645\u0631\u062d\u0628\u0627",
+    ),
     ("zero_width", "\u200b\u200c\u200d\ufeff"),
     ("zero_width_in_word", "pa\u200bss\u200dword"),
     ("markdown_injection", "**bold** _it_ `code` [link](http://evil.example) ```\nfence"),

@@ -48,7 +48,7 @@ def scripted(body: dict[str, Any]) -> Response:
     content = str(last.get("content") or "") if last.get("role") == "user" else ""
     at = content.find(TOOL_MARK)
     if at >= 0 and body.get("tools"):
-        return tool_call("memory", content[at + len(TOOL_MARK):])
+        return tool_call("memory", content[at + len(TOOL_MARK) :])
     return echo(body)
 
 
@@ -57,19 +57,33 @@ def tool_text(args: dict[str, Any] | str) -> str:
     return TOOL_MARK + (args if isinstance(args, str) else json.dumps(args))
 
 
-def bot_settings(tmp_path: Path, tg: FakeTelegram, model: FakeOpenAI, db_url: str, *,
-                 provider: str = "simple", **sections: dict[str, Any]) -> Settings:
+def bot_settings(
+    tmp_path: Path,
+    tg: FakeTelegram,
+    model: FakeOpenAI,
+    db_url: str,
+    *,
+    provider: str = "simple",
+    **sections: dict[str, Any],
+) -> Settings:
     data = tmp_path / "data"
     raw: dict[str, Any] = {
         "database": {"url": db_url},
         "data_dir": str(data),
-        "llm": {"base_url": model.base_url, "api_key": API_KEY, "timeout_s": 3,
-                "max_retries": 2},
-        "telegram": {"token": tg.token, "base_url": tg.base_url, "concurrent_updates": 32,
-                     "stream_edit_interval_s": 0.2},
-        "memory": {"provider": provider, "budget_tokens": 4000, "fresh_tail": 4,
-                   "simple": {"store_dir": str(data / "memory")},
-                   "lcm": {"leaf_chunk_size": 2}},
+        "llm": {"base_url": model.base_url, "api_key": API_KEY, "timeout_s": 3, "max_retries": 2},
+        "telegram": {
+            "token": tg.token,
+            "base_url": tg.base_url,
+            "concurrent_updates": 32,
+            "stream_edit_interval_s": 0.2,
+        },
+        "memory": {
+            "provider": provider,
+            "budget_tokens": 4000,
+            "fresh_tail": 4,
+            "simple": {"store_dir": str(data / "memory")},
+            "lcm": {"leaf_chunk_size": 2},
+        },
         "compaction": {"max_tokens": -1, "keep_tail": 2},
         "reflect": {"enabled": False},
     }
@@ -94,22 +108,32 @@ class LiveBot:
 
 
 @asynccontextmanager
-async def live_bot(tmp_path: Path, tg: FakeTelegram, model: FakeOpenAI, *,
-                   db_kind: str = "sqlite", db_url: str | None = None,
-                   provider: str = "simple", summarizer: Any = None,
-                   record_updates: bool = False,
-                   **sections: dict[str, Any]) -> AsyncIterator[LiveBot]:
+async def live_bot(
+    tmp_path: Path,
+    tg: FakeTelegram,
+    model: FakeOpenAI,
+    *,
+    db_kind: str = "sqlite",
+    db_url: str | None = None,
+    provider: str = "simple",
+    summarizer: Any = None,
+    record_updates: bool = False,
+    **sections: dict[str, Any],
+) -> AsyncIterator[LiveBot]:
     """`record_updates`: handled update ids go to the database, as `mnemo run` does
     (each text update's record in its user message's transaction)."""
     async with _url(db_kind, tmp_path, db_url) as url:
         settings = bot_settings(tmp_path, tg, model, url, provider=provider, **sections)
         client = LLMClient(settings.llm, backoff_s=0.01, backoff_cap_s=0.05)
         services = await build_services(
-            settings, llm=client,
-            summarizer=summarizer or StaticSummarizer("summary: the talk so far"))
+            settings,
+            llm=client,
+            summarizer=summarizer or StaticSummarizer("summary: the talk so far"),
+        )
         try:
-            app = build_application(settings, services.pool,
-                                    engine=services.engine if record_updates else None)
+            app = build_application(
+                settings, services.pool, engine=services.engine if record_updates else None
+            )
             async with running(app, settings, poll_timeout=1):
                 yield LiveBot(services, app, settings)
         finally:
@@ -127,6 +151,7 @@ async def _url(db_kind: str, tmp_path: Path, given: str | None) -> AsyncIterator
 
 async def table_counts(engine: AsyncEngine) -> dict[str, int]:
     """Rows in every table of the database (whatever migrations created)."""
+
     def names(sync_conn: Any) -> list[str]:
         return sorted(sa.inspect(sync_conn).get_table_names())
 
@@ -136,17 +161,18 @@ async def table_counts(engine: AsyncEngine) -> dict[str, int]:
         for name in tables:
             if name == "alembic_version" or "_fts" in name:
                 continue  # FTS shadow tables merge and shrink on their own
-            out[name] = (await conn.execute(
-                sa.text(f'SELECT count(*) FROM "{name}"'))).scalar_one()
+            out[name] = (await conn.execute(sa.text(f'SELECT count(*) FROM "{name}"'))).scalar_one()
     return out
 
 
 async def stored_history(engine: AsyncEngine, session_id: str) -> list[tuple[str, str]]:
     """(role, content) of every stored message of `session_id`, in order."""
-    query = (sa.select(messages.c.role, messages.c.content)
-             .join(conversations, conversations.c.id == messages.c.conversation_id)
-             .where(conversations.c.session_id == session_id)
-             .order_by(messages.c.seq))
+    query = (
+        sa.select(messages.c.role, messages.c.content)
+        .join(conversations, conversations.c.id == messages.c.conversation_id)
+        .where(conversations.c.session_id == session_id)
+        .order_by(messages.c.seq)
+    )
     async with engine.connect() as conn:
         return [(r.role, r.content) for r in (await conn.execute(query)).all()]
 

@@ -1,10 +1,10 @@
 """`mnemo run` as a real subprocess against the fake servers (crash trials, logs).
 
-    proc = BotProcess(tmp_path, settings_dict)
-    await proc.start()          # returns once the bot polls getUpdates
-    proc.kill()                 # SIGKILL, no cleanup of any kind
-    await proc.stop()           # SIGTERM, a clean stop
-    proc.stderr_text()          # everything the process logged
+proc = BotProcess(tmp_path, settings_dict)
+await proc.start()          # returns once the bot polls getUpdates
+proc.kill()                 # SIGKILL, no cleanup of any kind
+await proc.stop()           # SIGTERM, a clean stop
+proc.stderr_text()          # everything the process logged
 """
 
 from __future__ import annotations
@@ -45,8 +45,17 @@ class BotProcess:
         env.pop("MNEMO_CONFIG", None)
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bot.cli", "--config", str(self.config_path), "run",
-                cwd=self.workdir, stdout=log, stderr=log, env=env)
+                sys.executable,
+                "-m",
+                "bot.cli",
+                "--config",
+                str(self.config_path),
+                "run",
+                cwd=self.workdir,
+                stdout=log,
+                stderr=log,
+                env=env,
+            )
         finally:
             log.close()
         self.starts += 1
@@ -56,11 +65,13 @@ class BotProcess:
         deadline = asyncio.get_running_loop().time() + within
         while len(self.tg.calls_to("getUpdates")) <= polls:
             if proc.returncode is not None:
-                raise AssertionError(f"the bot exited with {proc.returncode}:\n"
-                                     f"{self.stderr_text()[-3000:]}")
+                raise AssertionError(
+                    f"the bot exited with {proc.returncode}:\n{self.stderr_text()[-3000:]}"
+                )
             if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"the bot did not poll within {within}s:\n"
-                                     f"{self.stderr_text()[-3000:]}")
+                raise AssertionError(
+                    f"the bot did not poll within {within}s:\n{self.stderr_text()[-3000:]}"
+                )
             await asyncio.sleep(0.02)
 
     def kill(self) -> None:

@@ -77,10 +77,18 @@ def config(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, url: str) -> dict[
         "database": {"url": url},
         "data_dir": str(tmp_path / "data"),
         "llm": {"base_url": llm.base_url, "api_key": API_KEY, "timeout_s": 5, "max_retries": 1},
-        "telegram": {"token": tg.token, "base_url": tg.base_url, "concurrent_updates": 8,
-                     "stream_edit_interval_s": 0.2},
-        "memory": {"provider": "lcm", "budget_tokens": 2000, "fresh_tail": 2,
-                   "lcm": {"leaf_chunk_size": 2}},
+        "telegram": {
+            "token": tg.token,
+            "base_url": tg.base_url,
+            "concurrent_updates": 8,
+            "stream_edit_interval_s": 0.2,
+        },
+        "memory": {
+            "provider": "lcm",
+            "budget_tokens": 2000,
+            "fresh_tail": 2,
+            "lcm": {"leaf_chunk_size": 2},
+        },
         # Tiny thresholds: automatic compaction runs after nearly every turn.
         "compaction": {"max_tokens": 40, "keep_tail": 2},
         "reflect": {"enabled": False},
@@ -95,16 +103,26 @@ async def lossless(provider: Any, engine: Any) -> list[str]:
     async with engine.connect() as conn:
         convs = (await conn.execute(sa.select(conversations))).all()
     for conv in convs:
-        session = Session(id=conv.session_id, agent_id=conv.agent_id, user_id=conv.user_id,
-                          channel=conv.channel)
+        session = Session(
+            id=conv.session_id, agent_id=conv.agent_id, user_id=conv.user_id, channel=conv.channel
+        )
         async with engine.connect() as conn:
-            items = (await conn.execute(
-                sa.select(context_items.c.message_id, context_items.c.summary_id)
-                .where(context_items.c.conversation_id == conv.id)
-                .order_by(context_items.c.ordinal))).all()
-            history = list((await conn.execute(
-                sa.select(messages.c.id).where(messages.c.conversation_id == conv.id)
-                .order_by(messages.c.seq))).scalars())
+            items = (
+                await conn.execute(
+                    sa.select(context_items.c.message_id, context_items.c.summary_id)
+                    .where(context_items.c.conversation_id == conv.id)
+                    .order_by(context_items.c.ordinal)
+                )
+            ).all()
+            history = list(
+                (
+                    await conn.execute(
+                        sa.select(messages.c.id)
+                        .where(messages.c.conversation_id == conv.id)
+                        .order_by(messages.c.seq)
+                    )
+                ).scalars()
+            )
         recovered: list[int] = []
 
         async def expand(summary_id: str, session: Session, into: list[int]) -> None:
@@ -124,8 +142,7 @@ async def lossless(provider: Any, engine: Any) -> list[str]:
     return bad
 
 
-async def check_after_kill(config_path: Path, tg: FakeTelegram, ledger: Ledger,
-                           where: str) -> None:
+async def check_after_kill(config_path: Path, tg: FakeTelegram, ledger: Ledger, where: str) -> None:
     """Assert the guarantees (module doc), with the bot dead."""
     settings = load_settings(config_path)
     out = io.StringIO()
@@ -133,23 +150,29 @@ async def check_after_kill(config_path: Path, tg: FakeTelegram, ledger: Ledger,
     async with open_memory(settings) as opened:
         answered, offset_only = acknowledged(tg, ledger)
         for s in answered + offset_only:
-            stored = [c for r, c in await stored_history(opened.engine, session_id(s.chat))
-                      if r == "user"]
+            stored = [
+                c for r, c in await stored_history(opened.engine, session_id(s.chat)) if r == "user"
+            ]
             assert stored.count(s.text) == 1, f"{where}: acknowledged {s} stored {stored}"
         for chat in CHATS:
-            stored = [c for r, c in await stored_history(opened.engine, session_id(chat))
-                      if r == "user"]
+            stored = [
+                c for r, c in await stored_history(opened.engine, session_id(chat)) if r == "user"
+            ]
             assert len(stored) == len(set(stored)), f"{where}: duplicates in {stored}"
         assert await lossless(opened.provider, opened.engine) == [], where
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("db_kind", [
-    pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize(
+    "db_kind", [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 async def test_kill_nine_at_random_moments(db_kind: str, tmp_path: Path) -> None:
     rng = random.Random(f"{SEED}-{db_kind}")
-    async with FakeTelegram() as tg, FakeOpenAI() as llm, \
-            temp_database_url(db_kind, tmp_path) as url:
+    async with (
+        FakeTelegram() as tg,
+        FakeOpenAI() as llm,
+        temp_database_url(db_kind, tmp_path) as url,
+    ):
         bot = BotProcess(tmp_path, config(tmp_path, tg, llm, url), tg)
         ledger = Ledger()
         await bot.start()

@@ -85,8 +85,9 @@ async def test_model_faults(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -
         await assert_consistent(bot)
 
 
-async def test_a_stuck_model_call_does_not_hold_other_chats(tg: FakeTelegram, llm: FakeOpenAI,
-                                                           tmp_path: Path) -> None:
+async def test_a_stuck_model_call_does_not_hold_other_chats(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with live_bot(tmp_path, tg, llm) as bot:
         gate = asyncio.Event()
         llm.push(gated(gate, text("the slow answer")))
@@ -97,7 +98,9 @@ async def test_a_stuck_model_call_does_not_hold_other_chats(tg: FakeTelegram, ll
         gate.set()
         await tg.wait_for_message(1, contains="the slow answer")
         assert await stored_history(bot.engine, session_id(1)) == [
-            ("user", "slow question"), ("assistant", "the slow answer")]
+            ("user", "slow question"),
+            ("assistant", "the slow answer"),
+        ]
 
 
 async def test_telegram_faults(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
@@ -135,9 +138,13 @@ def _port(url: str) -> int:
 
 
 async def test_dropped_connections(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
-    async with FaultProxy(tg.port) as tgp, FaultProxy(_port(llm.base_url)) as llmp, \
-            live_bot(tmp_path, tg, llm, telegram={"base_url": tgp.url()},
-                     llm={"base_url": llmp.url("/v1")}) as bot:
+    async with (
+        FaultProxy(tg.port) as tgp,
+        FaultProxy(_port(llm.base_url)) as llmp,
+        live_bot(
+            tmp_path, tg, llm, telegram={"base_url": tgp.url()}, llm={"base_url": llmp.url("/v1")}
+        ) as bot,
+    ):
         chat = tg.private(1)
         assert "echo: one" in await ask(tg, chat, "one")
         # Telegram unreachable for a while: the long poll is cut, reconnects are refused.
@@ -157,22 +164,40 @@ async def test_dropped_connections(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: 
         await tg.wait_for_message(1, contains="echo: three", within=20)
         assert tgp.dropped and llmp.dropped
         assert await stored_history(bot.engine, session_id(1)) == [
-            ("user", "one"), ("assistant", "echo: one"), ("user", "two"),
-            ("assistant", "echo: two"), ("user", "three"), ("assistant", "echo: three")]
+            ("user", "one"),
+            ("assistant", "echo: one"),
+            ("user", "two"),
+            ("assistant", "echo: two"),
+            ("user", "three"),
+            ("assistant", "echo: three"),
+        ]
 
 
-@pytest.mark.parametrize("url", [
-    "postgresql+psycopg://postgres@127.0.0.1:1/nothing_listens",
-    "sqlite+aiosqlite:////proc/no/such/dir/mnemo.db",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg://postgres@127.0.0.1:1/nothing_listens",
+        "sqlite+aiosqlite:////proc/no/such/dir/mnemo.db",
+    ],
+)
 def test_database_unavailable_at_start(url: str, tmp_path: Path) -> None:
-    config = write_config(tmp_path / "config.yaml", {
-        "database": {"url": url}, "llm": {"api_key": "k", "base_url": "http://127.0.0.1:1/v1"},
-        "telegram": {"token": "1:abcdefgh", "base_url": "http://127.0.0.1:1"},
-        "reflect": {"enabled": False}})
-    done = subprocess.run([sys.executable, "-m", "bot.cli", "--config", str(config), "run"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    config = write_config(
+        tmp_path / "config.yaml",
+        {
+            "database": {"url": url},
+            "llm": {"api_key": "k", "base_url": "http://127.0.0.1:1/v1"},
+            "telegram": {"token": "1:abcdefgh", "base_url": "http://127.0.0.1:1"},
+            "reflect": {"enabled": False},
+        },
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "--config", str(config), "run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.returncode == 3, done.stderr[-2000:]
     assert not looks_like_traceback(done.stderr), done.stderr[-2000:]
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -180,8 +205,9 @@ def test_database_unavailable_at_start(url: str, tmp_path: Path) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.skipif(not pgcluster.available(), reason="needs initdb and runuser")
-async def test_database_down_between_and_during_turns(tg: FakeTelegram, llm: FakeOpenAI,
-                                                     tmp_path: Path) -> None:
+async def test_database_down_between_and_during_turns(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     cluster = pgcluster.OwnCluster()
     await cluster.init()
     try:
@@ -207,9 +233,14 @@ async def test_database_down_between_and_during_turns(tg: FakeTelegram, llm: Fak
             assert "echo: other chat" in await ask(tg, tg.private(2), "other chat", within=20)
             assert "echo: final" in await ask(tg, chat, "final", within=20)
             assert await stored_history(bot.engine, session_id(1)) == [
-                ("user", "before"), ("assistant", "echo: before"),
-                ("user", "after restart"), ("assistant", "echo: after restart"),
-                ("user", "mid turn"), ("user", "final"), ("assistant", "echo: final")]
+                ("user", "before"),
+                ("assistant", "echo: before"),
+                ("user", "after restart"),
+                ("assistant", "echo: after restart"),
+                ("user", "mid turn"),
+                ("user", "final"),
+                ("assistant", "echo: final"),
+            ]
             await assert_consistent(bot)
     finally:
         await cluster.destroy()
@@ -230,16 +261,16 @@ class _FullDisk:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-async def test_disk_full_for_the_simple_notes_file(tg: FakeTelegram, llm: FakeOpenAI,
-                                                   tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    async with live_bot(tmp_path, tg, llm, provider="simple",
-                        compaction={"keep_tail": 1}) as bot:
+async def test_disk_full_for_the_simple_notes_file(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with live_bot(tmp_path, tg, llm, provider="simple", compaction={"keep_tail": 1}) as bot:
         chat = tg.private(1)
         for i in range(3):
             await ask(tg, chat, f"message {i}")
-        assert "added" in await ask(tg, chat, tool_text(
-            {"action": "note_add", "name": "kept", "content": "a note"}))
+        assert "added" in await ask(
+            tg, chat, tool_text({"action": "note_add", "name": "kept", "content": "a note"})
+        )
         store = Path(bot.settings.memory.simple.store_dir)
         files = _tree(store)
         notes = [p for p in files if p.suffix == ".mem"]
@@ -247,8 +278,9 @@ async def test_disk_full_for_the_simple_notes_file(tg: FakeTelegram, llm: FakeOp
         saved = notes[0].read_bytes()
 
         monkeypatch.setattr(notes_file, "os", _FullDisk())
-        answer = await ask(tg, chat, tool_text(
-            {"action": "note_add", "name": "lost", "content": "no room"}))
+        answer = await ask(
+            tg, chat, tool_text({"action": "note_add", "name": "lost", "content": "no room"})
+        )
         assert answer.startswith("tool said: error"), answer
         compact = await ask(tg, chat, "/compact")
         assert "nothing was changed" in compact and not looks_like_traceback(compact), compact

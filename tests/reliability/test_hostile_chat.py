@@ -19,10 +19,14 @@ from tests.reliability.corpus import CORPUS, looks_like_traceback
 from tests.reliability.harness import live_bot, session_id, stored_history
 
 # Each test covers both providers and both databases between its two runs.
-CHAT_CASES = [pytest.param("sqlite", "lcm"),
-              pytest.param("postgres", "simple", marks=pytest.mark.postgres)]
-COMMAND_CASES = [pytest.param("sqlite", "simple"),
-                 pytest.param("postgres", "lcm", marks=pytest.mark.postgres)]
+CHAT_CASES = [
+    pytest.param("sqlite", "lcm"),
+    pytest.param("postgres", "simple", marks=pytest.mark.postgres),
+]
+COMMAND_CASES = [
+    pytest.param("sqlite", "simple"),
+    pytest.param("postgres", "lcm", marks=pytest.mark.postgres),
+]
 
 COMMAND_LINES = [
     "/memory {x}",
@@ -43,8 +47,9 @@ COMMAND_LINES = [
 
 
 @pytest.mark.parametrize(("db_kind", "provider"), CHAT_CASES)
-async def test_chat_text_corpus(db_kind: str, provider: str, tg: FakeTelegram, llm: FakeOpenAI,
-                                tmp_path: Path) -> None:
+async def test_chat_text_corpus(
+    db_kind: str, provider: str, tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with live_bot(tmp_path, tg, llm, db_kind=db_kind, provider=provider) as bot:
 
         async def one(i: int, label: str, value: str) -> None:
@@ -56,7 +61,9 @@ async def test_chat_text_corpus(db_kind: str, provider: str, tg: FakeTelegram, l
                 answer = await ask(tg, chat, "ping")
                 assert "echo: ping" in answer, label
                 assert await stored_history(bot.engine, session_id(uid)) == [
-                    ("user", "ping"), ("assistant", "echo: ping")], label
+                    ("user", "ping"),
+                    ("assistant", "echo: ping"),
+                ], label
                 return
             answer = await ask(tg, chat, value)
             assert answer.strip(), label
@@ -74,11 +81,18 @@ async def test_chat_text_corpus(db_kind: str, provider: str, tg: FakeTelegram, l
 
 
 @pytest.mark.parametrize(("db_kind", "provider"), COMMAND_CASES)
-async def test_command_argument_corpus(db_kind: str, provider: str, tg: FakeTelegram,
-                                       llm: FakeOpenAI, tmp_path: Path) -> None:
+async def test_command_argument_corpus(
+    db_kind: str, provider: str, tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     # Admin, so rollback parses its arguments instead of refusing early.
-    async with live_bot(tmp_path, tg, llm, db_kind=db_kind, provider=provider,
-                        telegram={"admin_ids": list(range(7000, 7100))}) as bot:
+    async with live_bot(
+        tmp_path,
+        tg,
+        llm,
+        db_kind=db_kind,
+        provider=provider,
+        telegram={"admin_ids": list(range(7000, 7100))},
+    ) as bot:
         uid_base = 7000
 
         async def line(k: int, template: str) -> list[tuple[str, str]]:
@@ -87,7 +101,11 @@ async def test_command_argument_corpus(db_kind: str, provider: str, tg: FakeTele
             bad = []
             for label, value in CORPUS:
                 answer = await ask(tg, chat, template.format(x=value))
-                if not answer.strip() or looks_like_traceback(answer) or "failed on my side" in answer:
+                if (
+                    not answer.strip()
+                    or looks_like_traceback(answer)
+                    or "failed on my side" in answer
+                ):
                     bad.append((template, label, answer[:200]))
             return bad
 

@@ -63,17 +63,30 @@ def test_every_key_with_every_corpus_value(tmp_path: Path) -> None:
     assert checked == len(KEYS) * len(values)
 
 
-@pytest.mark.parametrize("body", [
-    b"\x00\x01\x02", b"\xff\xfe not utf-8", b"telegram: [unclosed", b"- a list\n- at top",
-    b"agent:\n  id: ../../etc\n  id: twice\n", b"llm: {timeout_s: 1e999}",
-    b"memory: {provider: '../../plugins'}", b"a" * 200_000,
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x00\x01\x02",
+        b"\xff\xfe not utf-8",
+        b"telegram: [unclosed",
+        b"- a list\n- at top",
+        b"agent:\n  id: ../../etc\n  id: twice\n",
+        b"llm: {timeout_s: 1e999}",
+        b"memory: {provider: '../../plugins'}",
+        b"a" * 200_000,
+    ],
+)
 def test_cli_reports_a_bad_config_in_one_line(body: bytes, tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_bytes(body)
-    done = subprocess.run([sys.executable, "-m", "bot.cli", "--config", str(path), "migrate"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "--config", str(path), "migrate"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     out = done.stdout + done.stderr
     assert not looks_like_traceback(out), out[-2000:]
     if done.returncode != 0:
@@ -84,38 +97,68 @@ def test_cli_reports_a_bad_config_in_one_line(body: bytes, tmp_path: Path) -> No
 # --- documents only an attack writes, and numbers no setting needs --------------------
 
 _LAUGHS = 'lol0: &lol0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + "".join(
-    f"lol{i}: &lol{i} [{', '.join([f'*lol{i - 1}'] * 9)}]\n" for i in range(1, 10))
+    f"lol{i}: &lol{i} [{', '.join([f'*lol{i - 1}'] * 9)}]\n" for i in range(1, 10)
+)
 
 
-@pytest.mark.parametrize(("body", "said"), [
-    (_LAUGHS, "aliases expand to more than"),  # a billion values once expanded
-    ("".join(f"l{i}: &l{i} [*l{i - 1}]\n" for i in range(1, 400)).replace("*l0", "x"),
-     "aliases nest deeper than"),
-    ("agent: &a {id: x, system_prompt: *a}\n", "an alias refers to its own anchor"),
-    ("llm: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper than"),
-    ("llm:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 5000)), "nested deeper than"),
-    ("agent: {id: a}\ndatabase: {}\nagent: {id: b}\n", "duplicate key 'agent' at line 3"),
-    ("telegram:\n  token: '1:abcdef'\n  token: '2:ghijkl'\n", "duplicate key 'token' at line 3"),
-    ("llm: {model: a, model: b}\n", "duplicate key 'model' at line 1"),
-    ("reflect: {interval: 99999999999999h}\n", "reflect.interval: expected a duration"),
-    ("reflect: {interval: " + "9" * 400 + "s}\n", "reflect.interval"),  # inf seconds
-    ("llm: {temperature: .nan}\n", "llm.temperature"),
-    ("llm: {temperature: nan}\n", "llm.temperature"),
-    ("llm: {timeout_s: .inf}\n", "llm.timeout_s"),
-    ("llm: {temperature: 7}\n", "llm.temperature: Input should be less than or equal to 2"),
-    ("telegram: {token: 'not a token'}\n", "telegram.token: expected a bot token"),
-    ("telegram: {allowed_ids: [99999999999999999999]}\n", "telegram.allowed_ids.0"),
-    ("telegram: {base_url: 'localhost:8081'}\n", "telegram.base_url: expected"),
-], ids=["billion-laughs", "alias-chain", "recursive-alias", "deep-flow", "deep-block",
-        "duplicate-section", "duplicate-key", "duplicate-in-flow", "interval-overflow",
-        "interval-digits", "temperature-nan", "temperature-nan-string", "timeout-inf",
-        "temperature-range", "not-a-token", "huge-id", "base-url-scheme"])
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (_LAUGHS, "aliases expand to more than"),  # a billion values once expanded
+        (
+            "".join(f"l{i}: &l{i} [*l{i - 1}]\n" for i in range(1, 400)).replace("*l0", "x"),
+            "aliases nest deeper than",
+        ),
+        ("agent: &a {id: x, system_prompt: *a}\n", "an alias refers to its own anchor"),
+        ("llm: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper than"),
+        ("llm:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 5000)), "nested deeper than"),
+        ("agent: {id: a}\ndatabase: {}\nagent: {id: b}\n", "duplicate key 'agent' at line 3"),
+        (
+            "telegram:\n  token: '1:abcdef'\n  token: '2:ghijkl'\n",
+            "duplicate key 'token' at line 3",
+        ),
+        ("llm: {model: a, model: b}\n", "duplicate key 'model' at line 1"),
+        ("reflect: {interval: 99999999999999h}\n", "reflect.interval: expected a duration"),
+        ("reflect: {interval: " + "9" * 400 + "s}\n", "reflect.interval"),  # inf seconds
+        ("llm: {temperature: .nan}\n", "llm.temperature"),
+        ("llm: {temperature: nan}\n", "llm.temperature"),
+        ("llm: {timeout_s: .inf}\n", "llm.timeout_s"),
+        ("llm: {temperature: 7}\n", "llm.temperature: Input should be less than or equal to 2"),
+        ("telegram: {token: 'not a token'}\n", "telegram.token: expected a bot token"),
+        ("telegram: {allowed_ids: [99999999999999999999]}\n", "telegram.allowed_ids.0"),
+        ("telegram: {base_url: 'localhost:8081'}\n", "telegram.base_url: expected"),
+    ],
+    ids=[
+        "billion-laughs",
+        "alias-chain",
+        "recursive-alias",
+        "deep-flow",
+        "deep-block",
+        "duplicate-section",
+        "duplicate-key",
+        "duplicate-in-flow",
+        "interval-overflow",
+        "interval-digits",
+        "temperature-nan",
+        "temperature-nan-string",
+        "timeout-inf",
+        "temperature-range",
+        "not-a-token",
+        "huge-id",
+        "base-url-scheme",
+    ],
+)
 def test_cli_refuses_a_hostile_config_in_one_line(body: str, said: str, tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(body, encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "bot.cli", "--config", str(path), "migrate"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "--config", str(path), "migrate"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 2, done.stdout + done.stderr[-2000:]
     assert done.stdout == ""
     (line,) = done.stderr.strip().splitlines()
@@ -125,9 +168,12 @@ def test_cli_refuses_a_hostile_config_in_one_line(body: str, said: str, tmp_path
 
 def test_anchors_and_merge_keys_within_bounds_still_work(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
-    path.write_text("telegram:\n  allowed_ids: &ids [1, 2]\n  admin_ids: *ids\n"
-                    "  webhook: &hook {listen: 127.0.0.2, port: 9000}\n"
-                    "health:\n  <<: *hook\n  port: 9100\n", encoding="utf-8")
+    path.write_text(
+        "telegram:\n  allowed_ids: &ids [1, 2]\n  admin_ids: *ids\n"
+        "  webhook: &hook {listen: 127.0.0.2, port: 9000}\n"
+        "health:\n  <<: *hook\n  port: 9100\n",
+        encoding="utf-8",
+    )
     settings = load_settings(path)
     assert settings.telegram.admin_ids == [1, 2]
     assert (settings.health.listen, settings.health.port) == ("127.0.0.2", 9100)

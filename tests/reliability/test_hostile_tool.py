@@ -23,17 +23,30 @@ from memory.tracing import unwrap
 from memory.types import ChangeSource, CompactionMode, Message, Session
 from tests.reliability.corpus import CORPUS, SMALL, looks_like_traceback
 
-CASES = [pytest.param("sqlite", "lcm"), pytest.param("sqlite", "simple"),
-         pytest.param("postgres", "lcm", marks=pytest.mark.postgres),
-         pytest.param("postgres", "simple", marks=pytest.mark.postgres)]
+CASES = [
+    pytest.param("sqlite", "lcm"),
+    pytest.param("sqlite", "simple"),
+    pytest.param("postgres", "lcm", marks=pytest.mark.postgres),
+    pytest.param("postgres", "simple", marks=pytest.mark.postgres),
+]
 
 # Whole argument strings a model may send instead of a JSON object.
 RAW_ARGUMENTS = [
-    "", "null", "[]", "42", '"status"', "{", "{'action': 'status'}", '{"action": 1e999}',
+    "",
+    "null",
+    "[]",
+    "42",
+    '"status"',
+    "{",
+    "{'action': 'status'}",
+    '{"action": 1e999}',
     '{"action": "search", "text": "x", "limit": 1e999}',
     '{"action": "profile_rollback", "scope": "profile", "version": ' + "9" * 5000 + "}",
-    "[" * 100_000, '{"action": "status", "action": "search"}', "\x00",
-    '{"action": "status"' + ', "x": 1' * 20 + "}", json.dumps({"action": "x" * 70_000}),
+    "[" * 100_000,
+    '{"action": "status", "action": "search"}',
+    "\x00",
+    '{"action": "status"' + ', "x": 1' * 20 + "}",
+    json.dumps({"action": "x" * 70_000}),
 ]
 
 
@@ -48,16 +61,24 @@ def _values(label_value: tuple[str, str]) -> list[Any]:
 @pytest.mark.parametrize(("db_kind", "provider_name"), CASES)
 async def test_tool_arguments_corpus(db_kind: str, provider_name: str, tmp_path: Path) -> None:
     async with temp_engine(db_kind, tmp_path) as engine:
-        provider = create_provider(provider_name, ProviderContext(
-            engine=engine, summarizer=StaticSummarizer("summary"), agent_id="default",
-            data_dir=tmp_path, config={"keep_tail": 1, "store_dir": str(tmp_path / "notes"),
-                                       "leaf_chunk_size": 2}))
+        provider = create_provider(
+            provider_name,
+            ProviderContext(
+                engine=engine,
+                summarizer=StaticSummarizer("summary"),
+                agent_id="default",
+                data_dir=tmp_path,
+                config={"keep_tail": 1, "store_dir": str(tmp_path / "notes"), "leaf_chunk_size": 2},
+            ),
+        )
         try:
-            session = Session(id="default:telegram:1", agent_id="default", user_id=1,
-                              channel="telegram")
+            session = Session(
+                id="default:telegram:1", agent_id="default", user_id=1, channel="telegram"
+            )
             await provider.bootstrap(session)
-            await provider.append(session, *(Message(role="user", content=f"hello {i}")
-                                             for i in range(6)))
+            await provider.append(
+                session, *(Message(role="user", content=f"hello {i}") for i in range(6))
+            )
             await provider.compact(session, CompactionMode.FULL)
             actions = tool_actions(provider)
             answers: list[tuple[str, str]] = []
@@ -97,7 +118,16 @@ async def test_tool_arguments_corpus(db_kind: str, provider_name: str, tmp_path:
 
 
 _VALID: dict[str, Any] = {
-    "text": "hello", "summary_id": "sum_0", "content": "some text", "id": "c1",
-    "scope": "profile", "version": 1, "name": "a-note", "new_name": "b-note",
-    "alias": "c-note", "mode": "full_text", "limit": 5, "token_cap": 500,
+    "text": "hello",
+    "summary_id": "sum_0",
+    "content": "some text",
+    "id": "c1",
+    "scope": "profile",
+    "version": 1,
+    "name": "a-note",
+    "new_name": "b-note",
+    "alias": "c-note",
+    "mode": "full_text",
+    "limit": 5,
+    "token_cap": 500,
 }

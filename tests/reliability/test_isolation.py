@@ -1,6 +1,6 @@
 """Isolation: one user's memory never reaches another, through `/memory`, the memory
 tool (the model calling it on the user's behalf) or guessed ids; private chats, groups
-and forum topics (a group's memory belongs to the group, DESIGN §4); a user who is not
+and forum topics (a group's memory belongs to the group); a user who is not
 allowed leaves no rows. (Secrets in logs: test_logs.py.)"""
 
 from __future__ import annotations
@@ -34,29 +34,48 @@ def _files(root: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-async def test_user_cannot_reach_another_users_memory(provider: str, tg: FakeTelegram,
-                                                      llm: FakeOpenAI, tmp_path: Path) -> None:
-    async with live_bot(tmp_path, tg, llm, provider=provider,
-                        telegram={"admin_ids": [ALICE, BOB]},
-                        memory={"fresh_tail": 1}, compaction={"keep_tail": 1}) as bot:
+async def test_user_cannot_reach_another_users_memory(
+    provider: str, tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    async with live_bot(
+        tmp_path,
+        tg,
+        llm,
+        provider=provider,
+        telegram={"admin_ids": [ALICE, BOB]},
+        memory={"fresh_tail": 1},
+        compaction={"keep_tail": 1},
+    ) as bot:
         bob = tg.private(BOB, "Bob")
         for i in range(4):
             await ask(tg, bob, f"my {SECRET}-BOB secret number {i}")
-        await ask(tg, bob, tool_text({"action": "profile_update",
-                                      "content": f"Bob {SECRET}-BOB-PROFILE"}))
+        await ask(
+            tg, bob, tool_text({"action": "profile_update", "content": f"Bob {SECRET}-BOB-PROFILE"})
+        )
         await ask(tg, bob, f"/memory constrain never mention {SECRET}-BOB-RULE")
         has_notes = "note" in await ask(tg, bob, tool_text({"action": "status"}))
         if has_notes:
-            await ask(tg, bob, tool_text({"action": "note_add", "name": "bob-secret",
-                                          "content": f"{SECRET}-BOB-NOTE"}))
+            await ask(
+                tg,
+                bob,
+                tool_text(
+                    {"action": "note_add", "name": "bob-secret", "content": f"{SECRET}-BOB-NOTE"}
+                ),
+            )
         compacted = await ask(tg, bob, "/compact")
         assert "Compacted" in compacted, compacted
         # Everything Bob can see about his own memory names the ids Alice will guess.
-        bob_views = [await ask(tg, bob, line) for line in (
-            f"/memory search {SECRET}", "/memory constraints", "/memory history",
-            "/memory notes", tool_text({"action": "search", "text": SECRET}),
-            tool_text({"action": "search", "text": "summary", "scope": "summaries"}),
-        )]
+        bob_views = [
+            await ask(tg, bob, line)
+            for line in (
+                f"/memory search {SECRET}",
+                "/memory constraints",
+                "/memory history",
+                "/memory notes",
+                tool_text({"action": "search", "text": SECRET}),
+                tool_text({"action": "search", "text": "summary", "scope": "summaries"}),
+            )
+        ]
         assert SECRET in bob_views[0]  # Bob does find his own memory
         guesses = sorted(set().union(*(_ids(v) for v in bob_views)) - {str(BOB)})
         assert guesses, bob_views
@@ -72,12 +91,18 @@ async def test_user_cannot_reach_another_users_memory(provider: str, tg: FakeTel
 
         alice = tg.private(ALICE, "Alice")
         tries = [
-            f"/memory search {SECRET}", "/memory profile", "/memory constraints",
-            "/memory history", "/memory notes", "/memory notes bob-secret",
-            "/memory rollback profile 1", "/memory rollback constraint 1",
+            f"/memory search {SECRET}",
+            "/memory profile",
+            "/memory constraints",
+            "/memory history",
+            "/memory notes",
+            "/memory notes bob-secret",
+            "/memory rollback profile 1",
+            "/memory rollback constraint 1",
             tool_text({"action": "search", "text": SECRET}),
             tool_text({"action": "search", "text": SECRET, "mode": "substring"}),
-            tool_text({"action": "profile_get"}), tool_text({"action": "constraint_list"}),
+            tool_text({"action": "profile_get"}),
+            tool_text({"action": "constraint_list"}),
             tool_text({"action": "profile_history"}),
             tool_text({"action": "profile_rollback", "scope": "profile", "version": 1}),
             tool_text({"action": "note_get", "name": "bob-secret"}),
@@ -87,14 +112,20 @@ async def test_user_cannot_reach_another_users_memory(provider: str, tg: FakeTel
             tool_text({"action": "note_remove", "name": "bob-secret"}),
         ]
         for guess in guesses:
-            tries += [f"/memory show {guess}", f"/memory expand {guess}",
-                      f"/memory notes {guess}", f"/memory unconstrain {guess}",
-                      tool_text({"action": "describe", "summary_id": guess}),
-                      tool_text({"action": "expand", "summary_id": guess}),
-                      tool_text({"action": "note_get", "name": guess})]
+            tries += [
+                f"/memory show {guess}",
+                f"/memory expand {guess}",
+                f"/memory notes {guess}",
+                f"/memory unconstrain {guess}",
+                tool_text({"action": "describe", "summary_id": guess}),
+                tool_text({"action": "expand", "summary_id": guess}),
+                tool_text({"action": "note_get", "name": guess}),
+            ]
         for rule in bob_rule_ids:
-            tries += [f"/memory unconstrain {rule}",
-                      tool_text({"action": "constraint_remove", "id": rule})]
+            tries += [
+                f"/memory unconstrain {rule}",
+                tool_text({"action": "constraint_remove", "id": rule}),
+            ]
         for line in tries:
             answer = await ask(tg, alice, line)
             assert f"{SECRET}-BOB" not in answer, (line, answer[:300])
@@ -104,7 +135,8 @@ async def test_user_cannot_reach_another_users_memory(provider: str, tg: FakeTel
         assert f"{SECRET}-BOB-RULE" in await ask(tg, bob, "/memory constraints")
         if has_notes:
             assert f"{SECRET}-BOB-NOTE" in await ask(
-                tg, bob, tool_text({"action": "note_get", "name": "bob-secret"}))
+                tg, bob, tool_text({"action": "note_get", "name": "bob-secret"})
+            )
         after = await table_counts(bot.engine)
         changed = {t for t in after if after[t] != before.get(t)}
         # Alice's own turns add history, her rollbacks/snapshots her own rows; nothing of
@@ -115,9 +147,11 @@ async def test_user_cannot_reach_another_users_memory(provider: str, tg: FakeTel
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_groups_topics_and_private_chats_are_separate(
-        provider: str, tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
-    async with live_bot(tmp_path, tg, llm, provider=provider,
-                        telegram={"group_mode": "always"}) as bot:
+    provider: str, tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    async with live_bot(
+        tmp_path, tg, llm, provider=provider, telegram={"group_mode": "always"}
+    ) as bot:
         bob = User(BOB, "Bob")
         group = tg.group(GROUP, "Team", forum=True)
         topic = group.topic(7, "plans")
@@ -126,17 +160,25 @@ async def test_groups_topics_and_private_chats_are_separate(
 
         await ask(tg, topic, f"the group {SECRET}-GROUP plan", user=bob)
         await ask(tg, topic, f"/memory constrain group rule {SECRET}-GROUP-RULE", user=bob)
-        await ask(tg, topic, tool_text({"action": "profile_update",
-                                        "content": f"{SECRET}-GROUP-PROFILE"}), user=bob)
+        await ask(
+            tg,
+            topic,
+            tool_text({"action": "profile_update", "content": f"{SECRET}-GROUP-PROFILE"}),
+            user=bob,
+        )
         await ask(tg, private, f"my private {SECRET}-PRIVATE thought")
         await ask(tg, private, f"/memory constrain private rule {SECRET}-PRIVATE-RULE")
 
         def reads() -> list[str]:
-            return [f"/memory search {SECRET}", "/memory constraints", "/memory profile",
-                    tool_text({"action": "search", "text": SECRET}),
-                    tool_text({"action": "search", "text": SECRET, "mode": "substring"}),
-                    tool_text({"action": "constraint_list"}),
-                    tool_text({"action": "profile_get"})]
+            return [
+                f"/memory search {SECRET}",
+                "/memory constraints",
+                "/memory profile",
+                tool_text({"action": "search", "text": SECRET}),
+                tool_text({"action": "search", "text": SECRET, "mode": "substring"}),
+                tool_text({"action": "constraint_list"}),
+                tool_text({"action": "profile_get"}),
+            ]
 
         # The other group sees nothing of either.
         for line in reads():
@@ -157,8 +199,9 @@ async def test_groups_topics_and_private_chats_are_separate(
         assert bot.services.pool is not None
 
 
-async def test_disallowed_user_leaves_no_rows(tg: FakeTelegram, llm: FakeOpenAI,
-                                              tmp_path: Path) -> None:
+async def test_disallowed_user_leaves_no_rows(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with live_bot(tmp_path, tg, llm, telegram={"allowed_ids": [ALICE]}) as bot:
         alice = tg.private(ALICE)
         assert "echo: hi" in await ask(tg, alice, "hi")
@@ -166,13 +209,18 @@ async def test_disallowed_user_leaves_no_rows(tg: FakeTelegram, llm: FakeOpenAI,
         files_before = _files(Path(bot.settings.data_dir))
         mallory = tg.private(MALLORY)
         group = tg.group(GROUP)
-        for line in ("hello", "/start", "/new", "/compact", "/memory constrain x",
-                     "/memory search x", tool_text({"action": "note_add", "name": "x",
-                                                    "content": "y"})):
+        for line in (
+            "hello",
+            "/start",
+            "/new",
+            "/compact",
+            "/memory constrain x",
+            "/memory search x",
+            tool_text({"action": "note_add", "name": "x", "content": "y"}),
+        ):
             assert await ask(tg, mallory, line) == NOT_ALLOWED
             # In a group that is not allowed either, even when addressed.
-            assert await ask(tg, group, f"@{tg.username} {line}",
-                             user=User(MALLORY)) == NOT_ALLOWED
+            assert await ask(tg, group, f"@{tg.username} {line}", user=User(MALLORY)) == NOT_ALLOWED
         mallory.send_photo()
         await tg.wait_for(lambda: len(tg.bot_messages(MALLORY)) == 8)
         assert await table_counts(bot.engine) == before

@@ -12,8 +12,9 @@ from tests.reliability.harness import API_KEY
 from tests.reliability.process import BotProcess
 
 
-def run_config(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, db_url: str,
-               **extra: object) -> dict[str, object]:
+def run_config(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, db_url: str, **extra: object
+) -> dict[str, object]:
     return {
         "database": {"url": db_url},
         "data_dir": str(tmp_path / "data"),

@@ -34,8 +34,11 @@ def _contents(hits) -> list[str]:  # noqa: ANN001
 
 @PROVIDERS
 async def test_meaning_finds_what_shares_no_word(
-    engine: AsyncEngine, server: FakeOpenAI, make_embedder: EmbedderFactory,
-    make_provider: ProviderFactory, name: str,
+    engine: AsyncEngine,
+    server: FakeOpenAI,
+    make_embedder: EmbedderFactory,
+    make_provider: ProviderFactory,
+    name: str,
 ) -> None:
     server.synonyms = {"automobile": "car", "vehicle": "car"}
     embedder = make_embedder()
@@ -47,7 +50,9 @@ async def test_meaning_finds_what_shares_no_word(
     assert words == []  # no stored message has the word
     hits = await provider.search(ME, SearchQuery("vehicle", mode=HYBRID))
     assert set(_contents(hits[:2])) == {
-        "I finally bought an automobile last week", "my car insurance is too expensive"}
+        "I finally bought an automobile last week",
+        "my car insurance is too expensive",
+    }
     assert all(h.signals == ("meaning",) for h in hits[:2])
     assert all(h.timestamp is not None and h.session_id == ME.id for h in hits)
 
@@ -60,15 +65,19 @@ async def test_meaning_finds_what_shares_no_word(
 
 @PROVIDERS
 async def test_words_stand_alone_without_embeddings_or_before_them(
-    engine: AsyncEngine, server: FakeOpenAI, make_embedder: EmbedderFactory,
-    make_provider: ProviderFactory, name: str,
+    engine: AsyncEngine,
+    server: FakeOpenAI,
+    make_embedder: EmbedderFactory,
+    make_provider: ProviderFactory,
+    name: str,
 ) -> None:
     # Off: hybrid is the ranked word search, hit for hit.
     plain = make_provider(engine, name)
     await _load(plain)
     for text in ("car insurance", "When did I buy the automobile?"):
         assert _contents(await plain.search(ME, SearchQuery(text, mode=HYBRID))) == _contents(
-            await plain.search(ME, SearchQuery(text, mode=FULL_TEXT)))
+            await plain.search(ME, SearchQuery(text, mode=FULL_TEXT))
+        )
 
     # On, half backfilled: what is not embedded yet is still found by its words.
     embedder = make_embedder()
@@ -89,8 +98,11 @@ async def test_words_stand_alone_without_embeddings_or_before_them(
 
 @PROVIDERS
 async def test_hybrid_stays_in_the_users_scope_and_the_asked_scope(
-    engine: AsyncEngine, server: FakeOpenAI, make_embedder: EmbedderFactory,
-    make_provider: ProviderFactory, name: str,
+    engine: AsyncEngine,
+    server: FakeOpenAI,
+    make_embedder: EmbedderFactory,
+    make_provider: ProviderFactory,
+    name: str,
 ) -> None:
     server.synonyms = {"automobile": "car"}
     embedder = make_embedder()
@@ -103,12 +115,15 @@ async def test_hybrid_stays_in_the_users_scope_and_the_asked_scope(
         hits = await provider.search(ME, SearchQuery("automobile car", mode=mode))
         assert all(h.session_id == ME.id for h in hits), mode
     hits = await provider.search(
-        OTHER, SearchQuery("automobile", mode=HYBRID, scope=SearchScope.SUMMARIES))
+        OTHER, SearchQuery("automobile", mode=HYBRID, scope=SearchScope.SUMMARIES)
+    )
     assert all(h.source_type in {"summary", "archive"} for h in hits)
 
 
 async def test_simple_notes_are_found_by_meaning(
-    engine: AsyncEngine, server: FakeOpenAI, make_embedder: EmbedderFactory,
+    engine: AsyncEngine,
+    server: FakeOpenAI,
+    make_embedder: EmbedderFactory,
     make_provider: ProviderFactory,
 ) -> None:
     server.synonyms = {"physician": "doctor"}
@@ -119,7 +134,8 @@ async def test_simple_notes_are_found_by_meaning(
     await embed_backlog(provider, embedder)
     hits = await provider.search(ME, SearchQuery("physician", mode=HYBRID))
     assert [(h.source_type, h.source_id, h.signals) for h in hits][:1] == [
-        ("note", "health", ("meaning",))]
+        ("note", "health", ("meaning",))
+    ]
     # Rewritten, the note's old vector no longer stands for it: found again once embedded.
     await provider.note_write(ME, "health", "dentist appointments only")
     hits = await provider.search(ME, SearchQuery("physician", mode=HYBRID))

@@ -24,7 +24,12 @@ def _index(corpus: dict[int, str]) -> BM25Index:
 
 def test_tokenize_splits_on_punctuation_and_underscore_and_casefolds() -> None:
     assert tokenize("Shopping_List: C++ café-Straße 42!") == [
-        "shopping", "list", "c", "café", "strasse", "42",
+        "shopping",
+        "list",
+        "c",
+        "café",
+        "strasse",
+        "42",
     ]
     assert tokenize("🙂 %_- ") == []
 

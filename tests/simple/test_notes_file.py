@@ -53,7 +53,11 @@ def test_every_operation_round_trips_through_the_file(path: Path) -> None:
     reopened = NotesFile.open(path)
     assert reopened.entries() == notes.entries()
     food = reopened.get("food list")
-    assert (food.name, food.aliases, food.content) == ("Food List", ["shopping"], "milk, eggs, bread\nline two")
+    assert (food.name, food.aliases, food.content) == (
+        "Food List",
+        ["shopping"],
+        "milk, eggs, bread\nline two",
+    )
     assert reopened.get("archive-s1-1").kind == NoteKind.ARCHIVE
     with pytest.raises(NotFound):
         reopened.get("tmp")
@@ -99,7 +103,13 @@ def test_unknown_names_and_bad_input_are_clear_errors(path: Path) -> None:
     for op in (Rename("nope", "x"), Alias("nope", "x"), Write("nope", "x"), Remove("nope")):
         with pytest.raises(NotFound, match="nope"):
             notes.apply(op)
-    for op in (Add("", "x"), Add("   ", "x"), Add("ok", "   "), Add("a\x00b", "x"), Add("n" * 201, "x")):
+    for op in (
+        Add("", "x"),
+        Add("   ", "x"),
+        Add("ok", "   "),
+        Add("a\x00b", "x"),
+        Add("n" * 201, "x"),
+    ):
         with pytest.raises(InvalidArgument):
             notes.apply(op)
     assert not path.exists()  # no failed apply wrote anything
@@ -169,8 +179,14 @@ def test_failure_between_temp_write_and_rename_keeps_previous_snapshot(
         (b"not json\n", "line 1"),
         (b'{"format": "other", "version": 1}\n', "not a mnemo notes file"),
         (b'{"format": "mnemo-notes", "version": 99, "next_id": 1, "entries": 0}\n', "version"),
-        (b'{"format": "mnemo-notes", "version": 1, "next_id": 5, "entries": 2}\n{"id": 1}\n', "2 entries"),
-        (b'{"format": "mnemo-notes", "version": 1, "next_id": 5, "entries": 1}\n{"id": 1}\n', "line 2"),
+        (
+            b'{"format": "mnemo-notes", "version": 1, "next_id": 5, "entries": 2}\n{"id": 1}\n',
+            "2 entries",
+        ),
+        (
+            b'{"format": "mnemo-notes", "version": 1, "next_id": 5, "entries": 1}\n{"id": 1}\n',
+            "line 2",
+        ),
     ],
 )
 def test_corrupt_file_is_a_clear_error_and_left_untouched(

@@ -51,9 +51,19 @@ async def test_registered_with_every_capability(engine: AsyncEngine, tmp_path: P
     provider = _provider(engine, tmp_path)
     assert isinstance(provider, SimpleProvider)
     assert set(capabilities_of(provider)) == {
-        "Compactor", "Searcher", "ProfileStore", "ConstraintStore", "VersionedProfileStore",
-        "VersionedConstraintStore", "ChangelogReader", "ChangelogWriter",
-        "SessionSnapshotStore", "SessionManager", "Reviewer", "NoteStore", "EmbeddingSources",
+        "Compactor",
+        "Searcher",
+        "ProfileStore",
+        "ConstraintStore",
+        "VersionedProfileStore",
+        "VersionedConstraintStore",
+        "ChangelogReader",
+        "ChangelogWriter",
+        "SessionSnapshotStore",
+        "SessionManager",
+        "Reviewer",
+        "NoteStore",
+        "EmbeddingSources",
         "MessageReader",
     }
     await provider.close()
@@ -123,7 +133,10 @@ async def test_repeated_compaction_carries_the_previous_summary(
     assert "message 6 " in text and "message 10 " in text and "message 11 " not in text
 
     names = {e.name: e.kind for e in await provider.note_list(S)}
-    assert names == {"archive-telegram-42-1": NoteKind.ARCHIVE, "archive-telegram-42-2": NoteKind.ARCHIVE}
+    assert names == {
+        "archive-telegram-42-1": NoteKind.ARCHIVE,
+        "archive-telegram-42-2": NoteKind.ARCHIVE,
+    }
     context = await provider.assemble(S, 10_000, 0)
     assert "Second summary." in context[0].content and SUMMARY not in context[0].content
     assert [m.content for m in context[2:]] == [m.content for m in _msgs(4, start=11)]
@@ -242,7 +255,7 @@ async def test_users_never_see_each_others_notes_archives_or_messages(
     for name in ("diary", "archive-telegram-42-1"):
         with pytest.raises(NotFound):
             await provider.note_get(OTHER, name)
-    # Search spans the user's sessions with this agent (DESIGN §4), nobody else's.
+    # Search spans the user's sessions with this agent, nobody else's.
     later = Session("telegram:42:new", "bot", 42, "telegram")
     found = await provider.search(later, SearchQuery("message 0", mode=SearchMode.SUBSTRING))
     assert [h.source_type for h in found] == ["message"]
@@ -260,7 +273,10 @@ async def test_note_store_operations(engine: AsyncEngine, tmp_path: Path) -> Non
     await provider.note_rename(S, "tasks", "chores")
     written = await provider.note_write(S, "chores", "buy bread")
     assert (written.id, written.name, written.aliases, written.content) == (
-        note.id, "chores", ["tasks"], "buy bread",
+        note.id,
+        "chores",
+        ["tasks"],
+        "buy bread",
     )
     with pytest.raises(Conflict):
         await provider.note_add(S, "TASKS", "dup")

@@ -42,33 +42,61 @@ class RunningBot:
     settings: Settings
 
 
-def make_settings(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, *,
-                  transcription_model: str = "", vision: bool = False,
-                  **telegram: Any) -> Settings:
+def make_settings(
+    tg: FakeTelegram,
+    llm: FakeOpenAI,
+    tmp_path: Path,
+    *,
+    transcription_model: str = "",
+    vision: bool = False,
+    **telegram: Any,
+) -> Settings:
     tmp_path.mkdir(parents=True, exist_ok=True)
-    return Settings.model_validate({
-        "data_dir": str(tmp_path / "data"),
-        "llm": {"base_url": llm.base_url, "api_key": "test-key", "timeout_s": 5,
-                "max_retries": 1, "transcription_model": transcription_model,
-                "vision": vision},
-        "telegram": {"token": tg.token, "base_url": tg.base_url, "concurrent_updates": 16,
-                     **telegram},
-        "compaction": {"max_tokens": -1, "keep_tail": 2},
-        "memory": {"fresh_tail": 4},
-    })
+    return Settings.model_validate(
+        {
+            "data_dir": str(tmp_path / "data"),
+            "llm": {
+                "base_url": llm.base_url,
+                "api_key": "test-key",
+                "timeout_s": 5,
+                "max_retries": 1,
+                "transcription_model": transcription_model,
+                "vision": vision,
+            },
+            "telegram": {
+                "token": tg.token,
+                "base_url": tg.base_url,
+                "concurrent_updates": 16,
+                **telegram,
+            },
+            "compaction": {"max_tokens": -1, "keep_tail": 2},
+            "memory": {"fresh_tail": 4},
+        }
+    )
 
 
 @asynccontextmanager
-async def running_bot(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, *,
-                      provider: str = "reference", transcription_model: str = "",
-                      vision: bool = False, **telegram: Any) -> AsyncIterator[RunningBot]:
-    settings = make_settings(tg, llm, tmp_path, transcription_model=transcription_model,
-                             vision=vision, **telegram)
+async def running_bot(
+    tg: FakeTelegram,
+    llm: FakeOpenAI,
+    tmp_path: Path,
+    *,
+    provider: str = "reference",
+    transcription_model: str = "",
+    vision: bool = False,
+    **telegram: Any,
+) -> AsyncIterator[RunningBot]:
+    settings = make_settings(
+        tg, llm, tmp_path, transcription_model=transcription_model, vision=vision, **telegram
+    )
     async with temp_engine("sqlite", tmp_path) as engine:
         ctx = ProviderContext(
-            engine=engine, summarizer=StaticSummarizer("a short summary"),
-            agent_id=settings.agent.id, data_dir=Path(settings.data_dir),
-            config={"keep_tail": settings.compaction.keep_tail})
+            engine=engine,
+            summarizer=StaticSummarizer("a short summary"),
+            agent_id=settings.agent.id,
+            data_dir=Path(settings.data_dir),
+            config={"keep_tail": settings.compaction.keep_tail},
+        )
         if provider == "reference":
             memory = create_reference(ctx)
         else:

@@ -20,7 +20,8 @@ async def stored_sessions(provider: object) -> list[str]:
 
 
 async def test_disallowed_user_gets_one_line_and_nothing_is_stored(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with running_bot(tg, llm, tmp_path, allowed_ids=[42]) as bot:
         stranger = tg.private(99)
         stranger.send("let me in")
@@ -28,11 +29,13 @@ async def test_disallowed_user_gets_one_line_and_nothing_is_stored(
         stranger.send_photo()
         await tg.wait_for(lambda: len(tg.bot_messages(99)) == 3)
         assert {m.text for m in tg.bot_messages(99)} == {
-            "Sorry, this is a private bot and I can't talk with you. Ask its operator for access."}
+            "Sorry, this is a private bot and I can't talk with you. Ask its operator for access."
+        }
         tg.private(42).send("hi")  # the allowed user still gets answers
         await tg.wait_for_message(42, contains="echo: hi")
         stranger_stats = await bot.provider.stats(
-            Session(id="default:telegram:99", user_id=99, channel="telegram"))
+            Session(id="default:telegram:99", user_id=99, channel="telegram")
+        )
         assert stranger_stats.message_count == 0
         assert await stored_sessions(bot.provider) == ["default:telegram:42"]
     assert [m["content"] for m in llm.requests[0]["messages"] if m["role"] == "user"] == ["hi"]
@@ -55,7 +58,8 @@ async def test_group_mention_mode(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: P
         group.send_photo(user=ALICE, reply_to=answer)  # addressed, but nothing to read
         await tg.wait_for_message(-1001, contains="I only read text")
         stats = await bot.provider.stats(
-            Session(id="default:telegram:-1001", user_id=-1001, channel="telegram"))
+            Session(id="default:telegram:-1001", user_id=-1001, channel="telegram")
+        )
     assert stats.message_count == 4  # two addressed turns; the chatter was not stored
     assert len(llm.requests) == 2
     # the group's memory scope is the group, not a member
@@ -75,7 +79,8 @@ async def test_group_always_and_disabled(tg: FakeTelegram, llm: FakeOpenAI, tmp_
 
 
 async def test_forum_topics_are_separate_conversations(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with running_bot(tg, llm, tmp_path, group_mode="always") as bot:
         forum = tg.group(-1004, "Forum", forum=True)
         forum.topic(10, "Cooking").send("pasta", user=ALICE)
@@ -90,8 +95,9 @@ async def test_forum_topics_are_separate_conversations(
     assert users == ["[Alice] rome"]
 
 
-async def test_topic_reply_quirk_is_not_a_mention(tg: FakeTelegram, llm: FakeOpenAI,
-                                                  tmp_path: Path) -> None:
+async def test_topic_reply_quirk_is_not_a_mention(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     """In a forum topic every message replies to the topic's creation message; in mention
     mode that must not count as replying to the bot, even when the bot opened the topic."""
     async with running_bot(tg, llm, tmp_path):
@@ -102,8 +108,9 @@ async def test_topic_reply_quirk_is_not_a_mention(tg: FakeTelegram, llm: FakeOpe
     assert len(llm.requests) == 1
 
 
-async def test_media_edits_and_unknown_commands(tg: FakeTelegram, llm: FakeOpenAI,
-                                                tmp_path: Path) -> None:
+async def test_media_edits_and_unknown_commands(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with running_bot(tg, llm, tmp_path):
         chat = tg.private(42)
         chat.send_photo()  # media without a caption (captioned: test_attachments)
@@ -111,7 +118,8 @@ async def test_media_edits_and_unknown_commands(tg: FakeTelegram, llm: FakeOpenA
         chat.send_document(file_name="scan.pdf", mime_type="application/pdf")
         await tg.wait_for(lambda: len(tg.bot_messages(42)) == 3)
         assert {m.text for m in tg.bot_messages(42)} == {
-            "I only read text for now: please send your message as text."}
+            "I only read text for now: please send your message as text."
+        }
         chat.send_voice()  # transcription: test_voice
         await tg.wait_for_message(42, contains="can't listen to voice messages")
         original = chat.send("first version")
@@ -130,8 +138,9 @@ async def test_media_edits_and_unknown_commands(tg: FakeTelegram, llm: FakeOpenA
     assert not any("second version" in c.params.get("text", "") for c in tg.calls)
 
 
-async def test_huge_message_is_refused_without_harm(tg: FakeTelegram, llm: FakeOpenAI,
-                                                    tmp_path: Path) -> None:
+async def test_huge_message_is_refused_without_harm(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with running_bot(tg, llm, tmp_path) as bot:
         chat = tg.private(42)
         chat.send("x" * 1_000_000)  # possible through a self-hosted Bot API server
@@ -140,5 +149,6 @@ async def test_huge_message_is_refused_without_harm(tg: FakeTelegram, llm: FakeO
         chat.send("still there?")
         await tg.wait_for_message(42, contains="echo: still there?")
         stats = await bot.provider.stats(
-            Session(id="default:telegram:42", user_id=42, channel="telegram"))
+            Session(id="default:telegram:42", user_id=42, channel="telegram")
+        )
     assert stats.message_count == 2

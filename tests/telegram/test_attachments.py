@@ -37,20 +37,24 @@ def no_token_logged(caplog: pytest.LogCaptureFixture, token: str) -> None:
 
 
 async def test_a_text_document_is_read_stored_and_searchable(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     content = "# Trip\nThe quokka lives on Rottnest island.\n"
     async with running_bot(tg, llm, tmp_path):
         chat = tg.private(42)
         # a BOM is dropped; no MIME type: the extension says it is text
-        chat.send_document(caption="summarise this", file_name="notes.md",
-                           content=b"\xef\xbb\xbf" + content.encode())
+        chat.send_document(
+            caption="summarise this",
+            file_name="notes.md",
+            content=b"\xef\xbb\xbf" + content.encode(),
+        )
         await tg.wait_for_message(42, contains="echo: summarise this")
         assert user_turns(llm) == [f"summarise this\n\n[file notes.md]\n{content}"]
         # by MIME type, without a caption
-        chat.send_document(file_name="data", mime_type="application/json",
-                           content=b'{"colour": "teal"}')
+        chat.send_document(
+            file_name="data", mime_type="application/json", content=b'{"colour": "teal"}'
+        )
         await tg.wait_for_message(42, contains='echo: [file data]\n{"colour": "teal"}')
         chat.send("/memory search quokka")
         found = await tg.wait_for_message(42, contains="quokka", within=10)
@@ -60,8 +64,8 @@ async def test_a_text_document_is_read_stored_and_searchable(
 
 
 async def test_unreadable_documents_are_refused_and_nothing_is_stored(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     big = b"x" * (600 * 1024)
     async with running_bot(tg, llm, tmp_path):
@@ -89,7 +93,8 @@ async def test_unreadable_documents_are_refused_and_nothing_is_stored(
 
 
 async def test_a_captioned_photo_reaches_the_model_with_a_note(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with running_bot(tg, llm, tmp_path):
         chat = tg.private(42)
         chat.send_photo(caption="what is this?")
@@ -100,48 +105,67 @@ async def test_a_captioned_photo_reaches_the_model_with_a_note(
         chat.send_document(file_name="scan.pdf", mime_type="application/pdf", caption="read it")
         await tg.wait_for_message(42, contains="read it")
         assert user_turns(llm)[-1] == (
-            "[The user attached a file (scan.pdf), which you cannot see.]\nread it")
+            "[The user attached a file (scan.pdf), which you cannot see.]\nread it"
+        )
     assert len(llm.requests) == 2
     assert tg.calls_to("getFile") == []
 
 
 async def test_group_mention_mode_applies_to_captions(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with running_bot(tg, llm, tmp_path):
         group = tg.group(-1001, "Team")
         group.send_photo(user=ALICE, caption="look at our cat")  # not addressed: ignored
         group.send_photo(user=ALICE, caption=f"@{tg.username} what breed?")
         answer = await tg.wait_for_message(-1001, contains="what breed?")
         assert answer.text == f"echo: [Alice] {PHOTO_NOTE}\nwhat breed?"
-        group.send_document(user=ALICE, caption="and this", reply_to=answer,
-                            file_name="cat.txt", content=b"a tabby")
+        group.send_document(
+            user=ALICE, caption="and this", reply_to=answer, file_name="cat.txt", content=b"a tabby"
+        )
         await tg.wait_for_message(-1001, contains="a tabby")
     assert user_turns(llm)[-1] == "[Alice] and this\n\n[file cat.txt]\na tabby"
     assert len(llm.requests) == 2
-    assert not any("our cat" in t for r in llm.requests for t in
-                   (m["content"] for m in r["messages"] if m["role"] == "user"))
+    assert not any(
+        "our cat" in t
+        for r in llm.requests
+        for t in (m["content"] for m in r["messages"] if m["role"] == "user")
+    )
 
 
 # kind -> how the chat sends it, the bot's options, the turn's stored text
 REDELIVERED = {
-    "document": (lambda chat: chat.send_document(file_name="a.txt", content=b"apricot"),
-                 {}, "[file a.txt]\napricot"),
-    "photo": (lambda chat: chat.send_photo(content=b"\xff\xd8apricots\xff\xd9",
-                                           caption="apricots"),
-              {"vision": True}, "[photo]\napricots"),
-    "voice": (lambda chat: chat.send_voice(content=b"OggS\x00apricot"),
-              {"transcription_model": "whisper-1"}, "[voice message, transcribed]\napricot"),
+    "document": (
+        lambda chat: chat.send_document(file_name="a.txt", content=b"apricot"),
+        {},
+        "[file a.txt]\napricot",
+    ),
+    "photo": (
+        lambda chat: chat.send_photo(content=b"\xff\xd8apricots\xff\xd9", caption="apricots"),
+        {"vision": True},
+        "[photo]\napricots",
+    ),
+    "voice": (
+        lambda chat: chat.send_voice(content=b"OggS\x00apricot"),
+        {"transcription_model": "whisper-1"},
+        "[voice message, transcribed]\napricot",
+    ),
 }
 
 
 @pytest.mark.parametrize("kind", REDELIVERED)
 async def test_a_redelivered_file_is_not_fetched_again(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, kind: str) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, kind: str
+) -> None:
     send, options, stored = REDELIVERED[kind]
     acknowledging = [True]
     # As if the bot died after storing and answering, before Telegram heard of it.
-    tg.fail("getUpdates", 502, times=10_000,
-            when=lambda params: acknowledging[0] and bool(params.get("offset")))
+    tg.fail(
+        "getUpdates",
+        502,
+        times=10_000,
+        when=lambda params: acknowledging[0] and bool(params.get("offset")),
+    )
     llm.push_transcription(text("apricot"))
     async with temp_database_url("sqlite", tmp_path) as url:
         async with bot_on(tg, llm, tmp_path, url, **options):

@@ -21,8 +21,14 @@ def update(update_id: int, chat_id: int | None, thread_id: int | None = None) ->
     if chat_id is None:
         return Update(update_id)
     chat = Chat(chat_id, Chat.PRIVATE if chat_id > 0 else Chat.SUPERGROUP)
-    message = Message(update_id, datetime.now(UTC), chat, text=f"m{update_id}",
-                      message_thread_id=thread_id, is_topic_message=thread_id is not None)
+    message = Message(
+        update_id,
+        datetime.now(UTC),
+        chat,
+        text=f"m{update_id}",
+        message_thread_id=thread_id,
+        is_topic_message=thread_id is not None,
+    )
     return Update(update_id, message=message)
 
 
@@ -60,13 +66,16 @@ class Jobs:
         async def wait() -> None:
             while not condition():
                 await self._changed.wait()
+
         await asyncio.wait_for(wait(), GUARD_S)
 
 
-def submit(processor: ChatQueueProcessor, jobs: Jobs, uid: int, chat: int | None,
-           thread: int | None = None) -> asyncio.Task[None]:
+def submit(
+    processor: ChatQueueProcessor, jobs: Jobs, uid: int, chat: int | None, thread: int | None = None
+) -> asyncio.Task[None]:
     return asyncio.create_task(
-        processor.process_in_order(update(uid, chat, thread), jobs.job(uid, chat)))
+        processor.process_in_order(update(uid, chat, thread), jobs.job(uid, chat))
+    )
 
 
 async def test_a_busy_chat_waits_in_its_queue_and_other_chats_pass_it() -> None:
@@ -169,8 +178,10 @@ async def test_process_update_called_directly_keeps_the_chat_order() -> None:
     # As python-telegram-bot's own update fetcher would call it (holding a slot).
     jobs = Jobs()
     async with ChatQueueProcessor(4) as processor:
-        tasks = [asyncio.create_task(processor.process_update(update(uid, 5), jobs.job(uid, 5)))
-                 for uid in (1, 2, 3)]
+        tasks = [
+            asyncio.create_task(processor.process_update(update(uid, 5), jobs.job(uid, 5)))
+            for uid in (1, 2, 3)
+        ]
         await jobs.until(lambda: jobs.started == [1])
         assert processor.waiting == 2
         jobs.gate(5).set()

@@ -42,8 +42,12 @@ async def test_commands(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provi
         context = re.search(r"Context now: (\d+) tokens", status)
         assert context is not None and int(context[1]) > 0
         # Nothing left to compact: the answer still gives the context's real size.
-        await ask(tg, "/compact", f"Nothing to compact: the conversation is short enough "
-                                  f"({context[1]} tokens in context)")
+        await ask(
+            tg,
+            "/compact",
+            f"Nothing to compact: the conversation is short enough "
+            f"({context[1]} tokens in context)",
+        )
         await ask(tg, "/memory rollback profile 1", "operators only")  # 42 is no admin
         await ask(tg, f"/help@{tg.username}", "/new")
         tg.private(7).send("/memory rollback profile 1")
@@ -51,8 +55,12 @@ async def test_commands(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provi
         assert "operators only" not in admin_answer[0].text
         await bot.pool.drain()
     # commands never reach the model
-    assert all(not m["content"].startswith("/") for r in llm.requests for m in r["messages"]
-               if m["role"] == "user")
+    assert all(
+        not m["content"].startswith("/")
+        for r in llm.requests
+        for m in r["messages"]
+        if m["role"] == "user"
+    )
 
 
 @pytest.mark.parametrize("provider", ["lcm", "simple"])
@@ -77,7 +85,7 @@ async def test_memory_search_counts_hits_names_their_conversation_and_shows_one(
         shown = await ask(tg, f"/memory show {message_id}", f"Message {message_id} (user, ")
         assert shown.endswith("it's fine, the kiwi sleeps") and "this conversation" in shown
         # The query is echoed once, as typed; another user cannot read the message.
-        quoted = await ask(tg, "/memory search \"it's fine\"", "for “\"it's fine\"”")
+        quoted = await ask(tg, '/memory search "it\'s fine"', 'for “"it\'s fine"”')
         assert "\\'" not in quoted
         tg.private(43).send(f"/memory show {message_id}")
         [other] = await tg.wait_for(lambda: tg.bot_messages(43))
@@ -85,7 +93,8 @@ async def test_memory_search_counts_hits_names_their_conversation_and_shows_one(
 
 
 async def test_a_newline_ends_the_command_word_like_a_space(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with running_bot(tg, llm, tmp_path):
         status = await ask(tg, "/memory\nstatus", "Memory provider")
         assert "Unknown" not in status

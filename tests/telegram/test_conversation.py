@@ -34,7 +34,8 @@ async def test_round_trip_and_startup(tg: FakeTelegram, llm: FakeOpenAI, tmp_pat
 
 
 async def test_typing_is_shown_while_a_slow_answer_is_worked_on(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     gate = asyncio.Event()
     llm.push(gated(gate, text("slow answer")))
     async with running_bot(tg, llm, tmp_path):
@@ -45,8 +46,9 @@ async def test_typing_is_shown_while_a_slow_answer_is_worked_on(
         await tg.wait_for_message(42, contains="slow answer")
 
 
-async def test_markdown_is_sent_as_entities(tg: FakeTelegram, llm: FakeOpenAI,
-                                            tmp_path: Path) -> None:
+async def test_markdown_is_sent_as_entities(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     llm.push(text("Some **bold** and `code`"))
     async with running_bot(tg, llm, tmp_path):
         tg.private(42).send("format please")
@@ -55,8 +57,9 @@ async def test_markdown_is_sent_as_entities(tg: FakeTelegram, llm: FakeOpenAI,
     assert kinds == {"bold", "code"}
 
 
-async def test_two_chats_are_answered_in_parallel(tg: FakeTelegram, llm: FakeOpenAI,
-                                                  tmp_path: Path) -> None:
+async def test_two_chats_are_answered_in_parallel(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     gate = asyncio.Event()
     llm.push(gated(gate, text("first answer")), gated(gate, text("second answer")))
     async with running_bot(tg, llm, tmp_path):
@@ -66,13 +69,16 @@ async def test_two_chats_are_answered_in_parallel(tg: FakeTelegram, llm: FakeOpe
         await asyncio.wait_for(llm.wait_for_requests(2), 10)
         assert tg.bot_messages(1) == [] and tg.bot_messages(2) == []
         gate.set()
-        answers = {(await tg.wait_for_message(1, contains="answer")).text,
-                   (await tg.wait_for_message(2, contains="answer")).text}
+        answers = {
+            (await tg.wait_for_message(1, contains="answer")).text,
+            (await tg.wait_for_message(2, contains="answer")).text,
+        }
     assert answers == {"first answer", "second answer"}
 
 
-async def test_one_chat_is_answered_in_order(tg: FakeTelegram, llm: FakeOpenAI,
-                                             tmp_path: Path) -> None:
+async def test_one_chat_is_answered_in_order(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with running_bot(tg, llm, tmp_path) as bot:
         chat = tg.private(42)
         for i in range(4):
@@ -100,8 +106,9 @@ async def test_new_rotates_the_session(tg: FakeTelegram, llm: FakeOpenAI, tmp_pa
     assert sent == ["after"]
 
 
-async def test_model_failure_is_told_plainly(tg: FakeTelegram, llm: FakeOpenAI,
-                                             tmp_path: Path) -> None:
+async def test_model_failure_is_told_plainly(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     from tests.fakes.openai_server import error
 
     llm.push(error(500), error(500), error(500))
@@ -113,8 +120,9 @@ async def test_model_failure_is_told_plainly(tg: FakeTelegram, llm: FakeOpenAI,
     assert stats.message_count == 1  # the user's message, and no half answer
 
 
-async def test_a_busy_chat_does_not_hold_up_the_others(tg: FakeTelegram, llm: FakeOpenAI,
-                                                       tmp_path: Path) -> None:
+async def test_a_busy_chat_does_not_hold_up_the_others(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     gate = asyncio.Event()
     llm.push(gated(gate, text("first answer")))
     async with running_bot(tg, llm, tmp_path, concurrent_updates=4):

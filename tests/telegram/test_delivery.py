@@ -68,7 +68,8 @@ async def test_server_errors_are_retried(tg: FakeTelegram, llm: FakeOpenAI, tmp_
 
 
 async def test_refused_formatting_falls_back_to_plain_text(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     llm.push(text("This is **important** and `exact`."))
     tg.reject_entities()
     async with running_bot(tg, llm, tmp_path):

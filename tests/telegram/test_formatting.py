@@ -114,7 +114,7 @@ def test_any_text_is_shown_minus_its_markers_never_less(source: str) -> None:
     for piece in render(source):
         size = utf16_len(piece.text)
         assert all(
-            0 <= e.offset and e.length > 0 and e.offset + e.length <= size for e in piece.entities
+            e.offset >= 0 and e.length > 0 and e.offset + e.length <= size for e in piece.entities
         )
     shown = "".join(p.text for p in render(source))
     assert shown in (rendered.text, source) or not source.strip()

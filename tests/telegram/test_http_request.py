@@ -47,16 +47,23 @@ async def _read_fields(request: web.Request) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for name, value in (await request.post()).items():
         if isinstance(value, web.FileField):
-            fields[name] = {"filename": value.filename, "content": value.file.read(),
-                            "content_type": value.content_type}
+            fields[name] = {
+                "filename": value.filename,
+                "content": value.file.read(),
+                "content_type": value.content_type,
+            }
         else:
             fields[name] = value
     return fields
 
 
 def _message(chat_id: int, **extra: Any) -> dict[str, Any]:
-    return {"message_id": 7, "date": 1_700_000_000,
-            "chat": {"id": chat_id, "type": "private", "first_name": "Alice"}, **extra}
+    return {
+        "message_id": 7,
+        "date": 1_700_000_000,
+        "chat": {"id": chat_id, "type": "private", "first_name": "Alice"},
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -65,8 +72,9 @@ async def api() -> AsyncIterator[BotApi]:
 
     async def bot_method(request: web.Request) -> web.Response:
         if request.match_info["token"] != TOKEN:
-            return web.json_response({"ok": False, "error_code": 401,
-                                      "description": "Unauthorized"}, status=401)
+            return web.json_response(
+                {"ok": False, "error_code": 401, "description": "Unauthorized"}, status=401
+            )
         method = request.match_info["method"]
         fields = await _read_fields(request)
         state.calls.append(Received(method, request.content_type, fields))
@@ -76,12 +84,19 @@ async def api() -> AsyncIterator[BotApi]:
             result = _message(int(fields["chat_id"]), text=fields["text"])
         elif method == "sendDocument":
             doc = fields["document"]
-            result = _message(int(fields["chat_id"]), document={
-                "file_id": "f1", "file_unique_id": "u1", "file_name": doc["filename"],
-                "file_size": len(doc["content"])})
+            result = _message(
+                int(fields["chat_id"]),
+                document={
+                    "file_id": "f1",
+                    "file_unique_id": "u1",
+                    "file_name": doc["filename"],
+                    "file_size": len(doc["content"]),
+                },
+            )
         else:
-            return web.json_response({"ok": False, "error_code": 404,
-                                      "description": "Not Found"}, status=404)
+            return web.json_response(
+                {"ok": False, "error_code": 404, "description": "Not Found"}, status=404
+            )
         return web.json_response({"ok": True, "result": result})
 
     async def hold(_request: web.Request) -> web.Response:
@@ -130,8 +145,9 @@ async def request_() -> AsyncIterator[AiohttpRequest]:
 
 
 def _bot(base_url: str) -> Bot:
-    return Bot(TOKEN, base_url=base_url, request=AiohttpRequest(2),
-               get_updates_request=AiohttpRequest(1))
+    return Bot(
+        TOKEN, base_url=base_url, request=AiohttpRequest(2), get_updates_request=AiohttpRequest(1)
+    )
 
 
 def _closed_port() -> int:
@@ -153,14 +169,16 @@ async def test_a_call_sends_form_parameters_and_parses_the_result(api: BotApi) -
     assert send.fields["chat_id"] == str(CHAT)
     assert send.fields["text"] == "héllo wörld"
     assert json.loads(send.fields["reply_markup"]) == {
-        "inline_keyboard": [[{"text": "yes", "callback_data": "y"}]]}
+        "inline_keyboard": [[{"text": "yes", "callback_data": "y"}]]
+    }
 
 
 async def test_a_file_is_uploaded_as_multipart(api: BotApi) -> None:
     content = b"line one\nline two\x00\xff"
     async with _bot(api.base_url) as bot:
-        sent = await bot.send_document(CHAT, document=content, filename="notes.txt",
-                                       caption="the notes")
+        sent = await bot.send_document(
+            CHAT, document=content, filename="notes.txt", caption="the notes"
+        )
 
     assert sent.document is not None and sent.document.file_name == "notes.txt"
     upload = next(c for c in api.calls if c.method == "sendDocument")
@@ -174,7 +192,8 @@ async def test_a_file_is_uploaded_as_multipart(api: BotApi) -> None:
 
 
 async def test_an_api_error_status_and_body_are_handed_back(
-        api: BotApi, request_: AiohttpRequest) -> None:
+    api: BotApi, request_: AiohttpRequest
+) -> None:
     status, body = await request_.do_request(f"{api.base_url}{TOKEN}/noSuchMethod", "POST")
     assert status == 404
     assert json.loads(body)["description"] == "Not Found"
@@ -199,8 +218,7 @@ async def test_waiting_for_a_pooled_connection_times_out(api: BotApi) -> None:
         await asyncio.wait_for(api.held.wait(), 5)  # the only connection is now in use
         # aiohttp's pool wait is bounded by pool + connect timeout (see do_request).
         with pytest.raises(TimedOut):
-            await req.do_request(f"{api.url}/hold", "POST", pool_timeout=0.1,
-                                 connect_timeout=0.1)
+            await req.do_request(f"{api.url}/hold", "POST", pool_timeout=0.1, connect_timeout=0.1)
         # The request holding the connection is unaffected.
         api.release.set()
         status, _ = await asyncio.wait_for(first, 5)

@@ -39,8 +39,8 @@ def has_image(request: dict[str, Any]) -> bool:
 
 
 async def test_a_photo_is_shown_to_the_model_once_and_stored_as_text(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     async with running_bot(tg, llm, tmp_path, vision=True):
         chat = tg.private(42)
@@ -54,15 +54,18 @@ async def test_a_photo_is_shown_to_the_model_once_and_stored_as_text(
     second = llm.requests[1]
     assert not has_image(second)  # the photo was for its own turn
     assert [m["content"] for m in second["messages"] if m["role"] != "system"] == [
-        "[photo]\nwhat breed is this?", "echo: [photo]\nwhat breed is this?",
-        "and its name?"]
+        "[photo]\nwhat breed is this?",
+        "echo: [photo]\nwhat breed is this?",
+        "and its name?",
+    ]
     assert [c.params["file_id"] for c in tg.calls_to("getFile")] == ["file-2"]
     encoded = base64.b64encode(JPEG).decode()
     assert not any(encoded in r.getMessage() for r in caplog.records)
 
 
 async def test_an_uncaptioned_photo_is_answered(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with running_bot(tg, llm, tmp_path, vision=True):
         tg.private(42).send_photo(content=JPEG)
         assert await answer_to(tg, 42, 0) == "echo: [photo]"
@@ -73,7 +76,8 @@ async def test_an_uncaptioned_photo_is_answered(
 
 
 async def test_a_group_photo_addressed_to_the_bot_names_its_sender(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with running_bot(tg, llm, tmp_path, vision=True):
         group = tg.group(-100)
         group.send_photo(user=ALICE, content=JPEG, caption="a cat")  # not addressed
@@ -84,7 +88,8 @@ async def test_a_group_photo_addressed_to_the_bot_names_its_sender(
 
 
 async def test_the_largest_size_that_fits_is_taken_and_none_fitting_is_refused(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     async with running_bot(tg, llm, tmp_path, vision=True):
         chat = tg.private(42)
         chat.send_photo(content=JPEG, file_size=ELEVEN_MB, thumbnail_size=ELEVEN_MB)
@@ -98,8 +103,8 @@ async def test_the_largest_size_that_fits_is_taken_and_none_fitting_is_refused(
 
 
 async def test_a_photo_that_cannot_be_downloaded_gets_one_line_and_nothing_is_stored(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     async with running_bot(tg, llm, tmp_path, vision=True):
         tg.fail("file", 502)
@@ -111,7 +116,8 @@ async def test_a_photo_that_cannot_be_downloaded_gets_one_line_and_nothing_is_st
 
 
 async def test_a_server_rejecting_images_fails_the_turn_and_keeps_the_text(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     llm.push(error(400, message="image input is not supported"))
     async with running_bot(tg, llm, tmp_path, vision=True):
         tg.private(42).send_photo(content=JPEG, caption="what is it?")
@@ -119,4 +125,3 @@ async def test_a_server_rejecting_images_fails_the_turn_and_keeps_the_text(
         assert line.startswith("Sorry, I couldn't answer") and "saved" in line
         assert "Messages: 1 " in await stored_messages(tg, 42)  # "[photo]", no answer
     assert len(llm.requests) == 1 and has_image(llm.requests[0])
-

@@ -32,8 +32,16 @@ reflect: {{enabled: false}}
 
 async def run_once(config: Path, tg: FakeTelegram, say: str) -> str:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot.cli", "run", "--config", str(config), cwd=REPO,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "bot.cli",
+        "run",
+        "--config",
+        str(config),
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         before = len(tg.bot_messages(42))
         tg.private(42).send(say)
@@ -55,12 +63,16 @@ async def test_run_stop_and_restart_keeps_history(tmp_path: Path) -> None:
         await run_once(config, tg, "what was the word?")
     assert tg.bot_messages(42)[-1].text == "echo: what was the word?"
     history = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] != "system"]
-    assert history == ["remember the word ginkgo", "echo: remember the word ginkgo",
-                       "what was the word?"]
+    assert history == [
+        "remember the word ginkgo",
+        "echo: remember the word ginkgo",
+        "what was the word?",
+    ]
 
 
-def test_missing_token_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_token_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("TELEGRAM_BOT_TOKEN", raising=False)
     config = tmp_path / "config.yaml"
     config.write_text("telegram: {token: '${TELEGRAM_BOT_TOKEN:-}'}\nllm: {api_key: k}\n")

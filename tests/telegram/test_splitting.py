@@ -22,9 +22,13 @@ def _open_fence_at_end(piece: str) -> bool:
             continue
         marker = m.group(1)
         if open_marker is None:
-            if not (marker[0] == "`" and "`" in line[m.end():]):
+            if not (marker[0] == "`" and "`" in line[m.end() :]):
                 open_marker = marker
-        elif marker[0] == open_marker[0] and len(marker) >= len(open_marker) and not line[m.end():].strip():
+        elif (
+            marker[0] == open_marker[0]
+            and len(marker) >= len(open_marker)
+            and not line[m.end() :].strip()
+        ):
             open_marker = None
     return open_marker is not None
 

@@ -28,9 +28,16 @@ async def test_webhook_mode(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -
         tg.private(42).send("through the hook")
         await tg.wait_for_message(42, contains="echo: through the hook")
         assert tg.calls_to("getUpdates") == []
-        forged = {"update_id": 999, "message": {
-            "message_id": 1, "date": 0, "chat": {"id": 66, "type": "private", "first_name": "M"},
-            "from": {"id": 66, "is_bot": False, "first_name": "M"}, "text": "forged"}}
+        forged = {
+            "update_id": 999,
+            "message": {
+                "message_id": 1,
+                "date": 0,
+                "chat": {"id": 66, "type": "private", "first_name": "M"},
+                "from": {"id": 66, "is_bot": False, "first_name": "M"},
+                "text": "forged",
+            },
+        }
         async with ClientSession() as http:
             for headers in ({}, {"X-Telegram-Bot-Api-Secret-Token": "wrong"}):
                 async with http.post(url, json=forged, headers=headers) as resp:
@@ -40,7 +47,8 @@ async def test_webhook_mode(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -
 
 
 async def test_webhook_without_configured_secret_gets_a_random_one(
-        tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
     port = free_port()
     webhook = {"url": f"http://127.0.0.1:{port}/hook", "listen": "127.0.0.1", "port": port}
     async with running_bot(tg, llm, tmp_path, webhook=webhook):

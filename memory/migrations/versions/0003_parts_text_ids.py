@@ -34,7 +34,10 @@ def upgrade() -> None:
         return
     for column in _COLUMNS:
         op.alter_column(
-            "message_parts", column, type_=sa.Text(), existing_type=sa.String(255),
+            "message_parts",
+            column,
+            type_=sa.Text(),
+            existing_type=sa.String(255),
             existing_nullable=True,
         )
 
@@ -46,6 +49,10 @@ def downgrade() -> None:
     # the downgrade (a call and its result are cut alike, so they still pair up).
     for column in _COLUMNS:
         op.alter_column(
-            "message_parts", column, type_=sa.String(255), existing_type=sa.Text(),
-            existing_nullable=True, postgresql_using=f"left({column}, 255)",
+            "message_parts",
+            column,
+            type_=sa.String(255),
+            existing_type=sa.Text(),
+            existing_nullable=True,
+            postgresql_using=f"left({column}, 255)",
         )
