@@ -217,12 +217,9 @@ async def resolve(
     hits: list[Hit],
     needles: list[str],
     verify: str | None = None,
-    *,
-    ranked: bool = False,
 ) -> list[SearchResult]:
     """`hits` as results, in their order: public id, snippet around a needle, time,
-    and the session the row belongs to. A ranked hit found through its context only
-    shows that context too, so a bare "noted" is seen to answer what was asked."""
+    and the session the row belongs to."""
     if not hits:
         return []
     by_rowid = {
@@ -233,7 +230,7 @@ async def resolve(
         row = by_rowid.get(hit.rowid)
         if row is None or (verify is not None and verify not in row["content"].casefold()):
             continue
-        out.append(await _result(conn, index, row, hit.score, needles, ranked))
+        out.append(_result(index, row, hit.score, needles))
     return out
 
 
@@ -253,11 +250,7 @@ async def resolve_ids(
         return []
     rows = await _rows(conn, index, "id", ids)
     by_id = {str(r["public_id"]): r for r in rows if r["conv"] in set(conv_ids)}
-    return [
-        await _result(conn, index, by_id[i], score, needles, ranked=False)
-        for i, score in scored
-        if i in by_id
-    ]
+    return [_result(index, by_id[i], score, needles) for i, score in scored if i in by_id]
 
 
 async def _rows(
@@ -276,30 +269,48 @@ async def _rows(
     return list(result.mappings())
 
 
-async def _result(
-    conn: AsyncConnection,
-    index: TextIndex,
-    row: sa.RowMapping,
-    score: float,
-    needles: list[str],
-    ranked: bool,
-) -> SearchResult:
-    content = snippet(row["content"], needles)
-    if ranked and index.context and not _mentions(row["content"], needles):
-        previous = await _previous_text(conn, row["conv"], row["seq"])
-        if previous:
-            content = (
-                f"{snippet(row['content'], needles, 200)} (replying to: "
-                f"{snippet(previous, needles, 280)})"
-            )
+def _result(index: TextIndex, row: sa.RowMapping, score: float, needles: list[str]) -> SearchResult:
     return SearchResult(
         source_type=index.label,
         source_id=str(row["public_id"]),
-        content=content,
+        content=snippet(row["content"], needles),
         score=score,
         timestamp=_utc(row["stamp"]),
         session_id=row["session_id"],
     )
+
+
+async def with_reply_context(
+    conn: AsyncConnection, results: list[SearchResult], terms: list[str]
+) -> None:
+    """A message hit found through its context only (none of `terms` in its own text)
+    shows that context too, so a bare "noted" is seen to answer what was asked. One
+    query for all of `results` (the few shown, after ranking)."""
+    bare = {
+        r.source_id: r
+        for r in results
+        if r.source_type == MESSAGES.label
+        and r.source_id.isdigit()
+        and not _mentions(r.content, terms)
+    }
+    if not bare:
+        return
+    rows = await conn.execute(
+        sa.text(
+            "SELECT m.id AS id, (SELECT p.content FROM messages p "
+            "WHERE p.conversation_id = m.conversation_id AND p.seq < m.seq "
+            "AND p.role <> 'tool' AND p.content <> '' ORDER BY p.seq DESC LIMIT 1) AS prev "
+            "FROM messages m WHERE m.id IN :ids"
+        ).bindparams(sa.bindparam("ids", expanding=True)),
+        {"ids": [int(i) for i in bare]},
+    )
+    for row in rows:
+        result = bare.get(str(row.id))
+        if result is not None and row.prev:
+            result.content = (
+                f"{snippet(result.content, terms, 200)} (replying to: "
+                f"{snippet(row.prev, terms, 280)})"
+            )
 
 
 def _mentions(content: str, terms: list[str]) -> bool:
@@ -307,15 +318,3 @@ def _mentions(content: str, terms: list[str]) -> bool:
     letters, so stemmed forms count ("adopted" for "adopt", "puppy" for "puppies")."""
     folded = content.casefold()
     return any(term[:4] in folded for term in terms)
-
-
-async def _previous_text(conn: AsyncConnection, conv_id: int, seq: int) -> str:
-    """The message a context was taken from (see core revision 0004)."""
-    text = await conn.scalar(
-        sa.text(
-            "SELECT content FROM messages WHERE conversation_id = :conv AND seq < :seq "
-            "AND role <> 'tool' AND content <> '' ORDER BY seq DESC LIMIT 1"
-        ),
-        {"conv": conv_id, "seq": seq},
-    )
-    return text or ""

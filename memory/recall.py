@@ -145,7 +145,11 @@ class Recall:
         ranked = _best_first(results) if terms else _newest_first(results)
         if hybrid:
             ranked = await self._hybrid(session, text, terms or [text], scope, pool, ranked)
-        return ranked[:limit]
+        shown = ranked[:limit]
+        if terms:
+            async with self.engine.connect() as conn:
+                await lexical.with_reply_context(conn, shown, terms)
+        return shown
 
     async def _hybrid(
         self,
@@ -203,7 +207,7 @@ class Recall:
     ) -> list[SearchResult]:
         if terms:
             hits = await lexical.bm25(conn, index, conv_ids, terms, limit)
-            found = await lexical.resolve(conn, index, hits, terms, ranked=True)
+            found = await lexical.resolve(conn, index, hits, terms)
             signal = WORDS
         else:
             hits, verify = await lexical.literal(conn, index, conv_ids, text, limit)
