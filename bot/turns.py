@@ -137,7 +137,7 @@ def memory_tools(provider: Any, session: Session) -> list[Tool]:
 
     async def handler(args: dict[str, Any]) -> str:
         with bind_session(session), with_change_source(ChangeSource.AGENT):
-            return await memory_tool.run_tool(provider, session, args)
+            return await memory_tool.run_tool(provider, session, args, source=ChangeSource.AGENT)
 
     return [Tool(schema=schema, handler=handler)]
 

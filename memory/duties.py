@@ -18,7 +18,7 @@ import inspect
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memory.append_hook import AppendHook
 from memory.context import change_source_from_context, session_id_from_context
@@ -89,3 +89,15 @@ async def append_messages(
             getattr(inner, "name", type(inner).__name__),
         )
     await provider.append(session, *msgs)
+
+
+async def store_write(provider: Any, name: str, *args: Any, options: WriteOptions) -> Any:
+    """`provider.<name>(*args, options=options)` for a store write (`set_profile`,
+    `add_constraint`, ...); a provider whose method predates options is called without
+    them, and its changelog then reads the change source the caller set in context."""
+    from memory.tracing import unwrap  # (tracing imports the capabilities)
+
+    method = getattr(provider, name)
+    if takes_options(getattr(unwrap(provider), name)):
+        return await method(*args, options=options)
+    return await method(*args)

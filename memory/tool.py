@@ -31,7 +31,7 @@ from memory.actions.declarations import ACTIONS
 from memory.actions.spec import Call, perform
 from memory.capabilities import Provider
 from memory.errors import MemoryError_, NotFound
-from memory.types import Session
+from memory.types import ChangeSource, Session
 
 log = logging.getLogger(__name__)
 
@@ -217,11 +217,13 @@ async def run_tool(
     arguments: str | dict[str, Any] | None,
     *,
     allowed_actions: set[str] | None = None,
+    source: ChangeSource | None = None,
 ) -> str:
     """Execute one `memory` tool call for `session`; always returns text for the model.
 
     `allowed_actions` withholds actions (pass the set the schema was built with);
-    writes are tagged with whatever change source the caller set in context."""
+    writes record `source` (who called the tool: the agent in a turn, reflect), or the
+    change source the caller set in context when None."""
     provider_actions = tool_actions(provider)
     offered = [a for a in provider_actions if allowed_actions is None or a in allowed_actions]
     try:
@@ -230,7 +232,8 @@ async def run_tool(
         return f"error: {exc}"
     spec = ACTIONS[action]
     try:
-        text = await perform(spec, Call(provider, session, tuple(offered)), args, spec.render)
+        call = Call(provider, session, tuple(offered), source=source)
+        text = await perform(spec, call, args, spec.render)
     except NotFound as exc:
         return f"not found: {exc}" if str(exc) else "not found"
     except MemoryError_ as exc:

@@ -84,3 +84,47 @@ async def test_a_current_append_gets_the_options_through_tracing() -> None:
         with_tracing(inner, lambda event: None), S, [Message("user", "x")], options
     )
     assert inner.options == [options] and inner.stored == ["x"]
+
+
+async def test_memory_writes_record_who_made_them_not_the_context(
+    engine,
+    tmp_path,  # noqa: ANN001
+) -> None:
+    """The memory tool and /memory pass the writer explicitly (`WriteOptions`): the
+    changelog says agent for the model, user for /memory, reflect for reflect, whatever
+    change source the surrounding context carries."""
+    from memory.actions.commands import run_memory_command
+    from memory.capabilities import ProviderContext
+    from memory.context import with_change_source
+    from memory.registry import create_provider
+    from memory.summarizer import TruncatingSummarizer
+    from memory.tool import run_tool
+    from memory.types import ChangeSource
+
+    ctx = ProviderContext(engine=engine, summarizer=TruncatingSummarizer(), config={"keep_tail": 4})
+    provider = create_provider("lcm", ctx)
+    session = Session("duties:1", "default", 7, "test")
+    try:
+        await provider.bootstrap(session)
+        with with_change_source(ChangeSource.SYSTEM):
+            await run_tool(
+                provider,
+                session,
+                {"action": "constraint_add", "text": "be brief"},
+                source=ChangeSource.AGENT,
+            )
+            await run_tool(
+                provider,
+                session,
+                {"action": "constraint_add", "text": "be kind"},
+                source=ChangeSource.REFLECT,
+            )
+            await run_memory_command(
+                provider, session, "constrain be calm", is_admin=False, budget=None
+            )
+        entries = await provider.read_changelog(7, "default", "constraint")
+        sources = {e.after_text.rsplit("be ", 1)[-1].split('"')[0]: e.source for e in entries}
+        assert sources == {"brief": "agent", "kind": "reflect", "calm": "user"}, sources
+        assert {e.session_id for e in entries} == {session.id}
+    finally:
+        await provider.close()

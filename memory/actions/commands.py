@@ -83,7 +83,7 @@ async def run_memory_command(
             continue
         # People's words were checked by `parse`; the arguments are taken as they are.
         args = action.args.model_construct(**parsed)
-        call = Call(provider, session, limit=limit, budget=budget)
+        call = Call(provider, session, limit=limit, budget=budget, source=ChangeSource.USER)
         try:
             with with_change_source(ChangeSource.USER):
                 text = await perform(action, call, args, action.command.render)

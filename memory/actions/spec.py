@@ -21,8 +21,9 @@ from pydantic import BaseModel
 from memory import snapshots
 from memory.capabilities import SessionSnapshotStore
 from memory.context import with_agent_id, with_session_id, with_user_id
+from memory.duties import WriteOptions
 from memory.tracing import unwrap
-from memory.types import Session
+from memory.types import ChangeSource, Session
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,18 @@ class Call:
     offered: tuple[str, ...] = ()
     limit: int = 0
     budget: ContextBudget | None = None
+    # Who writes (the model: agent; /memory: user; reflect); None: the caller's context.
+    source: ChangeSource | None = None
 
     @property
     def owner(self) -> tuple[int, str]:
         return self.session.user_id, self.session.agent_id
+
+    def write_options(self) -> WriteOptions:
+        """What a store write of this call records in the changelog."""
+        if self.source is None:
+            return WriteOptions.from_context()
+        return WriteOptions(self.source, self.session.id)
 
 
 Handler = Callable[[Call, Any], Awaitable[Any]]

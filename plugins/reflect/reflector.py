@@ -208,7 +208,13 @@ class Reflector:
                 nonlocal writes
                 # Set here, around each call, so the tag holds however the loop runs.
                 with with_change_source(ChangeSource.REFLECT):
-                    out = await run_tool(self.provider, session, args, allowed_actions=allowed)
+                    out = await run_tool(
+                        self.provider,
+                        session,
+                        args,
+                        allowed_actions=allowed,
+                        source=ChangeSource.REFLECT,
+                    )
                 if args.get("action") in WRITE_ACTIONS and not out.startswith(
                     ("error", "not found")
                 ):
