@@ -80,13 +80,16 @@ async def reach_bot_api(
             sleep=sleep,
             reraise=True,
         ):
+            # (`with attempt` swallows a failed attempt's error: code after the block
+            # runs for failures too, so success is logged inside it)
             with attempt:
                 if not await unless_stopped(bot.initialize(), stop):
                     raise _Stopped
-            if attempt.retry_state.attempt_number > 1:
-                log.info(
-                    "reached the Telegram Bot API (attempt %d)", attempt.retry_state.attempt_number
-                )
+                if attempt.retry_state.attempt_number > 1:
+                    log.info(
+                        "reached the Telegram Bot API (attempt %d)",
+                        attempt.retry_state.attempt_number,
+                    )
     except InvalidToken as exc:
         await bot.shutdown()
         # The server's reason: a wrong URL's may quote a whole HTML error page.
