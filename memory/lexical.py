@@ -35,14 +35,14 @@ range on conversation_id), bounded by that user's history rather than the whole 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.search_text import fts5_string, like_pattern, snippet
-from memory.types import SearchResult
+from memory.types import SearchResult, as_utc
 
 K1, B = 1.2, 0.75
 # A word of the previous message counts this much of one of the message's own (measured
@@ -91,11 +91,8 @@ class Hit:
 
 
 def _utc(value: datetime | str | None) -> datetime | None:
-    if isinstance(value, str):  # raw SQL on SQLite returns the stored text
-        value = datetime.fromisoformat(value)
-    if value is not None and value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value
+    # Raw SQL on SQLite returns the stored text.
+    return as_utc(datetime.fromisoformat(value) if isinstance(value, str) else value)
 
 
 def _scope_filter(conv_ids: list[int]) -> str:
@@ -249,7 +246,8 @@ async def resolve_ids(
     if not ids:
         return []
     rows = await _rows(conn, index, "id", ids)
-    by_id = {str(r["public_id"]): r for r in rows if r["conv"] in set(conv_ids)}
+    mine = set(conv_ids)
+    by_id = {str(r["public_id"]): r for r in rows if r["conv"] in mine}
     return [_result(index, by_id[i], score, needles) for i, score in scored if i in by_id]
 
 

@@ -144,7 +144,9 @@ class Recall:
             results += await self.extra.search_extra(session, text, terms, scope, pool)
         ranked = _best_first(results) if terms else _newest_first(results)
         if hybrid:
-            ranked = await self._hybrid(session, text, terms or [text], scope, pool, ranked)
+            ranked = await self._hybrid(
+                session, conv_ids, text, terms or [text], scope, pool, ranked
+            )
         shown = ranked[:limit]
         if terms:
             async with self.engine.connect() as conn:
@@ -154,6 +156,7 @@ class Recall:
     async def _hybrid(
         self,
         session: Session,
+        conv_ids: list[int],
         text: str,
         needles: list[str],
         scope: SearchScope,
@@ -165,7 +168,7 @@ class Recall:
         vector_hits = await self.semantic.search(
             session.user_id, session.agent_id, text, sources=_VECTOR_SOURCES[scope], limit=pool
         )
-        meaning = await self._resolve_vectors(session, vector_hits, needles)
+        meaning = await self._resolve_vectors(session, conv_ids, vector_hits, needles)
         found = {_key(r): r for r in meaning}
         found.update({_key(r): r for r in lexical_hits})  # their snippets centre on a word
         out = []
@@ -178,15 +181,15 @@ class Recall:
         return out
 
     async def _resolve_vectors(
-        self, session: Session, hits: list[VectorHit], needles: list[str]
+        self, session: Session, conv_ids: list[int], hits: list[VectorHit], needles: list[str]
     ) -> list[SearchResult]:
-        """Semantic hits as results (score: cosine similarity), best first."""
+        """Semantic hits as results (score: cosine similarity), best first; rows outside
+        `conv_ids` (the user's conversations) are left out."""
         by_label = {index.label: index for index in self.indexes}
         mine = [h for h in hits if h.source in by_label]
         out: list[SearchResult] = []
         if mine:
             async with self.engine.connect() as conn:
-                conv_ids = await owned_conversations(conn, session.user_id, session.agent_id)
                 for label, index in by_label.items():
                     scored = [(h.key, h.score) for h in mine if h.source == label]
                     if scored:
