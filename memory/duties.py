@@ -14,6 +14,7 @@ an archived session is not refused).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Callable, Sequence
@@ -60,9 +61,24 @@ _LEGACY_WARNED: set[type] = set()
 
 
 def takes_options(method: Callable[..., object]) -> bool:
-    """Whether `method` accepts an `options` keyword (or any keyword)."""
+    """Whether `method` accepts an `options` keyword (or any keyword). Asked on every
+    append, so answered once per function (a method replaced on an instance is another
+    function, and is asked again)."""
+    func = getattr(method, "__func__", method)
     try:
-        params = inspect.signature(method).parameters.values()
+        return _accepts_options(func)
+    except TypeError:  # unhashable: ask directly
+        return _signature_takes_options(func)
+
+
+@functools.lru_cache(maxsize=256)
+def _accepts_options(func: Callable[..., object]) -> bool:
+    return _signature_takes_options(func)
+
+
+def _signature_takes_options(func: Callable[..., object]) -> bool:
+    try:
+        params = inspect.signature(func).parameters.values()
     except (TypeError, ValueError):
         return True  # cannot tell: assume today's contract
     return any(p.name == "options" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
