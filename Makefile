@@ -25,10 +25,10 @@ test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict memory
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto --maxprocesses 4
 
 test-fast: $(VENV)/.installed-dev
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -n auto --maxprocesses 4 -m "not slow"
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
