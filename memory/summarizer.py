@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
-from memory.tokens import estimate_tokens
+from memory.tokens import estimate_tokens, estimate_uncached
 from memory.types import SummarizeOptions
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ def truncate_to_tokens(text: str, target_tokens: int) -> str:
     body = text.strip() or text
     if estimate_tokens(body) <= target_tokens:
         return body
-    room = max(1, target_tokens * 4 - len(TRUNCATION_MARK))
+    room = _fitting_prefix(body, max(0, target_tokens - estimate_tokens(TRUNCATION_MARK)))
     cut = _boundary(body, room, room // 2)
     while 0 < cut < len(body) and _splits_cluster(body, cut):
         cut -= 1
@@ -207,7 +207,31 @@ def truncate_to_tokens(text: str, target_tokens: int) -> str:
         cut = 1  # keep the first character cluster whatever the target
         while cut < len(body) and _splits_cluster(body, cut):
             cut += 1
-    return body[:cut].rstrip() + TRUNCATION_MARK
+    first = 1  # the end of the first character cluster, which is always kept
+    while first < len(body) and _splits_cluster(body, first):
+        first += 1
+    out = body[:cut].rstrip() + TRUNCATION_MARK
+    # The estimate is not strictly additive (a cut word costs more per letter): shorten
+    # until it fits, keeping at least the first cluster.
+    while cut > first and estimate_tokens(out) > target_tokens:
+        cut -= 1
+        while cut > first and _splits_cluster(body, cut):
+            cut -= 1
+        out = body[:cut].rstrip() + TRUNCATION_MARK
+    return out
+
+
+def _fitting_prefix(body: str, tokens: int) -> int:
+    """The length of the longest prefix of `body` estimated at most `tokens` (a binary
+    search: the estimate grows with the prefix)."""
+    low, high = 0, len(body)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if estimate_uncached(body[:mid]) <= tokens:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def _boundary(body: str, limit: int, floor: int) -> int:

@@ -39,9 +39,12 @@ class Scripted:
 
 
 def words(n_tokens: int) -> str:
-    """Text of about `n_tokens` tokens made of short sentences."""
-    sentence = "Fact number one is kept. "  # 25 chars
-    return (sentence * (n_tokens * 4 // len(sentence) + 1)).strip()
+    """Text of at least `n_tokens` tokens (a sentence more at most), of short sentences."""
+    sentence = "Fact number one is kept. "
+    out = sentence
+    while estimate_tokens(out) < n_tokens:
+        out += sentence
+    return out.strip()
 
 
 # --- targets and prompts ------------------------------------------------------------
@@ -111,7 +114,8 @@ async def test_escalates_to_aggressive_when_over_150_percent() -> None:
 
 
 async def test_exactly_150_percent_is_accepted() -> None:
-    gen = Scripted("x" * (30 * 4))  # 30 tokens, target 20
+    thirty = next(t for k in range(1, 100) if estimate_tokens(t := "a " * k) == 30)
+    gen = Scripted(thirty)  # 30 tokens, target 20
     out = await LLMSummarizer(gen).summarize(SOURCE, SummarizeOptions(target_tokens=20))
     assert estimate_tokens(out) == 30 and len(gen.prompts) == 1
 
@@ -175,7 +179,7 @@ def test_truncation_prefers_sentence_then_line_then_word() -> None:
     assert truncate_to_tokens(text, 7) == "First sentence here.…"
     assert truncate_to_tokens("line one\nline two goes on and on", 4) == "line one…"
     assert truncate_to_tokens("alpha beta gamma delta epsilon", 4) == "alpha beta…"
-    assert truncate_to_tokens("x" * 100, 2) == "xxxxxxx…"
+    assert truncate_to_tokens("x" * 100, 2) == "xx…"
 
 
 def test_decimal_point_is_not_a_sentence_end() -> None:

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from memory.summarizer import SummarizerError
+from memory.tokens import estimate_tokens
 from memory.types import CompactionMode, CompactionResult, Message, ToolCall
 from tests.lcm.conftest import (
     CountingSummarizer,
@@ -222,7 +223,7 @@ async def test_summarizer_gets_targets_and_previous_summary(make_provider) -> No
     (text1, opts1), (text2, opts2) = summarizer.inputs
     assert "msg0" in text1 and "msg3" in text1 and "msg4" not in text1
     assert not opts1.is_condensed and opts1.previous == ""
-    source_tokens = sum(p_tokens for p_tokens in (len(m.content) // 4 + 1 for m in msgs[:4]))
+    source_tokens = sum(estimate_tokens(m.content) for m in msgs[:4])
     assert opts1.target_tokens == source_tokens // 3
     assert "msg4" in text2 and opts2.previous.startswith("S1[")
     assert len(await context_view(p, s)) == 2  # two leaves: fewer than condensed_min

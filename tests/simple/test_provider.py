@@ -32,7 +32,7 @@ SUMMARY = "## Goal\nPlan a trip to Lisbon.\n## Next Steps\nBook flights."
 
 def _msgs(n: int, start: int = 0) -> list[Message]:
     return [
-        Message("user" if i % 2 == 0 else "assistant", f"message {i} " + "x" * 190)
+        Message("user" if i % 2 == 0 else "assistant", f"message {i} " + "word " * 42)
         for i in range(start, start + n)
     ]
 
