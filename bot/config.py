@@ -200,7 +200,8 @@ class _MemoryBase(BaseModel):
     )
 
     provider: str = "lcm"
-    budget_tokens: int = Field(default=80000, ge=256, le=MAX_TOKENS)
+    # Defaults chosen by bench/cost.py (issue 17): see README "Compaction and caching".
+    budget_tokens: int = Field(default=16000, ge=256, le=MAX_TOKENS)
     fresh_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
 
     def section(self, name: str) -> dict[str, Any]:
@@ -242,8 +243,8 @@ else:
 
 
 class CompactionSettings(_Section):
-    max_tokens: int = Field(default=80000, ge=-1, le=MAX_TOKENS)  # -1: no auto-compaction
-    keep_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
+    max_tokens: int = Field(default=12000, ge=-1, le=MAX_TOKENS)  # -1: no auto-compaction
+    keep_tail: int = Field(default=10, ge=0, le=MAX_MESSAGES)
     # Hysteresis: an automatic compaction brings the context down to this fraction of
     # max_tokens, so the next one is a whole gap of conversation away (each compaction
     # rebuilds the prompt's cached prefix).
