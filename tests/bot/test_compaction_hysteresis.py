@@ -21,7 +21,7 @@ from memory.registry import create_provider
 from memory.summarizer import TruncatingSummarizer
 from memory.types import Session
 from tests.bot.conftest import make_settings
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, text, tool_call
 
 S = Session("tg:7", "default", 7, "telegram")
 # ~250 tokens; the fake model echoes it, so a turn adds about 500 tokens.
@@ -39,6 +39,7 @@ async def _pool(
             "provider": provider,
             "budget_tokens": 100_000,
             "simple": {"store_dir": str(tmp_path / "notes")},
+            "lcm": {"leaf_chunk_size": 4},
         },
         compaction=compaction,
     )
@@ -79,9 +80,44 @@ async def test_no_compaction_loop_when_the_kept_tail_alone_is_over_the_threshold
     pool, summarizer, _ = await _pool(tmp_path, server, provider, max_tokens=2000, keep_tail=10)
     try:
         sizes = [await _turn(pool) for _ in range(10)]
-        compactions = (await pool.provider.stats(S)).summary_count
+        compactions = len(await pool.provider.read_changelog(7, "default", "compaction"))
         # A compaction waits for the gap (1,000 tokens: two turns) past the kept tail.
         assert 1 <= compactions <= 2, sizes
+    finally:
+        await pool.close()
+        await pool.llm.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("provider", ["simple", "lcm"])
+async def test_a_compaction_goes_to_the_target_and_brings_the_agents_write_into_the_prompt(
+    tmp_path: Path, server: FakeOpenAI, provider: str
+) -> None:
+    pool, _, settings = await _pool(tmp_path, server, provider, max_tokens=4000, keep_tail=2)
+    target = settings.compaction.target_tokens
+    server.push(
+        tool_call("memory", {"action": "profile_update", "content": "Flies gliders."}),
+        text("Noted."),
+    )
+    await _turn(pool)
+    try:
+        compacted_at = None
+        for turn in range(2, 12):
+            previous = server.requests[-1]["messages"]
+            size = await _turn(pool)
+            request = server.requests[-1]["messages"]
+            if compacted_at is None:
+                # Until the compaction, every request begins with the whole previous one:
+                # the agent's write did not touch the system prompt (the cache holds).
+                assert request[: len(previous)] == previous, turn
+                assert "Flies gliders." not in request[0]["content"]
+                if (await pool.provider.stats(S)).summary_count:
+                    compacted_at = turn
+                    # Down to the target (estimated: the summary's own lines on top).
+                    assert size <= target + 200, size
+            elif turn == compacted_at + 1:
+                # The compaction moved the snapshot: the profile is in the prompt now.
+                assert "Flies gliders." in request[0]["content"]
+        assert compacted_at is not None
     finally:
         await pool.close()
         await pool.llm.close()  # type: ignore[attr-defined]
