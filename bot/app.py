@@ -67,6 +67,21 @@ def _trace(event: Any) -> None:
     )
 
 
+def _warn_on_sliding_window(settings: Settings) -> None:
+    """A context allowed to grow past the budget before it is compacted is cut by the
+    budget instead, its start moving every turn: the model server's prompt cache never
+    hits (README "Compaction and caching")."""
+    threshold, budget = settings.compaction.max_tokens, settings.memory.budget_tokens
+    if threshold >= 0 and threshold >= budget:
+        log.warning(
+            "compaction.max_tokens (%d) is not below memory.budget_tokens (%d): the budget "
+            "will cut the context's start every turn, so the model server can cache none of "
+            "it; set max_tokens about a quarter below the budget",
+            threshold,
+            budget,
+        )
+
+
 def build_summarizer(llm: LLMClient, settings: Settings) -> Summarizer:
     from memory.summarizer import LLMSummarizer
 
@@ -132,6 +147,7 @@ async def build_services(
         pool = Pool(provider, llm, settings, locks=locks)
         undo.pop_all()  # built: from now on Services.close closes them
     log.info("memory provider %s on %s", settings.memory.provider, engine.dialect.name)
+    _warn_on_sliding_window(settings)
     return Services(
         settings=settings,
         engine=engine,

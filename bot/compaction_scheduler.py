@@ -4,7 +4,9 @@
 Automatic compaction runs *after* the reply, as a background task outside the session's
 turn lock: the provider takes its own lock only for the short transaction that swaps
 items for the summary, so no user waits for a summarizer. A failure logs a warning and
-changes nothing.
+changes nothing. A compaction that changed the context also moved the session's
+snapshot (profile, soul, rules) to the current version: the prompt's cached prefix is
+rebuilt once for both.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from bot.config import Settings
 from bot.metrics import record_compaction, record_compaction_failure
 from bot.session_binding import bind_session
+from memory import snapshots
 from memory.capabilities import Compactor
 from memory.context import with_change_source
 from memory.errors import CompactionIncomplete, Unsupported
@@ -29,6 +32,13 @@ log = logging.getLogger(__name__)
 # summarizer calls at the model as there are sessions. The rest wait their turn: nobody
 # waits for them, the context stays within the budget meanwhile.
 COMPACTIONS_AT_ONCE = 2
+
+
+def _rebuilt(result: CompactionResult) -> None:
+    """A compaction that changed the context moved the session's snapshot with it (in its
+    transaction, `SharedStores.record_compaction`): the next turn reads it again."""
+    if result.changed:
+        snapshots.moved()
 
 
 class CompactionScheduler:
@@ -75,6 +85,7 @@ class CompactionScheduler:
                     return
                 async with self._slots:
                     result = await self.provider.compact(session, CompactionMode.INCREMENTAL)
+            _rebuilt(result)
             record_compaction(self.provider.name, CompactionMode.INCREMENTAL, result)
             log.info(
                 "auto-compacted %s: %d messages, %d -> %d tokens",
@@ -108,12 +119,14 @@ class CompactionScheduler:
             except CompactionIncomplete as exc:
                 # The rounds it finished are kept: they count as a compaction, and the
                 # failure of the rest as an error.
+                _rebuilt(exc.result)
                 record_compaction(name, CompactionMode.FULL, exc.result)
                 record_compaction_failure(name, CompactionMode.FULL)
                 raise
             except Exception:
                 record_compaction_failure(name, CompactionMode.FULL)
                 raise
+        _rebuilt(result)
         record_compaction(name, CompactionMode.FULL, result)
         return result
 

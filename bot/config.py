@@ -200,7 +200,8 @@ class _MemoryBase(BaseModel):
     )
 
     provider: str = "lcm"
-    budget_tokens: int = Field(default=80000, ge=256, le=MAX_TOKENS)
+    # Defaults chosen by bench/cost.py (issue 17): see README "Compaction and caching".
+    budget_tokens: int = Field(default=16000, ge=256, le=MAX_TOKENS)
     fresh_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
 
     def section(self, name: str) -> dict[str, Any]:
@@ -242,8 +243,19 @@ else:
 
 
 class CompactionSettings(_Section):
-    max_tokens: int = Field(default=80000, ge=-1, le=MAX_TOKENS)  # -1: no auto-compaction
-    keep_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
+    max_tokens: int = Field(default=12000, ge=-1, le=MAX_TOKENS)  # -1: no auto-compaction
+    keep_tail: int = Field(default=10, ge=0, le=MAX_MESSAGES)
+    # Hysteresis: an automatic compaction brings the context down to this fraction of
+    # max_tokens, so the next one is a whole gap of conversation away (each compaction
+    # rebuilds the prompt's cached prefix).
+    target_fraction: float = Field(default=0.5, ge=0.1, le=0.9)
+
+    @property
+    def target_tokens(self) -> int:
+        """What an automatic compaction aims for (0: automatic compaction is off)."""
+        if self.max_tokens < 0:
+            return 0
+        return int(self.max_tokens * self.target_fraction)
 
 
 class ReflectSettings(_Section):
@@ -285,9 +297,11 @@ class Settings(_Section):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     def provider_config(self) -> dict[str, Any]:
-        """The section handed to the provider factory, with the shared keep_tail."""
+        """The section handed to the provider factory, with the shared keep_tail and the
+        automatic compaction's target."""
         cfg = self.memory.section(self.memory.provider)
         cfg.setdefault("keep_tail", self.compaction.keep_tail)
+        cfg.setdefault("target_tokens", self.compaction.target_tokens)
         return cfg
 
 

@@ -16,10 +16,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from memory.errors import InvalidArgument
 
-# Keys the bot fills in from another section of config.yaml (`compaction.keep_tail`):
-# a provider's model may declare them to receive them, but `memory.<name>` cannot set
-# them (they are set once, where every provider reads them).
-SUPPLIED = ("keep_tail",)
+# Keys the bot fills in from another section of config.yaml (`compaction.keep_tail`;
+# `target_tokens`: `compaction.max_tokens` x `compaction.target_fraction`, what an
+# automatic compaction brings the context down to, 0 when it is off): a provider's model
+# may declare them to receive them, but `memory.<name>` cannot set them (they are set
+# once, where every provider reads them).
+SUPPLIED = ("keep_tail", "target_tokens")
+MAX_TOKENS = 10_000_000  # bound of token counts a provider is supplied
 MAX_MESSAGES = 100_000  # bound of message counts (keep_tail, chunk sizes, fresh_tail)
 
 Model = TypeVar("Model", bound=BaseModel)

@@ -447,7 +447,14 @@ class SharedStores:
         self, conn: AsyncConnection, session: Session, before_text: str, after_text: str
     ) -> None:
         """The changelog row of a compaction of `session`, inside the transaction that
-        applies it; the source is the caller's (user for /compact, system when automatic)."""
+        applies it; the source is the caller's (user for /compact, system when automatic).
+
+        The session's snapshot moves to the current version in the same transaction: the
+        compaction rewrites the start of the context, so the model server's cached prefix
+        is lost anyway, and what reflect or the agent's own writes changed in profile,
+        soul and rules reaches the system prompt at no extra cache cost. (Whoever serves
+        turns in this process calls `memory.snapshots.moved()` once it committed.)"""
+        await self._advance_snapshot_in(conn, session.id, session.user_id, session.agent_id)
         await self.record_changelog(
             conn,
             ChangeEntry(
@@ -537,33 +544,39 @@ class SharedStores:
 
     async def advance_snapshot(self, session_id: str, user_id: int, agent_id: str) -> None:
         """Move the session's snapshot to the current version (creating it if needed)."""
+        async with write_transaction(self.engine) as conn:
+            await self._advance_snapshot_in(conn, session_id, user_id, agent_id)
+
+    async def _advance_snapshot_in(
+        self, conn: AsyncConnection, session_id: str, user_id: int, agent_id: str
+    ) -> None:
+        """`advance_snapshot` inside the caller's write transaction."""
         _check_session_id(session_id)
         _check_owner(user_id, agent_id)
-        async with write_transaction(self.engine) as conn:
-            version = await _current_version(conn, user_id, agent_id)
-            now = utcnow()
-            await conn.execute(
-                conflict_insert(conn, snapshot_table)
-                .values(
-                    session_id=session_id,
-                    user_id=user_id,
-                    agent_id=agent_id,
-                    version=version,
-                    updated_at=now,
-                )
-                .on_conflict_do_nothing(index_elements=["session_id"])
+        version = await _current_version(conn, user_id, agent_id)
+        now = utcnow()
+        await conn.execute(
+            conflict_insert(conn, snapshot_table)
+            .values(
+                session_id=session_id,
+                user_id=user_id,
+                agent_id=agent_id,
+                version=version,
+                updated_at=now,
             )
-            owner = (
-                await conn.execute(
-                    sa.select(snapshot_table.c.user_id, snapshot_table.c.agent_id).where(
-                        snapshot_table.c.session_id == session_id
-                    )
-                )
-            ).one()
-            if owner.user_id != user_id or owner.agent_id != agent_id:
-                raise Conflict(f"session {session_id!r} belongs to another user or agent")
+            .on_conflict_do_nothing(index_elements=["session_id"])
+        )
+        owner = (
             await conn.execute(
-                sa.update(snapshot_table)
-                .where(snapshot_table.c.session_id == session_id)
-                .values(version=version, updated_at=now)
+                sa.select(snapshot_table.c.user_id, snapshot_table.c.agent_id).where(
+                    snapshot_table.c.session_id == session_id
+                )
             )
+        ).one()
+        if owner.user_id != user_id or owner.agent_id != agent_id:
+            raise Conflict(f"session {session_id!r} belongs to another user or agent")
+        await conn.execute(
+            sa.update(snapshot_table)
+            .where(snapshot_table.c.session_id == session_id)
+            .values(version=version, updated_at=now)
+        )

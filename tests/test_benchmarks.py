@@ -179,3 +179,11 @@ def test_recall_scores_the_only_turn_with_a_rare_word(tmp_path: Path) -> None:
         *((p, db, 0.5) for p in ("lcm", "simple") for db in ("sqlite", "postgres")),
     ]
     assert rows[0]["recall"]["@5"] == 1.0
+
+
+def test_cost_runs() -> None:
+    out = run_bench(
+        "bench/cost.py", "--turns", "12", "--providers", "lcm,simple", "--configs", "6000/2000/4"
+    )
+    assert "| mnemo lcm, 6000/2000/4 |" in out and "| mnemo simple, 6000/2000/4 |" in out
+    assert "| reference: last 15 messages |" in out

@@ -148,6 +148,7 @@ def test_lcm_and_simple_receive_the_model_config_validated(tmp_path: Path) -> No
         "leaf_chunk_size": 4,
         "condensed_min": 2,
         "max_full_rounds": 10,
+        "target_tokens": settings.compaction.target_tokens,  # max_tokens x target_fraction
     }
     assert settings.memory.simple.store_dir == "notes"  # type: ignore[attr-defined]
     path.write_text("memory: {lcm: {keep_tail: 3}}\n", encoding="utf-8")

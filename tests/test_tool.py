@@ -495,14 +495,16 @@ async def test_describe_and_expand_are_scoped_to_the_session_user() -> None:
     )
 
 
-async def test_profile_write_uses_context_source_and_advances_snapshot() -> None:
+async def test_profile_write_uses_context_source_and_leaves_the_snapshot() -> None:
     provider = Full()
     with with_change_source("reflect"):
         out = await call(provider, {"action": "profile_update", "content": "Ana, Lisbon"})
     assert out == "profile updated (version 1)"
     assert provider.changes[0].source == "reflect" and provider.changes[0].session_id == "s-ana"
     assert provider.seen_context == [("s-ana", 1, "bot")]
-    assert provider.advanced == ["s-ana"]
+    # Only a person's write moves the snapshot; the model's and reflect's wait for the
+    # session's next compaction (the prompt's cached prefix stays).
+    assert provider.advanced == []
     assert await call(provider, {"action": "profile_get"}) == "Ana, Lisbon"
     assert await call(provider, {"action": "profile_get"}, BOB) == "the profile is empty"
     assert (
@@ -516,9 +518,12 @@ async def test_profile_write_uses_context_source_and_advances_snapshot() -> None
     assert "before: Ana, Lisbon" in history and "after: Ana, Porto" in history
     out = await call(provider, {"action": "profile_rollback", "scope": "profile", "version": 1})
     assert out == "profile restored to version 1 (now version 4)"
-    assert provider.profile[1] == "Ana, Lisbon" and len(provider.advanced) == 4
+    assert provider.profile[1] == "Ana, Lisbon" and provider.advanced == []
     out = await call(provider, {"action": "profile_rollback", "scope": "soul", "version": 99})
     assert out == "error: no version 99: the current version is 4"
+    with with_change_source("user"):  # a person's write (/memory): seen from the next turn
+        await call(provider, {"action": "profile_update", "content": "Ana, Faro"})
+    assert provider.advanced == ["s-ana"]
 
 
 async def test_constraints_round_trip_with_ids() -> None:
@@ -535,7 +540,7 @@ async def test_constraints_round_trip_with_ids() -> None:
     assert out == "constraint c1 removed; constraints now:\n[c2] Answer in Portuguese"
     out = await call(provider, {"action": "constraint_remove", "id": "c9"})
     assert out == "not found: no constraint with id 'c9'"
-    assert provider.advanced == ["s-ana"] * 3
+    assert provider.advanced == []  # the model's writes: at the next compaction
 
 
 async def test_store_errors_and_bugs_become_strings(caplog: pytest.LogCaptureFixture) -> None:
@@ -581,7 +586,7 @@ async def test_calls_through_tracing_are_recorded() -> None:
     traced = with_tracing(Full(), events.append)
     out = await call(traced, {"action": "profile_update", "content": "hello"})
     assert out == "profile updated (version 1)"
-    assert [e.operation for e in events] == ["set_profile", "advance_snapshot"]
+    assert [e.operation for e in events] == ["set_profile"]
     assert events[0].session_id == "s-ana"
 
 
@@ -600,6 +605,7 @@ async def test_tool_writes_through_shared_stores(engine: Any) -> None:
 
     provider = StoreBacked(engine)
     assert (await provider.get_or_create_snapshot("s-ana-other", 1, "bot")).version == 0
+    assert (await provider.get_or_create_snapshot("s-ana", 1, "bot")).version == 0
     assert {"profile_update", "profile_rollback", "constraint_add"} <= set(tool_actions(provider))
     with with_change_source("reflect"):
         assert (
@@ -609,8 +615,10 @@ async def test_tool_writes_through_shared_stores(engine: Any) -> None:
     out = await call(provider, {"action": "constraint_add", "text": "No emoji"})
     constraint_id = out.splitlines()[-1].split("]")[0].removeprefix("[")
     assert out.endswith(f"[{constraint_id}] No emoji")
-    # The session's own writes move its snapshot; another session of Ana's stays frozen.
-    assert (await provider.get_or_create_snapshot("s-ana", 1, "bot")).version == 2
+    # Reflect's and the model's writes leave every snapshot where it was (the session's
+    # next compaction moves it); a new session starts at the current version.
+    assert (await provider.get_or_create_snapshot("s-ana", 1, "bot")).version == 0
+    assert (await provider.get_or_create_snapshot("s-ana-new", 1, "bot")).version == 2
     assert (await provider.get_or_create_snapshot("s-ana-other", 1, "bot")).version == 0
     rows = await provider.read_changelog(1, "bot")
     assert [(r.scope, r.source, r.session_id) for r in rows] == [

@@ -20,7 +20,12 @@ from pydantic import BaseModel
 
 from memory import snapshots
 from memory.capabilities import SessionSnapshotStore
-from memory.context import with_agent_id, with_session_id, with_user_id
+from memory.context import (
+    change_source_from_context,
+    with_agent_id,
+    with_session_id,
+    with_user_id,
+)
 from memory.duties import WriteOptions
 from memory.tracing import unwrap
 from memory.types import ChangeSource, Session
@@ -105,7 +110,7 @@ class Action:
     audience: Audience = Audience.USER
     command: Command | None = None
     tool: bool = True  # offered to the model
-    write: str = ""  # "" reads; else the scope written (the session's snapshot moves)
+    write: str = ""  # "" reads; else the scope written (a person's write moves the snapshot)
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -167,8 +172,14 @@ class Registry(Mapping[str, Action]):
 
 async def perform(action: Action, call: Call, args: BaseModel, render: Render) -> str:
     """Run `action`'s handler and `render` its result, with the session's ids in the
-    context (stores tag their writes with them); after a write the session sees it from
-    its next turn."""
+    context (stores tag their writes with them).
+
+    A person's write (`/memory constrain`, rollback) reaches the session's system prompt
+    from its next turn: the snapshot moves now. The model's own write (the memory tool)
+    and reflect's do not move it: the model has the write in the conversation already
+    (its call and the tool result), and rewriting the system prompt would make the
+    model server bill the whole history again; they reach the prompt at the session's
+    next compaction, which rebuilds the prefix anyway (`SharedStores.record_compaction`)."""
     session = call.session
     with (
         with_session_id(session.id),
@@ -176,13 +187,14 @@ async def perform(action: Action, call: Call, args: BaseModel, render: Render) -
         with_agent_id(session.agent_id),
     ):
         result = await action.handler(call, args)
-        if action.write:
+        source = call.source or change_source_from_context()
+        if action.write and source == ChangeSource.USER:
             await advance_snapshot(call.provider, session)
         return await render(call, args, result)
 
 
 async def advance_snapshot(provider: Any, session: Session) -> None:
-    """After the session's own memory write, it sees that write (its snapshot moves)."""
+    """After a person's memory write, the session sees it (its snapshot moves)."""
     if not isinstance(unwrap(provider), SessionSnapshotStore):
         return
     try:

@@ -383,6 +383,8 @@ class CompactingReference(ReferenceProvider):
                 after_text=f"{len(run)} messages -> {summary.id}",
             )
         )
+        # The prompt's start was rewritten: the session's view of memory catches up.
+        await self.advance_snapshot(session.id, session.user_id, session.agent_id)
         return CompactionResult(
             leaf_summaries_created=1,
             messages_compacted=len(run),

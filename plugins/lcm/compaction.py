@@ -44,6 +44,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.capabilities import Summarizer
+from memory.compaction_goal import parts_to_reach, worth_compacting
 from memory.errors import CompactionIncomplete
 from memory.history import HistoryStore
 from memory.sanitize import storable
@@ -139,8 +140,15 @@ class Compaction:
                 return False  # over, but too few messages outside the tail for a chunk yet
         async with self.engine.connect() as conn:
             tokens, last_seq = await ci.context_size(conn, conv_id)
-        self.totals.measured(conv_id, tokens, last_seq)
-        return tokens > threshold and not self.totals.waiting(conv_id, last_seq)
+            self.totals.measured(conv_id, tokens, last_seq)
+            if tokens <= threshold or self.totals.waiting(conv_id, last_seq):
+                return False
+            if self.settings.target_tokens <= 0:
+                return True  # no hysteresis asked for: whatever a leaf chunk can take
+            boundary = await ci.nth_newest_message_ordinal(conn, conv_id, self.settings.keep_tail)
+            loose = await ci.message_tokens_before(conn, conv_id, boundary)
+        # Hysteresis (memory/compaction_goal.py): a gap's worth of messages past the tail.
+        return worth_compacting(tokens, threshold, self.settings.target_tokens, loose)
 
     async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult:
         """Incremental: one round. Full: rounds until one changes nothing (at most
@@ -151,11 +159,13 @@ class Compaction:
         conv_id = await self.history.conversation_id(session.id)
         if conv_id is None:
             return CompactionResult()
-        rounds = 1 if mode == CompactionMode.INCREMENTAL else self.settings.max_full_rounds
+        incremental = mode == CompactionMode.INCREMENTAL
+        rounds = 1 if incremental else self.settings.max_full_rounds
+        target = self.settings.target_tokens if incremental else 0
         total = CompactionResult()
         for _ in range(rounds):
             try:
-                result = await self._round(session, conv_id)
+                result = await self._round(session, conv_id, target)
             except Exception as exc:
                 if not total.changed:
                     raise  # nothing applied: the caller sees the failure itself
@@ -171,13 +181,14 @@ class Compaction:
                 total.tokens_before = total.tokens_after = (await ci.context_size(conn, conv_id))[0]
         return total
 
-    async def _round(self, session: Session, conv_id: int) -> CompactionResult:
+    async def _round(self, session: Session, conv_id: int, target: int = 0) -> CompactionResult:
         """One leaf pass then one condensed pass over the items as they are now, applied
-        in one transaction: all of it or (on any error) none of it."""
+        in one transaction: all of it or (on any error) none of it. With a `target`, the
+        leaf pass summarises only the oldest chunks that bring the context to it."""
         seq_before = self.totals.last_seq(conv_id)  # never above the seq the read sees
-        nodes = await self._read_compactable(conv_id)
+        nodes, context = await self._read_compactable(conv_id)
         plan = _Plan(ordinals={n.key: n.first_ordinal for n in nodes})
-        planned = await self._leaf_pass(conv_id, nodes, plan)
+        planned = await self._leaf_pass(conv_id, nodes, plan, context, target)
         await self._condensed_pass(conv_id, planned, plan)
         if not plan.summaries:
             if seq_before is not None:
@@ -201,9 +212,10 @@ class Compaction:
 
     # -- reading (no lock) ----------------------------------------------------------
 
-    async def _read_compactable(self, conv_id: int) -> list[_Node]:
-        """The items outside the protected tail, oldest first."""
+    async def _read_compactable(self, conv_id: int) -> tuple[list[_Node], int]:
+        """The items outside the protected tail, oldest first, and the context's tokens."""
         async with self.engine.connect() as conn:
+            context = await ci.context_tokens(conn, conv_id)
             boundary = await ci.nth_newest_message_ordinal(conn, conv_id, self.settings.keep_tail)
             items = await ci.items_up_to(conn, conv_id, boundary)
             if boundary is not None:
@@ -226,7 +238,7 @@ class Compaction:
                     record=record,
                 )
             )
-        return nodes
+        return nodes, context
 
     # -- planning (no lock; the summarizer runs here) ---------------------------------
 
@@ -272,8 +284,15 @@ class Compaction:
             i = end
         return groups
 
-    async def _leaf_pass(self, conv_id: int, nodes: list[_Node], plan: _Plan) -> list[_Node]:
+    async def _leaf_pass(
+        self, conv_id: int, nodes: list[_Node], plan: _Plan, context: int = 0, target: int = 0
+    ) -> list[_Node]:
         chunks = self._leaf_chunks(nodes)
+        enough = parts_to_reach(
+            context, target, (sum(n.tokens for n in nodes[a:b]) for a, b in chunks)
+        )
+        if enough is not None:
+            chunks = chunks[:enough]
         if not chunks:
             return nodes
         out: list[_Node] = []

@@ -294,3 +294,14 @@ async def context_size(conn: AsyncConnection, conv_id: int) -> tuple[int, int]:
 async def context_tokens(conn: AsyncConnection, conv_id: int) -> int:
     total = await conn.scalar(_TOTAL, {"conv": conv_id})
     return int(total or 0)
+
+
+async def message_tokens_before(conn: AsyncConnection, conv_id: int, ordinal: int | None) -> int:
+    """Tokens of the message items before `ordinal` (all of them when None)."""
+    cond = (context_items.c.conversation_id == conv_id) & context_items.c.message_id.is_not(None)
+    if ordinal is not None:
+        cond = cond & (context_items.c.ordinal < ordinal)
+    total = await conn.scalar(
+        sa.select(sa.func.coalesce(sa.func.sum(context_items.c.token_count), 0)).where(cond)
+    )
+    return int(total or 0)

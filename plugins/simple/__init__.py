@@ -10,10 +10,14 @@ from plugins.simple.settings import DEFAULT_STORE_DIR, SimpleSettings
 
 
 def create(ctx: ProviderContext) -> SimpleProvider:
-    """Factory: `memory.simple` plus `keep_tail` from `compaction`, as SimpleSettings."""
+    """Factory: `memory.simple` plus `keep_tail` and `target_tokens` from `compaction`,
+    as SimpleSettings."""
     settings = settings_of(SimpleSettings, "simple", ctx.settings, ctx.config)
     return SimpleProvider(
-        ctx, store_dir=settings.store_dir or DEFAULT_STORE_DIR, keep_tail=settings.keep_tail
+        ctx,
+        store_dir=settings.store_dir or DEFAULT_STORE_DIR,
+        keep_tail=settings.keep_tail,
+        target_tokens=settings.target_tokens,
     )
 
 

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.capabilities import ProviderContext, Summarizer
+from memory.compaction_goal import parts_to_reach, worth_compacting
 from memory.duties import AppendOptions
 from memory.errors import Conflict, InvalidArgument
 from memory.history import (
@@ -116,6 +117,7 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
         store_dir: Path | str = DEFAULT_STORE_DIR,
         keep_tail: int = DEFAULT_KEEP_TAIL,
         max_source_tokens: int = DEFAULT_MAX_SOURCE_TOKENS,
+        target_tokens: int = 0,
     ) -> None:
         if isinstance(keep_tail, bool) or not isinstance(keep_tail, int) or keep_tail < 0:
             raise InvalidArgument(f"memory.simple keep_tail must be >= 0, got {keep_tail!r}")
@@ -123,6 +125,8 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
         self.summarizer: Summarizer = ctx.summarizer
         self.agent_id = ctx.agent_id
         self.keep_tail = keep_tail
+        # What an automatic compaction brings the context down to (memory/compaction_goal.py).
+        self.target_tokens = max(0, int(target_tokens))
         self.max_source_tokens = max(1, int(max_source_tokens))
         self.history = HistoryStore(ctx.engine)
         self.notes = NotesStore(Path(store_dir))
@@ -233,17 +237,21 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
             conv_id = await self.history.conversation_id(session.id, conn)
             if conv_id is None:
                 return False
-            if await self._context_tokens(conn, conv_id) <= threshold:
+            context = await self._context_tokens(conn, conv_id)
+            if context <= threshold:
                 return False
             marker = await markers.latest(conn, conv_id)
-            live = await self._count_after(conn, conv_id, marker.through_seq if marker else 0)
-        # Over the threshold but all of it in the kept tail: compacting would change nothing.
-        return live > self.keep_tail
+            loose = await self._loose_tokens(conn, conv_id, marker.through_seq if marker else 0)
+        # Hysteresis (memory/compaction_goal.py): never for a message or two past the
+        # kept tail, which would summarise every turn without shrinking the context.
+        return worth_compacting(context, threshold, self.target_tokens, loose)
 
     async def compact(
         self, session: Session, mode: CompactionMode = CompactionMode.INCREMENTAL
     ) -> CompactionResult:
-        """Handoff compaction (both modes do the same: everything before the kept tail).
+        """Handoff compaction of everything before the kept tail; an incremental one
+        (automatic) stops at the oldest messages that bring the context to
+        `target_tokens` (memory/compaction_goal.py).
 
         Raises the summarizer's error (or SummarizerError for an empty summary) with the
         history untouched; Conflict when another process compacted the session meanwhile.
@@ -252,9 +260,10 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
         if lock is None:
             lock = self._compacting[session.id] = asyncio.Lock()
         async with lock:
-            return await self._compact(session)
+            target = self.target_tokens if mode == CompactionMode.INCREMENTAL else 0
+            return await self._compact(session, target)
 
-    async def _compact(self, session: Session) -> CompactionResult:
+    async def _compact(self, session: Session, target: int = 0) -> CompactionResult:
         started = time.monotonic()
         async with self.engine.connect() as conn:
             conv_id = await self.history.conversation_id(session.id, conn)
@@ -271,22 +280,31 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
         )
         tokens_before = prefix_tokens + sum(s.token_count for s, _ in rows)
         cut = _source_cut(rows, len(rows) - self.keep_tail, self.max_source_tokens)
+        previous = estimate_tokens(marker.summary) if marker else 0
+
+        def estimate(context: int, summarised: int) -> int:
+            # The new summary carries the previous one forward: only the source shrinks.
+            return context - summarised + _summary_target(summarised, previous) - previous
+
+        enough = parts_to_reach(
+            tokens_before, target, (s.token_count for s, _ in rows[:cut]), estimate
+        )
+        if enough is not None:
+            # Never end the source between a call and its results (the tail's start is safe).
+            while enough < cut and rows[enough][1].role == Role.TOOL:
+                enough += 1
+            cut = min(cut, enough)
         if cut <= 0:
             return CompactionResult(tokens_before=tokens_before, tokens_after=tokens_before)
         chosen, tail = rows[:cut], rows[cut:]
         source_tokens = sum(s.token_count for s, _ in chosen)
-        target = min(
-            MAX_SUMMARY_TOKENS,
-            max(
-                MIN_SUMMARY_TOKENS,
-                (source_tokens + estimate_tokens(marker.summary if marker else "")) // 3,
-            ),
-        )
         # The slow call, outside every lock: appends go on meanwhile.
         summary = await self.summarizer.summarize(
             render_transcript([m for _, m in chosen]),
             SummarizeOptions(
-                handoff=True, previous=marker.summary if marker else "", target_tokens=target
+                handoff=True,
+                previous=marker.summary if marker else "",
+                target_tokens=_summary_target(source_tokens, previous),
             ),
         )
         if not isinstance(summary, str) or not summary.strip():
@@ -522,6 +540,19 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
             or 0
         )
 
+    async def _loose_tokens(self, conn: AsyncConnection, conv_id: int, after_seq: int) -> int:
+        """Tokens of the messages after the marker and before the kept tail: what a
+        compaction would summarise."""
+        older = (
+            sa.select(messages.c.token_count)
+            .where(messages.c.conversation_id == conv_id, messages.c.seq > after_seq)
+            .order_by(messages.c.seq.desc())
+            .offset(self.keep_tail)
+            .subquery()
+        )
+        total = await conn.scalar(sa.select(sa.func.coalesce(sa.func.sum(older.c.token_count), 0)))
+        return int(total or 0)
+
     async def _context_tokens(self, conn: AsyncConnection, conv_id: int) -> int:
         """Tokens of everything assemble would replay with an unlimited budget."""
         marker = await markers.latest(conn, conv_id)
@@ -533,6 +564,11 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
         )
         prefix = sum(estimate_tokens(m.text()) for m in _summary_pair(marker)) if marker else 0
         return int(live or 0) + prefix
+
+
+def _summary_target(source_tokens: int, previous_tokens: int) -> int:
+    """The handoff summary's size: a third of what it replaces, within bounds."""
+    return min(MAX_SUMMARY_TOKENS, max(MIN_SUMMARY_TOKENS, (source_tokens + previous_tokens) // 3))
 
 
 def _source_cut(rows: list[tuple[StoredMessage, Message]], cut: int, max_tokens: int) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from memory.provider_settings import MAX_MESSAGES, PathText, ProviderSettings
+from memory.provider_settings import MAX_MESSAGES, MAX_TOKENS, PathText, ProviderSettings
 
 DEFAULT_STORE_DIR = "data/memory"
 DEFAULT_KEEP_TAIL = 20
@@ -18,3 +18,5 @@ class SimpleSettings(ProviderSettings):
     store_dir: PathText = DEFAULT_STORE_DIR
     # Newest messages a compaction leaves out of the summary.
     keep_tail: int = Field(default=DEFAULT_KEEP_TAIL, ge=0, le=MAX_MESSAGES)
+    # What an automatic compaction brings the context down to (0: no target).
+    target_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.pool import Pool
 from memory.errors import Unsupported
+from memory.summarizer import StaticSummarizer
 from memory.types import ChangeSource, Message, Session
 from tests.bot.conftest import GatedSummarizer, PoolFactory, sql_statements
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text, tool_call
@@ -88,10 +89,10 @@ async def test_final_llm_failure_keeps_the_user_message_and_no_half_turn(
     assert sent == ["are you there?", "hello again"]
 
 
-async def test_tool_writes_are_tagged_agent_and_the_session_sees_them(
+async def test_tool_writes_are_tagged_agent_and_reach_the_prompt_at_the_next_compaction(
     sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
 ):
-    pool = make_pool(sqlite_engine)
+    pool = make_pool(sqlite_engine, summarizer=StaticSummarizer("they talked about tea"))
     llm_server.push(
         tool_call("memory", {"action": "profile_update", "content": "Likes green tea."}),
         text("Noted."),
@@ -99,7 +100,15 @@ async def test_tool_writes_are_tagged_agent_and_the_session_sees_them(
     assert (await pool.chat(ALICE, "I like green tea")).text == "Noted."
     [entry] = await pool.provider.read_changelog(1, "default", "profile")
     assert entry.source == ChangeSource.AGENT and entry.session_id == ALICE.id
+    # The write does not break the cached prefix: the next request starts with the whole
+    # previous one (system prompt included); the model has the write as its tool result.
+    previous = llm_server.requests[-1]["messages"]
     await pool.chat(ALICE, "what do I like?")
+    assert llm_server.requests[-1]["messages"][: len(previous)] == previous
+    assert "Likes green tea." not in llm_server.requests[-1]["messages"][0]["content"]
+    # A compaction rewrites the prompt's start anyway: the profile joins it there.
+    assert (await pool.compact(ALICE)).changed
+    await pool.chat(ALICE, "and now?")
     assert "Likes green tea." in llm_server.requests[-1]["messages"][0]["content"]
 
 
@@ -116,16 +125,15 @@ async def test_a_session_reads_memory_at_its_snapshot_version(
     assert "Changed elsewhere." in llm_server.requests[-1]["messages"][0]["content"]
 
 
-async def test_one_serving_process_reads_a_snapshot_once_until_its_own_write_moves_it(
+async def test_one_serving_process_reads_a_snapshot_once_until_a_compaction_moves_it(
     sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
 ):
-    pool = make_pool(sqlite_engine)
+    pool = make_pool(sqlite_engine, summarizer=StaticSummarizer("they talked"))
     await pool.chat(ALICE, "first")
     with sql_statements(sqlite_engine) as statements:
         await pool.chat(ALICE, "second")
         assert not [s for s in statements if "session_snapshots" in s]
-        # The turn's own memory write advances the snapshot: the next turn reads it again
-        # and its prompt holds the rule.
+        # The turn's own memory write leaves the snapshot (and the prompt) alone ...
         llm_server.push(
             tool_call("memory", {"action": "constraint_add", "text": "Answer in haiku."}),
             text("Noted."),
@@ -133,6 +141,12 @@ async def test_one_serving_process_reads_a_snapshot_once_until_its_own_write_mov
         await pool.chat(ALICE, "always answer in haiku")
         statements.clear()
         await pool.chat(ALICE, "third")
+        assert not [s for s in statements if "session_snapshots" in s]
+        assert "Answer in haiku." not in llm_server.requests[-1]["messages"][0]["content"]
+        # ... until a compaction moves it: the next turn reads it again.
+        assert (await pool.compact(ALICE)).changed
+        statements.clear()
+        await pool.chat(ALICE, "fourth")
         assert [s for s in statements if "session_snapshots" in s]
         assert "Answer in haiku." in llm_server.requests[-1]["messages"][0]["content"]
 

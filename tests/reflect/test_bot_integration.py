@@ -1,6 +1,7 @@
 """Reflect inside the real app (`bot.app.build_services`, the pool, the slash commands):
-what reflect learns reaches the session's next system prompt, `/memory history` shows
-it with its source, and `/memory rollback` undoes it."""
+what reflect learns reaches the session's system prompt at its next compaction (not
+before: the cached prefix stays), `/memory history` shows it with its source, and
+`/memory rollback` undoes it."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ async def services(tmp_path: Path, fake_llm: FakeOpenAI) -> AsyncIterator[Servic
             "llm": {"base_url": fake_llm.base_url, "api_key": "test", "max_retries": 0},
             "data_dir": str(data),
             "memory": {"provider": "simple", "simple": {"store_dir": str(data / "notes")}},
-            "compaction": {"max_tokens": -1},
+            "compaction": {"max_tokens": -1, "keep_tail": 2},
         }
     )
     app = await build_services(settings)
@@ -46,6 +47,7 @@ async def test_reflect_through_the_app(services: Services, fake_llm: FakeOpenAI)
     session = await pool.current_session(base)
     assert not (await pool.chat(session, "Hi, I'm Zoe and I fly planes for a living.")).error
     assert "Name: Zoe" not in system_prompt(fake_llm.requests[-1])
+    before = fake_llm.requests[-1]["messages"]
 
     fake_llm.push(
         tool_call(
@@ -62,7 +64,13 @@ async def test_reflect_through_the_app(services: Services, fake_llm: FakeOpenAI)
         (session.id, "changed", 1)
     ]
 
-    # The session's own (reflect) write advanced its snapshot: the next turn sees it.
+    # Reflect's write waits for the session's next compaction: the running chat's prompt
+    # stays byte for byte what the model server has cached ...
+    await pool.chat(session, "What do I do for a living?")
+    assert fake_llm.requests[-1]["messages"][: len(before)] == before
+    # ... and the compaction, which rewrites the prompt's start anyway, brings it in.
+    await pool.chat(session, "Thanks!")
+    assert "Compacted 4 messages" in await handle_command(pool, base, "compact", "", is_admin=False)
     await pool.chat(session, "What do I do for a living?")
     assert "Job: airline pilot" in system_prompt(fake_llm.requests[-1])
 

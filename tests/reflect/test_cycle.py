@@ -59,8 +59,9 @@ async def test_cycle_writes_memory_with_source_reflect(reflector, provider, fake
         ("constraint", "reflect", ANA.id),
     ]
     assert [(r.version_before, r.version_after) for r in rows] == [(0, 1), (1, 2), (2, 3)]
+    # The running session keeps its view until its next compaction (cached prefix).
     snapshot = await provider.get_or_create_snapshot(ANA.id, 100, "default")
-    assert snapshot.version == 3
+    assert snapshot.version == 0
     info = await provider.load_info(ANA.id)
     assert await reflector.state.watermark(ANA.id) == info.last_active
 
@@ -87,7 +88,9 @@ async def test_cycle_writes_memory_with_source_reflect(reflector, provider, fake
     assert await reflector.state.watermark(ANA.id) == (await provider.load_info(ANA.id)).last_active
 
 
-async def test_frozen_snapshot_until_own_write(reflector, provider, fake_llm) -> None:
+async def test_reflect_never_moves_a_running_sessions_snapshot(
+    reflector, provider, fake_llm
+) -> None:
     early = Session("tg:1", "default", 7, "telegram")
     other = Session("tg:2", "default", 7, "telegram")
     # A stored profile first: a snapshot at version 0 reads as "current" (the contract's
@@ -115,20 +118,22 @@ async def test_frozen_snapshot_until_own_write(reflector, provider, fake_llm) ->
         return await provider.get_profile_at(7, "default", snap.version)
 
     nurse = "Likes tea.\nWorks as a nurse."
-    assert await profile_seen(early) == nurse
-    assert await profile_seen(other) == "Likes tea."  # frozen: created before the update
+    # Frozen, the reviewed session too: its next compaction moves it (tests/bot,
+    # tests/reflect/test_bot_integration.py), a new session (/new) starts at the newest.
+    assert await profile_seen(early) == "Likes tea."
+    assert await profile_seen(other) == "Likes tea."
     newcomer = Session("tg:3", "default", 7, "telegram")
     assert await profile_seen(newcomer) == nurse
 
-    # `other`'s own write (through reflect) advances it to the newest version.
+    # Another review writing for `other` leaves its snapshot too.
     await talk(provider, other, "Please call me Jo.")
     fake_llm.push(
         tool_calls([memory_call("soul_update", content="Call the user Jo.")]), text("soul updated")
     )
     await reflector.run_cycle()
-    assert await profile_seen(other) == nurse
+    assert await profile_seen(other) == "Likes tea."
     snap = await provider.get_or_create_snapshot(other.id, 7, "default")
-    assert await provider.get_soul_at(7, "default", snap.version) == "Call the user Jo."
+    assert await provider.get_soul_at(7, "default", snap.version) == ""
 
 
 async def test_llm_failure_keeps_watermark_and_others_proceed(
