@@ -195,14 +195,14 @@ class LcmForgetting:
         forgotten = [i.id for i in group]
         session = Session(group[0].session_id, owner.agent_id, owner.user_id)
         for _ in range(PLAN_ATTEMPTS):
-            plan = await self._plan(conv_id, session, forgotten)
-            report = await self._apply(owner, plan, forgotten)
+            plan = await self._forget_plan(conv_id, session, forgotten)
+            report = await self._forget_apply(owner, plan, forgotten)
             if report is not None:
                 self._forgot(conv_id)
                 return report
         raise Conflict("the conversation kept changing while forgetting; nothing was forgotten")
 
-    async def _plan(self, conv_id: int, session: Session, forgotten: list[int]) -> _Plan:
+    async def _forget_plan(self, conv_id: int, session: Session, forgotten: list[int]) -> _Plan:
         async with self.engine.connect() as conn:
             records, sources = await _affected(conn, conv_id, forgotten)
             gone = set(forgotten)
@@ -230,7 +230,7 @@ class LcmForgetting:
                     new_sources[record.id] = kept
         return _Plan(conv_id, session, _shape(sources), rebuilt, new_sources)
 
-    async def _summarize(self, text: str, opts: SummarizeOptions) -> str:
+    async def _forget_summarize(self, text: str, opts: SummarizeOptions) -> str:
         content = storable(await self.summarizer.summarize(text, opts) or "").strip()
         if not content:
             raise SummarizerError("the summarizer returned an empty summary")
@@ -243,7 +243,7 @@ class LcmForgetting:
             return None
         loaded = await self.history.load_messages(conn, ids=remaining)
         tokens = sum(s.token_count for s, _ in loaded)
-        content = await self._summarize(
+        content = await self._forget_summarize(
             render_transcript([m for _, m in loaded]),
             SummarizeOptions(is_condensed=False, depth=0, target_tokens=leaf_target(tokens)),
         )
@@ -267,7 +267,7 @@ class LcmForgetting:
         if not kids:
             return None
         tokens = sum(k.token_count for k in kids)
-        content = await self._summarize(
+        content = await self._forget_summarize(
             condensed_source(kids),
             SummarizeOptions(
                 is_condensed=True, depth=old.depth - 1, target_tokens=condensed_target(tokens)
@@ -289,7 +289,9 @@ class LcmForgetting:
             created_at=utcnow(),
         )
 
-    async def _apply(self, owner: Owner, plan: _Plan, forgotten: list[int]) -> ForgetReport | None:
+    async def _forget_apply(
+        self, owner: Owner, plan: _Plan, forgotten: list[int]
+    ) -> ForgetReport | None:
         """The plan in one transaction; None (nothing written) when the summaries it was
         made from changed meanwhile."""
         async with self.history.session_transaction(plan.session) as (conn, conv_id):

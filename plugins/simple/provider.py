@@ -69,6 +69,7 @@ from plugins.simple import markers
 if TYPE_CHECKING:
     from memory.semantic.index import VectorHit
 from plugins.simple.embedding_source import note_key
+from plugins.simple.forgetting import SimpleForgetting
 from plugins.simple.maintenance import SimpleMaintenance
 from plugins.simple.markers import Marker
 from plugins.simple.notes_file import Add, Alias, Remove, Rename, Write
@@ -77,10 +78,6 @@ from plugins.simple.settings import DEFAULT_KEEP_TAIL, DEFAULT_STORE_DIR
 
 log = logging.getLogger(__name__)
 
-# The handoff summary targets a third of what it replaces, within these bounds: short
-# sources still get room for the seven headings, long ones stay readable.
-MIN_SUMMARY_TOKENS = 256
-MAX_SUMMARY_TOKENS = 4000
 # One compaction summarises at most this much source: a backlog larger than a model's
 # context is compacted oldest-first over several compactions.
 DEFAULT_MAX_SOURCE_TOKENS = 60_000
@@ -102,7 +99,7 @@ def _session_slug(session_id: str) -> str:
     return slug[:48].rstrip("-") or "session"
 
 
-class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
+class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory, SimpleForgetting):
     """Provider, Compactor, Searcher, NoteStore, SessionManager, Reviewer, the shared
     stores (profile, soul, constraints, versions, changelog, snapshots) and the operator's
     Exporter/IntegrityChecker for the compact markers."""
@@ -275,13 +272,7 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
             return CompactionResult(tokens_before=tokens_before, tokens_after=tokens_before)
         chosen, tail = rows[:cut], rows[cut:]
         source_tokens = sum(s.token_count for s, _ in chosen)
-        target = min(
-            MAX_SUMMARY_TOKENS,
-            max(
-                MIN_SUMMARY_TOKENS,
-                (source_tokens + estimate_tokens(marker.summary if marker else "")) // 3,
-            ),
-        )
+        target = markers.handoff_target(source_tokens, marker.summary if marker else "")
         # The slow call, outside every lock: appends go on meanwhile.
         summary = await self.summarizer.summarize(
             render_transcript([m for _, m in chosen]),
