@@ -32,7 +32,7 @@ from memory import forgetting as fg
 from memory.capabilities import Summarizer
 from memory.errors import Conflict, NotFound
 from memory.forgetting import Dependents, ErasureReport, ForgetReport, Owner
-from memory.history import HistoryStore, conversations
+from memory.history import HistoryStore, conversations, messages
 from memory.sanitize import storable
 from memory.summarizer import SummarizerError, condensed_target, leaf_target
 from memory.tokens import estimate_tokens
@@ -68,21 +68,34 @@ class _Plan:
 async def _affected(
     conn: AsyncConnection, conv_id: int, forgotten: Sequence[int]
 ) -> tuple[dict[str, SummaryRecord], dict[str, list[int | str]]]:
-    """The summaries built on `forgotten` (leaves and everything above), with sources."""
-    leaves: set[str] = set()
-    for chunk in fg._chunks(list(forgotten)):
-        leaves |= set(
-            (
-                await conn.execute(
-                    sa.select(summary_messages.c.summary_id)
-                    .join(summaries, summaries.c.id == summary_messages.c.summary_id)
-                    .where(
-                        summaries.c.conversation_id == conv_id,
-                        summary_messages.c.message_id.in_(chunk),
-                    )
-                )
-            ).scalars()
+    """The summaries that may quote `forgotten`, with their sources: every leaf covering
+    a message at or after the oldest forgotten one (a compaction gives the summarizer the
+    summary before the chunk "for continuity", so a later summary may repeat an earlier
+    one), and everything above them."""
+    low = await conn.scalar(
+        sa.select(sa.func.min(messages.c.seq)).where(
+            messages.c.conversation_id == conv_id, messages.c.id.in_(list(forgotten)[:1000])
         )
+    )
+    for chunk in fg._chunks(list(forgotten)[1000:]):
+        more = await conn.scalar(
+            sa.select(sa.func.min(messages.c.seq)).where(
+                messages.c.conversation_id == conv_id, messages.c.id.in_(chunk)
+            )
+        )
+        low = more if low is None or (more is not None and more < low) else low
+    if low is None:
+        return {}, {}
+    leaves = set(
+        (
+            await conn.execute(
+                sa.select(summary_messages.c.summary_id)
+                .distinct()
+                .join(messages, messages.c.id == summary_messages.c.message_id)
+                .where(messages.c.conversation_id == conv_id, messages.c.seq >= low)
+            )
+        ).scalars()
+    )
     affected, frontier = set(leaves), set(leaves)
     while frontier:
         parents = set(
