@@ -34,6 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.db import lock_for_transaction, write_transaction
+from memory.errors import InvalidArgument
 from memory.history import TITLE_CHARS, PartKind, conversations, messages, parts
 from memory.search_text import like_pattern
 from memory.types import ChangeEntry, as_utc
@@ -469,6 +470,28 @@ async def erase_history(conn: AsyncConnection, owner: Owner, conv_ids: Sequence[
     return count
 
 
+async def owner_counts(engine: AsyncEngine, owner: Owner) -> tuple[int, int]:
+    """(conversations, messages) of `owner`: what an erasure would delete."""
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                sa.select(
+                    sa.func.count(sa.distinct(conversations.c.id)), sa.func.count(messages.c.id)
+                )
+                .select_from(conversations)
+                .outerjoin(messages, messages.c.conversation_id == conversations.c.id)
+                .where(*_in_scope(owner))
+            )
+        ).one()
+    return int(row[0]), int(row[1])
+
+
+def shared_scope(user_id: int) -> bool:
+    """A memory every member of a group shares: Telegram gives groups negative chat ids
+    (users' ids are positive), and a group's memory scope is its chat id."""
+    return user_id < 0
+
+
 # -- the front-ends' entry points ------------------------------------------------------
 
 
@@ -489,7 +512,7 @@ class ForgetPreview:
 MIN_TEXT = 3  # a shorter text matches too much to be what someone meant
 
 
-class SelectorError(ValueError):
+class SelectorError(InvalidArgument):
     """The words do not name anything forgettable (said to the person as they are)."""
 
 

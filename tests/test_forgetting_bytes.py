@@ -5,7 +5,6 @@ WAL, byte for byte (FTS5 index segments, free pages and old WAL frames included)
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -16,18 +15,13 @@ from memory import forgetting as fg
 from memory.capabilities import ProviderContext
 from memory.forgetting import Owner
 from memory.registry import create_provider
-from memory.types import CompactionMode, Message, SearchQuery, Session, SummarizeOptions
+from memory.types import CompactionMode, Message, SearchQuery, Session
+from tests.fakes.summarizer import KeepingSummarizer
 
 TOKEN = "Zqxuniqueplanted"
 # What any copy would hold: the word itself, or the stem FTS5's porter tokenizer and
 # PostgreSQL's english configuration index it under ("zqxuniqueplant").
 NEEDLE = TOKEN.lower()[:-2]
-
-
-class KeepingSummarizer:
-    async def summarize(self, text: str, opts: SummarizeOptions) -> str:
-        kept = dict.fromkeys(re.findall(r"\bZ\w+", f"{opts.previous}\n{text}"))
-        return "summary: " + (" ".join(kept) or "nothing distinctive")
 
 
 def _provider(name: str, engine: AsyncEngine, tmp_path: Path):  # type: ignore[no-untyped-def]

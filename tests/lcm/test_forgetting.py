@@ -4,31 +4,17 @@ expansion no longer find it, the DAG stays lossless and doctor stays clean."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from memory import forgetting as fg
 from memory.errors import NotFound
 from memory.forgetting import Owner
 from memory.integrity import check_shared
-from memory.types import CompactionMode, Message, SearchMode, SearchQuery, SummarizeOptions
+from memory.types import CompactionMode, Message, SearchMode, SearchQuery
+from tests.fakes.summarizer import KeepingSummarizer
 from tests.lcm.conftest import MakeProvider, context_view, reconstruct, session
 
 TOKEN = "Zqxplanted"
-
-
-class KeepingSummarizer:
-    """Keeps every distinctive (Z-initial) word of its input, so a summary built on a
-    message is seen to quote it."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def summarize(self, text: str, opts: SummarizeOptions) -> str:
-        self.calls += 1
-        kept = dict.fromkeys(re.findall(r"\bZ\w+", text))
-        return "summary: " + (" ".join(kept) or "nothing distinctive")
 
 
 def _chat(n: int, planted: int) -> list[Message]:

@@ -4,7 +4,6 @@ archive notes and compaction changelog rows too; notes quoting it are reported."
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -14,18 +13,10 @@ from memory.capabilities import ProviderContext
 from memory.forgetting import Owner
 from memory.integrity import check_shared
 from memory.registry import create_provider
-from memory.types import Message, NoteKind, SearchMode, SearchQuery, Session, SummarizeOptions
+from memory.types import Message, NoteKind, SearchMode, SearchQuery, Session
+from tests.fakes.summarizer import KeepingSummarizer
 
 TOKEN = "Zqxplanted"
-
-
-class KeepingSummarizer:
-    """Keeps every distinctive (Z-initial) word of the text and of the summary it
-    carries forward."""
-
-    async def summarize(self, text: str, opts: SummarizeOptions) -> str:
-        kept = dict.fromkeys(re.findall(r"\bZ\w+", f"{opts.previous}\n{text}"))
-        return "handoff: " + (" ".join(kept) or "nothing distinctive")
 
 
 def _chat(start: int, n: int, planted: int | None = None) -> list[Message]:
