@@ -42,6 +42,9 @@ from memory.duties import AppendOptions, WriteOptions
 from memory.semantic import DEFAULT_CACHE_BYTES
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from memory.forgetting import Dependents, ErasureReport, ForgetReport, Owner
     from memory.history import FoundMessage
 
 from memory.types import (
@@ -288,6 +291,43 @@ class EmbeddingSources(Protocol):
     def embedding_sources(self) -> list[EmbeddingSource]: ...
 
 
+@runtime_checkable
+class Forgetter(Protocol):
+    """Forgetting on request (memory/forgetting.py has the shared part and the rules).
+
+    Every method acts within `owner` (user and agent) only: ids of anyone else's
+    messages or summaries are `NotFound` or left out, never touched."""
+
+    async def summary_sources(self, owner: Owner, summary_id: str) -> list[int]:
+        """The ids of the messages summary `summary_id` stands for; NotFound otherwise
+        (a provider without summaries: always)."""
+        ...
+
+    async def forget_dependents(
+        self, owner: Owner, message_ids: Sequence[int], needles: Sequence[str] = ()
+    ) -> Dependents:
+        """What forgetting `message_ids` would rebuild, and the notes quoting them (or
+        holding one of `needles`), without changing anything."""
+        ...
+
+    async def forget_messages(
+        self, owner: Owner, message_ids: Sequence[int], needles: Sequence[str] = ()
+    ) -> ForgetReport:
+        """Delete the messages and rebuild everything derived from them (summaries
+        re-summarised from what remains, up the DAG; one left with no source removed),
+        index entries and vectors included, in one transaction per conversation: a crash
+        leaves the conversation as it was or as it is after. The summarizer runs before
+        that transaction; its failure changes nothing."""
+        ...
+
+    async def erase_owner(self, owner: Owner, by: str) -> ErasureReport:
+        """Delete all of `owner`'s memory: every session with its messages and what was
+        derived from them, profile, soul, constraints and their versions, the changelog
+        (replaced by one content-free row saying an erasure happened, `by` whom, when and
+        how much), snapshots, notes files, vectors."""
+        ...
+
+
 CAPABILITIES: dict[str, type] = {
     "Compactor": Compactor,
     "Searcher": Searcher,
@@ -304,6 +344,7 @@ CAPABILITIES: dict[str, type] = {
     "Reviewer": Reviewer,
     "NoteStore": NoteStore,
     "EmbeddingSources": EmbeddingSources,
+    "Forgetter": Forgetter,
 }
 
 

@@ -78,6 +78,10 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA busy_timeout=0")  # waits are asyncio sleeps (sqlite_inline)
     cur.execute("PRAGMA synchronous=NORMAL")
+    # Deleted content is overwritten with zeros, so a forgotten message leaves no copy in
+    # free pages or in page slack (memory/forgetting.py); the cost is a write of pages
+    # that deletes free anyway.
+    cur.execute("PRAGMA secure_delete=ON")
     cur.close()
 
 

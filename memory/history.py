@@ -234,6 +234,10 @@ class HistoryStore:
         while len(self._conv_ids) > CONV_ID_CACHE_SIZE:
             self._conv_ids.popitem(last=False)
 
+    def forget_cached(self, session_id: str) -> None:
+        """The conversation of `session_id` was deleted (an erasure): its id is stale."""
+        self._conv_ids.pop(session_id, None)
+
     async def _ensure_conversation(self, conn: AsyncConnection, session: Session) -> int:
         cached = self._cached_id(session.id)
         if cached is not None:

@@ -1,7 +1,9 @@
 """Integrity checks of the shared tables, for `mnemo memory doctor`.
 
 Checked here, for every provider:
-- `messages_seq_gap`: a conversation's seqs are exactly 1..n (appends never skip);
+- `messages_seq_gap`: a conversation's seqs are exactly 1..n (appends never skip), or,
+  in a conversation the changelog says messages were forgotten from (scope `forget`),
+  increasing from at least 1 with the holes the forgotten messages left;
 - `message_parts_ordinal_gap`: a message's parts are numbered 0..k-1;
 - `changelog_version_backwards`: per (user, agent), in insertion order, `version_after`
   never decreases;
@@ -18,6 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from memory.forgetting import FORGET_SCOPE
 from memory.history import conversations, messages, parts
 from memory.maintenance import Fault
 from memory.stores import changelog_table, snapshot_table, state_table
@@ -48,10 +51,20 @@ async def _message_seqs(conn: AsyncConnection) -> list[Fault]:
         .group_by(conversations.c.id, conversations.c.session_id)
         .order_by(conversations.c.id)
     )
+    forgot = set(
+        (
+            await conn.execute(
+                sa.select(changelog_table.c.session_id)
+                .where(changelog_table.c.scope == FORGET_SCOPE)
+                .distinct()
+            )
+        ).scalars()
+    )
     faults = []
     for session_id, count, low, high in (await conn.execute(query)).all():
         # (conversation, seq) is unique, so count == high - low + 1 means no holes.
-        if low != 1 or high != count:
+        holes_allowed = session_id in forgot and low >= 1 and high >= count
+        if (low != 1 or high != count) and not holes_allowed:
             faults.append(
                 Fault(
                     "messages_seq_gap",

@@ -502,6 +502,25 @@ class SharedStores:
             )
         )
 
+    async def erase_stores(self, conn: AsyncConnection, user_id: int, agent_id: str) -> int:
+        """Delete (user, agent)'s profile, soul, constraints, all their versions (the
+        changelog) and session snapshots, in the caller's transaction (an erasure, which
+        then records itself). Returns how many changelog rows went."""
+        rows = int(
+            await conn.scalar(
+                sa.select(sa.func.count())
+                .select_from(changelog_table)
+                .where(_owner(changelog_table, user_id, agent_id))
+            )
+            or 0
+        )
+        await conn.execute(
+            changelog_table.delete().where(_owner(changelog_table, user_id, agent_id))
+        )
+        await conn.execute(state_table.delete().where(_owner(state_table, user_id, agent_id)))
+        await conn.execute(snapshot_table.delete().where(_owner(snapshot_table, user_id, agent_id)))
+        return rows
+
     # -- SessionSnapshotStore -------------------------------------------------------
 
     async def get_or_create_snapshot(

@@ -16,6 +16,7 @@ from memory.actions.fitting import MAX_REPLY, clip
 from memory.actions.spec import Action, Audience, Call, ContextBudget, Registry, perform
 from memory.context import with_change_source
 from memory.errors import NotFound
+from memory.forgetting import shared_scope
 from memory.types import ChangeSource, Session
 
 
@@ -72,6 +73,15 @@ async def run_memory_command(
         return f"Unknown sub-command {sub!r}.\n{usage(registry=registry)}"
     if not is_admin and any(a.audience == Audience.OPERATOR for a in actions):
         return f"/memory {sub} is for the bot's operators only."
+    if (
+        not is_admin
+        and shared_scope(session.user_id)
+        and any(a.audience == Audience.OWNER for a in actions)
+    ):
+        return (
+            f"In a group, /memory {sub} is for the bot's operators only: the group's memory "
+            "belongs to every member."
+        )
     lacking: Action | None = None
     for action in actions:
         assert action.command is not None

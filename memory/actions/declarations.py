@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import model_validator
 
+from memory.actions import forgetting
 from memory.actions import model_text as to_model
 from memory.actions import people_text as to_people
 from memory.actions.arguments import (
@@ -40,6 +41,7 @@ from memory.capabilities import (
     ChangelogReader,
     ConstraintStore,
     Explorer,
+    Forgetter,
     MessageReader,
     NoteStore,
     ProfileStore,
@@ -602,6 +604,90 @@ declare(
             "[name] — list my notes and archives, or show one",
             render=to_people.notes,
             lacks="notes",
+        ),
+    )
+)
+
+
+# --- forgetting (people only: the model never forgets on its own) ---------------------
+
+
+class ForgetArgs(Arguments):
+    target: Text
+
+
+class ConfirmArgs(Arguments):
+    notes: bool = False
+
+
+def _forget_words(words: str) -> dict[str, Any] | None:
+    if not words or words.lower().split()[0] in ("confirm", "everything"):
+        return None
+    return {"target": words}
+
+
+def _confirm_words(words: str) -> dict[str, Any] | None:
+    parts = words.lower().split()
+    if parts == ["confirm"]:
+        return {"notes": False}
+    if parts == ["confirm", "notes"]:
+        return {"notes": True}
+    return None
+
+
+_FORGETTING = "forgetting"
+declare(
+    Action(
+        "forget",
+        ForgetArgs,
+        Forgetter,
+        "show what forgetting a message, a summary or a text would remove",
+        forgetting.ask,
+        audience=Audience.OWNER,
+        tool=False,
+        command=Command(
+            "forget",
+            "<message id | summary id | text | everything> — forget it for good "
+            "(shows what would go; /memory forget confirm does it)",
+            parse=_forget_words,
+            render=forgetting.preview_text,
+            lacks=_FORGETTING,
+            not_found="Nothing in your memory has the id {target}.",
+        ),
+    )
+)
+declare(
+    Action(
+        "forget_everything",
+        NoArgs,
+        Forgetter,
+        "show what erasing this whole memory would remove",
+        forgetting.ask_everything,
+        audience=Audience.OWNER,
+        tool=False,
+        command=Command(
+            "forget",
+            parse=lambda words: {} if words.lower() == "everything" else None,
+            render=forgetting.everything_text,
+            lacks=_FORGETTING,
+        ),
+    )
+)
+declare(
+    Action(
+        "forget_confirm",
+        ConfirmArgs,
+        Forgetter,
+        "forget what the last /memory forget showed",
+        forgetting.confirm,
+        audience=Audience.OWNER,
+        tool=False,
+        write="forget",
+        command=Command(
+            "forget",
+            parse=_confirm_words,
+            render=forgetting.confirmed_text,
+            lacks=_FORGETTING,
         ),
     )
 )

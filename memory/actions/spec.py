@@ -38,6 +38,9 @@ class Audience(enum.StrEnum):
 
     USER = "user"  # on the caller's own memory
     OPERATOR = "operator"  # the bot's operators only (rewrites a scope a group shares)
+    # the caller's own memory; a memory a group shares (memory.forgetting.shared_scope):
+    # the bot's operators only, since it belongs to every member
+    OWNER = "owner"
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from plugins.lcm import context_items as ci
 from plugins.lcm.assembler import assemble_window
 from plugins.lcm.compaction import Compaction
 from plugins.lcm.explorer import Explorer
+from plugins.lcm.forgetting import LcmForgetting
 from plugins.lcm.maintenance import LcmMaintenance
 from plugins.lcm.models import summaries
 from plugins.lcm.retrieval import INDEXES
@@ -53,13 +54,14 @@ from plugins.lcm.settings import LcmSettings
 log = logging.getLogger(__name__)
 
 
-class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
+class LcmProvider(SharedStores, SessionHistory, LcmMaintenance, LcmForgetting):
     name = "lcm"
 
     def __init__(self, ctx: ProviderContext) -> None:
         self.engine = ctx.engine
         self.history = HistoryStore(ctx.engine)
         self.settings = settings_of(LcmSettings, self.name, ctx.settings, ctx.config)
+        self.summarizer = ctx.summarizer
         self._compaction = Compaction(
             ctx.engine,
             self.history,
@@ -86,6 +88,14 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance):
 
             self._embedding_sources = [MessagesSource(self.engine), SummariesSource(self.engine)]
         return self._embedding_sources
+
+    def _forgot(self, conv_id: int, erased_session: str | None = None) -> None:
+        """A forget changed the conversation: cached totals are stale; an erased
+        conversation's id is gone (memory/forgetting.py)."""
+        self._compaction.totals.forget(conv_id)
+        if erased_session is not None:
+            self.history.forget_cached(erased_session)
+            self._adopted.discard(erased_session)
 
     # -- Provider -------------------------------------------------------------------
 

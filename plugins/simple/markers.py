@@ -8,10 +8,25 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from memory.tokens import estimate_tokens
 from memory.types import as_utc
 from plugins.simple.models import SimpleCompaction
 
 markers: sa.Table = SimpleCompaction.__table__  # type: ignore[attr-defined]
+
+# The handoff summary targets a third of what it replaces, within these bounds: short
+# sources still get room for the seven headings, long ones stay readable.
+MIN_SUMMARY_TOKENS = 256
+MAX_SUMMARY_TOKENS = 4000
+
+
+def handoff_target(source_tokens: int, previous: str) -> int:
+    """Tokens a marker's summary of `source_tokens` of messages, carrying `previous`
+    forward, is asked for."""
+    return min(
+        MAX_SUMMARY_TOKENS,
+        max(MIN_SUMMARY_TOKENS, (source_tokens + estimate_tokens(previous)) // 3),
+    )
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ re-reading it when another process wrote it since.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import re
@@ -77,6 +78,22 @@ class NotesStore:
         self, agent_id: str, user_id: int, text: str, limit: int = 10
     ) -> list[NoteHit]:
         return await self._read(agent_id, user_id, lambda f: f.search(text, limit))
+
+    async def erase(self, agent_id: str, user_id: int) -> int:
+        """Delete the user's notes file (an erasure); returns how many entries it held.
+        The file is unlinked, not rewritten: its blocks go back to the filesystem."""
+        path = self.path_for(agent_id, user_id)
+        async with self._using(path):
+            return await asyncio.to_thread(self._erase_sync, path)
+
+    def _erase_sync(self, path: Path) -> int:
+        with _flocked(path):
+            count = len(self._fresh(path))
+            with self._files_guard:
+                self._files.pop(path, None)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        return count
 
     def close(self) -> None:
         """Drop the cached files (everything is already on disk)."""

@@ -70,6 +70,7 @@ from plugins.simple import markers
 if TYPE_CHECKING:
     from memory.semantic.index import VectorHit
 from plugins.simple.embedding_source import note_key
+from plugins.simple.forgetting import SimpleForgetting
 from plugins.simple.maintenance import SimpleMaintenance
 from plugins.simple.markers import Marker
 from plugins.simple.notes_file import Add, Alias, Remove, Rename, Write
@@ -78,10 +79,6 @@ from plugins.simple.settings import DEFAULT_KEEP_TAIL, DEFAULT_STORE_DIR
 
 log = logging.getLogger(__name__)
 
-# The handoff summary targets a third of what it replaces, within these bounds: short
-# sources still get room for the seven headings, long ones stay readable.
-MIN_SUMMARY_TOKENS = 256
-MAX_SUMMARY_TOKENS = 4000
 # One compaction summarises at most this much source: a backlog larger than a model's
 # context is compacted oldest-first over several compactions.
 DEFAULT_MAX_SOURCE_TOKENS = 60_000
@@ -103,7 +100,7 @@ def _session_slug(session_id: str) -> str:
     return slug[:48].rstrip("-") or "session"
 
 
-class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
+class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory, SimpleForgetting):
     """Provider, Compactor, Searcher, NoteStore, SessionManager, Reviewer, the shared
     stores (profile, soul, constraints, versions, changelog, snapshots) and the operator's
     Exporter/IntegrityChecker for the compact markers."""
@@ -280,11 +277,14 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
         )
         tokens_before = prefix_tokens + sum(s.token_count for s, _ in rows)
         cut = _source_cut(rows, len(rows) - self.keep_tail, self.max_source_tokens)
-        previous = estimate_tokens(marker.summary) if marker else 0
+        previous_text = marker.summary if marker else ""
+        previous = estimate_tokens(previous_text)
 
         def estimate(context: int, summarised: int) -> int:
             # The new summary carries the previous one forward: only the source shrinks.
-            return context - summarised + _summary_target(summarised, previous) - previous
+            return (
+                context - summarised + markers.handoff_target(summarised, previous_text) - previous
+            )
 
         enough = parts_to_reach(
             tokens_before, target, (s.token_count for s, _ in rows[:cut]), estimate
@@ -298,13 +298,14 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
             return CompactionResult(tokens_before=tokens_before, tokens_after=tokens_before)
         chosen, tail = rows[:cut], rows[cut:]
         source_tokens = sum(s.token_count for s, _ in chosen)
+        target = markers.handoff_target(source_tokens, previous_text)
         # The slow call, outside every lock: appends go on meanwhile.
         summary = await self.summarizer.summarize(
             render_transcript([m for _, m in chosen]),
             SummarizeOptions(
                 handoff=True,
                 previous=marker.summary if marker else "",
-                target_tokens=_summary_target(source_tokens, previous),
+                target_tokens=target,
             ),
         )
         if not isinstance(summary, str) or not summary.strip():
@@ -564,11 +565,6 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
         )
         prefix = sum(estimate_tokens(m.text()) for m in _summary_pair(marker)) if marker else 0
         return int(live or 0) + prefix
-
-
-def _summary_target(source_tokens: int, previous_tokens: int) -> int:
-    """The handoff summary's size: a third of what it replaces, within bounds."""
-    return min(MAX_SUMMARY_TOKENS, max(MIN_SUMMARY_TOKENS, (source_tokens + previous_tokens) // 3))
 
 
 def _source_cut(rows: list[tuple[StoredMessage, Message]], cut: int, max_tokens: int) -> int:

@@ -64,6 +64,7 @@ async def test_registered_with_every_capability(engine: AsyncEngine, tmp_path: P
         "Reviewer",
         "NoteStore",
         "EmbeddingSources",
+        "Forgetter",
         "MessageReader",
     }
     await provider.close()

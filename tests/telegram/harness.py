@@ -25,7 +25,7 @@ from bot.config import Settings
 from bot.llm import LLMClient
 from bot.pool import Pool
 from bot.telegram.channel import build_application, running
-from memory.capabilities import ProviderContext
+from memory.capabilities import ProviderContext, Summarizer
 from memory.registry import create_provider
 from memory.summarizer import StaticSummarizer
 from memory.testing.databases import temp_engine
@@ -84,6 +84,7 @@ async def running_bot(
     provider: str = "reference",
     transcription_model: str = "",
     vision: bool = False,
+    summarizer: Summarizer | None = None,
     **telegram: Any,
 ) -> AsyncIterator[RunningBot]:
     settings = make_settings(
@@ -92,7 +93,7 @@ async def running_bot(
     async with temp_engine("sqlite", tmp_path) as engine:
         ctx = ProviderContext(
             engine=engine,
-            summarizer=StaticSummarizer("a short summary"),
+            summarizer=summarizer or StaticSummarizer("a short summary"),
             agent_id=settings.agent.id,
             data_dir=Path(settings.data_dir),
             config={"keep_tail": settings.compaction.keep_tail},

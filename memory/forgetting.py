@@ -1,0 +1,612 @@
+"""Forgetting on request: the part every provider shares.
+
+A forget names messages of one memory owner (user and agent): by message id, by the id of
+a summary (its source messages), or by text (every message holding it, case-insensitive,
+tool calls and results included). `select` turns that into the messages to forget and
+`preview` says what would go; the provider (`memory.capabilities.Forgetter`) removes them
+and rebuilds what was derived from them (lcm's summaries, simple's archives) in one
+transaction, calling `delete_messages` here for the history's own rows; then `scrub`
+leaves no copy in the database's bytes (SQLite) and the caller drops cached vectors.
+
+Decisions (README "Forgetting" and docs/OPERATIONS.md say them to people):
+- A tool call and its results are forgotten together: a call without its result (or a
+  result without its call) is a transcript no model accepts, and a result repeats what
+  it found. Forgetting either forgets the assistant message that made the call and every
+  result it got.
+- The message after a forgotten one carries the forgotten text's end as its search
+  context (core revision 0004): its index entry is rebuilt in the same transaction.
+- A conversation titled by a forgotten message is retitled from what remains.
+- The changelog gets one content-free row per forget (scope `forget`): how many
+  messages, when, by whom; never what.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from memory.db import lock_for_transaction, write_transaction
+from memory.errors import InvalidArgument
+from memory.history import TITLE_CHARS, PartKind, conversations, messages, parts
+from memory.search_text import like_pattern
+from memory.types import ChangeEntry, as_utc
+
+log = logging.getLogger(__name__)
+
+# The `embeddings` table (memory/semantic/store.py) by name: that module loads numpy,
+# which only deployments with embeddings on pay for.
+embeddings = sa.table(
+    "embeddings",
+    sa.column("source", sa.String),
+    sa.column("item_key", sa.String),
+    sa.column("user_id", sa.BigInteger),
+    sa.column("agent_id", sa.String),
+)
+
+FORGET_SCOPE = "forget"
+ERASURE_SCOPE = "erasure"
+MESSAGE_SOURCE = "message"  # memory/semantic/sources.py MessagesSource.name
+PREVIEW_WORDS = 8
+MAX_SELECTED = 10_000  # one forget by text; more is an erasure, or a retention run
+_IN_CHUNK = 500  # ids per IN (...) list, far below every database's parameter limit
+CHECKPOINT_ATTEMPTS = 20
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose memory: the scope a forget never leaves."""
+
+    user_id: int
+    agent_id: str
+
+
+@dataclass(frozen=True)
+class ForgetItem:
+    """One message to be forgotten, as a preview shows it."""
+
+    id: int
+    conversation_id: int
+    session_id: str
+    seq: int
+    role: str
+    created_at: datetime | None
+    first_words: str
+
+
+@dataclass
+class Dependents:
+    """What a provider derived from messages about to be forgotten."""
+
+    summaries: int = 0  # summaries to rebuild or remove (lcm) / archives (simple)
+    quoting_notes: list[str] = field(default_factory=list)  # notes that quote them
+
+
+@dataclass
+class ForgetReport:
+    messages: int = 0
+    summaries_rebuilt: int = 0
+    summaries_removed: int = 0
+    quoting_notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ErasureReport:
+    sessions: int = 0
+    messages: int = 0
+    summaries: int = 0
+    notes: int = 0
+    changelog_rows: int = 0
+    extra: dict[str, int] = field(default_factory=dict)  # front-end rows (Telegram)
+
+    def describe(self) -> str:
+        parts = [
+            f"{self.sessions} session(s)",
+            f"{self.messages} message(s)",
+            f"{self.summaries} summary/archive(s)",
+            f"{self.notes} note(s)",
+            f"{self.changelog_rows} changelog row(s)",
+        ]
+        parts += [f"{n} {what}" for what, n in self.extra.items() if n]
+        return ", ".join(parts)
+
+
+def _chunks(ids: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(ids), _IN_CHUNK):
+        yield ids[i : i + _IN_CHUNK]
+
+
+def first_words(text: str, n: int = PREVIEW_WORDS) -> str:
+    words = text.split()
+    return " ".join(words[:n]) + (" …" if len(words) > n else "")
+
+
+# -- selection -------------------------------------------------------------------------
+
+
+def _owned() -> sa.Select[Any]:
+    return sa.select(
+        messages.c.id,
+        messages.c.conversation_id,
+        conversations.c.session_id,
+        messages.c.seq,
+        messages.c.role,
+        messages.c.created_at,
+        messages.c.content,
+    ).join(conversations, conversations.c.id == messages.c.conversation_id)
+
+
+def _in_scope(owner: Owner) -> list[sa.ColumnElement[bool]]:
+    return [conversations.c.user_id == owner.user_id, conversations.c.agent_id == owner.agent_id]
+
+
+async def items(conn: AsyncConnection, owner: Owner, ids: Iterable[int]) -> list[ForgetItem]:
+    """The messages `ids` of `owner` (others' ids are silently left out), in order."""
+    out: list[ForgetItem] = []
+    id_list = sorted(set(ids))
+    for chunk in _chunks(id_list):
+        rows = await conn.execute(_owned().where(*_in_scope(owner), messages.c.id.in_(chunk)))
+        out += [
+            ForgetItem(
+                r.id,
+                r.conversation_id,
+                r.session_id,
+                r.seq,
+                r.role,
+                as_utc(r.created_at),
+                first_words(r.content),
+            )
+            for r in rows
+        ]
+    return sorted(out, key=lambda i: (i.conversation_id, i.seq))
+
+
+async def matching_text(conn: AsyncConnection, owner: Owner, text: str) -> list[int]:
+    """Ids of `owner`'s messages holding `text` (case-insensitive) in their content or in
+    a part (a tool call's arguments, reasoning)."""
+    op = "ilike" if conn.dialect.name == "postgresql" else "like"
+    pattern = like_pattern(text)
+    content = getattr(messages.c.content, op)(pattern, escape="\\")
+    in_parts = sa.exists().where(
+        parts.c.message_id == messages.c.id, getattr(parts.c.content, op)(pattern, escape="\\")
+    )
+    query = (
+        sa.select(messages.c.id)
+        .join(conversations, conversations.c.id == messages.c.conversation_id)
+        .where(*_in_scope(owner), sa.or_(content, in_parts))
+        .limit(MAX_SELECTED + 1)
+    )
+    found = list((await conn.execute(query)).scalars())
+    if conn.dialect.name == "sqlite" and not text.isascii():
+        # SQLite's LIKE folds ASCII only: check the candidates exactly, case-folded.
+        return [i for i in found if await _holds(conn, i, text)]
+    return found
+
+
+async def _holds(conn: AsyncConnection, message_id: int, text: str) -> bool:
+    needle = text.casefold()
+    row = (
+        await conn.execute(sa.select(messages.c.content).where(messages.c.id == message_id))
+    ).scalar_one()
+    if needle in row.casefold():
+        return True
+    pieces = (
+        await conn.execute(sa.select(parts.c.content).where(parts.c.message_id == message_id))
+    ).scalars()
+    return any(needle in p.casefold() for p in pieces)
+
+
+async def older_than(
+    conn: AsyncConnection, cutoff: datetime, owner: Owner | None = None
+) -> list[int]:
+    """Ids of messages created before `cutoff` (of `owner`, or everyone's)."""
+    query = (
+        sa.select(messages.c.id)
+        .join(conversations, conversations.c.id == messages.c.conversation_id)
+        .where(messages.c.created_at < cutoff)
+        .order_by(messages.c.id)
+    )
+    if owner is not None:
+        query = query.where(*_in_scope(owner))
+    return list((await conn.execute(query)).scalars())
+
+
+async def with_tool_partners(conn: AsyncConnection, ids: Iterable[int]) -> list[int]:
+    """`ids` plus the tool calls and results they belong with: an assistant message that
+    called tools goes with every result it got, a result with the call that asked."""
+    chosen = set(ids)
+    if not chosen:
+        return []
+    calls: set[int] = set()
+    for chunk in _chunks(sorted(chosen)):
+        # Results chosen: the assistant messages that made their calls.
+        rows = await conn.execute(
+            sa.select(parts.c.message_id, parts.c.tool_call_id).where(
+                parts.c.message_id.in_(chunk), parts.c.kind == PartKind.TOOL_RESULT.value
+            )
+        )
+        for result_id, call_id in rows:
+            if call_id is None:
+                continue
+            caller = await conn.scalar(
+                sa.select(parts.c.message_id)
+                .join(messages, messages.c.id == parts.c.message_id)
+                .where(
+                    parts.c.kind == PartKind.TOOL_CALL.value,
+                    parts.c.tool_call_id == call_id,
+                    parts.c.message_id < result_id,
+                    messages.c.conversation_id
+                    == sa.select(messages.c.conversation_id)
+                    .where(messages.c.id == result_id)
+                    .scalar_subquery(),
+                )
+                .order_by(parts.c.message_id.desc())
+                .limit(1)
+            )
+            if caller is not None:
+                calls.add(int(caller))
+    chosen |= calls
+    for chunk in _chunks(sorted(chosen)):
+        # Calls chosen: every result that answers them, in the same conversation.
+        call_rows = await conn.execute(
+            sa.select(parts.c.message_id, parts.c.tool_call_id, messages.c.conversation_id)
+            .join(messages, messages.c.id == parts.c.message_id)
+            .where(parts.c.message_id.in_(chunk), parts.c.kind == PartKind.TOOL_CALL.value)
+        )
+        for caller, call_id, conv in call_rows.all():
+            answers = await conn.execute(
+                sa.select(parts.c.message_id)
+                .join(messages, messages.c.id == parts.c.message_id)
+                .where(
+                    parts.c.kind == PartKind.TOOL_RESULT.value,
+                    parts.c.tool_call_id == call_id,
+                    messages.c.conversation_id == conv,
+                    parts.c.message_id > caller,
+                )
+            )
+            chosen |= {int(a) for a in answers.scalars()}
+    return sorted(chosen)
+
+
+# -- deletion (inside the provider's transaction) --------------------------------------
+
+
+async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int]) -> int:
+    """Delete messages `ids` of conversation `conv_id` with their parts, vectors and
+    index entries, re-index the messages whose search context quoted them, and retitle
+    the conversation if its title came from one. Returns how many were deleted."""
+    ids = sorted(set(ids))
+    if not ids:
+        return 0
+    deleted: list[tuple[int, str, str]] = []  # (seq, role, content)
+    for chunk in _chunks(ids):
+        rows = await conn.execute(
+            sa.select(messages.c.seq, messages.c.role, messages.c.content).where(
+                messages.c.conversation_id == conv_id, messages.c.id.in_(chunk)
+            )
+        )
+        deleted += [(r.seq, r.role, r.content) for r in rows]
+        await conn.execute(
+            embeddings.delete().where(
+                embeddings.c.source == MESSAGE_SOURCE,
+                embeddings.c.item_key.in_([str(i) for i in chunk]),
+            )
+        )
+        await conn.execute(parts.delete().where(parts.c.message_id.in_(chunk)))
+        await conn.execute(
+            messages.delete().where(messages.c.conversation_id == conv_id, messages.c.id.in_(chunk))
+        )
+    await _reindex_followers(conn, conv_id, sorted(s for s, _, _ in deleted))
+    await _retitle(conn, conv_id, [c for _, role, c in deleted if role == "user"])
+    return len(deleted)
+
+
+async def _reindex_followers(conn: AsyncConnection, conv_id: int, seqs: list[int]) -> None:
+    """A message's index entry holds the end of the message before it (tool results and
+    empty ones skipped): every message after a deleted one, up to the next that would be
+    a context itself, is re-indexed (its triggers recompute the context)."""
+    done: set[int] = set()
+    for seq in seqs:
+        if seq in done:
+            continue
+        upto = await conn.scalar(
+            sa.select(sa.func.min(messages.c.seq)).where(
+                messages.c.conversation_id == conv_id,
+                messages.c.seq > seq,
+                messages.c.role != "tool",
+                messages.c.content != "",
+            )
+        )
+        if upto is None:
+            upto = await conn.scalar(
+                sa.select(sa.func.max(messages.c.seq)).where(messages.c.conversation_id == conv_id)
+            )
+        if upto is None or upto <= seq:
+            continue
+        # Setting a column to itself fires the `UPDATE OF content` triggers (SQLite FTS5,
+        # PostgreSQL's messages_search_sync), which read the context anew.
+        await conn.execute(
+            messages.update()
+            .where(
+                messages.c.conversation_id == conv_id,
+                messages.c.seq > seq,
+                messages.c.seq <= upto,
+            )
+            .values(content=messages.c.content)
+        )
+        done.update(s for s in seqs if seq <= s <= upto)
+
+
+def title_of(content: str) -> str:
+    """The title a conversation takes from its first user message (memory.history)."""
+    return " ".join(content.split())[:TITLE_CHARS]
+
+
+async def _retitle(conn: AsyncConnection, conv_id: int, user_texts: list[str]) -> None:
+    title = await conn.scalar(sa.select(conversations.c.title).where(conversations.c.id == conv_id))
+    if not title or title not in {title_of(t) for t in user_texts}:
+        return
+    first = await conn.scalar(
+        sa.select(messages.c.content)
+        .where(
+            messages.c.conversation_id == conv_id,
+            messages.c.role == "user",
+            sa.func.trim(messages.c.content) != "",
+        )
+        .order_by(messages.c.seq)
+        .limit(1)
+    )
+    await conn.execute(
+        conversations.update()
+        .where(conversations.c.id == conv_id)
+        .values(title=title_of(first or ""))
+    )
+
+
+async def delete_vectors(
+    conn: AsyncConnection, source: str, keys: Sequence[str], owner: Owner | None = None
+) -> None:
+    """Vectors of `source`'s items `keys`, every model."""
+    for chunk in _chunks(list(keys)):
+        where = [embeddings.c.source == source, embeddings.c.item_key.in_(chunk)]
+        if owner is not None:
+            where += [
+                embeddings.c.user_id == owner.user_id,
+                embeddings.c.agent_id == owner.agent_id,
+            ]
+        await conn.execute(embeddings.delete().where(*where))
+
+
+def by_conversation(found: Iterable[ForgetItem]) -> dict[int, list[ForgetItem]]:
+    out: dict[int, list[ForgetItem]] = {}
+    for item in found:
+        out.setdefault(item.conversation_id, []).append(item)
+    return out
+
+
+# -- no trace in the bytes -------------------------------------------------------------
+
+
+async def scrub(engine: AsyncEngine) -> None:
+    """After a forget committed: on SQLite, merge every FTS5 index into one segment (a
+    deleted row's terms otherwise stay in older segments until a merge), then checkpoint
+    the WAL and truncate it (its older frames hold the pages as they were). Freed space is
+    zeroed as it is freed (`secure_delete`, memory/db.py). PostgreSQL: nothing here; its
+    dead tuples wait for VACUUM (docs/OPERATIONS.md)."""
+    if engine.dialect.name != "sqlite":
+        return
+    async with write_transaction(engine) as conn:
+        tables = (
+            await conn.execute(
+                sa.text(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' "
+                    "AND sql LIKE 'CREATE VIRTUAL TABLE%USING fts5%'"
+                )
+            )
+        ).scalars()
+        for table in list(tables):
+            await conn.execute(sa.text(f'INSERT INTO "{table}"("{table}") VALUES (\'optimize\')'))
+    await checkpoint(engine)
+
+
+async def checkpoint(engine: AsyncEngine) -> bool:
+    """PRAGMA wal_checkpoint(TRUNCATE), retried while readers hold old frames; False
+    (logged) if it never completed."""
+    for attempt in range(CHECKPOINT_ATTEMPTS):
+        async with engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            driver: Any = raw.driver_connection
+            cursor = await driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            busy, _frames, _done = await cursor.fetchone()
+            await cursor.close()
+        if not busy:
+            return True
+        await asyncio.sleep(0.05 * (attempt + 1))
+    log.warning("the WAL checkpoint after a forget did not complete: readers kept it busy")
+    return False
+
+
+# -- erasure (inside the provider's transaction) ---------------------------------------
+
+
+async def owned_conversations(conn: AsyncConnection, owner: Owner) -> dict[int, str]:
+    """`owner`'s conversations: id -> session id."""
+    rows = await conn.execute(
+        sa.select(conversations.c.id, conversations.c.session_id)
+        .where(*_in_scope(owner))
+        .order_by(conversations.c.id)
+    )
+    return {int(r.id): r.session_id for r in rows}
+
+
+async def erase_history(conn: AsyncConnection, owner: Owner, conv_ids: Sequence[int]) -> int:
+    """Delete `owner`'s conversations `conv_ids` (a provider deleted its own rows of them
+    first) with their messages, parts and every vector of the owner. Returns the number
+    of messages deleted."""
+    await conn.execute(
+        embeddings.delete().where(
+            embeddings.c.user_id == owner.user_id, embeddings.c.agent_id == owner.agent_id
+        )
+    )
+    count = 0
+    for chunk in _chunks(list(conv_ids)):
+        count += int(
+            await conn.scalar(
+                sa.select(sa.func.count()).where(messages.c.conversation_id.in_(chunk))
+            )
+            or 0
+        )
+        in_convs = sa.select(messages.c.id).where(messages.c.conversation_id.in_(chunk))
+        await conn.execute(parts.delete().where(parts.c.message_id.in_(in_convs)))
+        await conn.execute(messages.delete().where(messages.c.conversation_id.in_(chunk)))
+        await conn.execute(conversations.delete().where(conversations.c.id.in_(chunk)))
+    return count
+
+
+async def owner_counts(engine: AsyncEngine, owner: Owner) -> tuple[int, int]:
+    """(conversations, messages) of `owner`: what an erasure would delete."""
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                sa.select(
+                    sa.func.count(sa.distinct(conversations.c.id)), sa.func.count(messages.c.id)
+                )
+                .select_from(conversations)
+                .outerjoin(messages, messages.c.conversation_id == conversations.c.id)
+                .where(*_in_scope(owner))
+            )
+        ).one()
+    return int(row[0]), int(row[1])
+
+
+def shared_scope(user_id: int) -> bool:
+    """A memory every member of a group shares: Telegram gives groups negative chat ids
+    (users' ids are positive), and a group's memory scope is its chat id."""
+    return user_id < 0
+
+
+# -- the front-ends' entry points ------------------------------------------------------
+
+
+@dataclass
+class ForgetPreview:
+    """What a forget would do; `ids` is what the confirmation forgets."""
+
+    owner: Owner
+    items: list[ForgetItem]
+    dependents: Dependents
+    needles: tuple[str, ...] = ()
+
+    @property
+    def ids(self) -> list[int]:
+        return [i.id for i in self.items]
+
+
+MIN_TEXT = 3  # a shorter text matches too much to be what someone meant
+
+
+class SelectorError(InvalidArgument):
+    """The words do not name anything forgettable (said to the person as they are)."""
+
+
+async def preview(provider: Any, owner: Owner, selector: str) -> ForgetPreview:
+    """The messages `selector` (a message id, a summary id, or text) names in `owner`'s
+    memory, with their tool partners, and what depends on them. Nothing changes."""
+    selector = selector.strip()
+    needles: tuple[str, ...] = ()
+    ids: list[int]
+    if selector.isdigit() and len(selector) <= 18:
+        ids = [int(selector)]
+    elif selector.startswith("sum_") and " " not in selector:
+        ids = await provider.summary_sources(owner, selector)
+    else:
+        if len(selector) < MIN_TEXT:
+            raise SelectorError(f"the text to forget needs at least {MIN_TEXT} characters")
+        needles = (selector,)
+        async with provider.engine.connect() as conn:
+            ids = await matching_text(conn, owner, selector)
+        if len(ids) > MAX_SELECTED:
+            raise SelectorError(
+                f"more than {MAX_SELECTED} messages hold that text: forget everything instead"
+            )
+    async with provider.engine.connect() as conn:
+        ids = await with_tool_partners(conn, ids)
+        found = await items(conn, owner, ids)
+    dependents = await provider.forget_dependents(owner, [i.id for i in found], needles)
+    return ForgetPreview(owner, found, dependents, needles)
+
+
+async def forget(
+    provider: Any, owner: Owner, ids: Sequence[int], needles: Sequence[str] = ()
+) -> ForgetReport:
+    """Forget messages `ids` of `owner` (ids outside the owner's memory are ignored) and
+    everything derived from them; then leave no trace in the database's bytes."""
+    report: ForgetReport = await provider.forget_messages(owner, ids, needles)
+    await after_forget(provider, owner)
+    return report
+
+
+async def erase(provider: Any, owner: Owner, by: str) -> ErasureReport:
+    report: ErasureReport = await provider.erase_owner(owner, by)
+    await after_forget(provider, owner)
+    return report
+
+
+async def after_forget(provider: Any, owner: Owner) -> None:
+    """The copies outside the transaction: SQLite's index segments and WAL, and this
+    process's cached vectors of the owner (other replicas reload theirs when they find
+    rows gone, memory/semantic/index.py)."""
+    await scrub(provider.engine)
+    semantic = getattr(provider, "semantic", None)
+    if semantic is not None:
+        semantic.index.forget(owner.user_id, owner.agent_id)
+
+
+def changelog_text(report: ForgetReport) -> str:
+    """The forget's changelog row: counts, never content."""
+    return (
+        f"{report.messages} message(s) forgotten; {report.summaries_rebuilt} summaries "
+        f"rebuilt, {report.summaries_removed} removed"
+    )
+
+
+def forget_entry(owner: Owner, session_id: str, report: ForgetReport) -> ChangeEntry:
+    """The content-free changelog row of one conversation's forget (its source, user,
+    system or reflect, comes from the caller's context)."""
+    return ChangeEntry(
+        user_id=owner.user_id,
+        agent_id=owner.agent_id,
+        scope=FORGET_SCOPE,
+        action="delete",
+        source="",
+        session_id=session_id,
+        after_text=changelog_text(report),
+    )
+
+
+def erasure_entry(owner: Owner, report: ErasureReport, by: str) -> ChangeEntry:
+    """The one row an erasure leaves: that it happened, by whom, when, how much."""
+    return ChangeEntry(
+        user_id=owner.user_id,
+        agent_id=owner.agent_id,
+        scope=ERASURE_SCOPE,
+        action="delete",
+        source="",
+        after_text=f"erased by {by}: {report.describe()}"[:2000],
+    )
+
+
+@asynccontextmanager
+async def owner_transaction(engine: AsyncEngine, owner: Owner) -> AsyncIterator[AsyncConnection]:
+    """A write transaction holding `owner`'s erasure lock (PostgreSQL: across replicas;
+    SQLite's single writer serialises anyway)."""
+    async with write_transaction(engine) as conn:
+        await lock_for_transaction(conn, f"owner:{owner.user_id}:{owner.agent_id}")
+        yield conn

@@ -1,0 +1,133 @@
+"""Forgetting in lcm: a message deep in a twice-compacted chat is forgotten; the
+summaries that depended on it are rebuilt from what remains (up the DAG), search and
+expansion no longer find it, the DAG stays lossless and doctor stays clean."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory import forgetting as fg
+from memory.errors import NotFound
+from memory.forgetting import Owner
+from memory.integrity import check_shared
+from memory.types import CompactionMode, Message, SearchMode, SearchQuery
+from tests.fakes.summarizer import KeepingSummarizer
+from tests.lcm.conftest import MakeProvider, context_view, reconstruct, session
+
+TOKEN = "Zqxplanted"
+
+
+def _chat(n: int, planted: int) -> list[Message]:
+    out = []
+    for i in range(n):
+        word = TOKEN if i == planted else f"Zword{i}"
+        out.append(Message("user" if i % 2 == 0 else "assistant", f"msg{i} {word} " + "x" * 30))
+    return out
+
+
+async def _compacted(make_provider: MakeProvider, n: int = 40, planted: int = 5):  # type: ignore[no-untyped-def]
+    provider = make_provider(KeepingSummarizer(), keep_tail=4, leaf_chunk_size=4, condensed_min=2)
+    s = session()
+    await provider.append(s, *_chat(n, planted))
+    await provider.compact(s, CompactionMode.FULL)
+    await provider.compact(s, CompactionMode.FULL)
+    return provider, s
+
+
+async def _summary_texts(provider) -> list[str]:  # type: ignore[no-untyped-def]
+    async with provider.engine.connect() as conn:
+        rows = await conn.exec_driver_sql("SELECT content FROM summaries")
+        return [r[0] for r in rows]
+
+
+async def test_forget_by_text_rebuilds_the_dag(make_provider: MakeProvider) -> None:
+    provider, s = await _compacted(make_provider)
+    owner = Owner(s.user_id, s.agent_id)
+    assert any(TOKEN in t for t in await _summary_texts(provider))
+    before = await reconstruct(provider, s)
+
+    preview = await fg.preview(provider, owner, TOKEN.lower())
+    assert [i.first_words.split()[1] for i in preview.items] == [TOKEN]
+    assert preview.dependents.summaries >= 2  # its leaf and what condensed it
+
+    report = await fg.forget(provider, owner, preview.ids, preview.needles)
+    assert report.messages == 1 and report.summaries_rebuilt >= 2
+
+    texts = await _summary_texts(provider)
+    assert texts and not any(TOKEN in t for t in texts)
+    # The rebuilt summaries still say what remains (the fake keeps distinctive words).
+    assert any("Zword4" in t for t in texts) and any("Zword6" in t for t in texts)
+    after = await reconstruct(provider, s)
+    assert after == [m for m in before if TOKEN not in m]
+    for mode in SearchMode:
+        hits = await provider.search(s, SearchQuery(text=TOKEN, mode=mode))
+        assert not hits, mode
+    assert await check_shared(provider.engine) == []
+    assert await provider.check_integrity() == []
+    [row] = await provider.read_changelog(s.user_id, s.agent_id, scope="forget")
+    assert TOKEN not in row.after_text and "1 message" in row.after_text
+
+
+async def test_forget_by_summary_id_and_old_ids_are_gone(make_provider: MakeProvider) -> None:
+    provider, s = await _compacted(make_provider)
+    owner = Owner(s.user_id, s.agent_id)
+    top = next(i for i in await context_view(provider, s) if i.startswith("sum_"))
+    covered = await provider.summary_sources(owner, top)
+    preview = await fg.preview(provider, owner, top)
+    assert preview.ids == covered
+    await fg.forget(provider, owner, preview.ids)
+    with pytest.raises(NotFound):
+        await provider.describe(top, s)
+    assert await check_shared(provider.engine) == []
+    assert await provider.check_integrity() == []
+    remaining = await reconstruct(provider, s)
+    assert len(remaining) == 40 - len(covered)
+
+
+async def test_nothing_outside_the_owners_scope(make_provider: MakeProvider) -> None:
+    provider, s = await _compacted(make_provider)
+    other = Owner(s.user_id + 1, s.agent_id)
+    preview = await fg.preview(provider, other, TOKEN)
+    assert preview.items == []
+    top = next(i for i in await context_view(provider, s) if i.startswith("sum_"))
+    with pytest.raises(NotFound):
+        await fg.preview(provider, other, top)
+    async with provider.engine.connect() as conn:
+        some_id = (await conn.exec_driver_sql("SELECT min(id) FROM messages")).scalar()
+    assert (await fg.preview(provider, other, str(some_id))).items == []
+    report = await fg.forget(provider, other, [some_id])
+    assert report.messages == 0
+    assert len(await reconstruct(provider, s)) == 40
+
+
+async def test_forgetting_every_source_removes_the_summaries(make_provider: MakeProvider) -> None:
+    provider, s = await _compacted(make_provider, n=12)
+    owner = Owner(s.user_id, s.agent_id)
+    async with provider.engine.connect() as conn:
+        ids = [r[0] for r in await conn.exec_driver_sql("SELECT id FROM messages ORDER BY id")]
+    await fg.forget(provider, owner, ids[:8])
+    assert await reconstruct(provider, s) == [m.content for m in _chat(12, 5)[8:]]
+    assert await check_shared(provider.engine) == []
+    assert await provider.check_integrity() == []
+
+
+async def test_erase_owner(make_provider: MakeProvider) -> None:
+    provider, s = await _compacted(make_provider)
+    owner = Owner(s.user_id, s.agent_id)
+    s2 = session("second")
+    await provider.append(s2, Message("user", f"again {TOKEN}"))
+    await provider.set_profile(s.user_id, s.agent_id, f"likes {TOKEN}")
+    kept = session("kept", user_id=99)
+    await provider.append(kept, Message("user", "someone else"))
+    report = await fg.erase(provider, owner, by="test")
+    assert report.sessions == 2 and report.messages == 41
+    assert await provider.get_profile(s.user_id, s.agent_id) == ""
+    [row] = await provider.read_changelog(s.user_id, s.agent_id)
+    assert row.scope == "erasure" and TOKEN not in row.after_text
+    assert [m.content for m in await provider.load_history(kept.id)] == ["someone else"]
+    assert await provider.load_history(s.id) == []
+    # The erased session starts afresh.
+    await provider.append(s, Message("user", "hello again"))
+    assert [m.content for m in await provider.load_history(s.id)] == ["hello again"]
+    assert await check_shared(provider.engine) == []
+    assert await provider.check_integrity() == []
