@@ -384,6 +384,9 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
         from bot.operator_embeddings import embeddings_report
 
         embedding_lines = await embeddings_report(settings, m)
+        from bot.operator_usage import guard_report
+
+        embedding_lines += await guard_report(settings, m.engine)
     for fault in faults:
         print(f"FAULT {terminal_safe(str(fault))}", file=out)
     code = EXIT_OK

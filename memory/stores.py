@@ -48,6 +48,7 @@ from memory.types import (
     as_utc,
     utcnow,
 )
+from memory.usage import write_pending
 
 state_table: sa.Table = MemoryState.__table__  # type: ignore[attr-defined]
 changelog_table: sa.Table = MemoryChangelog.__table__  # type: ignore[attr-defined]
@@ -447,7 +448,9 @@ class SharedStores:
         self, conn: AsyncConnection, session: Session, before_text: str, after_text: str
     ) -> None:
         """The changelog row of a compaction of `session`, inside the transaction that
-        applies it; the source is the caller's (user for /compact, system when automatic)."""
+        applies it; the source is the caller's (user for /compact, system when automatic).
+        The summaries' usage (the context's ledger, memory/usage.py) is stored with it."""
+        await write_pending(conn)
         await self.record_changelog(
             conn,
             ChangeEntry(
