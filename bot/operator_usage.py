@@ -79,9 +79,10 @@ def render(rows: list[ReportRow], by: str, prices: dict[str, Price]) -> list[str
 
 
 async def usage_command(
-    settings: Settings, by: str = "kind", days: int = 30, out: TextIO = sys.stdout
+    settings: Settings, by: str = "kind", days: int = 30, out: TextIO | None = None
 ) -> int:
     """`mnemo memory usage [--by user|kind|day|model] [--days N]`."""
+    out = out or sys.stdout
     missing = _missing_sqlite(settings.database.url)
     if missing is not None:
         print(f"mnemo: no database at {missing} (check database.url)", file=sys.stderr)
