@@ -50,7 +50,7 @@ from memory.errors import SessionArchived
 from memory.identity import seed_identity
 from memory.tokens import Calibration, estimate_tokens
 from memory.types import ChangeSource, Message, Session
-from memory.usage import Ledger, UsageRecorder
+from memory.usage import Ledger, UsageRecorder, current_ledger
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,11 @@ class Turns:
         try:
             version = await retry_on_disconnect(lambda: self._prepare(session), what)
             hook = await self.append(
-                session, [Message(role="user", content=text)], receipt=receipt, live_only=live_only
+                session,
+                [Message(role="user", content=text)],
+                receipt=receipt,
+                live_only=live_only,
+                ledger=current_ledger(),  # a transcription's usage, with its message
             )
             kept = True
             if receipt is not None and hook is not None:
