@@ -7,7 +7,7 @@ model calls recorded (memory/usage.py), shared by every channel.
   their message is stored, not answered (nothing is lost, and it is in the context of
   the next answered turn). Every kind of call made for the user counts: the chat, and
   the summaries, reflect reviews, searches and embeddings of their conversations. The
-  ids in `telegram.admin_ids` are exempt.
+  ids in `telegram.admin_ids` are exempt, and so is the terminal (`mnemo chat`).
 - **Background guard** (`limits.background`): automatic compaction, reflect and the
   embeddings worker ask before spending; over a cap in the last `window` (calls or
   tokens, of one user or of everyone) the work is put off (the next turn, cycle or pass
@@ -31,6 +31,7 @@ from memory.usage import BACKGROUND_KINDS, Period, TokenUsage, UsageStore, next_
 
 log = logging.getLogger(__name__)
 
+OPERATOR_USER_ID = 0
 # How often one deferral reason is logged (the metric counts every one).
 LOG_EVERY_S = 300.0
 
@@ -65,7 +66,8 @@ class Budgets:
     ) -> None:
         self.store = store
         self.limits = limits
-        self.exempt = frozenset(exempt)
+        # User 0 is the terminal's (`mnemo chat`, bot/terminal.py): the operator's own.
+        self.exempt = frozenset(exempt) | {OPERATOR_USER_ID}
         self.prices = prices or {}
         self.clock = clock
         self.deferrals: dict[tuple[str, int | None], Deferral] = {}
