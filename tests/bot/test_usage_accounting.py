@@ -181,3 +181,21 @@ async def test_calibration_follows_the_server(services_for: Any, llm_server: Fak
     calibration = services.llm.calibration
     assert calibration.factor("scaled-model") == pytest.approx(1.5, rel=0.02)
     assert calibration.scaled_budget("scaled-model", 4000) == pytest.approx(2667, abs=30)
+
+
+@pytest.mark.parametrize(("scale", "compacted"), [(1.0, False), (2.0, True)])
+async def test_the_compaction_threshold_is_in_the_servers_tokens(
+    services_for: Any, llm_server: FakeOpenAI, scale: float, compacted: bool
+) -> None:
+    """About 42 estimated tokens of context against `compaction.max_tokens: 60`: under
+    it as estimated, over it on a server that counts twice as many."""
+    services = await services_for(
+        memory={"lcm": {"leaf_chunk_size": 2}}, compaction={"max_tokens": 60, "keep_tail": 2}
+    )
+    llm_server.prompt_scale = scale
+    for i in range(2):
+        await services.pool.chat(S, f"message number {i} with some words in it")
+        await services.pool.drain()
+    assert 30 < (await services.provider.stats(S)).token_count < 60  # what was said
+    summaries = [r for r in await rows(services) if r.kind == "summary"]
+    assert bool(summaries) is compacted
