@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 
 from bot.config import LimitsSettings
 from bot.metrics import record_background_deferred
-from memory.prices import Price, total_cost
+from memory.prices import Price, format_cost, total_cost
 from memory.types import utcnow
 from memory.usage import BACKGROUND_KINDS, Period, TokenUsage, UsageStore, next_day, next_month
 
@@ -194,5 +194,5 @@ class Budgets:
             text += f" of {limit:,}"
         cost = total_cost(by_model, self.prices) if self.prices else None
         if cost is not None and usage.total:
-            text += f", about {cost:.4f} at the configured prices"
+            text += f", about {format_cost(cost)} at the configured prices"
         return text

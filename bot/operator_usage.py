@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import Settings
 from memory.db import create_engine
-from memory.prices import Price
+from memory.prices import Price, format_cost
 from memory.types import utcnow
 from memory.usage import BACKGROUND_KINDS, ReportRow, UsageStore, day_start, usage_records
 
@@ -45,7 +45,7 @@ async def has_usage_table(engine: AsyncEngine) -> bool:
 
 def _cost(row: ReportRow, prices: dict[str, Price]) -> str:
     price = prices.get(row.model)
-    return f"{price.cost(row.tokens):.4f}" if price is not None else "-"
+    return format_cost(price.cost(row.tokens)) if price is not None else "-"
 
 
 def render(rows: list[ReportRow], by: str, prices: dict[str, Price]) -> list[str]:

@@ -36,6 +36,14 @@ class Price:
         ) / PER
 
 
+def format_cost(cost: float) -> str:
+    """Two decimals, or up to six significant places for amounts under a cent (one
+    conversation's day is often a fraction of a cent)."""
+    if cost >= 0.01 or cost == 0:
+        return f"{cost:,.2f}"
+    return f"{cost:.6f}".rstrip("0")
+
+
 def total_cost(by_model: Mapping[str, TokenUsage], prices: Mapping[str, Price]) -> float | None:
     """The cost of `by_model`, or None when a model that was used has no price (a
     partial sum would read as the whole bill)."""

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.context import with_agent_id, with_session_id, with_user_id
 from memory.db import migrate, write_transaction
-from memory.prices import Price, total_cost
+from memory.prices import Price, format_cost, total_cost
 from memory.usage import (
     TokenUsage,
     UsageRecorder,
@@ -122,6 +122,13 @@ def test_resets_prices_and_shares() -> None:
     assert price.cost(usage) == pytest.approx(0.6 * 0.15 + 0.4 * 0.075 + 0.1 * 0.60)
     assert Price(input=1.0).cost(TokenUsage(10, 10)) == pytest.approx(10 / 1e6)  # no discount
     assert total_cost({"m": usage}, {"m": price}) == pytest.approx(price.cost(usage))
+    assert [format_cost(c) for c in (0, 0.000123, 0.0019, 0.5, 1234.567)] == [
+        "0.00",
+        "0.000123",
+        "0.0019",
+        "0.50",
+        "1,234.57",
+    ]
     assert total_cost({"m": usage, "n": TokenUsage(5)}, {"m": price}) is None  # partial: none
     shares = split_by_scope(TokenUsage(101, 0, 0), [(1, "a", 30), (2, "a", 10), (1, "a", 10)])
     assert {(u, s.prompt) for u, _, s in shares} == {(1, 81), (2, 20)}  # 4:1, rest to 1

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from bot import metrics
 from bot.app import Services, build_services
 from bot.commands import handle_command
+from memory.prices import format_cost
 from memory.tokens import estimate_tokens, request_tokens
 from memory.types import Session
 from memory.usage import usage_records
@@ -99,7 +100,7 @@ async def test_a_turn_with_a_tool_round_is_recorded_call_by_call(
     shown = await status(services)
     assert f"today {total:,} tokens" in shown and "of them 10 cached" in shown
     cost = sum((p - 5) * 1.0 + 5 * 1.0 + c * 2.0 for p, _, c in expected) / 1e6
-    assert f"about {cost:.4f} at the configured prices" in shown
+    assert f"about {format_cost(cost)} at the configured prices" in shown
     assert f"this month {total:,} tokens" in shown
 
 
