@@ -74,6 +74,11 @@ MODEL_CALLS = Counter(
     ["kind", "model", "usage"],
     registry=REGISTRY,
 )
+LIMITED_TURNS = Counter(
+    "mnemo_limited_turns",
+    "Messages stored but not answered: their user was over a token limit (limits.*).",
+    registry=REGISTRY,
+)
 BACKGROUND_DEFERRED = Counter(
     "mnemo_background_deferred",
     "Background work (summary|reflect|embedding) the spend guard held back.",
@@ -132,10 +137,13 @@ def _outcome(ok: bool) -> str:
     return "ok" if ok else "error"
 
 
-def record_turn(duration_s: float, *, ok: bool) -> None:
-    """One turn finished (the reply stored, or the turn failed)."""
+def record_turn(duration_s: float, *, ok: bool, limited: bool = False) -> None:
+    """One turn finished (the reply stored, or the turn failed); `limited`: refused for
+    the user's token limit (counted ok: nothing failed)."""
     TURNS.labels(_outcome(ok)).inc()
     TURN_SECONDS.observe(max(duration_s, 0.0))
+    if limited:
+        LIMITED_TURNS.inc()
 
 
 def record_llm_call(duration_s: float, *, kind: str = "chat", error: str | None = None) -> None:

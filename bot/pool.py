@@ -177,7 +177,9 @@ class Pool:
 
     def _turn_done(self, session: Session, reply: Reply, started: float) -> Reply:
         """A turn's metrics, and the compaction check that follows a successful one."""
-        record_turn(time.monotonic() - started, ok=not reply.error or reply.limited)
+        record_turn(
+            time.monotonic() - started, ok=not reply.error or reply.limited, limited=reply.limited
+        )
         if not reply.error:
             self._compaction.schedule(session)
         return reply

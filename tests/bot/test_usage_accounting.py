@@ -138,7 +138,9 @@ async def test_over_the_daily_limit_the_message_is_stored_not_answered(
     await services.pool.chat(S, "first message, answered")
     assert sum(r.prompt_tokens + r.completion_tokens for r in await rows(services)) >= 50
     sent = len(llm_server.requests)
+    limited = metrics.sample("mnemo_limited_turns_total")
     reply = await services.pool.chat(S, "second message, over the limit")
+    assert metrics.sample("mnemo_limited_turns_total") == limited + 1
     assert reply.error and reply.limited
     assert "today's 50 tokens" in reply.text and "at 00:00 UTC" in reply.text
     assert len(llm_server.requests) == sent  # the model was not called
