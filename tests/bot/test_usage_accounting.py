@@ -202,3 +202,26 @@ async def test_the_compaction_threshold_is_in_the_servers_tokens(
     assert 30 < (await services.provider.stats(S)).token_count < 60  # what was said
     summaries = [r for r in await rows(services) if r.kind == "summary"]
     assert bool(summaries) is compacted
+
+
+async def test_an_answer_that_could_not_be_stored_still_has_its_usage(
+    services_for: Any, llm_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows ride in the answer's append; when that append rolls back, they are
+    written on their own (the tokens were spent)."""
+    services = await services_for()
+    await services.pool.chat(S, "first")
+    assert len(await rows(services)) == 1
+    from memory.usage import Ledger
+
+    async def broken_write(self: Ledger, conn: Any) -> None:
+        await conn.execute(sa.insert(usage_records), [r.values() for r in self.unsettled()])
+        raise RuntimeError("the disk filled up mid-append")
+
+    monkeypatch.setattr(Ledger, "write", broken_write)
+    reply = await services.pool.chat(S, "second")
+    assert reply.error and "saving the answer" in reply.text
+    stored = await rows(services)
+    assert len(stored) == 2 and len({r.id for r in stored}) == 2  # once each, not lost
+    history = await services.provider.load_history(S.id)
+    assert [m.content for m in history][-1] == "second"  # the answer rolled back
