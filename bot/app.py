@@ -13,15 +13,17 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.budgets import Budgets
 from bot.config import Settings
 from bot.llm import LLMClient
-from bot.metrics import instrument_engine, trace_hook
+from bot.metrics import instrument_engine, record_usage_row, trace_hook
 from bot.pool import Pool
 from memory.capabilities import Provider, ProviderContext, Summarizer
 from memory.db import create_engine, migrate
 from memory.registry import create_provider_async
 from memory.session_lock import SessionLocks
 from memory.tracing import with_tracing
+from memory.usage import UsageRecorder, UsageStore
 
 log = logging.getLogger(__name__)
 trace_log = logging.getLogger("mnemo.trace")
@@ -37,6 +39,8 @@ class Services:
     locks: SessionLocks
     embedder: Any = None  # memory.semantic.client.Embedder when embeddings.model is set
     embedding_worker: Any = None  # memory.semantic.backlog.EmbeddingWorker, not started
+    usage: UsageRecorder | None = None  # where every model call's tokens are recorded
+    budgets: Budgets | None = None  # token limits and the background spend guard
 
     async def close(self) -> None:
         """Pool first (its background compactions still use the provider), then the
@@ -93,7 +97,7 @@ def build_summarizer(llm: LLMClient, settings: Settings) -> Summarizer:
     return LLMSummarizer(generate)
 
 
-def build_embedder(settings: Settings) -> Any:
+def build_embedder(settings: Settings, usage: UsageRecorder | None = None) -> Any:
     """The `Embedder` of `embeddings` (server and key default to the `llm` ones), or
     None when `embeddings.model` is empty."""
     cfg = settings.embeddings
@@ -109,6 +113,7 @@ def build_embedder(settings: Settings) -> Any:
         timeout_s=settings.llm.timeout_s,
         max_retries=settings.llm.max_retries,
         max_chars=cfg.max_chars,
+        usage=usage,
     )
 
 
@@ -124,9 +129,19 @@ async def build_services(
         undo.push_async_callback(engine.dispose)
         instrument_engine(engine)  # count database errors for /metrics
         await migrate(engine)
-        llm = llm or LLMClient(settings.llm)
+        store = UsageStore(engine)
+        usage = UsageRecorder(store, observers=[record_usage_row])
+        budgets = Budgets(
+            store,
+            settings.limits,
+            exempt=settings.telegram.admin_ids,
+            prices=settings.llm.price_table(),
+        )
+        llm = llm or LLMClient(settings.llm, usage=usage)
+        if isinstance(llm, LLMClient):
+            llm.usage = usage  # an injected client records into this database too
         undo.push_async_callback(llm.close)
-        embedder = build_embedder(settings)
+        embedder = build_embedder(settings, usage)
         if embedder is not None:
             undo.push_async_callback(embedder.close)
         ctx = ProviderContext(
@@ -140,11 +155,11 @@ async def build_services(
         )
         provider = await create_provider_async(settings.memory.provider, ctx)
         undo.push_async_callback(provider.close)
-        worker = _embedding_worker(provider, embedder, engine)
+        worker = _embedding_worker(provider, embedder, engine, budgets)
         provider = with_tracing(provider, _trace)
         locks = SessionLocks(engine)
         undo.push_async_callback(locks.close)
-        pool = Pool(provider, llm, settings, locks=locks)
+        pool = Pool(provider, llm, settings, locks=locks, budgets=budgets)
         undo.pop_all()  # built: from now on Services.close closes them
     log.info("memory provider %s on %s", settings.memory.provider, engine.dialect.name)
     _warn_on_sliding_window(settings)
@@ -157,10 +172,14 @@ async def build_services(
         locks=locks,
         embedder=embedder,
         embedding_worker=worker,
+        usage=usage,
+        budgets=budgets,
     )
 
 
-def _embedding_worker(provider: Provider, embedder: Any, engine: AsyncEngine) -> Any:
+def _embedding_worker(
+    provider: Provider, embedder: Any, engine: AsyncEngine, budgets: Budgets | None = None
+) -> Any:
     """What embeds new messages, summaries and notes in the background (never on the
     reply path), for the root to start; None when embeddings are off or the provider has
     nothing to embed."""
@@ -175,4 +194,10 @@ def _embedding_worker(provider: Provider, embedder: Any, engine: AsyncEngine) ->
         )
         return None
     log.info("embeddings on: model %s, embedded in the background", embedder.model)
-    return EmbeddingWorker(provider, embedder, engine=engine)
+    guard = None
+    if budgets is not None:
+
+        async def guard() -> bool:
+            return await budgets.allow_background("embedding", None)
+
+    return EmbeddingWorker(provider, embedder, engine=engine, guard=guard)

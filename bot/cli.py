@@ -188,6 +188,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     """`mnemo memory ACTION`: the operator commands live in bot/operator.py."""
     from bot import operator
     from bot.operator_embeddings import embed_command
+    from bot.operator_usage import usage_command
 
     settings = _settings(args)
     action = args.memory_command
@@ -202,6 +203,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         "compact": lambda: operator.compact(settings, args.session, args.all),
         "doctor": lambda: operator.doctor(settings),
         "embed": lambda: embed_command(settings, prune=args.prune),
+        "usage": lambda: usage_command(settings, args.by, args.days),
     }
     return _run_async(runs[action]())
 
@@ -310,6 +312,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     embed.add_argument(
         "--prune", action="store_true", help="then delete the vectors of every other model"
+    )
+    usage = madd(
+        "usage", "model calls and tokens (and costs, with llm.prices) per user, kind, day or model"
+    )
+    usage.add_argument("--by", choices=["user", "kind", "day", "model"], default="kind")
+    usage.add_argument(
+        "--days",
+        type=int,
+        default=30,
+        choices=range(1, 3661),
+        metavar="N",
+        help="the last N days, today included (default 30)",
     )
     backup = madd("backup", "back up the SQLite database to PATH")
     backup.add_argument("path")

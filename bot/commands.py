@@ -177,7 +177,17 @@ async def _memory(pool: Pool, session: Session, args: str, *, is_admin: bool) ->
     budget = ContextBudget(
         pool.settings.memory.budget_tokens, None if compact_above == -1 else compact_above
     )
-    return await run_memory_command(pool.provider, session, args, is_admin=is_admin, budget=budget)
+    out = await run_memory_command(pool.provider, session, args, is_admin=is_admin, budget=budget)
+    if split_words(args)[0] == "status" and pool.budgets is not None:
+        # What this user's model calls cost: the pool's, not the provider's, to know.
+        try:
+            lines = await pool.budgets.status_lines(session.user_id)
+        except Exception:
+            log.exception("could not read the usage of %s", session.id)
+            lines = ["Usage: could not be read just now."]
+        if lines:
+            out = out.rstrip() + "\n\n" + "\n".join(lines)
+    return out
 
 
 def command_table() -> str:

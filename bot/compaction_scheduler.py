@@ -15,6 +15,7 @@ import asyncio
 import logging
 from typing import Any
 
+from bot.budgets import Budgets
 from bot.config import Settings
 from bot.metrics import record_compaction, record_compaction_failure
 from bot.session_binding import bind_session
@@ -22,7 +23,9 @@ from memory import snapshots
 from memory.capabilities import Compactor
 from memory.context import with_change_source
 from memory.errors import CompactionIncomplete, Unsupported
+from memory.tokens import Calibration
 from memory.types import ChangeSource, CompactionMode, CompactionResult, Session
+from memory.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +48,22 @@ class CompactionScheduler:
     """At most one automatic compaction per session at a time, `COMPACTIONS_AT_ONCE` in
     all; `compact` waits for a session's running one before compacting it fully."""
 
-    def __init__(self, provider: Any, settings: Settings) -> None:
+    def __init__(
+        self,
+        provider: Any,
+        settings: Settings,
+        *,
+        usage: UsageRecorder | None = None,
+        calibration: Calibration | None = None,
+        budgets: Budgets | None = None,
+    ) -> None:
         self.provider = provider
         self.settings = settings
+        # The summaries' usage is stored with the compaction; the spend guard may put an
+        # automatic one off; the threshold is in the server's tokens, as calibrated.
+        self.usage = usage or UsageRecorder()
+        self.calibration = calibration or Calibration()
+        self.budgets = budgets
         self._compactor = isinstance(provider, Compactor)  # a Protocol check: once
         self._compacting: dict[str, asyncio.Task[None]] = {}
         self.background_tasks: set[asyncio.Task[None]] = set()
@@ -79,11 +95,13 @@ class CompactionScheduler:
     async def _auto_compact(self, session: Session) -> None:
         try:
             with bind_session(session), with_change_source(ChangeSource.SYSTEM):
-                if not await self.provider.needs_compaction(
-                    session, self.settings.compaction.max_tokens
-                ):
+                if not await self.provider.needs_compaction(session, self._threshold()):
                     return
-                async with self._slots:
+                if self.budgets is not None and not await self.budgets.allow_background(
+                    "summary", session.user_id
+                ):
+                    return  # put off: the next turn asks again
+                async with self._slots, self.usage.collecting(committed_on_success=True):
                     result = await self.provider.compact(session, CompactionMode.INCREMENTAL)
             _rebuilt(result)
             record_compaction(self.provider.name, CompactionMode.INCREMENTAL, result)
@@ -105,6 +123,13 @@ class CompactionScheduler:
                 exc,
             )
 
+    def _threshold(self) -> int:
+        """`compaction.max_tokens` (server tokens) in estimated tokens for the model."""
+        limit = self.settings.compaction.max_tokens
+        if limit <= 0:
+            return limit
+        return self.calibration.scaled_budget(self.settings.llm.model, limit)
+
     async def compact(self, session: Session) -> CompactionResult:
         """Full compaction now (`/compact`). Raises Unsupported without a Compactor."""
         name: str = self.provider.name  # read before the check narrows it to a Compactor
@@ -115,7 +140,8 @@ class CompactionScheduler:
             await asyncio.wait([running])  # its result is logged by the task itself
         with bind_session(session), with_change_source(ChangeSource.USER):
             try:
-                result = await self.provider.compact(session, CompactionMode.FULL)
+                async with self.usage.collecting(committed_on_success=True):
+                    result = await self.provider.compact(session, CompactionMode.FULL)
             except CompactionIncomplete as exc:
                 # The rounds it finished are kept: they count as a compaction, and the
                 # failure of the rest as an error.

@@ -30,6 +30,7 @@ from pydantic import (
 
 from bot.config_yaml import ConfigYamlRefused, parse_config_yaml
 from bot.redact import MASK, config_secrets, mask, mask_database_url, secret_values
+from memory.prices import Price
 from memory.provider_settings import MAX_MESSAGES  # message counts: keep_tail, fresh_tail
 
 DEFAULT_CONFIG = "config.yaml"
@@ -52,6 +53,7 @@ SECRET_KEYS = (
 MAX_TOKENS = 10_000_000  # far above any model's context window
 TELEGRAM_ID = 2**63 - 1  # chat and user ids are 64-bit signed in the Bot API
 REFLECT_INTERVAL_S = (10.0, 365 * 86400.0)
+GUARD_WINDOW_S = (60.0, 31 * 86400.0)
 # A bot token as @BotFather issues it: the bot's numeric id, a colon, the secret part.
 # Anything else would be refused by Telegram anyway, and may not even form a URL.
 _TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
@@ -120,6 +122,20 @@ class DatabaseSettings(_Section):
         return v
 
 
+MAX_PRICE = 100_000.0  # per million tokens: far above any model's
+
+
+class ModelPrice(_Section):
+    """What a model's tokens cost, in currency units per million (memory/prices.py)."""
+
+    input: float = Field(ge=0, le=MAX_PRICE)
+    cached_input: float | None = Field(default=None, ge=0, le=MAX_PRICE)  # None: `input`
+    output: float = Field(default=0.0, ge=0, le=MAX_PRICE)
+
+    def price(self) -> Price:
+        return Price(self.input, self.output, self.cached_input)
+
+
 class LLMSettings(_Section):
     base_url: str = "https://api.openai.com/v1"
     api_key: Secret = Secret("")
@@ -134,6 +150,18 @@ class LLMSettings(_Section):
     max_retries: int = Field(default=4, ge=0, le=20)
     max_tool_rounds: int = Field(default=8, ge=1, le=50)
     temperature: float | None = Field(default=None, ge=0, le=2)  # OpenAI's range
+    # model name -> its price (chat, summary, embedding and transcription models alike)
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+
+    @field_validator("prices")
+    @classmethod
+    def _named_models(cls, v: dict[str, ModelPrice]) -> dict[str, ModelPrice]:
+        if any(not name.strip() for name in v):
+            raise ValueError("expected model names as keys")
+        return v
+
+    def price_table(self) -> dict[str, Price]:
+        return {name: p.price() for name, p in self.prices.items()}
 
 
 class EmbeddingsSettings(_Section):
@@ -277,6 +305,36 @@ class ReflectSettings(_Section):
         return parse_duration(self.interval)
 
 
+class BackgroundGuardSettings(_Section):
+    """The spend guard of background work (summaries of automatic compaction, reflect,
+    embeddings), per `window`; 0 turns a cap off (bot/budgets.py)."""
+
+    window: str = "1h"
+    calls_per_user: int = Field(default=200, ge=0, le=MAX_TOKENS)
+    tokens_per_user: int = Field(default=2_000_000, ge=0, le=10 * MAX_TOKENS)
+    calls_total: int = Field(default=5_000, ge=0, le=MAX_TOKENS)
+    tokens_total: int = Field(default=50_000_000, ge=0, le=1000 * MAX_TOKENS)
+
+    @field_validator("window")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not GUARD_WINDOW_S[0] <= parse_duration(v) <= GUARD_WINDOW_S[1]:
+            raise ValueError("expected a duration from 1m to 31d")
+        return v
+
+    @property
+    def window_s(self) -> float:
+        return parse_duration(self.window)
+
+
+class LimitsSettings(_Section):
+    """Tokens a user (a group, in a group) may use; 0: no limit. Admins are exempt."""
+
+    tokens_per_day: int = Field(default=0, ge=0, le=1000 * MAX_TOKENS)
+    tokens_per_month: int = Field(default=0, ge=0, le=1000 * MAX_TOKENS)
+    background: BackgroundGuardSettings = Field(default_factory=BackgroundGuardSettings)
+
+
 class HealthSettings(_Section):
     enabled: bool = False
     listen: str = "127.0.0.1"
@@ -293,6 +351,7 @@ class Settings(_Section):
     memory: MemorySettings = Field(default_factory=MemorySettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     reflect: ReflectSettings = Field(default_factory=ReflectSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

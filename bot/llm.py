@@ -32,8 +32,12 @@ from openai import AsyncStream
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from bot.config import LLMSettings
-from bot.metrics import record_llm_call, record_llm_tokens
+from bot.metrics import record_llm_call, record_usage_row
+from memory.tokens import Calibration, estimate_tokens, request_tokens
 from memory.types import Message, ToolCall
+from memory.usage import TokenUsage, UsageRecorder, kind_from_context
+
+__all__ = ["AssistantTurn", "LLMClient", "LLMError", "MissingApiKey", "TokenUsage"]
 
 log = logging.getLogger(__name__)
 
@@ -63,40 +67,6 @@ class LLMError(RuntimeError):
         self.retryable = retryable
 
 
-@dataclass(frozen=True)
-class TokenUsage:
-    """Tokens the model server reports for a request (0 where it reports none):
-    `cached_prompt` is the part of `prompt` served from its prompt cache."""
-
-    prompt: int = 0
-    cached_prompt: int = 0
-    completion: int = 0
-
-    @classmethod
-    def from_report(cls, usage: dict[str, Any] | None) -> TokenUsage:
-        """OpenAI's `usage` object (prompt_tokens, completion_tokens,
-        prompt_tokens_details.cached_tokens); anything not a count is read as 0."""
-        usage = usage or {}
-        details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        return cls(
-            _count(usage.get("prompt_tokens")),
-            _count(cached),
-            _count(usage.get("completion_tokens")),
-        )
-
-    def __add__(self, other: TokenUsage) -> TokenUsage:
-        return TokenUsage(
-            self.prompt + other.prompt,
-            self.cached_prompt + other.cached_prompt,
-            self.completion + other.completion,
-        )
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 @dataclass
 class AssistantTurn:
     """One model answer: text and/or tool calls. `usage` is the server's report as sent
@@ -107,10 +77,12 @@ class AssistantTurn:
     reasoning: str | None = None
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
+    # Set by the client: the report read, or our estimate when the server sent none.
+    accounted: TokenUsage | None = None
 
     @property
     def tokens(self) -> TokenUsage:
-        return TokenUsage.from_report(self.usage)
+        return self.accounted if self.accounted is not None else TokenUsage.from_report(self.usage)
 
     def to_message(self) -> Message:
         return Message(
@@ -207,8 +179,14 @@ class LLMClient:
         http_client: Any = None,
         backoff_s: float = 0.5,
         backoff_cap_s: float = 8.0,
+        usage: UsageRecorder | None = None,
+        calibration: Calibration | None = None,
     ) -> None:
         self.settings = settings
+        # Where each call's tokens go (the database, through the app's recorder; by
+        # default only the metrics), and what learns the estimate's error per model.
+        self.usage = usage or UsageRecorder(observers=[record_usage_row])
+        self.calibration = calibration or Calibration()
         self.backoff_s = backoff_s
         self.backoff_cap_s = backoff_cap_s
         self._client = openai.AsyncOpenAI(
@@ -267,11 +245,13 @@ class LLMClient:
         *,
         on_delta: OnDelta | None = None,
         model: str | None = None,
-        kind: str = "chat",
+        kind: str | None = None,
     ) -> AssistantTurn:
         """One streamed model turn. `on_delta` receives the whole text so far after each
         text delta (a retry starts the text over). Raises LLMError. `kind` labels the
-        latency/error metrics (chat | summary; `transcribe` counts as transcription)."""
+        metrics and the usage row (chat | summary | reflect; by default the context's,
+        `memory.usage.call_kind`, else chat)."""
+        kind = kind or kind_from_context()
         payload = [m.to_openai() if isinstance(m, Message) else m for m in messages]
         kwargs: dict[str, Any] = {
             "model": model or self.settings.model,
@@ -296,8 +276,30 @@ class LLMClient:
             return await _collect(stream, on_delta)
 
         turn: AssistantTurn = await self._measured(call, kind)
-        record_llm_tokens(turn.tokens, kind=kind, model=kwargs["model"])
+        await self._account(turn, kind, kwargs["model"], payload, tools)
         return turn
+
+    async def _account(
+        self,
+        turn: AssistantTurn,
+        kind: str,
+        model: str,
+        payload: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+    ) -> None:
+        """Record the turn's usage: the server's report, or our estimate flagged as one;
+        a report also calibrates the estimate for `model` (requests with images aside:
+        their cost is the server's own rule)."""
+        estimated, images = request_tokens(payload, tools)
+        reported = TokenUsage.from_report(turn.usage)
+        if reported.prompt or reported.completion:
+            turn.accounted = reported
+            if not images:
+                self.calibration.observe(model, estimated, reported.prompt)
+        else:
+            answer = turn.content + "".join(c.name + c.arguments for c in turn.tool_calls)
+            turn.accounted = TokenUsage(estimated, 0, estimate_tokens(answer), estimated=True)
+        await self.usage.record(self.usage.row(kind, model, turn.accounted))
 
     async def transcribe(self, data: bytes, filename: str) -> str:
         """The text spoken in `data` (an audio file; the server infers its format from
@@ -318,6 +320,10 @@ class LLMClient:
             return spoken.strip()
 
         spoken: str = await self._measured(call, "transcription")
+        # Transcription endpoints report audio seconds or nothing: the transcript's
+        # tokens are counted as the output, estimated.
+        tokens = TokenUsage(0, 0, estimate_tokens(spoken), estimated=True)
+        await self.usage.record(self.usage.row("transcription", model, tokens))
         return spoken
 
     def _transcribe_timeout(self, data: bytes) -> float:

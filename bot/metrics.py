@@ -62,9 +62,27 @@ LLM_ERRORS = Counter(
 )
 LLM_TOKENS = Counter(
     "mnemo_llm_tokens",
-    "Tokens the model server reported, by kind (chat|summary|reflect), model and type "
-    "(prompt|cached_prompt|completion; cached_prompt is part of prompt).",
+    "Tokens of model calls, by kind (chat|summary|reflect|search|embedding|transcription), "
+    "model and type (prompt|cached_prompt|completion; cached_prompt is part of prompt); "
+    "the server's report, or our estimate when it sent none.",
     ["kind", "model", "type"],
+    registry=REGISTRY,
+)
+MODEL_CALLS = Counter(
+    "mnemo_model_calls",
+    "Model calls accounted, by kind, model and usage (reported|estimated).",
+    ["kind", "model", "usage"],
+    registry=REGISTRY,
+)
+LIMITED_TURNS = Counter(
+    "mnemo_limited_turns",
+    "Messages stored but not answered: their user was over a token limit (limits.*).",
+    registry=REGISTRY,
+)
+BACKGROUND_DEFERRED = Counter(
+    "mnemo_background_deferred",
+    "Background work (summary|reflect|embedding) the spend guard held back.",
+    ["kind"],
     registry=REGISTRY,
 )
 COMPACTIONS = Counter(
@@ -119,10 +137,13 @@ def _outcome(ok: bool) -> str:
     return "ok" if ok else "error"
 
 
-def record_turn(duration_s: float, *, ok: bool) -> None:
-    """One turn finished (the reply stored, or the turn failed)."""
+def record_turn(duration_s: float, *, ok: bool, limited: bool = False) -> None:
+    """One turn finished (the reply stored, or the turn failed); `limited`: refused for
+    the user's token limit (counted ok: nothing failed)."""
     TURNS.labels(_outcome(ok)).inc()
     TURN_SECONDS.observe(max(duration_s, 0.0))
+    if limited:
+        LIMITED_TURNS.inc()
 
 
 def record_llm_call(duration_s: float, *, kind: str = "chat", error: str | None = None) -> None:
@@ -132,10 +153,18 @@ def record_llm_call(duration_s: float, *, kind: str = "chat", error: str | None 
         LLM_ERRORS.labels(kind, error).inc()
 
 
-def record_llm_tokens(usage: Any, *, kind: str, model: str) -> None:
-    """The token counts (a bot.llm.TokenUsage) one successful request reported."""
+def record_usage_row(row: Any) -> None:
+    """One model call's usage (a memory.usage.UsageRow): its tokens by kind, model and
+    type, and the call, reported or estimated."""
+    usage = row.tokens
     for kind_of_token in ("prompt", "cached_prompt", "completion"):
-        LLM_TOKENS.labels(kind, model, kind_of_token).inc(getattr(usage, kind_of_token))
+        LLM_TOKENS.labels(row.kind, row.model, kind_of_token).inc(getattr(usage, kind_of_token))
+    MODEL_CALLS.labels(row.kind, row.model, "estimated" if usage.estimated else "reported").inc()
+
+
+def record_background_deferred(kind: str) -> None:
+    """The spend guard held back one piece of background work of `kind`."""
+    BACKGROUND_DEFERRED.labels(kind).inc()
 
 
 def record_compaction(provider: str, mode: str, result: CompactionResult) -> None:

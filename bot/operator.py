@@ -363,10 +363,12 @@ async def compact(settings: Settings, session_id: str | None, everything: bool) 
 # --- doctor ---------------------------------------------------------------------------
 
 
-async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
+async def doctor(settings: Settings, out: TextIO | None = None) -> int:
     from memory.integrity import check_shared
     from memory.maintenance import IntegrityChecker
     from memory.tracing import unwrap
+
+    out = out or sys.stdout  # read now: a default taken at import outlives a redirect
 
     async with open_memory(settings) as m:
         faults = await check_shared(m.engine)
@@ -384,6 +386,9 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
         from bot.operator_embeddings import embeddings_report
 
         embedding_lines = await embeddings_report(settings, m)
+        from bot.operator_usage import guard_report
+
+        embedding_lines += await guard_report(settings, m.engine)
     for fault in faults:
         print(f"FAULT {terminal_safe(str(fault))}", file=out)
     code = EXIT_OK

@@ -30,6 +30,10 @@ async def embed_command(
             if not sources_of(m.provider):
                 _err(f"the {m.provider.name} provider offers nothing to embed")
                 return EXIT_FAULT
+            # The backfill's tokens are recorded like the worker's (memory/usage.py).
+            from memory.usage import UsageRecorder, UsageStore
+
+            embedder.usage = UsageRecorder(UsageStore(m.engine))
             bar: list[ProgressBar] = []
 
             def progress(done: int, total: int) -> None:

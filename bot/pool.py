@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from bot.budgets import Budgets
 from bot.compaction_scheduler import COMPACTIONS_AT_ONCE, CompactionScheduler
 from bot.config import Settings
 from bot.images import Image
@@ -77,9 +78,11 @@ class Pool:
         idle_s: float = DEFAULT_IDLE_S,
         tools: ToolFactory | None = memory_tools,
         clock: Callable[[], float] = time.monotonic,
+        budgets: Budgets | None = None,
     ) -> None:
         """`locks`: shared turn locks (the app passes `SessionLocks`); without them the
-        pool keeps in-process locks, one slot per session, reaped after `idle_s`."""
+        pool keeps in-process locks, one slot per session, reaped after `idle_s`.
+        `budgets`: token limits and the background spend guard (bot.budgets)."""
         self.provider = provider
         self.llm = llm
         self.settings = settings
@@ -88,9 +91,16 @@ class Pool:
         # Can another process change this store's sessions? Unknown locks: assume so.
         replicas = getattr(locks, "distributed", True)
         memory = MemoryReader(provider, cache_snapshots=not replicas)
-        self._turns = Turns(provider, llm, settings, tools=tools, memory=memory)
+        self.budgets = budgets
+        self._turns = Turns(provider, llm, settings, tools=tools, memory=memory, budgets=budgets)
         self._rotation = SessionRotation(provider, replicas=replicas, hold=self._hold)
-        self._compaction = CompactionScheduler(provider, settings)
+        self._compaction = CompactionScheduler(
+            provider,
+            settings,
+            usage=self._turns.usage,
+            calibration=self._turns.calibration,
+            budgets=budgets,
+        )
         self._closed = False
 
     def _hold(self, session_id: str) -> AbstractAsyncContextManager[None]:
@@ -167,7 +177,9 @@ class Pool:
 
     def _turn_done(self, session: Session, reply: Reply, started: float) -> Reply:
         """A turn's metrics, and the compaction check that follows a successful one."""
-        record_turn(time.monotonic() - started, ok=not reply.error)
+        record_turn(
+            time.monotonic() - started, ok=not reply.error or reply.limited, limited=reply.limited
+        )
         if not reply.error:
             self._compaction.schedule(session)
         return reply

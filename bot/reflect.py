@@ -52,11 +52,20 @@ class CountedReflector(Reflector):
 def build_reflector(services: Any) -> Reflector:
     """The Reflector of a running app (`bot.app.Services`)."""
     settings = services.settings
+    budgets = getattr(services, "budgets", None)
+    guard = None
+    if budgets is not None:
+
+        async def guard(user_id: int) -> bool:
+            return await budgets.allow_background("reflect", user_id)
+
     return CountedReflector(
         services.engine,
         services.provider,
         reflect_turn_runner(services.llm, settings.llm.max_tool_rounds),
         ReflectConfig.from_settings(settings),
+        usage=getattr(services, "usage", None),
+        guard=guard,
     )
 
 
@@ -75,6 +84,7 @@ def render_report(report: CycleReport) -> str:
             "nothing_new": "nothing new",
             "busy": "skipped, being reviewed elsewhere",
             "failed": "FAILED",
+            "deferred": "put off by the spend guard (limits.background)",
         }.get(s.status, s.status)
         detail = f": {s.detail}" if s.detail and s.status in ("failed", "changed") else ""
         lines.append(f"  {s.session_id}: {what}{detail}")

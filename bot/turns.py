@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from bot.budgets import Budgets
 from bot.config import Settings
 from bot.images import IMAGE_TOKENS, Image
 from bot.llm import LLMError, OnDelta
@@ -47,8 +48,9 @@ from memory.db import RECONNECT_ATTEMPTS, CommitUncertain, retry_on_disconnect
 from memory.duties import AppendOptions, append_messages
 from memory.errors import SessionArchived
 from memory.identity import seed_identity
-from memory.tokens import estimate_tokens
+from memory.tokens import Calibration, estimate_tokens
 from memory.types import ChangeSource, Message, Session
+from memory.usage import Ledger, UsageRecorder, current_ledger
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,7 @@ class Reply:
     text: str
     error: bool = False
     skipped: bool = False
+    limited: bool = False  # over the user's token limit: stored, not answered (error too)
 
 
 class AlreadyStored(Exception):
@@ -154,10 +157,15 @@ class Turns:
         *,
         tools: ToolFactory | None,
         memory: MemoryReader,
+        budgets: Budgets | None = None,
     ) -> None:
         self.provider = provider
         self.llm = llm
         self.settings = settings
+        self.budgets = budgets
+        # The LLM client's usage recorder and calibration (a test's fake model has none).
+        self.usage: UsageRecorder = getattr(llm, "usage", None) or UsageRecorder()
+        self.calibration: Calibration = getattr(llm, "calibration", None) or Calibration()
         self._tools = tools
         self._memory = memory
         # Capability checks are Protocol isinstance calls: made once, not every turn.
@@ -185,7 +193,11 @@ class Turns:
         try:
             version = await retry_on_disconnect(lambda: self._prepare(session), what)
             hook = await self.append(
-                session, [Message(role="user", content=text)], receipt=receipt, live_only=live_only
+                session,
+                [Message(role="user", content=text)],
+                receipt=receipt,
+                live_only=live_only,
+                ledger=current_ledger(),  # a transcription's usage, with its message
             )
             kept = True
             if receipt is not None and hook is not None:
@@ -242,22 +254,28 @@ class Turns:
         *,
         receipt: Receipt | None = None,
         live_only: bool = False,
+        ledger: Ledger | None = None,
     ) -> AppendHook | None:
-        """Append `msgs` (with `receipt`, in their transaction) in one transaction, run
-        again whole on a new connection when the server dropped the old one
-        (`retry_on_disconnect`). A COMMIT whose answer was lost is not repeated
-        blindly: the session's newest stored message tells whether it went through.
-        Returns the hook of the attempt that stored them."""
+        """Append `msgs` (with `receipt` and the usage rows of `ledger`, in their
+        transaction) in one transaction, run again whole on a new connection when the
+        server dropped the old one (`retry_on_disconnect`). A COMMIT whose answer was
+        lost is not repeated blindly: the session's newest stored message tells whether
+        it went through. Returns the hook of the attempt that stored them."""
         what = f"append to session {session.id}"
         hooks: list[AppendHook | None] = []
+        writes: list[Callable[[AsyncConnection], Any]] = []
+        if receipt is not None:
+            writes.append(functools.partial(receipt.write, session=session))
+        if ledger is not None:
+            writes.append(ledger.write)
+
+        async def write_all(conn: AsyncConnection) -> None:
+            for write in writes:
+                await write(conn)
 
         async def once() -> None:
             # A fresh hook each time: one that ran in a rolled-back attempt must run again.
-            hook = (
-                AppendHook(functools.partial(receipt.write, session=session))
-                if receipt is not None
-                else None
-            )
+            hook = AppendHook(write_all) if writes else None
             hooks.append(hook)
             await append_messages(
                 self.provider, session, msgs, AppendOptions(live_only=live_only, hook=hook)
@@ -266,11 +284,11 @@ class Turns:
         for attempt in range(1, RECONNECT_ATTEMPTS + 1):
             try:
                 await retry_on_disconnect(once, what)
-                return hooks[-1]
+                return _settled(hooks[-1], ledger)
             except CommitUncertain:
                 if await retry_on_disconnect(lambda: self._stored_last(session, msgs[-1]), what):
                     log.info("%s: the lost COMMIT went through", what)
-                    return hooks[-1]
+                    return _settled(hooks[-1], ledger)
                 if attempt == RECONNECT_ATTEMPTS:
                     raise
                 log.warning("%s: the lost COMMIT did not go through; appending again", what)
@@ -296,7 +314,11 @@ class Turns:
         )
         tools = self._tools(provider, session) if self._tools else []
         overhead = estimate_tokens(system) + self._schema_tokens(tools) + images * IMAGE_TOKENS
-        budget = max(MIN_HISTORY_BUDGET, self.settings.memory.budget_tokens - overhead)
+        # The budget is the server's tokens: in our estimate's, as calibrated for the model.
+        budget_tokens = self.calibration.scaled_budget(
+            self.settings.llm.model, self.settings.memory.budget_tokens
+        )
+        budget = max(MIN_HISTORY_BUDGET, budget_tokens - overhead)
         history = await provider.assemble(session, budget, self.settings.memory.fresh_tail)
         return system, tools, history
 
@@ -311,7 +333,26 @@ class Turns:
     ) -> Reply:
         """Call the model on `context` (its history's last user message with `images`)
         and append what it said. Raises `SessionArchived` only when `live_only` and the
-        session was archived, with the answer dropped."""
+        session was archived, with the answer dropped. A user over a token limit gets
+        the budgets' line instead, with no model call (their message stays stored)."""
+        if self.budgets is not None:
+            refusal = await self.budgets.refusal(session.user_id)
+            if refusal is not None:
+                log.info("session %s is over its token limit: not answered", session.id)
+                return Reply(refusal, error=True, limited=True)
+        # The model calls' usage rows are stored with the answer (or alone if it is not).
+        async with self.usage.collecting(join=True) as ledger:
+            return await self._answer(session, context, on_delta, images, live_only, ledger)
+
+    async def _answer(
+        self,
+        session: Session,
+        context: Context,
+        on_delta: OnDelta | None,
+        images: Sequence[Image],
+        live_only: bool,
+        ledger: Ledger,
+    ) -> Reply:
         system, tools, history = context
         try:
             result = await run_turn(
@@ -332,7 +373,7 @@ class Turns:
             return Reply(apology(exc.reason), error=True)
         try:
             # (memory.tool advanced the snapshot after each of its writes already)
-            await self.append(session, result.messages, live_only=live_only)
+            await self.append(session, result.messages, live_only=live_only, ledger=ledger)
         except SessionArchived:
             raise  # only when live_only: the pool's resume() drops the answer
         except Exception:
@@ -369,6 +410,13 @@ class Turns:
         self._seeded[key] = None
         while len(self._seeded) > SEEDED_CACHE_SIZE:
             self._seeded.popitem(last=False)
+
+
+def _settled(hook: AppendHook | None, ledger: Ledger | None) -> AppendHook | None:
+    """The append committed: the usage rows its hook wrote are stored."""
+    if ledger is not None and hook is not None and hook.ran:
+        ledger.committed()
+    return hook
 
 
 def _guarded(on_delta: OnDelta | None, session: Session) -> OnDelta | None:

@@ -48,6 +48,7 @@ from memory.types import (
     as_utc,
     utcnow,
 )
+from memory.usage import write_pending
 
 state_table: sa.Table = MemoryState.__table__  # type: ignore[attr-defined]
 changelog_table: sa.Table = MemoryChangelog.__table__  # type: ignore[attr-defined]
@@ -453,8 +454,10 @@ class SharedStores:
         compaction rewrites the start of the context, so the model server's cached prefix
         is lost anyway, and what reflect or the agent's own writes changed in profile,
         soul and rules reaches the system prompt at no extra cache cost. (Whoever serves
-        turns in this process calls `memory.snapshots.moved()` once it committed.)"""
+        turns in this process calls `memory.snapshots.moved()` once it committed.) The
+        summaries' usage (the context's ledger, memory/usage.py) is stored with it."""
         await self._advance_snapshot_in(conn, session.id, session.user_id, session.agent_id)
+        await write_pending(conn)
         await self.record_changelog(
             conn,
             ChangeEntry(

@@ -29,6 +29,7 @@ a turn estimates its whole context.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
@@ -202,3 +203,36 @@ class Calibration:
         """`budget` real tokens in estimated ones: the budget the estimate is held to,
         so that what the server counts stays within `budget`."""
         return max(1, int(budget / self.factor(model)))
+
+
+# --- a request as the server sees it ------------------------------------------------
+
+# What each message adds around its content (role, separators) in OpenAI's chat format.
+MESSAGE_OVERHEAD = 4
+
+
+def _content_text(content: object) -> tuple[str, int]:
+    """A message's text, and how many non-text parts (images) it holds."""
+    if isinstance(content, str):
+        return content, 0
+    if isinstance(content, list):
+        texts = [p.get("text", "") for p in content if isinstance(p, dict) and "text" in p]
+        return " ".join(str(t) for t in texts), len(content) - len(texts)
+    return "", 0
+
+
+def request_tokens(messages: Iterable[dict[str, object]], tools: object = None) -> tuple[int, int]:
+    """The estimated prompt tokens of an OpenAI chat request (its messages, their tool
+    calls and the tool schemas), and how many image parts it holds (which the estimate
+    leaves out: their cost depends on the server)."""
+    total = images = 0
+    for message in messages:
+        text, extra = _content_text(message.get("content"))
+        images += extra
+        total += MESSAGE_OVERHEAD + estimate_tokens(text)
+        calls = message.get("tool_calls")
+        if calls:
+            total += estimate_tokens(json.dumps(calls, ensure_ascii=False))
+    if tools:
+        total += estimate_tokens(json.dumps(tools, ensure_ascii=False))
+    return total, images

@@ -102,6 +102,25 @@ def test_defaults_and_partial_config(tmp_path: Path) -> None:
     assert parse_duration("1d") == 86400
 
 
+def test_prices_and_limits(tmp_path: Path) -> None:
+    settings = load_settings(
+        write(
+            tmp_path,
+            "llm:\n  prices:\n    gpt-4o-mini: {input: 0.15, cached_input: 0.075, output: 0.6}\n"
+            "    text-embedding-3-small: {input: 0.02}\n"
+            "limits: {tokens_per_day: 100000, background: {window: 30m, calls_total: 0}}\n",
+        )
+    )
+    prices = settings.llm.price_table()
+    assert prices["gpt-4o-mini"].cached_input == 0.075
+    assert prices["text-embedding-3-small"].output == 0.0
+    assert prices["text-embedding-3-small"].cached_input is None  # billed as input
+    assert settings.limits.tokens_per_day == 100_000 and settings.limits.tokens_per_month == 0
+    assert settings.limits.background.window_s == 1800
+    assert settings.limits.background.calls_total == 0  # that cap off
+    assert settings.limits.background.calls_per_user == 200  # the default kept
+
+
 def test_transcription_is_off_unless_a_model_is_set(tmp_path: Path) -> None:
     assert load_settings().llm.transcription_model == ""
     settings = load_settings(write(tmp_path, "llm: {transcription_model: whisper-1}\n"))
@@ -129,6 +148,13 @@ def test_vision_is_off_unless_turned_on(tmp_path: Path) -> None:
         ("- just\n- a list\n", "expected a mapping of sections"),
         ("memory: {fresh_tail: [\n", "not valid YAML at line"),
         ("llm: {api_key: '${NOT_SET_ANYWHERE}'}\n", "llm.api_key: environment variable"),
+        ("llm: {prices: {gpt-x: {input: -1}}}\n", "llm.prices.gpt-x.input: "),
+        ("llm: {prices: {gpt-x: {output: 2}}}\n", "llm.prices.gpt-x.input: required"),
+        ("llm: {prices: {gpt-x: {input: 1, cache: 1}}}\n", "llm.prices.gpt-x.cache: unknown"),
+        ("llm: {prices: {gpt-x: 0.15}}\n", "llm.prices.gpt-x: "),
+        ("limits: {tokens_per_day: -5}\n", "limits.tokens_per_day: "),
+        ("limits: {background: {window: 5s}}\n", "limits.background.window: expected"),
+        ("limits: {tokens_per_dya: 5}\n", "limits.tokens_per_dya: unknown key"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(

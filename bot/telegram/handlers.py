@@ -66,7 +66,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from telegram import Bot, Document, Message, PhotoSize, Update, User
@@ -76,6 +76,7 @@ from bot.commands import COMMANDS, command_parts, handle_command
 from bot.config import Settings
 from bot.images import Image
 from bot.pool import Pool
+from bot.session_binding import bind_session
 from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
 from bot.telegram.delivery import Target
 from bot.telegram.handled import ReplyTo
@@ -100,6 +101,8 @@ from bot.telegram.voice import (
     recording,
     transcribed,
 )
+from memory.types import Session
+from memory.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +274,20 @@ class TelegramChannel:
             line = NOT_LISTENING if sound is not None else TEXT_ONLY
             await send_plain_reply(context.bot, target, line)
             return
-        if listening or doc is not None:
+        if listening:
+            # The transcription's usage is the user's, stored with the message it became.
+            base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
+            async with self._usage_of(base):
+                read = await self._fetch(
+                    update,
+                    context.bot,
+                    target,
+                    lambda: self._read(context.bot, sound, doc, caption),
+                )
+                if read is not None:
+                    await self._turn(update, context, message, place, user, read)
+            return
+        if doc is not None:
             read = await self._fetch(
                 update, context.bot, target, lambda: self._read(context.bot, sound, doc, caption)
             )
@@ -281,6 +297,18 @@ class TelegramChannel:
         else:
             text = f"{note}\n{caption}"
         await self._turn(update, context, message, place, user, text)
+
+    @contextlib.asynccontextmanager
+    async def _usage_of(self, base: Session) -> AsyncIterator[None]:
+        """Model calls in the block are `base`'s user's, and their usage rows go into a
+        ledger the turn's first append stores (memory/usage.py)."""
+        usage: UsageRecorder | None = getattr(self.pool.llm, "usage", None)
+        with bind_session(base):
+            if usage is None:
+                yield
+                return
+            async with usage.collecting():
+                yield
 
     async def _photo(
         self,

@@ -95,7 +95,9 @@ declare(
         _stats,
         render=to_model.status,
         command=Command(
-            "status", "— memory statistics of this conversation", render=to_people.status
+            "status",
+            "— memory statistics of this conversation and your token usage",
+            render=to_people.status,
         ),
     )
 )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -56,11 +56,19 @@ async def embed_items(engine: AsyncEngine, embedder: Embedder, items: list[Item]
     text the server refuses on its own, get the `dim` 0 row: done, never searched."""
     if not items:
         return 0
+    # The batch's usage is stored with its vectors (store_vectors writes the ledger).
+    async with embedder.usage.collecting(committed_on_success=True):
+        return await _embed_and_store(engine, embedder, items)
+
+
+async def _embed_and_store(engine: AsyncEngine, embedder: Embedder, items: list[Item]) -> int:
     try:
-        vectors = await embedder.embed([i.text for i in items])
+        vectors = await embedder.embed(
+            [i.text for i in items], scopes=[(i.user_id, i.agent_id) for i in items]
+        )
     except EmbeddingRejected:
         if len(items) > 1:  # find the refused one: the others still get their vectors
-            return sum([await embed_items(engine, embedder, [i]) for i in items])
+            return sum([await _embed_and_store(engine, embedder, [i]) for i in items])
         log.warning(
             "embeddings: the server refused %s %s (%d characters); it is not searched by meaning",
             items[0].source,
@@ -125,7 +133,11 @@ class EmbeddingWorker:
         poll_s: float = 2.0,
         backoff_cap_s: float = 300.0,
         unavailable_s: float = RECHECK_S,
+        guard: Callable[[], Awaitable[bool]] | None = None,
+        held_s: float = 60.0,
     ) -> None:
+        """`guard`: asked before each batch; False (a spend cap reached) ends the pass,
+        and the next one comes `held_s` later."""
         self.engine = _engine_of(provider, engine)
         self.sources = sources_of(provider)
         self.embedder = embedder
@@ -138,6 +150,8 @@ class EmbeddingWorker:
         self._own: Any = None  # the scheduler of our own, when started without one
         self._pass: asyncio.Task[Any] | None = None  # the run in flight
         self._woken = False
+        self.guard, self.held_s = guard, held_s
+        self.held = False  # the last pass was cut short by the guard
 
     @property
     def running(self) -> bool:
@@ -200,9 +214,14 @@ class EmbeddingWorker:
     async def run_once(self) -> int:
         """One pass: every pending item of every source; returns rows stored."""
         stored = 0
+        self.held = False
         for source in self.sources:
             for _ in range(MAX_BATCHES_PER_PASS):
                 batch = await source.pending(self.embedder.model, limit=self.embedder.batch_size)
+                if batch.items and self.guard is not None and not await self.guard():
+                    self.held = True  # the items stay pending
+                    self.stored += stored
+                    return stored
                 stored += await embed_items(self.engine, self.embedder, batch.items)
                 if batch.next_after is None:
                     break
@@ -250,4 +269,6 @@ class EmbeddingWorker:
         async with self._passed:
             self.passes += 1
             self._passed.notify_all()
+        if self.held:
+            return self.held_s
         return self.poll_s

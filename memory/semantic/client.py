@@ -29,6 +29,9 @@ import numpy as np
 import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from memory.tokens import estimate_tokens
+from memory.usage import TokenUsage, UsageRecorder, split_by_scope
+
 log = logging.getLogger(__name__)
 
 MAX_CHARS = 2000
@@ -117,6 +120,7 @@ class Embedder:
         max_chars: int = MAX_CHARS,
         backoff_s: float = 0.5,
         backoff_cap_s: float = 8.0,
+        usage: UsageRecorder | None = None,
     ) -> None:
         if not model:
             raise ValueError("an Embedder needs a model name")
@@ -125,6 +129,7 @@ class Embedder:
         self.max_retries = max(0, int(max_retries))
         self.max_chars = max(1, int(max_chars))
         self.backoff_s, self.backoff_cap_s = backoff_s, backoff_cap_s
+        self.usage = usage or UsageRecorder()  # each request's tokens (memory/usage.py)
         self.dim: int | None = None  # learnt from the first answer
         self.unavailable: str | None = None  # why, while the endpoint is unavailable
         self._recheck_at = 0.0
@@ -135,17 +140,31 @@ class Embedder:
     async def close(self) -> None:
         await self._client.close()
 
-    async def embed(self, texts: Sequence[str], *, retries: int | None = None) -> np.ndarray:
+    async def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        retries: int | None = None,
+        kind: str = "embedding",
+        scopes: Sequence[tuple[int, str]] | None = None,
+    ) -> np.ndarray:
         """One row per text. Raises EmbeddingsUnavailable, EmbeddingRejected or
-        EmbeddingError (after `retries`, default `max_retries`, retries of what may pass)."""
+        EmbeddingError (after `retries`, default `max_retries`, retries of what may pass).
+        Each request's usage is recorded as `kind`, shared between the texts' (user,
+        agent) `scopes` when given (one per text), else the context's."""
         self._check_available()
         retries = self.max_retries if retries is None else max(0, retries)
         cut = [t[: self.max_chars] if isinstance(t, str) else "" for t in texts]
         sendable = [i for i, t in enumerate(cut) if t.strip()]
         rows: list[np.ndarray] = []
         for start in range(0, len(sendable), self.batch_size):
-            chunk = [cut[i] for i in sendable[start : start + self.batch_size]]
-            rows.append(await self._request(chunk, retries))
+            picked = sendable[start : start + self.batch_size]
+            chunk = [cut[i] for i in picked]
+            vectors, reported = await self._request(chunk, retries)
+            rows.append(vectors)
+            await self._account(
+                kind, chunk, reported, [scopes[i] for i in picked] if scopes else None
+            )
         dims = {r.shape[1] for r in rows}
         if len(dims) > 1:
             raise EmbeddingError(
@@ -160,8 +179,33 @@ class Embedder:
     async def embed_query(self, text: str) -> np.ndarray:
         """One text's vector (1-D) for a search: one attempt and at most one retry, since
         someone waits for the answer."""
-        vectors: np.ndarray = await self.embed([text], retries=min(self.max_retries, 1))
+        vectors: np.ndarray = await self.embed(
+            [text], retries=min(self.max_retries, 1), kind="search"
+        )
         return np.asarray(vectors[0])
+
+    async def _account(
+        self,
+        kind: str,
+        chunk: list[str],
+        reported: int,
+        scopes: list[tuple[int, str]] | None,
+    ) -> None:
+        """Record one request's tokens: the server's `prompt_tokens`, else our estimate."""
+        weights = [estimate_tokens(t) for t in chunk]
+        tokens = TokenUsage(reported) if reported else TokenUsage(sum(weights), estimated=True)
+        if not scopes:
+            await self.usage.record(self.usage.row(kind, self.model, tokens))
+            return
+        shares = split_by_scope(
+            tokens, [(u, a, w) for (u, a), w in zip(scopes, weights, strict=True)]
+        )
+        await self.usage.record(
+            *(
+                self.usage.row(kind, self.model, share, user_id=u, agent_id=a)
+                for u, a, share in shares
+            )
+        )
 
     # --- internals -------------------------------------------------------------------
 
@@ -191,7 +235,8 @@ class Embedder:
         base = min(self.backoff_cap_s, self.backoff_s * 2 ** (state.attempt_number - 1))
         return float(base * (0.5 + random.random() / 2))  # jitter: replicas must not retry in step
 
-    async def _request(self, chunk: list[str], retries: int) -> np.ndarray:
+    async def _request(self, chunk: list[str], retries: int) -> tuple[np.ndarray, int]:
+        """The chunk's vectors and the prompt tokens the server reported (0: none)."""
         retrying = AsyncRetrying(
             stop=stop_after_attempt(retries + 1),
             wait=self._wait,
@@ -201,7 +246,7 @@ class Embedder:
         try:
             async for attempt in retrying:
                 with attempt:
-                    rows = await self._post(chunk)
+                    rows, reported = await self._post(chunk)
         except _Status as exc:
             raise await self._status_error(exc) from None
         except openai.APITimeoutError:
@@ -216,9 +261,9 @@ class Embedder:
             ) from None
         self._mark_available()
         self.dim = rows.shape[1]
-        return rows
+        return rows, reported
 
-    async def _post(self, chunk: list[str]) -> np.ndarray:
+    async def _post(self, chunk: list[str]) -> tuple[np.ndarray, int]:
         try:
             resp = await self._client.embeddings.create(
                 model=self.model, input=chunk, encoding_format="float"
@@ -236,7 +281,9 @@ class Embedder:
             raise _Malformed(str(exc)) from None
         if rows.ndim != 2 or rows.shape[1] == 0 or not np.isfinite(rows).all():
             raise _Malformed("embeddings of no dimension or not finite")
-        return normalise(rows)
+        usage = getattr(resp, "usage", None)
+        reported = getattr(usage, "prompt_tokens", 0)
+        return normalise(rows), reported if isinstance(reported, int) and reported > 0 else 0
 
     async def _status_error(self, exc: _Status) -> EmbeddingError:
         status = exc.status

@@ -26,6 +26,7 @@ from sqlmodel import Field, SQLModel
 from memory.db import conflict_insert, write_transaction
 from memory.models import BigIntPK
 from memory.types import utcnow
+from memory.usage import write_pending
 
 
 class EmbeddingRow(SQLModel, table=True):
@@ -98,6 +99,7 @@ async def store_vectors(
             .returning(embeddings.c.id)
         )
         inserted = (await conn.execute(stmt, rows)).all()
+        await write_pending(conn)  # what embedding them cost, with them
     return len(inserted)
 
 

@@ -20,10 +20,11 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.capabilities import ConstraintStore, ProfileStore, Reviewer
-from memory.context import with_change_source
+from memory.context import with_agent_id, with_change_source, with_session_id, with_user_id
 from memory.tool import build_tool, run_tool, tool_actions
 from memory.tracing import unwrap
 from memory.types import ChangeSource, Message, utcnow
+from memory.usage import UsageRecorder, call_kind
 from plugins.reflect.activity import activity_source
 from plugins.reflect.prompt import build_messages
 from plugins.reflect.state import Candidate, Lease, ReflectState
@@ -70,7 +71,8 @@ class ReflectConfig:
 @dataclass
 class SessionOutcome:
     session_id: str
-    # "changed" | "unchanged" | "nothing_new" | "failed" | "busy"
+    # "changed" | "unchanged" | "nothing_new" | "failed" | "busy" | "deferred" (the
+    # spend guard put it off: reviewed by a later cycle)
     status: str
     changes: int = 0
     detail: str = ""
@@ -98,12 +100,17 @@ class CycleReport:
     def busy(self) -> int:
         return sum(s.status == "busy" for s in self.sessions)
 
+    @property
+    def deferred(self) -> int:
+        return sum(s.status == "deferred" for s in self.sessions)
+
     def summary(self) -> str:
         if self.skipped:
             return f"reflect: cycle skipped: {self.skipped}"
         return (
             f"reflect: {self.reviewed} session(s) reviewed, {self.changes} change(s) "
             f"written, {self.failed} failed, {self.busy} skipped (busy elsewhere)"
+            + (f", {self.deferred} put off (spend guard)" if self.deferred else "")
         )
 
 
@@ -125,10 +132,17 @@ class Reflector:
         config: ReflectConfig,
         *,
         replica_id: str | None = None,
+        usage: UsageRecorder | None = None,
+        guard: Callable[[int], Awaitable[bool]] | None = None,
     ) -> None:
+        """`usage`: where the reviews' model calls are recorded (with the watermark
+        they moved); `guard(user_id)`: may a review for this user spend now? (False:
+        the session is put off to a later cycle, its watermark untouched.)"""
         self.provider = provider
         self.run_turn = run_turn
         self.config = config
+        self.usage = usage or UsageRecorder()
+        self.guard = guard
         self.state = ReflectState(engine, config.agent_id, replica_id or _replica_id())
         self.activity = activity_source(provider, engine, self.state)
 
@@ -179,8 +193,20 @@ class Reflector:
         return report
 
     async def _review_guarded(self, cand: Candidate) -> SessionOutcome:
+        session = cand.session
         try:
-            return await self._review(cand)
+            if self.guard is not None and not await self.guard(session.user_id):
+                return SessionOutcome(session.id, "deferred")
+            # Its calls are of kind reflect, for the session's user, and their usage
+            # rows are stored with the watermark (ReflectState._finish).
+            with (
+                call_kind("reflect"),
+                with_user_id(session.user_id),
+                with_agent_id(session.agent_id),
+                with_session_id(session.id),
+            ):
+                async with self.usage.collecting(committed_on_success=True):
+                    return await self._review(cand)
         except Exception as exc:  # e.g. the database failed while recording an outcome
             log.exception("reflect: session %s failed", cand.session.id)
             return SessionOutcome(cand.session.id, "failed", detail=str(exc)[:200])

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.db import conflict_insert, write_transaction
 from memory.types import Session, as_utc, utcnow
+from memory.usage import write_pending
 from plugins.reflect.models import ReflectSlot, ReflectWatermark
 
 watermarks: sa.Table = ReflectWatermark.__table__  # type: ignore[attr-defined]
@@ -213,4 +214,5 @@ class ReflectState:
                 .where(w.c.session_id == lease.session.id, w.c.lease_token == lease.token)
                 .values(**values, lease_token="", lease_until=None)
             )
+            await write_pending(conn)  # what the review cost, with its outcome
         return result.rowcount == 1

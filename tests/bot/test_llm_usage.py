@@ -12,6 +12,7 @@ from bot import metrics
 from bot.config import LLMSettings
 from bot.llm import LLMClient, TokenUsage
 from bot.runner import Tool, run_turn
+from memory.tokens import estimate_tokens, request_tokens
 from memory.types import Message
 from tests.fakes.openai_server import FakeOpenAI, text, tool_call
 
@@ -37,9 +38,9 @@ def _counted(model: str) -> dict[str, float]:
 
 
 def _expected(body: dict[str, Any], answer: str, cached: int) -> TokenUsage:
-    """What the fake server reports for a request (its own rule: 4 characters a token)."""
-    prompt = sum(len(str(m.get("content") or "")) for m in body["messages"]) // 4
-    return TokenUsage(prompt=prompt, cached_prompt=cached, completion=len(answer) // 4)
+    """What the fake server reports for a request (mnemo's own estimate of it)."""
+    prompt = request_tokens(body["messages"], body.get("tools"))[0]
+    return TokenUsage(prompt=prompt, cached_prompt=cached, completion=estimate_tokens(answer))
 
 
 async def test_usage_is_returned_summed_and_counted(server: FakeOpenAI) -> None:
@@ -67,7 +68,7 @@ async def test_usage_is_returned_summed_and_counted(server: FakeOpenAI) -> None:
         result = await run_turn(client, PROMPT, [tool], max_rounds=4)
     finally:
         await client.close()
-    call_args = '{"city": "Oslo"}'
+    call_args = 'weather{"city": "Oslo"}'
     expected = _expected(server.requests[0], call_args, 3) + _expected(
         server.requests[1], "It is sunny in Oslo, enjoy it.", 3
     )

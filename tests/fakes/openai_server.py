@@ -30,6 +30,12 @@ Transcriptions: `POST /v1/audio/transcriptions` (multipart, as the SDK's
 transcript of <filename>"). `transcriptions` records each request as an `Upload`
 (model, filename, file bytes); they are not in `requests`.
 
+Usage: every answer reports `usage` the way mnemo estimates the request
+(`memory.tokens.request_tokens`: the messages, their tool calls, the tool schemas) times
+`prompt_scale` (1.0; a server whose tokenizer counts otherwise), the answer's estimated
+tokens as completion, and `cached_tokens` when set; `report_usage = False` sends none
+(chat and embeddings), as some servers do.
+
 Embeddings: `POST /v1/embeddings` answers a deterministic vector per input: a hashed bag
 of its words (`fake_embedding`), so texts sharing words are close, of `embedding_dim`
 dimensions (change it to play a server whose model changed). Switches: `push_embedding(
@@ -60,6 +66,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from memory.tokens import estimate_tokens, request_tokens
 
 __all__ = [
     "FakeOpenAI",
@@ -201,6 +209,10 @@ class FakeOpenAI:
         self._transcription_script: list[Response] = []
         self.embedding_dim = 64
         self.cached_tokens = 0  # reported as prompt_tokens_details.cached_tokens when > 0
+        # Usage is reported as mnemo estimates a request (memory.tokens.request_tokens)
+        # times `prompt_scale` (a server whose tokenizer counts otherwise), or not at all.
+        self.report_usage = True
+        self.prompt_scale = 1.0
         self.synonyms: dict[str, str] = {}  # word -> the word it embeds as
         self.embeddings_status: int | None = None
         self.rejects: Callable[[str], bool] = lambda _text: False
@@ -353,15 +365,15 @@ class FakeOpenAI:
                     )
                 else:
                     data.append({"object": "embedding", "index": i, "embedding": vec})
-            tokens = sum(len(t) // 4 for t in inputs)
-            return web.json_response(
-                {
-                    "object": "list",
-                    "data": data,
-                    "model": body.get("model", self.model),
-                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-                }
-            )
+            tokens = sum(estimate_tokens(t) for t in inputs)
+            answer: dict[str, Any] = {
+                "object": "list",
+                "data": data,
+                "model": body.get("model", self.model),
+            }
+            if self.report_usage:
+                answer["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens}
+            return web.json_response(answer)
         finally:
             self.in_flight -= 1
 
@@ -388,9 +400,13 @@ class FakeOpenAI:
             return await self._stream(request, body, resp)
         return web.json_response(self._completion(body, resp))
 
-    def _usage(self, body: dict[str, Any], resp: Response) -> dict[str, Any]:
-        prompt = sum(len(str(m.get("content") or "")) for m in body.get("messages", [])) // 4
-        completion = (len(resp.content) + sum(len(c[2]) for c in resp.calls)) // 4
+    def _usage(self, body: dict[str, Any], resp: Response) -> dict[str, Any] | None:
+        if not self.report_usage:
+            return None
+        prompt = math.ceil(
+            request_tokens(body.get("messages", []), body.get("tools"))[0] * self.prompt_scale
+        )
+        completion = estimate_tokens(resp.content + "".join(c[1] + c[2] for c in resp.calls))
         usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
@@ -476,8 +492,9 @@ class FakeOpenAI:
                     )
                 )
         await send(delta({}, "tool_calls" if resp.calls else "stop"))
-        if (body.get("stream_options") or {}).get("include_usage"):
-            await send([], self._usage(body, resp))
+        usage = self._usage(body, resp)
+        if usage is not None and (body.get("stream_options") or {}).get("include_usage"):
+            await send([], usage)
         await out.write(b"data: [DONE]\n\n")
         await out.write_eof()
         return out

@@ -83,3 +83,33 @@ async def test_reflect_through_the_app(services: Services, fake_llm: FakeOpenAI)
     assert await services.provider.get_profile(9, "default") == "Likes gliders."
     history = await handle_command(pool, base, "memory", "history", is_admin=False)
     assert history.index("by user v2→v3") < history.index("by reflect v1→v2")  # newest first
+
+
+async def test_reflect_usage_is_recorded_for_the_user_and_guarded(
+    services: Services, fake_llm: FakeOpenAI
+) -> None:
+    import sqlalchemy as sa
+
+    from memory.usage import usage_records
+
+    pool = services.pool
+    session = await pool.current_session(Session("tg:9", "default", 9, "telegram"))
+    await pool.chat(session, "I moved to Lisbon last spring.")
+    fake_llm.push(text("nothing to change"))
+    report = await build_reflector(services).run_cycle()
+    assert [s.status for s in report.sessions] == ["unchanged"]
+    async with services.engine.connect() as conn:
+        rows = (
+            await conn.execute(sa.select(usage_records).where(usage_records.c.kind == "reflect"))
+        ).all()
+    assert [(r.user_id, r.agent_id, r.session_id) for r in rows] == [(9, "default", session.id)]
+    assert rows[0].prompt_tokens > 0 and not rows[0].estimated
+
+    # Over the guard's cap for this user: the next review is put off, nothing spent.
+    await pool.chat(session, "And I adopted a cat.")
+    services.settings.limits.background.calls_per_user = 1
+    asked = len(fake_llm.requests)
+    report = await build_reflector(services).run_cycle()
+    assert [s.status for s in report.sessions] == ["deferred"]
+    assert "1 put off (spend guard)" in report.summary()
+    assert len(fake_llm.requests) == asked

@@ -319,3 +319,49 @@ async def test_the_cache_keeps_under_its_byte_cap(
     assert await tiny.search(ALICE.user_id, "default", query) == first
     assert tiny.nbytes == 0
     assert np.isclose(first[0].score, max(h.score for h in first))
+
+
+async def test_embedding_usage_is_shared_by_user_stored_with_the_vectors_and_guarded(
+    engine: AsyncEngine,
+    server: FakeOpenAI,
+    make_provider: ProviderFactory,
+    make_embedder: EmbedderFactory,
+) -> None:
+    from memory.tokens import estimate_tokens
+    from memory.usage import UsageRecorder, UsageStore, usage_records
+
+    store = UsageStore(engine)
+    embedder = make_embedder(usage=UsageRecorder(store), batch_size=64)
+    provider = make_provider(engine, "lcm", embedder)
+    await provider.append(ALICE, Message("user", "volcanoes are hot"))
+    await provider.append(BOB, Message("user", "glaciers are cold and slow, very slow"))
+    allowed = [False]
+
+    async def guard() -> bool:
+        return allowed[0]
+
+    worker = EmbeddingWorker(provider, embedder, poll_s=0.01, guard=guard, held_s=0.01)
+    worker.start()
+    try:
+        await worker.next_pass()
+        assert worker.held and await rows(engine, source="message") == []  # put off
+        assert server.embedding_requests == []
+        allowed[0] = True
+        await worker.next_pass()
+    finally:
+        await worker.stop()
+    assert len(await rows(engine, source="message")) == 2
+    async with engine.connect() as conn:
+        usage = (await conn.execute(sa.select(usage_records))).all()
+    # One request for both users' messages, its tokens shared by what each sent.
+    assert len(server.embedding_requests) == 1
+    alice = estimate_tokens("volcanoes are hot")
+    bob = estimate_tokens("glaciers are cold and slow, very slow")
+    assert sorted((r.user_id, r.kind, r.prompt_tokens) for r in usage) == sorted(
+        [(ALICE.user_id, "embedding", alice), (BOB.user_id, "embedding", bob)]
+    )
+    # A search's query embedding is of kind search, for the user searching.
+    await provider.search(ALICE, SearchQuery(text="hot mountains", mode="hybrid"))
+    async with engine.connect() as conn:
+        kinds = (await conn.execute(sa.select(usage_records.c.kind))).scalars().all()
+    assert sorted(kinds) == ["embedding", "embedding", "search"]
