@@ -4,7 +4,10 @@ single-file notes/archives memory of each (agent, user).
 History lives in the shared tables (`memory.history`), never deleted. A compaction asks
 the summarizer for the structured handoff summary of everything before the last
 `keep_tail` messages (and after the previous marker, whose summary it carries forward),
-stores it as an Archive entry in the user's notes file and appends a compact marker.
+stores it as an Archive entry in the user's notes file and appends a compact marker. An
+automatic one stops at the oldest messages that bring the context to `target_tokens`, and
+runs only when a gap's worth of them is waiting (memory/compaction_goal.py): the carried
+summary does not shrink, so summarising a message or two would not shrink the context.
 Assemble replays from the latest marker: the summary as a user message, an assistant
 acknowledgement, then the messages after it.
 
