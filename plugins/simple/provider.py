@@ -533,16 +533,6 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory):
                 return
             upper = page[-1][0].seq
 
-    async def _count_after(self, conn: AsyncConnection, conv_id: int, after_seq: int) -> int:
-        return int(
-            await conn.scalar(
-                sa.select(sa.func.count()).where(
-                    messages.c.conversation_id == conv_id, messages.c.seq > after_seq
-                )
-            )
-            or 0
-        )
-
     async def _loose_tokens(self, conn: AsyncConnection, conv_id: int, after_seq: int) -> int:
         """Tokens of the messages after the marker and before the kept tail: what a
         compaction would summarise."""
