@@ -7,7 +7,9 @@ Decisions:
 - `session` may be a channel's base session or its live one: the live session is always
   resolved through `pool.current_session`, so `/new` rotation works the same everywhere.
 - Writes from commands are tagged with change source `user` and advance the session's
-  snapshot, so the next turn's system prompt shows them.
+  snapshot, so the next turn's system prompt shows them (a rule a person sets applies at
+  once, at the cost of one uncached request; the model's own writes wait for the next
+  compaction, memory/actions/spec.py `perform`).
 - `rollback` is operator-only (`is_admin`): it rewrites a whole memory scope, and in a group
   that scope belongs to every member. Everything else acts on the caller's own memory.
 - Provider errors become one plain line; `NotFound` never says whether the id exists

@@ -2,8 +2,10 @@
 and the user's constraints, inside `<memory>` tags (seed "Identity Files").
 
 Reads go through the session's snapshot version when the provider versions its stores, so a
-session sees a stable memory for its whole life until its own writes advance it (a reflect
-run elsewhere does not change the prompt under a conversation's feet).
+session's system prompt stays byte for byte the same (the model server caches it with the
+history after it) until its next compaction, which rewrites the prompt's start anyway and
+moves the snapshot to what reflect and the agent's own writes changed meanwhile; a
+person's `/memory` write moves it at once (memory/snapshots.py).
 """
 
 from __future__ import annotations

@@ -81,7 +81,9 @@ class Summarizer(Protocol):
 @dataclass
 class ProviderContext:
     """What a provider factory receives. `config` is the provider's own section of
-    `memory.<name>` as a plain dict, plus `keep_tail` from `compaction.keep_tail`;
+    `memory.<name>` as a plain dict, plus `keep_tail` from `compaction.keep_tail` and
+    `target_tokens` (`compaction.max_tokens` x `compaction.target_fraction`, 0 when
+    automatic compaction is off);
     `settings` is the same validated with the settings model the plugin exports
     (memory/provider_settings.py), None for a plugin that exports none.
     `embedder` is set when `embeddings.model` is (memory/semantic/): a provider keeps it
@@ -120,10 +122,17 @@ class Provider(Protocol):
 @runtime_checkable
 class Compactor(Protocol):
     async def needs_compaction(self, session: Session, threshold: int) -> bool:
-        """True when the session's assembled context exceeds `threshold` tokens."""
+        """True when the session's assembled context exceeds `threshold` tokens and a
+        compaction can shrink it (with a `target_tokens` setting: the hysteresis of
+        memory/compaction_goal.py; never when it would only churn the kept tail)."""
         ...
 
-    async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult: ...
+    async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult:
+        """`incremental` (automatic): down to the provider's `target_tokens` when it has
+        one; `full` (/compact): everything outside the kept tail. A compaction that
+        changed the context also moves the session's snapshot, in its transaction
+        (`SharedStores.record_compaction`)."""
+        ...
 
 
 @runtime_checkable

@@ -2,10 +2,12 @@
 snapshot version.
 
 A session's snapshot version (the version of profile, soul and rules it reads, so its
-prompt stays stable) changes only when the session's own memory
-writes advance it. A reader that caches versions per session (bot/prompt.py, when one
-process serves the store) stays right if every advance bumps this counter once it is
-done: the places that advance (memory/tool.py, bot/commands.py) call `moved()`, whichever
+prompt stays byte-stable and the model server's prompt cache keeps hitting) changes only
+when a compaction of the session rewrites the prompt's start anyway
+(`SharedStores.record_compaction`) or a person's `/memory` write advances it. A reader
+that caches versions per session (bot/prompt.py, when one process serves the store)
+stays right if every advance bumps this counter once it is committed: the places that
+advance (memory/actions/spec.py, bot/compaction_scheduler.py) call `moved()`, whichever
 provider keeps the snapshots.
 """
 

@@ -721,6 +721,23 @@ class ProviderConformance:
         advanced = await p.get_or_create_snapshot("session-a", u, a)
         assert await p.get_profile_at(u, a, advanced.version) == "new"
 
+    async def test_a_compaction_moves_the_sessions_snapshot(self, provider: Provider) -> None:
+        # The compaction rewrites the prompt's start anyway, so the session's view of
+        # profile, soul and rules catches up there (the model server's cache is lost once).
+        p = self.require(provider, SessionSnapshotStore)
+        self.require(provider, Compactor)
+        self.require(provider, VersionedProfileStore)
+        s = self.session(label="snap")
+        await p.bootstrap(s)
+        await p.set_profile(s.user_id, s.agent_id, "before")
+        pinned = await p.get_or_create_snapshot(s.id, s.user_id, s.agent_id)
+        await p.set_profile(s.user_id, s.agent_id, "after")
+        assert (await p.get_or_create_snapshot(s.id, s.user_id, s.agent_id)) == pinned
+        await p.append(s, *(filler(i) for i in range(self.compaction_messages)))
+        assert (await p.compact(s, CompactionMode.FULL)).changed
+        moved = await p.get_or_create_snapshot(s.id, s.user_id, s.agent_id)
+        assert await p.get_profile_at(s.user_id, s.agent_id, moved.version) == "after"
+
     # == SessionManager =========================================================
 
     async def test_session_manager_info_and_history(self, provider: Provider) -> None:

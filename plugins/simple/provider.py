@@ -4,7 +4,10 @@ single-file notes/archives memory of each (agent, user).
 History lives in the shared tables (`memory.history`), never deleted. A compaction asks
 the summarizer for the structured handoff summary of everything before the last
 `keep_tail` messages (and after the previous marker, whose summary it carries forward),
-stores it as an Archive entry in the user's notes file and appends a compact marker.
+stores it as an Archive entry in the user's notes file and appends a compact marker. An
+automatic one stops at the oldest messages that bring the context to `target_tokens`, and
+runs only when a gap's worth of them is waiting (memory/compaction_goal.py): the carried
+summary does not shrink, so summarising a message or two would not shrink the context.
 Assemble replays from the latest marker: the summary as a user message, an assistant
 acknowledgement, then the messages after it.
 
@@ -530,16 +533,6 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory, SimpleForg
             if len(page) < PAGE:
                 return
             upper = page[-1][0].seq
-
-    async def _count_after(self, conn: AsyncConnection, conv_id: int, after_seq: int) -> int:
-        return int(
-            await conn.scalar(
-                sa.select(sa.func.count()).where(
-                    messages.c.conversation_id == conv_id, messages.c.seq > after_seq
-                )
-            )
-            or 0
-        )
 
     async def _loose_tokens(self, conn: AsyncConnection, conv_id: int, after_seq: int) -> int:
         """Tokens of the messages after the marker and before the kept tail: what a

@@ -93,3 +93,22 @@ async def test_close_goes_on_when_the_pool_fails_to_close(
     with pytest.raises(RuntimeError, match="pool close failed"):
         await services.close()
     assert closings.closed == ["provider", "llm"]
+
+
+async def test_a_threshold_over_the_budget_is_warned_about(
+    llm_server: FakeOpenAI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings(
+        llm_server,
+        tmp_path / "data",
+        memory={"provider": "lcm", "budget_tokens": 8000},
+        compaction={"max_tokens": 12000},
+        database={"url": f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"},
+    )
+    app = await build_services(settings)
+    await app.close()
+    assert "compaction.max_tokens (12000) is not below memory.budget_tokens (8000)" in caplog.text
+    caplog.clear()
+    app = await build_services(lcm_settings(llm_server, tmp_path))  # max_tokens -1: off
+    await app.close()
+    assert "is not below memory.budget_tokens" not in caplog.text

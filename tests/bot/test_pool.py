@@ -112,6 +112,22 @@ async def test_tool_writes_are_tagged_agent_and_reach_the_prompt_at_the_next_com
     assert "Likes green tea." in llm_server.requests[-1]["messages"][0]["content"]
 
 
+async def test_new_starts_at_the_current_memory(
+    sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
+):
+    pool = make_pool(sqlite_engine)
+    llm_server.push(
+        tool_call("memory", {"action": "profile_update", "content": "Likes green tea."}),
+        text("Noted."),
+    )
+    await pool.chat(ALICE, "I like green tea")
+    await pool.chat(ALICE, "hello")
+    assert "Likes green tea." not in llm_server.requests[-1]["messages"][0]["content"]
+    fresh = await pool.new_session(ALICE)  # /new
+    await pool.chat(fresh, "hello again")
+    assert "Likes green tea." in llm_server.requests[-1]["messages"][0]["content"]
+
+
 async def test_a_session_reads_memory_at_its_snapshot_version(
     sqlite_engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
 ):
