@@ -188,6 +188,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     """`mnemo memory ACTION`: the operator commands live in bot/operator.py."""
     from bot import operator
     from bot.operator_embeddings import embed_command
+    from bot.operator_erase import erase
 
     settings = _settings(args)
     action = args.memory_command
@@ -202,6 +203,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         "compact": lambda: operator.compact(settings, args.session, args.all),
         "doctor": lambda: operator.doctor(settings),
         "embed": lambda: embed_command(settings, prune=args.prune),
+        "erase": lambda: erase(settings, args.user, args.agent, args.older_than, args.dry_run),
     }
     return _run_async(runs[action]())
 
@@ -311,6 +313,15 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument(
         "--prune", action="store_true", help="then delete the vectors of every other model"
     )
+    erase = madd(
+        "erase",
+        "forget for good: one user's whole memory (--user), or every message older than "
+        "a duration (--older-than 90d), with what was built on them",
+    )
+    erase.add_argument("--user", type=int, help="the memory's user id (a group's chat id)")
+    erase.add_argument("--agent", help="the agent (default: agent.id)")
+    erase.add_argument("--older-than", metavar="DURATION", help="like 90d or 12h")
+    erase.add_argument("--dry-run", action="store_true", help="only say what would go")
     backup = madd("backup", "back up the SQLite database to PATH")
     backup.add_argument("path")
     imp = madd("import", "import a session exported with `mnemo memory export`")

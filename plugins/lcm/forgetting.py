@@ -374,6 +374,7 @@ class LcmForgetting:
                 await conn.execute(summaries.delete().where(summaries.c.conversation_id.in_(chunk)))
             report.messages = await fg.erase_history(conn, owner, conv_ids)
             report.changelog_rows = await self.erase_stores(conn, owner.user_id, owner.agent_id)
+            await fg.run_erase_hooks(conn, owner, report)
             await self.record_changelog(conn, fg.erasure_entry(owner, report, by))
         for conv_id, session_id in owned.items():
             self._forgot(conv_id, session_id)

@@ -309,6 +309,7 @@ class SimpleForgetting:
                 await conn.execute(markers.markers.delete().where(in_convs))
             report.messages = await fg.erase_history(conn, owner, conv_ids)
             report.changelog_rows = await self.erase_stores(conn, owner.user_id, owner.agent_id)
+            await fg.run_erase_hooks(conn, owner, report)
             # The notes file goes right after the commit; counted here for the record.
             entries = await self.notes.entries(owner.agent_id, owner.user_id)
             report.notes = sum(1 for e in entries if e.kind == NoteKind.NOTE)
