@@ -100,3 +100,23 @@ async def test_in_a_group_only_operators_forget(
         assert "operators only" in tg.bot_messages(-1001)[-1].text
         group.send(f"/memory@{tg.username} forget confirm", user=admin)
         await tg.wait_for_message(-1001, contains="Forgot 2 message(s)")
+
+
+async def test_the_confirmation_button(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    async with running_bot(tg, llm, tmp_path, provider="simple", summarizer=KeepingSummarizer()):
+        await _chat(tg, 4, planted=1)
+        await ask(tg, f"/memory forget {TOKEN}", "This would forget 2 message(s)")
+        preview = tg.bot_messages(42)[-1]
+        [[button]] = preview.reply_markup["inline_keyboard"]  # type: ignore[index]
+        assert button["text"] == "Forget"
+        before = len(tg.bot_messages(42))
+        tg.private(42).press(preview, button["callback_data"])
+        await tg.wait_for(lambda: len(tg.bot_messages(42)) > before)
+        assert "Forgot 2 message(s)" in tg.bot_messages(42)[-1].text
+        assert tg.calls_to("answerCallbackQuery")
+        assert preview.reply_markup is None  # the buttons are gone once pressed
+        # Pressed again (an old preview): nothing left to confirm.
+        tg.private(42).press(preview, button["callback_data"])
+        await tg.wait_for(lambda: len(tg.bot_messages(42)) > before + 1)
+        assert "Nothing to confirm" in tg.bot_messages(42)[-1].text
+        await ask(tg, f"/memory search {TOKEN}", "No matches")
