@@ -5,6 +5,7 @@ expansion no longer find it, the DAG stays lossless and doctor stays clean."""
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from memory import forgetting as fg
 from memory.errors import NotFound
@@ -131,3 +132,39 @@ async def test_erase_owner(make_provider: MakeProvider) -> None:
     assert [m.content for m in await provider.load_history(s.id)] == ["hello again"]
     assert await check_shared(provider.engine) == []
     assert await provider.check_integrity() == []
+
+
+async def test_vectors_go_with_what_they_embed(make_provider: MakeProvider) -> None:
+    provider, s = await _compacted(make_provider)
+    owner = Owner(s.user_id, s.agent_id)
+    preview = await fg.preview(provider, owner, TOKEN)
+    [target] = preview.ids
+    async with provider.engine.connect() as conn:
+        summary_ids = [r[0] for r in await conn.exec_driver_sql("SELECT id FROM summaries")]
+        other = (
+            await conn.exec_driver_sql(f"SELECT min(id) FROM messages WHERE id <> {target}")
+        ).scalar()
+    rows = [("message", str(target)), ("message", str(other))] + [
+        ("summary", i) for i in summary_ids
+    ]
+    async with provider.engine.begin() as conn:
+        await conn.execute(
+            sa.text(
+                "INSERT INTO embeddings (source, item_key, item_id, user_id, agent_id, model, dim, "
+                "vector, created_at) VALUES (:s, :k, NULL, :u, :a, 'm', 1, :v, CURRENT_TIMESTAMP)"
+            ),
+            [
+                {"s": src, "k": key, "u": s.user_id, "a": s.agent_id, "v": b"\0\0\x80?"}
+                for src, key in rows
+            ],
+        )
+    await fg.forget(provider, owner, preview.ids)
+    async with provider.engine.connect() as conn:
+        left = {
+            (r[0], r[1])
+            for r in await conn.exec_driver_sql("SELECT source, item_key FROM embeddings")
+        }
+        live = {r[0] for r in await conn.exec_driver_sql("SELECT id FROM summaries")}
+    assert ("message", str(target)) not in left and ("message", str(other)) in left
+    # Vectors of rebuilt (deleted) summaries are gone; untouched summaries keep theirs.
+    assert {k for src, k in left if src == "summary"} == live & set(summary_ids)
