@@ -314,7 +314,10 @@ class LcmForgetting:
             new = [r for r in plan.rebuilt.values() if r is not None]
             await insert_summaries(conn, new, plan.sources)
             for old_id, record in plan.rebuilt.items():
-                items = context_items.c.summary_id == old_id
+                # By the primary key's conversation prefix: summary_id has no index.
+                items = (context_items.c.conversation_id == conv_id) & (
+                    context_items.c.summary_id == old_id
+                )
                 if record is None:
                     await conn.execute(context_items.delete().where(items))
                 else:
