@@ -179,3 +179,11 @@ def test_recall_scores_the_only_turn_with_a_rare_word(tmp_path: Path) -> None:
         *((p, db, 0.5) for p in ("lcm", "simple") for db in ("sqlite", "postgres")),
     ]
     assert rows[0]["recall"]["@5"] == 1.0
+
+
+def test_forget_bench_runs() -> None:
+    out = run_bench(
+        "bench/forget_bench.py", "--messages", "1200", "--users", "2", "--provider", "lcm,simple"
+    )
+    rows = [line for line in out.splitlines() if line.startswith("| sqlite |")]
+    assert len(rows) == 2 and all(row.endswith("| yes |") for row in rows), out
