@@ -108,18 +108,19 @@ class ErasureReport:
     extra: dict[str, int] = field(default_factory=dict)  # front-end rows (Telegram)
 
     def describe(self) -> str:
-        parts = [
+        pieces = [
             f"{self.sessions} session(s)",
             f"{self.messages} message(s)",
             f"{self.summaries} summary/archive(s)",
             f"{self.notes} note(s)",
             f"{self.changelog_rows} changelog row(s)",
         ]
-        parts += [f"{n} {what}" for what, n in self.extra.items() if n]
-        return ", ".join(parts)
+        pieces += [f"{n} {what}" for what, n in self.extra.items() if n]
+        return ", ".join(pieces)
 
 
-def _chunks(ids: Sequence[Any]) -> Iterable[Sequence[Any]]:
+def chunks(ids: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    """`ids` in slices short enough for one IN (...) list."""
     for i in range(0, len(ids), _IN_CHUNK):
         yield ids[i : i + _IN_CHUNK]
 
@@ -152,7 +153,7 @@ async def items(conn: AsyncConnection, owner: Owner, ids: Iterable[int]) -> list
     """The messages `ids` of `owner` (others' ids are silently left out), in order."""
     out: list[ForgetItem] = []
     id_list = sorted(set(ids))
-    for chunk in _chunks(id_list):
+    for chunk in chunks(id_list):
         rows = await conn.execute(_owned().where(*_in_scope(owner), messages.c.id.in_(chunk)))
         out += [
             ForgetItem(
@@ -211,7 +212,7 @@ async def with_tool_partners(conn: AsyncConnection, ids: Iterable[int]) -> list[
     if not chosen:
         return []
     calls: set[int] = set()
-    for chunk in _chunks(sorted(chosen)):
+    for chunk in chunks(sorted(chosen)):
         # Results chosen: the assistant messages that made their calls.
         rows = await conn.execute(
             sa.select(parts.c.message_id, parts.c.tool_call_id).where(
@@ -239,7 +240,7 @@ async def with_tool_partners(conn: AsyncConnection, ids: Iterable[int]) -> list[
             if caller is not None:
                 calls.add(int(caller))
     chosen |= calls
-    for chunk in _chunks(sorted(chosen)):
+    for chunk in chunks(sorted(chosen)):
         # Calls chosen: every result that answers them, in the same conversation.
         call_rows = await conn.execute(
             sa.select(parts.c.message_id, parts.c.tool_call_id, messages.c.conversation_id)
@@ -272,7 +273,7 @@ async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int
     if not ids:
         return 0
     deleted: list[tuple[int, str, str]] = []  # (seq, role, content)
-    for chunk in _chunks(ids):
+    for chunk in chunks(ids):
         rows = await conn.execute(
             sa.select(messages.c.seq, messages.c.role, messages.c.content).where(
                 messages.c.conversation_id == conv_id, messages.c.id.in_(chunk)
@@ -360,7 +361,7 @@ async def delete_vectors(
     conn: AsyncConnection, source: str, keys: Sequence[str], owner: Owner | None = None
 ) -> None:
     """Vectors of `source`'s items `keys`, every model."""
-    for chunk in _chunks(list(keys)):
+    for chunk in chunks(list(keys)):
         where = [embeddings.c.source == source, embeddings.c.item_key.in_(chunk)]
         if owner is not None:
             where += [
@@ -442,7 +443,7 @@ async def erase_history(conn: AsyncConnection, owner: Owner, conv_ids: Sequence[
         )
     )
     count = 0
-    for chunk in _chunks(list(conv_ids)):
+    for chunk in chunks(list(conv_ids)):
         count += int(
             await conn.scalar(
                 sa.select(sa.func.count()).where(messages.c.conversation_id.in_(chunk))

@@ -77,7 +77,7 @@ async def _affected(
             messages.c.conversation_id == conv_id, messages.c.id.in_(list(forgotten)[:1000])
         )
     )
-    for chunk in fg._chunks(list(forgotten)[1000:]):
+    for chunk in fg.chunks(list(forgotten)[1000:]):
         more = await conn.scalar(
             sa.select(sa.func.min(messages.c.seq)).where(
                 messages.c.conversation_id == conv_id, messages.c.id.in_(chunk)
@@ -112,7 +112,7 @@ async def _affected(
     records = await load_summaries(conn, affected)
     sources: dict[str, list[int | str]] = {sid: [] for sid in records}
     ids = sorted(records)
-    for chunk in fg._chunks(ids):
+    for chunk in fg.chunks(ids):
         for sid, mid in await conn.execute(
             sa.select(summary_messages.c.summary_id, summary_messages.c.message_id)
             .where(summary_messages.c.summary_id.in_(chunk))
@@ -327,7 +327,7 @@ class LcmForgetting:
                         .values(summary_id=record.id, token_count=record.token_count)
                     )
             old_ids = sorted(plan.rebuilt)
-            for chunk in fg._chunks(old_ids):
+            for chunk in fg.chunks(old_ids):
                 await conn.execute(
                     summary_parents.delete().where(summary_parents.c.summary_id.in_(chunk))
                 )
@@ -336,7 +336,7 @@ class LcmForgetting:
                 )
                 await conn.execute(summaries.delete().where(summaries.c.id.in_(chunk)))
             await fg.delete_vectors(conn, SUMMARY_SOURCE, old_ids, owner)
-            for chunk in fg._chunks(forgotten):
+            for chunk in fg.chunks(forgotten):
                 await conn.execute(
                     context_items.delete().where(
                         context_items.c.conversation_id == conv_id,
@@ -357,7 +357,7 @@ class LcmForgetting:
             owned = await fg.owned_conversations(conn, owner)
             conv_ids = list(owned)
             report.sessions = len(conv_ids)
-            for chunk in fg._chunks(conv_ids):
+            for chunk in fg.chunks(conv_ids):
                 ids = sa.select(summaries.c.id).where(summaries.c.conversation_id.in_(chunk))
                 report.summaries += int(
                     await conn.scalar(

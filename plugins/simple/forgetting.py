@@ -301,7 +301,7 @@ class SimpleForgetting:
             owned = await fg.owned_conversations(conn, owner)
             conv_ids = list(owned)
             report.sessions = len(conv_ids)
-            for chunk in fg._chunks(conv_ids):
+            for chunk in fg.chunks(conv_ids):
                 in_convs = markers.markers.c.conversation_id.in_(chunk)
                 report.summaries += int(
                     await conn.scalar(sa.select(sa.func.count()).where(in_convs)) or 0
