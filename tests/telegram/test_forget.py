@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from bot.telegram.sessions import Place, base_session
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.summarizer import KeepingSummarizer
 from tests.fakes.telegram_server import FakeTelegram, User
@@ -128,3 +129,28 @@ async def test_the_confirmation_button(tg: FakeTelegram, llm: FakeOpenAI, tmp_pa
         await tg.wait_for(lambda: len(tg.bot_messages(42)) > before + 1)
         assert "Nothing to confirm" in tg.bot_messages(42)[-1].text
         await ask(tg, f"/memory search {TOKEN}", "No matches")
+
+
+async def test_forget_everything(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
+    async with running_bot(
+        tg, llm, tmp_path, provider="simple", summarizer=KeepingSummarizer()
+    ) as bot:
+        await _chat(tg, 3, planted=0)
+        await ask(tg, "/new", "")
+        await _chat(tg, 2, start=3)
+        live = await bot.pool.current_session(base_session("default", Place(42, None, False), 42))
+        await bot.provider.note_add(live, "secret", f"note {TOKEN}")
+        tg.private(43).send("hello from someone else")
+        await tg.wait_for_message(43, contains="echo: hello")
+        preview = await ask(tg, "/memory forget everything", "2 conversation(s), 10 message(s)")
+        assert "Reply /memory forget confirm" in preview
+        done = await ask(tg, "/memory forget confirm", "Erased: 2 session(s), 10 message(s)")
+        assert "1 note(s)" in done
+        await ask(tg, "/memory notes", "No notes")
+        await ask(tg, f"/memory search {TOKEN}", "No matches")
+        [row] = await bot.provider.read_changelog(42, "default")
+        assert row.scope == "erasure" and TOKEN not in row.after_text
+        # Someone else's memory is untouched, and the user starts afresh.
+        assert await bot.provider.read_changelog(43, "default") == []
+        await _chat(tg, 1, start=9)
+        await ask(tg, "/memory status", "Messages: 2")
