@@ -168,3 +168,21 @@ async def test_vectors_go_with_what_they_embed(make_provider: MakeProvider) -> N
     assert ("message", str(target)) not in left and ("message", str(other)) in left
     # Vectors of rebuilt (deleted) summaries are gone; untouched summaries keep theirs.
     assert {k for src, k in left if src == "summary"} == live & set(summary_ids)
+
+
+async def test_a_title_taken_from_a_forgotten_message_is_retaken(
+    make_provider: MakeProvider,
+) -> None:
+    provider = make_provider(KeepingSummarizer())
+    s = session()
+    await provider.append(
+        s,
+        Message("user", f"my secret is {TOKEN}"),
+        Message("assistant", "noted"),
+        Message("user", "what about tea"),
+    )
+    assert TOKEN in (await provider.load_info(s.id)).title
+    owner = Owner(s.user_id, s.agent_id)
+    preview = await fg.preview(provider, owner, TOKEN)
+    await fg.forget(provider, owner, preview.ids)
+    assert (await provider.load_info(s.id)).title == "what about tea"
