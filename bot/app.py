@@ -117,6 +117,15 @@ def build_embedder(settings: Settings, usage: UsageRecorder | None = None) -> An
     )
 
 
+def register_erasure_hooks() -> None:
+    """The rows outside memory's tables an erasure must reach (memory/forgetting.py)."""
+    from bot.telegram.erasure import register as telegram
+    from plugins.reflect.state import register_erasure as reflect
+
+    telegram()
+    reflect()
+
+
 async def build_services(
     settings: Settings, *, llm: LLMClient | None = None, summarizer: Summarizer | None = None
 ) -> Services:
@@ -124,6 +133,7 @@ async def build_services(
     benchmarks); by default they come from `settings.llm`. The services own what they
     are given (`Services.close` closes an injected `llm` too); if building fails, all
     that was made or given so far is closed before the error propagates."""
+    register_erasure_hooks()
     engine = create_engine(settings.database.url)
     async with AsyncExitStack() as undo:  # on failure: close what exists, newest first
         undo.push_async_callback(engine.dispose)

@@ -188,6 +188,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     """`mnemo memory ACTION`: the operator commands live in bot/operator.py."""
     from bot import operator
     from bot.operator_embeddings import embed_command
+    from bot.operator_erase import erase
     from bot.operator_usage import usage_command
 
     settings = _settings(args)
@@ -204,6 +205,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         "doctor": lambda: operator.doctor(settings),
         "embed": lambda: embed_command(settings, prune=args.prune),
         "usage": lambda: usage_command(settings, args.by, args.days),
+        "erase": lambda: erase(settings, args.user, args.agent, args.older_than, args.dry_run),
     }
     return _run_async(runs[action]())
 
@@ -325,6 +327,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="the last N days, today included (default 30)",
     )
+
+    erase = madd(
+        "erase",
+        "forget for good: one user's whole memory (--user), or every message older than "
+        "a duration (--older-than 90d), with what was built on them",
+    )
+    erase.add_argument("--user", type=int, help="the memory's user id (a group's chat id)")
+    erase.add_argument("--agent", help="the agent (default: agent.id)")
+    erase.add_argument("--older-than", metavar="DURATION", help="like 90d or 12h")
+    erase.add_argument("--dry-run", action="store_true", help="only say what would go")
     backup = madd("backup", "back up the SQLite database to PATH")
     backup.add_argument("path")
     imp = madd("import", "import a session exported with `mnemo memory export`")

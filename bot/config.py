@@ -220,6 +220,26 @@ class TelegramSettings(_Section):
         return root
 
 
+class RetentionSettings(_Section):
+    """`memory.retention`: messages older than `days` are forgotten (README "Forgetting");
+    empty keeps everything forever. The root's scheduler runs it every `interval`."""
+
+    days: int | None = Field(default=None, ge=1, le=365_000)
+    interval: str = "1d"
+
+    @field_validator("interval")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        low, high = REFLECT_INTERVAL_S
+        if not low <= parse_duration(v) <= high:
+            raise ValueError("expected a duration from 10s to 365d")
+        return v
+
+    @property
+    def interval_s(self) -> float:
+        return parse_duration(self.interval)
+
+
 class _MemoryBase(BaseModel):
     # Extra keys allowed here only: a section `memory.<name>` of a provider whose plugin
     # exports no settings model (kept as a dict for it).
@@ -231,6 +251,7 @@ class _MemoryBase(BaseModel):
     # Defaults chosen by bench/cost.py (issue 17): see README "Compaction and caching".
     budget_tokens: int = Field(default=16000, ge=256, le=MAX_TOKENS)
     fresh_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
     def section(self, name: str) -> dict[str, Any]:
         value = getattr(self, _field_name(name), None)

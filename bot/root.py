@@ -6,7 +6,8 @@
    is honoured as soon as start-up is over, and the channels then end at once);
 2. the services (`bot.app.build_services`: migrations, provider, LLM client, pool);
 3. the scheduler (`bot.scheduler`, one per process) with every background job: the
-   embeddings worker's polling and reflect's interval job (`reflect.*`);
+   embeddings worker's polling, reflect's interval job (`reflect.*`) and retention
+   (`memory.retention.*`, bot/retention.py);
 4. the health/metrics server, when `health.enabled` and the command serves it;
 5. the channels, each built from the services, until the stop event, or until one ends
    by itself (the terminal at end of input) or fails (its error ends the run).
@@ -119,6 +120,9 @@ class Root:
             from bot.reflect import start_reflect
 
             start_reflect(self.scheduler, services)
+        from bot.retention import start_retention
+
+        start_retention(self.scheduler, services)
 
     async def _serve(self) -> int:
         assert self.services is not None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,6 +37,7 @@ from memory.db import lock_for_transaction, write_transaction
 from memory.errors import InvalidArgument
 from memory.history import TITLE_CHARS, PartKind, conversations, messages, parts
 from memory.search_text import like_pattern
+from memory.tracing import unwrap
 from memory.types import ChangeEntry, as_utc
 
 log = logging.getLogger(__name__)
@@ -107,18 +108,19 @@ class ErasureReport:
     extra: dict[str, int] = field(default_factory=dict)  # front-end rows (Telegram)
 
     def describe(self) -> str:
-        parts = [
+        pieces = [
             f"{self.sessions} session(s)",
             f"{self.messages} message(s)",
             f"{self.summaries} summary/archive(s)",
             f"{self.notes} note(s)",
             f"{self.changelog_rows} changelog row(s)",
         ]
-        parts += [f"{n} {what}" for what, n in self.extra.items() if n]
-        return ", ".join(parts)
+        pieces += [f"{n} {what}" for what, n in self.extra.items() if n]
+        return ", ".join(pieces)
 
 
-def _chunks(ids: Sequence[Any]) -> Iterable[Sequence[Any]]:
+def chunks(ids: Sequence[Any]) -> Iterable[Sequence[Any]]:
+    """`ids` in slices short enough for one IN (...) list."""
     for i in range(0, len(ids), _IN_CHUNK):
         yield ids[i : i + _IN_CHUNK]
 
@@ -151,7 +153,7 @@ async def items(conn: AsyncConnection, owner: Owner, ids: Iterable[int]) -> list
     """The messages `ids` of `owner` (others' ids are silently left out), in order."""
     out: list[ForgetItem] = []
     id_list = sorted(set(ids))
-    for chunk in _chunks(id_list):
+    for chunk in chunks(id_list):
         rows = await conn.execute(_owned().where(*_in_scope(owner), messages.c.id.in_(chunk)))
         out += [
             ForgetItem(
@@ -203,21 +205,6 @@ async def _holds(conn: AsyncConnection, message_id: int, text: str) -> bool:
     return any(needle in p.casefold() for p in pieces)
 
 
-async def older_than(
-    conn: AsyncConnection, cutoff: datetime, owner: Owner | None = None
-) -> list[int]:
-    """Ids of messages created before `cutoff` (of `owner`, or everyone's)."""
-    query = (
-        sa.select(messages.c.id)
-        .join(conversations, conversations.c.id == messages.c.conversation_id)
-        .where(messages.c.created_at < cutoff)
-        .order_by(messages.c.id)
-    )
-    if owner is not None:
-        query = query.where(*_in_scope(owner))
-    return list((await conn.execute(query)).scalars())
-
-
 async def with_tool_partners(conn: AsyncConnection, ids: Iterable[int]) -> list[int]:
     """`ids` plus the tool calls and results they belong with: an assistant message that
     called tools goes with every result it got, a result with the call that asked."""
@@ -225,7 +212,7 @@ async def with_tool_partners(conn: AsyncConnection, ids: Iterable[int]) -> list[
     if not chosen:
         return []
     calls: set[int] = set()
-    for chunk in _chunks(sorted(chosen)):
+    for chunk in chunks(sorted(chosen)):
         # Results chosen: the assistant messages that made their calls.
         rows = await conn.execute(
             sa.select(parts.c.message_id, parts.c.tool_call_id).where(
@@ -253,7 +240,7 @@ async def with_tool_partners(conn: AsyncConnection, ids: Iterable[int]) -> list[
             if caller is not None:
                 calls.add(int(caller))
     chosen |= calls
-    for chunk in _chunks(sorted(chosen)):
+    for chunk in chunks(sorted(chosen)):
         # Calls chosen: every result that answers them, in the same conversation.
         call_rows = await conn.execute(
             sa.select(parts.c.message_id, parts.c.tool_call_id, messages.c.conversation_id)
@@ -286,7 +273,7 @@ async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int
     if not ids:
         return 0
     deleted: list[tuple[int, str, str]] = []  # (seq, role, content)
-    for chunk in _chunks(ids):
+    for chunk in chunks(ids):
         rows = await conn.execute(
             sa.select(messages.c.seq, messages.c.role, messages.c.content).where(
                 messages.c.conversation_id == conv_id, messages.c.id.in_(chunk)
@@ -374,7 +361,7 @@ async def delete_vectors(
     conn: AsyncConnection, source: str, keys: Sequence[str], owner: Owner | None = None
 ) -> None:
     """Vectors of `source`'s items `keys`, every model."""
-    for chunk in _chunks(list(keys)):
+    for chunk in chunks(list(keys)):
         where = [embeddings.c.source == source, embeddings.c.item_key.in_(chunk)]
         if owner is not None:
             where += [
@@ -456,7 +443,7 @@ async def erase_history(conn: AsyncConnection, owner: Owner, conv_ids: Sequence[
         )
     )
     count = 0
-    for chunk in _chunks(list(conv_ids)):
+    for chunk in chunks(list(conv_ids)):
         count += int(
             await conn.scalar(
                 sa.select(sa.func.count()).where(messages.c.conversation_id.in_(chunk))
@@ -492,6 +479,24 @@ def shared_scope(user_id: int) -> bool:
     return user_id < 0
 
 
+# Rows outside the memory's own tables that hold an owner's words (a front-end's queued
+# updates, owed answers): their owners register a hook, which an erasure runs inside its
+# transaction; it returns {what: how many rows} for the erasure's record.
+EraseHook = Callable[[AsyncConnection, Owner], Awaitable[dict[str, int]]]
+_erase_hooks: dict[str, EraseHook] = {}
+
+
+def on_erase(name: str, hook: EraseHook) -> None:
+    """Register (or replace) the erasure hook `name`."""
+    _erase_hooks[name] = hook
+
+
+async def run_erase_hooks(conn: AsyncConnection, owner: Owner, report: ErasureReport) -> None:
+    for hook in _erase_hooks.values():
+        for what, count in (await hook(conn, owner)).items():
+            report.extra[what] = report.extra.get(what, 0) + count
+
+
 # -- the front-ends' entry points ------------------------------------------------------
 
 
@@ -512,6 +517,12 @@ class ForgetPreview:
 MIN_TEXT = 3  # a shorter text matches too much to be what someone meant
 
 
+def engine_of(provider: Any) -> AsyncEngine:
+    """The database of an SQL provider (a traced one forwards only its capabilities)."""
+    engine: AsyncEngine = unwrap(provider).engine
+    return engine
+
+
 class SelectorError(InvalidArgument):
     """The words do not name anything forgettable (said to the person as they are)."""
 
@@ -530,13 +541,13 @@ async def preview(provider: Any, owner: Owner, selector: str) -> ForgetPreview:
         if len(selector) < MIN_TEXT:
             raise SelectorError(f"the text to forget needs at least {MIN_TEXT} characters")
         needles = (selector,)
-        async with provider.engine.connect() as conn:
+        async with engine_of(provider).connect() as conn:
             ids = await matching_text(conn, owner, selector)
         if len(ids) > MAX_SELECTED:
             raise SelectorError(
                 f"more than {MAX_SELECTED} messages hold that text: forget everything instead"
             )
-    async with provider.engine.connect() as conn:
+    async with engine_of(provider).connect() as conn:
         ids = await with_tool_partners(conn, ids)
         found = await items(conn, owner, ids)
     dependents = await provider.forget_dependents(owner, [i.id for i in found], needles)
@@ -563,8 +574,8 @@ async def after_forget(provider: Any, owner: Owner) -> None:
     """The copies outside the transaction: SQLite's index segments and WAL, and this
     process's cached vectors of the owner (other replicas reload theirs when they find
     rows gone, memory/semantic/index.py)."""
-    await scrub(provider.engine)
-    semantic = getattr(provider, "semantic", None)
+    await scrub(engine_of(provider))
+    semantic = getattr(unwrap(provider), "semantic", None)
     if semantic is not None:
         semantic.index.forget(owner.user_id, owner.agent_id)
 
@@ -610,3 +621,18 @@ async def owner_transaction(engine: AsyncEngine, owner: Owner) -> AsyncIterator[
     async with write_transaction(engine) as conn:
         await lock_for_transaction(conn, f"owner:{owner.user_id}:{owner.agent_id}")
         yield conn
+
+
+async def expired(engine: AsyncEngine, cutoff: datetime) -> dict[Owner, list[int]]:
+    """Messages created before `cutoff`, by owner: what retention forgets."""
+    out: dict[Owner, list[int]] = {}
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(messages.c.id, conversations.c.user_id, conversations.c.agent_id)
+            .join(conversations, conversations.c.id == messages.c.conversation_id)
+            .where(messages.c.created_at < cutoff)
+            .order_by(conversations.c.user_id, conversations.c.agent_id, messages.c.id)
+        )
+        for msg_id, user_id, agent_id in rows:
+            out.setdefault(Owner(int(user_id), agent_id), []).append(int(msg_id))
+    return out

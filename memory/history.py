@@ -291,10 +291,16 @@ class HistoryStore:
         self, session: Session
     ) -> AsyncIterator[tuple[AsyncConnection, int]]:
         """A write transaction holding the session's lock; yields (conn, conversation id)."""
-        async with write_transaction(self.engine) as conn:
-            await lock_for_transaction(conn, f"session:{session.id}")
-            conv_id = await self._ensure_conversation(conn, session)
-            yield conn, conv_id
+        try:
+            async with write_transaction(self.engine) as conn:
+                await lock_for_transaction(conn, f"session:{session.id}")
+                conv_id = await self._ensure_conversation(conn, session)
+                yield conn, conv_id
+        except BaseException:
+            # The remembered id may be of a conversation another process erased
+            # (memory/forgetting.py): read it afresh next time rather than fail forever.
+            self._conv_ids.pop(session.id, None)
+            raise
         # Reached only when the transaction committed (an exception skips this line).
         self._remember_id(session.id, conv_id)
 

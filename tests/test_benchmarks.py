@@ -187,3 +187,11 @@ def test_cost_runs() -> None:
     )
     assert "| mnemo lcm, 6000/2000/4 |" in out and "| mnemo simple, 6000/2000/4 |" in out
     assert "| reference: last 15 messages |" in out
+
+
+def test_forget_bench_runs() -> None:
+    out = run_bench(
+        "bench/forget_bench.py", "--messages", "1200", "--users", "2", "--provider", "lcm,simple"
+    )
+    rows = [line for line in out.splitlines() if line.startswith("| sqlite |")]
+    assert len(rows) == 2 and all(row.endswith("| yes |") for row in rows), out

@@ -35,6 +35,7 @@ COMMANDS: list[list[str]] = [
     ["memory", "backup", "out.db"],
     ["memory", "import", "in.json"],
     ["memory", "embed"],
+    ["memory", "erase", "--user", "1", "--dry-run"],
 ]
 
 

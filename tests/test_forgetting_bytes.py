@@ -71,6 +71,9 @@ async def test_a_forgotten_token_leaves_no_trace(
 
     assert await _live_rows_holding(engine, NEEDLE) == []
     assert not await provider.search(s, SearchQuery(text=TOKEN))
+    for notes in (tmp_path / "mem").rglob("*"):  # simple's notes files (archives)
+        if notes.is_file():
+            assert NEEDLE.encode() not in notes.read_bytes().lower(), notes
     if engine.dialect.name == "sqlite":
         database = Path(str(engine.url.database))
         for path in (database, Path(f"{database}-wal")):

@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 # its own decoration. Formatted replies are split by bot.telegram.splitting.
 LIMITS = Limits(max_message=3900, markdown=True)
 
-ALLOWED_UPDATES = ["message", "edited_message"]
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]  # buttons: forget confirmations
 POLL_TIMEOUT_S = 30  # long-poll length; Telegram answers at once when updates wait
 DRAIN_S = 8.0  # at a stop, handlers in flight get this long (docker stop waits 10 s)
 INFLIGHT = "mnemo.inflight"  # bot_data key of the app's Inflight

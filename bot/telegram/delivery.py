@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from telegram import Bot, Message, ReplyParameters
+from telegram import Bot, InlineKeyboardMarkup, Message, ReplyParameters
 from telegram.error import BadRequest, NetworkError, RetryAfter, TimedOut
 from telegram.warnings import PTBDeprecationWarning
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -124,14 +124,17 @@ def reply_parameters(target: Target) -> ReplyParameters | None:
     return ReplyParameters(message_id=target.reply_to, allow_sending_without_reply=True)
 
 
-async def send_text(bot: Bot, target: Target, text: str) -> Message:
-    """One plain-text message."""
+async def send_text(
+    bot: Bot, target: Target, text: str, reply_markup: InlineKeyboardMarkup | None = None
+) -> Message:
+    """One plain-text message (with buttons under it when `reply_markup` is given)."""
     return await with_retry(
         lambda: bot.send_message(
             target.chat_id,
             text,
             message_thread_id=target.thread_id,
             reply_parameters=reply_parameters(target),
+            reply_markup=reply_markup,
         ),
         what="sendMessage",
     )

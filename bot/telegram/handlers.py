@@ -70,7 +70,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from telegram import Bot, Document, Message, PhotoSize, Update, User
-from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
+from telegram.error import TelegramError
+from telegram.ext import (
+    Application,
+    CallbackQueryHandler,
+    CommandHandler,
+    ContextTypes,
+    MessageHandler,
+    filters,
+)
 
 from bot.commands import COMMANDS, command_parts, handle_command
 from bot.config import Settings
@@ -78,6 +86,8 @@ from bot.images import Image
 from bot.pool import Pool
 from bot.session_binding import bind_session
 from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
+from bot.telegram.confirmations import ACTIONS, forget_buttons
+from bot.telegram.confirmations import PREFIX as BUTTONS
 from bot.telegram.delivery import Target
 from bot.telegram.handled import ReplyTo
 from bot.telegram.inflight import Inflight, UpdateReceipt
@@ -195,6 +205,7 @@ class TelegramChannel:
         app.add_handler(MessageHandler(new & filters.TEXT, self.on_text))
         app.add_handler(MessageHandler(new & MEDIA, self.on_media))
         app.add_handler(MessageHandler(filters.UpdateType.EDITED_MESSAGE, self.on_edited))
+        app.add_handler(CallbackQueryHandler(self.on_button, pattern=f"^{BUTTONS}"))
         app.add_error_handler(self.on_error)
 
     # --- gatekeeping -----------------------------------------------------------------
@@ -463,7 +474,33 @@ class TelegramChannel:
             )
         if receipt is not None:
             await receipt.record()  # its effect happened: never run it twice
-        await send_plain_reply(context.bot, target, answer)
+        buttons = forget_buttons(answer) if name == "memory" else None
+        await send_plain_reply(context.bot, target, answer, buttons)
+
+    async def on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A button under a forget preview (bot/telegram/confirmations.py): the command
+        it stands for, run for the person who pressed it."""
+        query = update.callback_query
+        if query is None or not isinstance(query.message, Message):
+            return
+        words = ACTIONS.get(query.data or "")
+        message, user = query.message, query.from_user
+        place = Place.of(message)
+        await query.answer()
+        if words is None or not is_allowed(self.tg, user.id, place.chat_id):
+            return
+        with contextlib.suppress(TelegramError):  # pressed twice, or too old to edit
+            await message.edit_reply_markup(reply_markup=None)
+        base = base_session(self.settings.agent.id, place, user.id)
+        answer = await handle_command(
+            self.pool,
+            base,
+            "memory",
+            words,
+            is_admin=is_admin(self.tg, user.id),
+            limit=self.reply_limit,
+        )
+        await send_plain_reply(context.bot, self._target(message, place), answer)
 
     async def on_unknown_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.effective_message

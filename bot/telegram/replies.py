@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
-from telegram import Bot
+from telegram import Bot, InlineKeyboardMarkup
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
@@ -200,11 +200,13 @@ class ReplyStream:
         return list(self.message_ids)
 
 
-async def send_plain_reply(bot: Bot, target: Target, text: str) -> int:
+async def send_plain_reply(
+    bot: Bot, target: Target, text: str, reply_markup: InlineKeyboardMarkup | None = None
+) -> int:
     """A one-message plain-text answer (commands, refusals); cut to fit if need be."""
     pieces = plain_pieces(text) or [EMPTY_REPLY]
     shown = pieces[0] if len(pieces) == 1 else pieces[0].rstrip()[:-2] + " …"
-    msg = await send_text(bot, target, shown)
+    msg = await send_text(bot, target, shown, reply_markup)
     return msg.message_id
 
 

@@ -86,7 +86,7 @@ async def ask(c: Call, args: Any) -> ForgetPreview:
 async def ask_everything(c: Call, args: Any) -> tuple[int, int]:
     """(sessions, messages) an erasure of the caller's memory would delete."""
     owner = owner_of(c)
-    counts = await fg.owner_counts(c.provider.engine, owner)
+    counts = await fg.owner_counts(fg.engine_of(c.provider), owner)
     _keep(c.session.id, _Pending(owner, None, time.monotonic()))
     return counts
 

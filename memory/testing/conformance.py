@@ -42,6 +42,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from memory import forgetting as fg
 from memory.append_hook import AppendHook
 from memory.capabilities import (
     ChangelogReader,
@@ -49,6 +50,7 @@ from memory.capabilities import (
     Compactor,
     ConstraintStore,
     Explorer,
+    Forgetter,
     NoteStore,
     ProfileStore,
     Provider,
@@ -840,3 +842,55 @@ class ProviderConformance:
         assert await p.note_list(mine) == []
         await p.note_add(mine, "diary", "my own")  # same name, other user: no conflict
         assert (await p.note_get(theirs, "diary")).content == "secret narwhal"
+
+    # == Forgetter ===============================================================
+
+    async def test_forget_a_compacted_message_keeps_the_rest(self, provider: Provider) -> None:
+        p = self.require(provider, Forgetter)
+        self.require(provider, Compactor)
+        s = await self.compacted_session(provider)
+        owner = fg.Owner(s.user_id, s.agent_id)
+        preview = await fg.preview(p, owner, "w3x0 ")
+        assert len(preview.items) == 1 and preview.items[0].first_words.startswith("message 3")
+        report = await fg.forget(p, owner, preview.ids, preview.needles)
+        assert report.messages == 1
+        context = "\n".join(m.text() for m in await self.everything(provider, s))
+        assert "w3x0 " not in context
+        if isinstance(unwrap(provider), SessionManager):
+            history = await provider.load_history(s.id)  # type: ignore[attr-defined]
+            assert shapes(history) == shapes(
+                [filler(i) for i in range(self.compaction_messages) if i != 3]
+            )
+        if isinstance(unwrap(provider), Searcher):
+            hits = await provider.search(s, SearchQuery("w3x0"))  # type: ignore[attr-defined]
+            assert hits == []
+
+    async def test_forget_never_reaches_another_user(self, provider: Provider) -> None:
+        p = self.require(provider, Forgetter)
+        mine = self.session()
+        await provider.bootstrap(mine)
+        await provider.append(mine, Message("user", "my narwhal secret"))
+        me = fg.Owner(mine.user_id, mine.agent_id)
+        [item] = (await fg.preview(p, me, "narwhal")).items
+        other = fg.Owner(self.other_user_id, self.agent_id)
+        assert (await fg.preview(p, other, "narwhal")).items == []
+        assert (await fg.preview(p, other, str(item.id))).items == []
+        assert (await fg.forget(p, other, [item.id])).messages == 0
+        stats = await provider.stats(mine)
+        assert stats.message_count == 1
+
+    async def test_erase_leaves_one_content_free_row(self, provider: Provider) -> None:
+        p = self.require(provider, Forgetter)
+        s = self.session()
+        await provider.bootstrap(s)
+        await provider.append(s, Message("user", "remember the narwhal"))
+        if isinstance(unwrap(provider), ProfileStore):
+            await provider.set_profile(s.user_id, s.agent_id, "likes narwhals")  # type: ignore[attr-defined]
+        owner = fg.Owner(s.user_id, s.agent_id)
+        report = await fg.erase(p, owner, "the kit")
+        assert report.sessions == 1 and report.messages == 1
+        assert (await provider.stats(s)).message_count == 0
+        if isinstance(unwrap(provider), ChangelogReader):
+            rows = await provider.read_changelog(s.user_id, s.agent_id)  # type: ignore[attr-defined]
+            assert [r.scope for r in rows] == [fg.ERASURE_SCOPE]
+            assert "narwhal" not in rows[0].after_text + rows[0].before_text

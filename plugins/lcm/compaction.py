@@ -93,6 +93,9 @@ class _Planned:
     record: SummaryRecord
     sources: list  # leaf: message ids; condensed: child summary ids (in order)
     inputs: list[Key]  # the context items it replaces, in order
+    # The summary whose text the summarizer was shown as `previous`: if a forget replaced
+    # it meanwhile, this summary may quote what was forgotten and must not land.
+    previous: Key | None = None
 
 
 @dataclass
@@ -299,7 +302,7 @@ class Compaction:
         pos = 0
         for start, stop in chunks:
             out.extend(nodes[pos:start])
-            out.append(await self._summarize_leaf(conv_id, nodes[start:stop], _previous(out), plan))
+            out.append(await self._summarize_leaf(conv_id, nodes[start:stop], out, plan))
             pos = stop
         out.extend(nodes[pos:])
         return out
@@ -312,22 +315,23 @@ class Compaction:
         pos = 0
         for start, stop in groups:
             out.extend(nodes[pos:start])
-            out.append(
-                await self._summarize_condensed(conv_id, nodes[start:stop], _previous(out), plan)
-            )
+            out.append(await self._summarize_condensed(conv_id, nodes[start:stop], out, plan))
             pos = stop
         out.extend(nodes[pos:])
         return out
 
     async def _summarize_leaf(
-        self, conv_id: int, chunk: Sequence[_Node], previous: str, plan: _Plan
+        self, conv_id: int, chunk: Sequence[_Node], before: Sequence[_Node], plan: _Plan
     ) -> _Node:
         ids = [int(n.key[1]) for n in chunk]
         async with self.engine.connect() as conn:
             loaded = await self.history.load_messages(conn, ids=ids)
         source_tokens = sum(s.token_count for s, _ in loaded)
         opts = SummarizeOptions(
-            is_condensed=False, depth=0, previous=previous, target_tokens=leaf_target(source_tokens)
+            is_condensed=False,
+            depth=0,
+            previous=_previous(before),
+            target_tokens=leaf_target(source_tokens),
         )
         content = await self._summarize(render_transcript([m for _, m in loaded]), opts)
         record = SummaryRecord(
@@ -343,13 +347,17 @@ class Compaction:
             descendant_token_count=source_tokens,
             created_at=utcnow(),
         )
-        plan.summaries.append(_Planned(record, [s.id for s, _ in loaded], [n.key for n in chunk]))
+        plan.summaries.append(
+            _Planned(
+                record, [s.id for s, _ in loaded], [n.key for n in chunk], _previous_key(before)
+            )
+        )
         return _Node(
             ("s", record.id), chunk[0].first_ordinal, record.token_count, depth=0, record=record
         )
 
     async def _summarize_condensed(
-        self, conv_id: int, group: Sequence[_Node], previous: str, plan: _Plan
+        self, conv_id: int, group: Sequence[_Node], before: Sequence[_Node], plan: _Plan
     ) -> _Node:
         children = [n.record for n in group]
         assert all(c is not None for c in children)
@@ -359,7 +367,7 @@ class Compaction:
         opts = SummarizeOptions(
             is_condensed=True,
             depth=depth,
-            previous=previous,
+            previous=_previous(before),
             target_tokens=condensed_target(source_tokens),
         )
         content = await self._summarize(condensed_source(kids), opts)
@@ -378,7 +386,9 @@ class Compaction:
             descendant_token_count=sum(c.descendant_token_count for c in kids),
             created_at=utcnow(),
         )
-        plan.summaries.append(_Planned(record, [c.id for c in kids], [n.key for n in group]))
+        plan.summaries.append(
+            _Planned(record, [c.id for c in kids], [n.key for n in group], _previous_key(before))
+        )
         return _Node(
             ("s", record.id),
             group[0].first_ordinal,
@@ -398,7 +408,12 @@ class Compaction:
     async def _apply(self, session: Session, plan: _Plan) -> CompactionResult:
         async with self.history.session_transaction(session) as (conn, conv_id):
             window = _Window(await self._current_items(conn, conv_id, plan))
-            applied = [p for p in plan.summaries if window.replace(p.inputs, p.record)]
+            applied = [
+                p
+                for p in plan.summaries
+                if (p.previous is None or window.has(p.previous))
+                and window.replace(p.inputs, p.record)
+            ]
             if not applied:
                 return CompactionResult()
             await insert_summaries(
@@ -441,7 +456,10 @@ class Compaction:
     ) -> list[ci.Item]:
         """The items now in the ordinal range the plan was made from."""
         ordinals = [
-            plan.ordinals[k] for p in plan.summaries for k in p.inputs if k in plan.ordinals
+            plan.ordinals[k]
+            for p in plan.summaries
+            for k in [*p.inputs, p.previous]
+            if k in plan.ordinals
         ]
         if not ordinals:
             return []
@@ -464,6 +482,13 @@ def _previous(nodes: Sequence[_Node]) -> str:
     if nodes and nodes[-1].record is not None:
         return nodes[-1].record.content
     return ""
+
+
+def _previous_key(nodes: Sequence[_Node]) -> Key | None:
+    """The item `_previous` read its text from, if any."""
+    if nodes and nodes[-1].record is not None:
+        return nodes[-1].key
+    return None
 
 
 async def _delete_items(conn: AsyncConnection, conv_id: int, ordinals: list[int]) -> None:
@@ -506,6 +531,9 @@ class _Window:
     @property
     def keys(self) -> set[Key]:
         return set(self._by_key)
+
+    def has(self, key: Key) -> bool:
+        return key in self._by_key
 
     def replace(self, inputs: Sequence[Key], record: SummaryRecord) -> bool:
         """Swap `inputs` for `record` if they are still consecutive items, in order."""

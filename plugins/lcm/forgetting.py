@@ -63,29 +63,16 @@ class _Plan:
     shape: Shape
     rebuilt: dict[str, SummaryRecord | None]  # old id -> its replacement (None: removed)
     sources: dict[str, list[int | str]]  # new id -> its sources (message or child ids)
+    low: int  # seq of the oldest forgotten message
 
 
 async def _affected(
-    conn: AsyncConnection, conv_id: int, forgotten: Sequence[int]
+    conn: AsyncConnection, conv_id: int, low: int
 ) -> tuple[dict[str, SummaryRecord], dict[str, list[int | str]]]:
-    """The summaries that may quote `forgotten`, with their sources: every leaf covering
-    a message at or after the oldest forgotten one (a compaction gives the summarizer the
-    summary before the chunk "for continuity", so a later summary may repeat an earlier
-    one), and everything above them."""
-    low = await conn.scalar(
-        sa.select(sa.func.min(messages.c.seq)).where(
-            messages.c.conversation_id == conv_id, messages.c.id.in_(list(forgotten)[:1000])
-        )
-    )
-    for chunk in fg._chunks(list(forgotten)[1000:]):
-        more = await conn.scalar(
-            sa.select(sa.func.min(messages.c.seq)).where(
-                messages.c.conversation_id == conv_id, messages.c.id.in_(chunk)
-            )
-        )
-        low = more if low is None or (more is not None and more < low) else low
-    if low is None:
-        return {}, {}
+    """The summaries that may quote a message forgotten at seq `low` or later, with their
+    sources: every leaf covering a message from `low` on (a compaction gives the
+    summarizer the summary before the chunk "for continuity", so a later summary may
+    repeat an earlier one), and everything above them."""
     leaves = set(
         (
             await conn.execute(
@@ -112,7 +99,7 @@ async def _affected(
     records = await load_summaries(conn, affected)
     sources: dict[str, list[int | str]] = {sid: [] for sid in records}
     ids = sorted(records)
-    for chunk in fg._chunks(ids):
+    for chunk in fg.chunks(ids):
         for sid, mid in await conn.execute(
             sa.select(summary_messages.c.summary_id, summary_messages.c.message_id)
             .where(summary_messages.c.summary_id.in_(chunk))
@@ -185,7 +172,7 @@ class LcmForgetting:
         async with self.engine.connect() as conn:
             found = await fg.items(conn, owner, message_ids)
             for conv_id, group in fg.by_conversation(found).items():
-                records, _ = await _affected(conn, conv_id, [i.id for i in group])
+                records, _ = await _affected(conn, conv_id, min(i.seq for i in group))
                 count += len(records)
         return Dependents(summaries=count)
 
@@ -206,18 +193,21 @@ class LcmForgetting:
         self, owner: Owner, conv_id: int, group: list[fg.ForgetItem]
     ) -> ForgetReport:
         forgotten = [i.id for i in group]
+        low = min(i.seq for i in group)
         session = Session(group[0].session_id, owner.agent_id, owner.user_id)
         for _ in range(PLAN_ATTEMPTS):
-            plan = await self._forget_plan(conv_id, session, forgotten)
+            plan = await self._forget_plan(conv_id, session, forgotten, low)
             report = await self._forget_apply(owner, plan, forgotten)
             if report is not None:
                 self._forgot(conv_id)
                 return report
         raise Conflict("the conversation kept changing while forgetting; nothing was forgotten")
 
-    async def _forget_plan(self, conv_id: int, session: Session, forgotten: list[int]) -> _Plan:
+    async def _forget_plan(
+        self, conv_id: int, session: Session, forgotten: list[int], low: int
+    ) -> _Plan:
         async with self.engine.connect() as conn:
-            records, sources = await _affected(conn, conv_id, forgotten)
+            records, sources = await _affected(conn, conv_id, low)
             gone = set(forgotten)
             rebuilt: dict[str, SummaryRecord | None] = {}
             new_sources: dict[str, list[int | str]] = {}
@@ -241,7 +231,7 @@ class LcmForgetting:
                 rebuilt[old.id] = record
                 if record is not None:
                     new_sources[record.id] = kept
-        return _Plan(conv_id, session, _shape(sources), rebuilt, new_sources)
+        return _Plan(conv_id, session, _shape(sources), rebuilt, new_sources, low)
 
     async def _forget_summarize(self, text: str, opts: SummarizeOptions) -> str:
         content = storable(await self.summarizer.summarize(text, opts) or "").strip()
@@ -308,13 +298,16 @@ class LcmForgetting:
         """The plan in one transaction; None (nothing written) when the summaries it was
         made from changed meanwhile."""
         async with self.history.session_transaction(plan.session) as (conn, conv_id):
-            _, sources = await _affected(conn, conv_id, forgotten)
+            _, sources = await _affected(conn, conv_id, plan.low)
             if _shape(sources) != plan.shape:
                 return None
             new = [r for r in plan.rebuilt.values() if r is not None]
             await insert_summaries(conn, new, plan.sources)
             for old_id, record in plan.rebuilt.items():
-                items = context_items.c.summary_id == old_id
+                # By the primary key's conversation prefix: summary_id has no index.
+                items = (context_items.c.conversation_id == conv_id) & (
+                    context_items.c.summary_id == old_id
+                )
                 if record is None:
                     await conn.execute(context_items.delete().where(items))
                 else:
@@ -324,7 +317,7 @@ class LcmForgetting:
                         .values(summary_id=record.id, token_count=record.token_count)
                     )
             old_ids = sorted(plan.rebuilt)
-            for chunk in fg._chunks(old_ids):
+            for chunk in fg.chunks(old_ids):
                 await conn.execute(
                     summary_parents.delete().where(summary_parents.c.summary_id.in_(chunk))
                 )
@@ -333,7 +326,7 @@ class LcmForgetting:
                 )
                 await conn.execute(summaries.delete().where(summaries.c.id.in_(chunk)))
             await fg.delete_vectors(conn, SUMMARY_SOURCE, old_ids, owner)
-            for chunk in fg._chunks(forgotten):
+            for chunk in fg.chunks(forgotten):
                 await conn.execute(
                     context_items.delete().where(
                         context_items.c.conversation_id == conv_id,
@@ -354,7 +347,7 @@ class LcmForgetting:
             owned = await fg.owned_conversations(conn, owner)
             conv_ids = list(owned)
             report.sessions = len(conv_ids)
-            for chunk in fg._chunks(conv_ids):
+            for chunk in fg.chunks(conv_ids):
                 ids = sa.select(summaries.c.id).where(summaries.c.conversation_id.in_(chunk))
                 report.summaries += int(
                     await conn.scalar(
@@ -374,6 +367,7 @@ class LcmForgetting:
                 await conn.execute(summaries.delete().where(summaries.c.conversation_id.in_(chunk)))
             report.messages = await fg.erase_history(conn, owner, conv_ids)
             report.changelog_rows = await self.erase_stores(conn, owner.user_id, owner.agent_id)
+            await fg.run_erase_hooks(conn, owner, report)
             await self.record_changelog(conn, fg.erasure_entry(owner, report, by))
         for conv_id, session_id in owned.items():
             self._forgot(conv_id, session_id)

@@ -2,11 +2,12 @@
 
 Every message is kept (the shared history tables); the context window is an ordered list
 of items, each a message or a summary; compaction swaps runs of items for summaries that
-form a DAG the model can drill back into; nothing is ever deleted, so expanding every
-summary recovers exactly the original message sequence.
+form a DAG the model can drill back into; nothing is deleted unless someone asks for it
+to be forgotten (plugins/lcm/forgetting.py rebuilds the summaries built on it), so
+expanding every summary recovers exactly the stored message sequence.
 
-Capabilities: Provider, Compactor, Searcher, Explorer, Reviewer, SessionManager (shared
-history) and, through `SharedStores`, ProfileStore, ConstraintStore, the versioned
+Capabilities: Provider, Compactor, Searcher, Explorer, Reviewer, Forgetter,
+SessionManager (shared history) and, through `SharedStores`, ProfileStore, ConstraintStore, the versioned
 stores, the changelog and session snapshots.
 
 Config: `memory.lcm` plus `compaction.keep_tail`, as `plugins.lcm.settings.LcmSettings`.

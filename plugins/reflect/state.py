@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from memory import forgetting
 from memory.db import conflict_insert, write_transaction
+from memory.forgetting import Owner
 from memory.types import Session, as_utc, utcnow
 from memory.usage import write_pending
 from plugins.reflect.models import ReflectSlot, ReflectWatermark
@@ -216,3 +218,18 @@ class ReflectState:
             )
             await write_pending(conn)  # what the review cost, with its outcome
         return result.rowcount == 1
+
+
+async def erase_watermarks(conn: AsyncConnection, owner: Owner) -> dict[str, int]:
+    """An erasure's part of reflect: its review marks of the owner's sessions (their
+    last errors may quote what a review read)."""
+    result = await conn.execute(
+        watermarks.delete().where(
+            watermarks.c.user_id == owner.user_id, watermarks.c.agent_id == owner.agent_id
+        )
+    )
+    return {"reflect watermark(s)": int(result.rowcount or 0)}
+
+
+def register_erasure() -> None:
+    forgetting.on_erase("reflect", erase_watermarks)

@@ -301,7 +301,7 @@ class SimpleForgetting:
             owned = await fg.owned_conversations(conn, owner)
             conv_ids = list(owned)
             report.sessions = len(conv_ids)
-            for chunk in fg._chunks(conv_ids):
+            for chunk in fg.chunks(conv_ids):
                 in_convs = markers.markers.c.conversation_id.in_(chunk)
                 report.summaries += int(
                     await conn.scalar(sa.select(sa.func.count()).where(in_convs)) or 0
@@ -309,6 +309,7 @@ class SimpleForgetting:
                 await conn.execute(markers.markers.delete().where(in_convs))
             report.messages = await fg.erase_history(conn, owner, conv_ids)
             report.changelog_rows = await self.erase_stores(conn, owner.user_id, owner.agent_id)
+            await fg.run_erase_hooks(conn, owner, report)
             # The notes file goes right after the commit; counted here for the record.
             entries = await self.notes.entries(owner.agent_id, owner.user_id)
             report.notes = sum(1 for e in entries if e.kind == NoteKind.NOTE)

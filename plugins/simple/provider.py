@@ -323,6 +323,20 @@ class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory, SimpleForg
                 now_latest = await markers.latest(tx, tx_conv)
                 if (now_latest.id if now_latest else None) != (marker.id if marker else None):
                     raise Conflict("the session was compacted meanwhile; nothing changed")
+                # A forget meanwhile (memory/forgetting.py) rewrote the summary carried
+                # forward or deleted a message summarised here: the summary just made
+                # may quote what was forgotten.
+                still = await tx.scalar(
+                    sa.select(sa.func.count()).where(
+                        messages.c.conversation_id == tx_conv,
+                        messages.c.seq > after,
+                        messages.c.seq <= through,
+                    )
+                )
+                if (now_latest.summary if now_latest else "") != (
+                    marker.summary if marker else ""
+                ) or still != len(chosen):
+                    raise Conflict("messages were forgotten meanwhile; nothing changed")
                 await markers.insert(
                     tx,
                     tx_conv,

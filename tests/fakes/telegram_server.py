@@ -31,6 +31,7 @@ Users and chats (the user side):
   chat.send(text, user=, reply_to=)            a text message; a leading /command gets its
                                                bot_command entity, each @name a mention
   chat.send_photo / send_sticker / send_voice / send_document(user=, caption=)
+  chat.press(bot_message, data, user=)        presses an inline button (a callback_query)
   chat.send_document(content=b"...", file_name=, mime_type=, file_size=)
   chat.send_voice(content=b"...", mime_type="audio/ogg", duration=, file_size=)
   chat.send_video_note(content=b"...", duration=, file_size=)
@@ -141,6 +142,7 @@ class BotMessage:
     reply_to: int | None = None
     edits: int = 0
     deleted: bool = False
+    reply_markup: dict[str, Any] | None = None  # inline keyboard, as sent
 
 
 @dataclass(frozen=True)
@@ -381,6 +383,21 @@ class Chat:
             doc["mime_type"] = mime_type
         return self._media("document", doc, user, caption, reply_to)
 
+    def press(self, message: BotMessage, data: str, *, user: User | None = None) -> dict[str, Any]:
+        """The user presses the inline button carrying `data` under the bot's `message`."""
+        sender = user or self.default_user
+        if sender is None:
+            raise ValueError("a press in a group needs a user: press(..., user=User(...))")
+        query = {
+            "id": str(next(self.server._query_ids)),
+            "from": sender.to_dict(),
+            "chat_instance": str(self.id),
+            "data": data,
+            "message": self.server._message_dict(self.id, message),
+        }
+        self.server.inject({"callback_query": query})
+        return query
+
     def edit(self, message: dict[str, Any], new_text: str) -> dict[str, Any]:
         """The user edits one of their messages (an `edited_message` update)."""
         edited = dict(message, text=new_text, edit_date=int(time.time()))
@@ -432,6 +449,7 @@ class FakeTelegram:
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1)
         self._message_ids: dict[int, itertools.count[int]] = {}
+        self._query_ids = itertools.count(1)
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}
         self._bot_messages: dict[tuple[int, int], BotMessage] = {}
         self._faults: list[_Fault] = []
@@ -883,6 +901,8 @@ class FakeTelegram:
             out["is_topic_message"] = True
         if m.edits:
             out["edit_date"] = int(time.time())
+        if m.reply_markup:
+            out["reply_markup"] = m.reply_markup
         return out
 
     def _chat_dict(self, chat_id: int) -> dict[str, Any]:
@@ -909,6 +929,7 @@ class FakeTelegram:
             entities,
             params.get("message_thread_id"),
             reply.get("message_id"),
+            reply_markup=_markup(params.get("reply_markup")),
         )
         self._bot_messages[(chat_id, m.message_id)] = m
         out = self._bot_message_dict(m, self._chat_dict(chat_id))
@@ -937,6 +958,16 @@ class FakeTelegram:
         self._messages[key] = out
         return out
 
+    async def _api_editMessageReplyMarkup(self, params: dict[str, Any]) -> Any:
+        key = (int(params.get("chat_id", 0)), int(params.get("message_id", 0)))
+        m = self._bot_messages.get(key)
+        if m is None or m.deleted:
+            return _error(400, "Bad Request: message to edit not found")
+        m.reply_markup = _markup(params.get("reply_markup"))
+        out = self._bot_message_dict(m, self._chat_dict(key[0]))
+        self._messages[key] = out
+        return out
+
     async def _api_deleteMessage(self, params: dict[str, Any]) -> Any:
         key = (int(params.get("chat_id", 0)), int(params.get("message_id", 0)))
         m = self._bot_messages.get(key)
@@ -944,6 +975,12 @@ class FakeTelegram:
             return _error(400, "Bad Request: message to delete not found")
         m.deleted = True
         return True
+
+
+def _markup(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, str):
+        value = json.loads(value) if value else None
+    return value or None
 
 
 def _error(status: int, description: str, retry_after: int | None = None) -> web.Response:

@@ -4,13 +4,16 @@ expansion no longer find it, the DAG stays lossless and doctor stays clean."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+import sqlalchemy as sa
 
 from memory import forgetting as fg
 from memory.errors import NotFound
 from memory.forgetting import Owner
 from memory.integrity import check_shared
-from memory.types import CompactionMode, Message, SearchMode, SearchQuery
+from memory.types import CompactionMode, Message, SearchMode, SearchQuery, SummarizeOptions
 from tests.fakes.summarizer import KeepingSummarizer
 from tests.lcm.conftest import MakeProvider, context_view, reconstruct, session
 
@@ -131,3 +134,100 @@ async def test_erase_owner(make_provider: MakeProvider) -> None:
     assert [m.content for m in await provider.load_history(s.id)] == ["hello again"]
     assert await check_shared(provider.engine) == []
     assert await provider.check_integrity() == []
+
+
+async def test_vectors_go_with_what_they_embed(make_provider: MakeProvider) -> None:
+    provider, s = await _compacted(make_provider)
+    owner = Owner(s.user_id, s.agent_id)
+    preview = await fg.preview(provider, owner, TOKEN)
+    [target] = preview.ids
+    async with provider.engine.connect() as conn:
+        summary_ids = [r[0] for r in await conn.exec_driver_sql("SELECT id FROM summaries")]
+        other = (
+            await conn.exec_driver_sql(f"SELECT min(id) FROM messages WHERE id <> {target}")
+        ).scalar()
+    rows = [("message", str(target)), ("message", str(other))] + [
+        ("summary", i) for i in summary_ids
+    ]
+    async with provider.engine.begin() as conn:
+        await conn.execute(
+            sa.text(
+                "INSERT INTO embeddings (source, item_key, item_id, user_id, agent_id, model, dim, "
+                "vector, created_at) VALUES (:s, :k, NULL, :u, :a, 'm', 1, :v, CURRENT_TIMESTAMP)"
+            ),
+            [
+                {"s": src, "k": key, "u": s.user_id, "a": s.agent_id, "v": b"\0\0\x80?"}
+                for src, key in rows
+            ],
+        )
+    await fg.forget(provider, owner, preview.ids)
+    async with provider.engine.connect() as conn:
+        left = {
+            (r[0], r[1])
+            for r in await conn.exec_driver_sql("SELECT source, item_key FROM embeddings")
+        }
+        live = {r[0] for r in await conn.exec_driver_sql("SELECT id FROM summaries")}
+    assert ("message", str(target)) not in left and ("message", str(other)) in left
+    # Vectors of rebuilt (deleted) summaries are gone; untouched summaries keep theirs.
+    assert {k for src, k in left if src == "summary"} == live & set(summary_ids)
+
+
+async def test_a_title_taken_from_a_forgotten_message_is_retaken(
+    make_provider: MakeProvider,
+) -> None:
+    provider = make_provider(KeepingSummarizer())
+    s = session()
+    await provider.append(
+        s,
+        Message("user", f"my secret is {TOKEN}"),
+        Message("assistant", "noted"),
+        Message("user", "what about tea"),
+    )
+    assert TOKEN in (await provider.load_info(s.id)).title
+    owner = Owner(s.user_id, s.agent_id)
+    preview = await fg.preview(provider, owner, TOKEN)
+    await fg.forget(provider, owner, preview.ids)
+    assert (await provider.load_info(s.id)).title == "what about tea"
+
+
+class _Gated(KeepingSummarizer):
+    """Its next call waits for `gate` once armed (the compaction's), the rest do not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+
+    async def summarize(self, text: str, opts: SummarizeOptions) -> str:
+        if self.gate is not None:
+            gate, self.gate = self.gate, None
+            self.entered.set()
+            await gate.wait()
+        return await super().summarize(text, opts)
+
+
+async def test_a_compaction_planned_before_a_forget_does_not_land(
+    make_provider: MakeProvider,
+) -> None:
+    summarizer = _Gated()
+    provider = make_provider(summarizer, keep_tail=4, leaf_chunk_size=4, condensed_min=2)
+    s = session()
+    await provider.append(s, *_chat(20, 5))
+    await provider.compact(s, CompactionMode.FULL)
+    await provider.append(s, *_chat(8, -1))
+    summarizer.gate = gate = asyncio.Event()
+    compaction = asyncio.create_task(provider.compact(s, CompactionMode.INCREMENTAL))
+    await summarizer.entered.wait()  # planning, shown the old summary as `previous`
+    owner = Owner(s.user_id, s.agent_id)
+    preview = await fg.preview(provider, owner, TOKEN)
+    await fg.forget(provider, owner, preview.ids)
+    gate.set()
+    await compaction
+    assert not any(TOKEN in t for t in await _summary_texts(provider))
+    assert await provider.check_integrity() == []
+    history = [m.content for m in await provider.load_history(s.id)]
+    assert await reconstruct(provider, s) == history
+    # The next compaction does the work, from the rebuilt summaries.
+    assert (await provider.compact(s, CompactionMode.INCREMENTAL)).changed
+    assert not any(TOKEN in t for t in await _summary_texts(provider))
+    assert await reconstruct(provider, s) == history

@@ -4,16 +4,19 @@ archive notes and compaction changelog rows too; notes quoting it are reported."
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory import forgetting as fg
 from memory.capabilities import ProviderContext
+from memory.errors import Conflict
 from memory.forgetting import Owner
 from memory.integrity import check_shared
 from memory.registry import create_provider
-from memory.types import Message, NoteKind, SearchMode, SearchQuery, Session
+from memory.types import Message, NoteKind, SearchMode, SearchQuery, Session, SummarizeOptions
 from tests.fakes.summarizer import KeepingSummarizer
 
 TOKEN = "Zqxplanted"
@@ -124,4 +127,55 @@ async def test_erase_owner_removes_the_notes_file(engine: AsyncEngine, tmp_path:
     [row] = await provider.read_changelog(s.user_id, s.agent_id)
     assert row.scope == "erasure" and "operator" in row.after_text
     assert await check_shared(engine) == []
+    await provider.close()
+
+
+class _Gated(KeepingSummarizer):
+    """Its next call waits for `gate` once armed (the compaction's), the rest do not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+
+    async def summarize(self, text: str, opts: SummarizeOptions) -> str:
+        if self.gate is not None:
+            gate, self.gate = self.gate, None
+            self.entered.set()
+            await gate.wait()
+        return await super().summarize(text, opts)
+
+
+@pytest.mark.parametrize("planted", [5, 22])  # under the first marker / in the new range
+async def test_a_compaction_planned_before_a_forget_does_not_land(
+    engine: AsyncEngine, tmp_path: Path, planted: int
+) -> None:
+    summarizer = _Gated()
+    provider = create_provider(
+        "simple",
+        ProviderContext(
+            engine=engine,
+            summarizer=summarizer,
+            agent_id="bot",
+            config={"store_dir": str(tmp_path / "mem"), "keep_tail": 4},
+        ),
+    )
+    s = Session("tg-7", "bot", 7)
+    chat = _chat(0, 30, planted=planted)
+    await provider.append(s, *chat[:20])
+    await provider.compact(s)
+    await provider.append(s, *chat[20:])
+    summarizer.gate = gate = asyncio.Event()
+    compaction = asyncio.create_task(provider.compact(s))
+    await summarizer.entered.wait()
+    owner = Owner(s.user_id, s.agent_id)
+    preview = await fg.preview(provider, owner, TOKEN)
+    await fg.forget(provider, owner, preview.ids)
+    gate.set()
+    with pytest.raises(Conflict):
+        await compaction
+    assert TOKEN not in await _everything_derived(provider, s)
+    assert await provider.check_integrity() == []
+    await provider.compact(s)  # compacts from what remains
+    assert TOKEN not in await _everything_derived(provider, s)
     await provider.close()
