@@ -131,7 +131,11 @@ async def build_services(
         undo.push_async_callback(locks.close)
         pool = Pool(provider, llm, settings, locks=locks)
         undo.pop_all()  # built: from now on Services.close closes them
-    log.info("memory provider %s on %s", settings.memory.provider, engine.dialect.name)
+    from bot.database_file import describe
+
+    log.info(
+        "memory provider %s, database %s", settings.memory.provider, describe(settings.database.url)
+    )
     return Services(
         settings=settings,
         engine=engine,

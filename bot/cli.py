@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bot.config import ConfigError, Settings, load_settings
+from bot.database_file import DatabaseMissing
 from memory.display import terminal_safe
 from memory.types import GENERATION_SEP
 
@@ -47,10 +48,12 @@ def _error(line: str) -> None:
     print(f"mnemo: {scrub(terminal_safe(line))}", file=sys.stderr)
 
 
-def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Settings:
+def _settings(args: argparse.Namespace) -> Settings:
     from bot.redact import config_secrets, install_redaction
 
-    settings = load_settings(getattr(args, "config", None), check_provider=check_provider)
+    # An unknown memory.provider stops every command, `providers` included: its error
+    # line lists the installed ones.
+    settings = load_settings(getattr(args, "config", None))
     install_redaction(
         *config_secrets(
             token=settings.telegram.token.get_secret_value(),
@@ -80,9 +83,7 @@ def _run_async(coro: Coroutine[Any, Any, int]) -> int:
 def cmd_providers(args: argparse.Namespace) -> int:
     from memory.registry import list_providers
 
-    # The configured provider is marked; an unknown one is no error here (this command is
-    # where the operator looks for the right name).
-    configured = _settings(args, check_provider=False).memory.provider
+    configured = _settings(args).memory.provider  # marked with '*' in the list
     entries = list_providers()
     if not entries:
         print("no memory providers installed")
@@ -125,17 +126,30 @@ class _ClassProbe:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from bot.database_file import describe, prepare, sqlite_file
     from memory.db import create_engine, migrate
 
-    settings = _settings(args, check_provider=False)
+    settings = _settings(args)
+    url = settings.database.url
+    where = describe(url)
+    file = sqlite_file(url)
+    new_file = file is not None and not file.exists()
 
     async def go() -> int:
-        engine = create_engine(settings.database.url)
+        prepare(url)
+        engine = create_engine(url)
         try:
-            await migrate(engine)
+            done = await migrate(engine)
         finally:
             await engine.dispose()
-        print("database is up to date")
+        if new_file:
+            print(f"created the database {where} with mnemo's tables")
+        elif done.created:
+            print(f"created mnemo's tables in the database {where}")
+        elif done.changed:
+            print(f"migrated the database {where} to the current schema")
+        else:
+            print(f"the database {where} is up to date (nothing to migrate)")
         return 0
 
     return _run_async(go())
@@ -172,8 +186,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
         _error(str(exc))
         return EXIT_CONFIG
 
+    from bot.database_file import prepare
     from bot.root import Root
     from bot.terminal import Terminal, terminal_session
+
+    prepare(settings.database.url)
 
     base = terminal_session(settings.agent.id, args.session)
     # The running bot's health port and reflect schedule are its own, not the chat's.
@@ -212,11 +229,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bot.telegram.startup import TokenRejected
 
     settings = _settings(args)
+    # Everything missing is named at once: a newcomer fixes it in one go, not one run each.
+    missing = []
+    for require in (lambda: require_token(settings), lambda: require_api_key(settings.llm)):
+        try:
+            require()
+        except (MissingToken, MissingApiKey) as exc:
+            missing.append(str(exc))
+    for line in missing:
+        _error(line)
+    if missing:
+        return EXIT_CONFIG
     try:
-        require_token(settings)
-        require_api_key(settings.llm)
+        from bot.database_file import prepare
+
+        prepare(settings.database.url)
         return _run_async(run_bot(settings))
-    except (MissingToken, MissingApiKey, TokenRejected) as exc:
+    except TokenRejected as exc:
         _error(str(exc))
         return EXIT_CONFIG
 
@@ -325,10 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        _error(f"config error: {exc}")
+        for line in str(exc).splitlines():  # one line per wrong key
+            _error(f"config error: {line}")
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
+    except DatabaseMissing as exc:
+        _error(str(exc))
+        return EXIT_UNAVAILABLE
     except OSError as exc:  # the environment: a path that cannot be made, a port in use
         _error(str(exc))
         return EXIT_UNAVAILABLE

@@ -1,12 +1,14 @@
 """`mnemo memory ...`: the operator's commands over a live database.
 
-Every command opens the configured database (migrating it, as every start does) and the
+Every command opens the configured database, which must exist (bot.database_file),
+migrating it as every start does, and the
 configured provider through the registry. Only `compact` builds the full services (it
 needs the LLM for summaries); the others give the provider a summarizer that refuses, so
 `doctor`, `export` or `backup` never need an API key.
 
 Output goes to stdout; progress and diagnostics to stderr. Exit codes: 0 done, 1 a fault
-or failure (named on stderr), 2 bad usage. Stored text (titles, messages, ids of imported
+or failure (named on stderr), 2 bad usage, 3 the database missing or unreachable (the
+CLI's; docs/OPERATIONS.md lists them). Stored text (titles, messages, ids of imported
 sessions) is printed through `memory.display.terminal_safe`: its control and bidi
 characters never act on the terminal; the JSON export escapes them losslessly.
 """
@@ -61,10 +63,28 @@ class Opened:
     engine: AsyncEngine
     provider: Provider
 
+    @property
+    def where(self) -> str:
+        """The database, as the operator recognises it (the SQLite file's path)."""
+        from bot.database_file import describe
+
+        return describe(self.settings.database.url)
+
 
 @asynccontextmanager
-async def open_memory(settings: Settings, *, with_llm: bool = False) -> AsyncIterator[Opened]:
-    """The migrated database and the configured provider; closed on exit."""
+async def open_memory(
+    settings: Settings, *, with_llm: bool = False, create: bool = False
+) -> AsyncIterator[Opened]:
+    """The migrated database and the configured provider; closed on exit. The database
+    must exist unless `create` (bot.database_file): DatabaseMissing otherwise. Each
+    command names `Opened.where` in its result."""
+    from bot.database_file import require_directory, require_existing
+
+    url = settings.database.url
+    if create:
+        require_directory(url)
+    else:
+        await require_existing(url)
     if with_llm:
         from bot.app import build_services
 
@@ -145,6 +165,7 @@ async def status(settings: Settings, session_id: str, out: TextIO = sys.stdout) 
         ),
         ("title", info.title or "-"),
         ("provider", m.provider.name),
+        ("database", m.where),
         (
             "messages",
             f"{stats.message_count} ({stats.token_count} tokens), "
@@ -196,7 +217,7 @@ async def sessions(settings: Settings, out: TextIO = sys.stdout) -> int:
             for r in rows
         ]
     if not lines:
-        print("no sessions", file=out)
+        print(f"no sessions in {m.where}", file=out)
         return EXIT_OK
     header = ("SESSION", "USER", "MESSAGES", "SUMMARIES", "LAST ACTIVE", "TITLE")
     widths = [max(len(r[i]) for r in [header, *lines]) for i in range(5)]
@@ -205,6 +226,7 @@ async def sessions(settings: Settings, out: TextIO = sys.stdout) -> int:
             "  ".join(c.ljust(w) for c, w in zip(line[:5], widths, strict=True)) + "  " + line[5],
             file=out,
         )
+    print(f"{len(lines)} session(s) in {m.where}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -230,7 +252,7 @@ async def search(settings: Settings, session_id: str, text: str, out: TextIO = s
             terminal_safe(f"[{hit.source_type} {hit.source_id}] {_when(hit.timestamp)}  {snippet}"),
             file=out,
         )
-    print(f"{len(hits)} result(s)", file=sys.stderr)
+    print(f"{len(hits)} result(s) in {m.where}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -271,7 +293,7 @@ async def import_(settings: Settings, path: str) -> int:
     except (InvalidArgument, UnicodeDecodeError) as exc:
         _err(f"{path} is not a JSON export: {exc}")
         return EXIT_FAULT
-    async with open_memory(settings) as m:
+    async with open_memory(settings, create=True) as m:
         try:
             report = await import_session(m.engine, doc, m.provider)
         except MemoryError_ as exc:
@@ -279,7 +301,10 @@ async def import_(settings: Settings, path: str) -> int:
             return EXIT_FAULT
     for note in report.notes:
         print(f"note: {terminal_safe(note)}", file=sys.stderr)
-    print(f"imported session {terminal_safe(report.session_id)} ({report.messages} messages)")
+    print(
+        f"imported session {terminal_safe(report.session_id)} ({report.messages} messages) "
+        f"into {m.where}"
+    )
     return EXIT_OK
 
 
@@ -389,10 +414,10 @@ async def doctor(settings: Settings, out: TextIO = sys.stdout) -> int:
     code = EXIT_OK
     if faults:
         codes = sorted({f.code for f in faults})
-        _err(f"doctor found {len(faults)} fault(s): {', '.join(codes)}")
+        _err(f"doctor found {len(faults)} fault(s) in {m.where}: {', '.join(codes)}")
         code = EXIT_FAULT
     else:
-        print(f"ok: no faults ({', '.join(checked)} checked)", file=out)
+        print(f"ok: no faults in {m.where} ({', '.join(checked)} checked)", file=out)
     if waiting:
         print(f"note: {waiting}; the bot handles them when it (re)starts", file=out)
     if unreadable:

@@ -114,7 +114,12 @@ def test_bot_environment_reaches_mnemo_config(compose: dict[str, Any], tmp_path:
     )
     ports = [_compose_env(p) for p in compose["services"]["bot"]["ports"]]
     assert f"127.0.0.1:{settings.health.port}:{settings.health.port}" in ports
-    assert f"{settings.telegram.webhook.port}:{settings.telegram.webhook.port}" in ports
+    # A polling bot publishes no webhook port; the webhook override file does.
+    webhook_port = f"{settings.telegram.webhook.port}:{settings.telegram.webhook.port}"
+    assert webhook_port not in ports and len(ports) == 1
+    override = yaml.safe_load((ROOT / "docker-compose.webhook.yml").read_text(encoding="utf-8"))
+    assert set(override["services"]) == {"bot"}
+    assert [_compose_env(p) for p in override["services"]["bot"]["ports"]] == [webhook_port]
 
 
 def test_dockerfile_builds_what_the_readme_says(dockerfile, readme_docker: str) -> None:
