@@ -6,15 +6,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from bot.config import ConfigError, Settings, load_settings
 from bot.database_file import DatabaseMissing
 from memory.display import terminal_safe
 from memory.types import GENERATION_SEP
+
+if TYPE_CHECKING:
+    from bot.terminal import Terminal
 
 log = logging.getLogger("mnemo")
 
@@ -193,12 +199,65 @@ def cmd_chat(args: argparse.Namespace) -> int:
     prepare(settings.database.url)
 
     base = terminal_session(settings.agent.id, args.session)
+    editor, banner = None, ""
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        from bot.terminal import LineEditor
+
+        data = Path(settings.data_dir)
+        log_file = _log_to_file(data / "chat.log")
+        editor = LineEditor(data / "chat_history")
+        from bot.database_file import describe
+
+        banner = (
+            f"Database: {describe(settings.database.url)}. "
+            f"Log: {log_file or 'warnings only, on stderr'}."
+        )
+
+    def channel(services: Any) -> Terminal:
+        return Terminal(services.pool, base, editor=editor, banner=banner)
+
     # The running bot's health port and reflect schedule are its own, not the chat's.
-    root = Root(
-        settings, [lambda services: Terminal(services.pool, base)], health=False, reflect=False
-    )
-    code = _run_async(root.run())
+    root = Root(settings, [channel], health=False, reflect=False)
+    with _terminal_restored():
+        code = _run_async(root.run())
     return 130 if root.signalled == signal.SIGINT else code  # Ctrl-C, as a shell counts it
+
+
+def _log_to_file(path: Path) -> Path | None:
+    """An interactive chat's log lines go to `path`, not into the conversation; if the
+    file cannot be opened, only warnings and errors reach stderr. The path, or None."""
+    root = logging.getLogger()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(path, encoding="utf-8")
+    except OSError:
+        handler = logging.StreamHandler()
+        handler.setLevel(logging.WARNING)
+        path = None  # type: ignore[assignment]
+    handler.setFormatter(TerminalSafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for old in root.handlers[:]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    return path
+
+
+@contextmanager
+def _terminal_restored() -> Iterator[None]:
+    """The terminal's settings as they were, whatever happens: a stop while readline
+    waits in its thread would otherwise leave the shell without echo."""
+    try:
+        import termios
+
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd) if os.isatty(fd) else None
+    except (ImportError, OSError, ValueError):
+        saved = None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            with suppress(OSError):
+                termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
