@@ -417,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
             _error(f"config error: {line}")
         return EXIT_CONFIG
     except KeyboardInterrupt:
+        said = INTERRUPTED.get(getattr(args, "memory_command", None) or "")
+        if said:
+            _error(said)
         return 130
     except DatabaseMissing as exc:
         _error(str(exc))
@@ -436,6 +439,17 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_FAULT
         _error(f"the database is unavailable: {reason}")
         return EXIT_UNAVAILABLE
+
+
+# What an interrupted command kept (compact and embed stop after a step and say it
+# themselves; these are all or nothing).
+INTERRUPTED = {
+    "import": "interrupted (Ctrl-C): nothing was imported (an import is one transaction); "
+    "run the same command again",
+    "export": "interrupted (Ctrl-C): the export is incomplete; run the same command again",
+    "backup": "interrupted (Ctrl-C): no backup was written (a backup appears only when "
+    "complete); run the same command again",
+}
 
 
 def _last_resort(exc: BaseException) -> None:
