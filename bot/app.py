@@ -104,6 +104,10 @@ async def build_services(
     benchmarks); by default they come from `settings.llm`. The services own what they
     are given (`Services.close` closes an injected `llm` too); if building fails, all
     that was made or given so far is closed before the error propagates."""
+    if llm is None:  # a real model server (tests inject their clients)
+        from bot.model_context import fit_to_server
+
+        await fit_to_server(settings)
     engine = create_engine(settings.database.url)
     async with AsyncExitStack() as undo:  # on failure: close what exists, newest first
         undo.push_async_callback(engine.dispose)
