@@ -319,7 +319,16 @@ def cmd_reflect(args: argparse.Namespace) -> int:
     except MissingApiKey as exc:
         _error(str(exc))
         return EXIT_CONFIG
+    from bot.database_file import require_existing
+
+    # A worker beside the bot: it reviews what the bot stored, and creates nothing.
+    _run_async(_checked(require_existing(settings.database.url)))
     return _run_async(reflect_command(settings, args.once))
+
+
+async def _checked(check: Coroutine[Any, Any, None]) -> int:
+    await check
+    return 0
 
 
 # --- parser -------------------------------------------------------------------------

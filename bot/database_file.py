@@ -3,8 +3,8 @@
 Only the commands that run the bot (`mnemo run`, `mnemo chat`) and `mnemo migrate`
 create a database (and a SQLite file's directory, with one log line). An operator
 command that reads (`mnemo memory status`, `sessions`, `search`, `export`, `doctor`,
-`compact`, `embed`) on a database that is not there says so in one line naming it and
-exits non-zero: a mistyped path or a wrong directory must not look like "no sessions".
+`compact`, `embed`) or the reflect worker on a database that is not there says so in
+one line naming it and exits non-zero: a mistyped path or a wrong directory must not look like "no sessions".
 `mnemo memory import` may fill a new SQLite file, in a directory that exists.
 """
 

@@ -89,3 +89,36 @@ async def test_compact_counts_summaries_stops_cleanly_and_continues(tmp_path: Pa
         )
         assert nothing and int(nothing[1]) > 0, out
         assert "0 -> 0" not in out
+
+
+async def test_embed_backfill_stops_after_the_current_batch_and_continues(tmp_path: Path) -> None:
+    async with FakeOpenAI() as llm:
+        config = _config(tmp_path, llm.base_url)
+        with config.open("a") as f:
+            f.write("embeddings: {model: fake-embed, batch_size: 1}\n")
+        settings = load_settings(config)
+        await populate(settings, tmp_path)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MNEMO_", "OPENAI_"))}
+        argv = [sys.executable, "-m", "bot.cli", "--config", str(config), "memory", "embed"]
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO, env=env
+        )
+        await asyncio.wait_for(llm.wait_for_embedding_requests(4), 30)  # probe + 3 batches
+        llm.pause()  # the batch now in flight waits for the Ctrl-C
+        proc.send_signal(signal.SIGINT)
+        await asyncio.sleep(0.5)
+        llm.resume()
+        out, raw = await asyncio.wait_for(proc.communicate(), 60)
+        err = raw.decode()
+        assert proc.returncode == 130, err
+        kept = re.search(r"stopped by Ctrl-C: (\d+) item\(s\) embedded and kept in ", err)
+        assert kept and int(kept[1]) >= 3, err
+        assert "Run `mnemo memory embed` again to continue with the rest." in err
+
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO, env=env
+        )
+        out, raw = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, raw.decode()
+        rest = re.match(r"embedded (\d+) item\(s\) with fake-embed", out.decode())
+        assert rest and int(rest[1]) > 0, out
