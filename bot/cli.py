@@ -220,6 +220,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     root = Root(settings, [channel], health=False, reflect=False)
     with _terminal_restored():
         code = _run_async(root.run())
+    if editor is not None and root.signalled is not None:
+        print()  # the shell's prompt starts on a line of its own, not after "you> "
     return 130 if root.signalled == signal.SIGINT else code  # Ctrl-C, as a shell counts it
 
 

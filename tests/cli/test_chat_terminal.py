@@ -5,11 +5,13 @@ conversation. The fake OpenAI server echoes each message back."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import pty
 import re
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,8 @@ class Screen:
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.master, slave = pty.openpty()
+        # Its own session, with the terminal as its controlling one: Ctrl-C is a SIGINT
+        # from the terminal, as in a shell.
         self.proc = subprocess.Popen(
             argv,
             stdin=slave,
@@ -36,6 +40,7 @@ class Screen:
             env=env,
             cwd=REPO,
             start_new_session=True,
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
         )
         os.close(slave)
         self.raw = b""
@@ -71,6 +76,7 @@ class Screen:
 
     async def close(self) -> int:
         code = await asyncio.to_thread(self.proc.wait, 20)
+        self.left = termios.tcgetattr(self.master)  # the terminal's settings it left
         asyncio.get_running_loop().remove_reader(self.master)
         os.close(self.master)
         return code
@@ -143,8 +149,14 @@ async def test_chat_edits_lines_keeps_history_and_keeps_logs_out(
         screen.keys("\r")
         await screen.wait_for("echo: hello out there")
         await screen.wait_for("you> ")
-        screen.keys("\x04")  # Ctrl-D leaves too
-        assert await screen.close() == 0
+        # Ctrl-C while typing stops the chat at once, as a shell counts it, and leaves
+        # the terminal as it found it (echo on, line mode).
+        screen.keys("half typed")
+        await screen.wait_for("half typed")
+        screen.keys("\x03")
+        assert await screen.close() == 130
+        lflag = screen.left[3]
+        assert lflag & termios.ECHO and lflag & termios.ICANON
     finally:
         if screen.proc.poll() is None:
             screen.proc.kill()
