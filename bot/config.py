@@ -468,22 +468,32 @@ def load_settings(
 
 
 def _validated(p: Path, data: Any, secrets: tuple[str, ...], *, check_provider: bool) -> Settings:
-    try:
-        settings = Settings.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError("\n".join(f"{p}: {line}" for line in _explain(exc, secrets))) from None
     from memory.registry import provider_names
 
     names = provider_names()
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        lines = _explain(exc, secrets)
+        # An unknown provider is named beside the other mistakes, not on the next run.
+        memory = data.get("memory") if isinstance(data, dict) else None
+        chosen = memory.get("provider") if isinstance(memory, dict) else None
+        if check_provider and isinstance(chosen, str) and chosen not in names:
+            lines.append(_unknown_provider(chosen, names))
+        raise ConfigError("\n".join(f"{p}: {line}" for line in lines)) from None
     _check_provider_sections(p, settings, names)
     if check_provider and settings.memory.provider not in names:
-        raise ConfigError(
-            f"{p}: memory.provider: unknown provider {settings.memory.provider!r}; "
-            f"installed: {', '.join(sorted(names)) or 'none'}"
-        )
+        raise ConfigError(f"{p}: {_unknown_provider(settings.memory.provider, names)}")
     if p.exists():
         anchor_paths(settings, p.resolve().parent)
     return settings
+
+
+def _unknown_provider(name: str, installed: list[str]) -> str:
+    return (
+        f"memory.provider: unknown provider {name!r}; "
+        f"installed: {', '.join(sorted(installed)) or 'none'}"
+    )
 
 
 def anchor_paths(settings: Settings, base: Path) -> None:

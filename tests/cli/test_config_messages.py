@@ -17,6 +17,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def test_every_wrong_key_is_reported_one_line_each(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text(
         "agent: {idd: 1}\nllm: {modell: x, timeout_s: -1}\nreflect: {interval: soon}\n"
+        "memory: {provider: lcn}\n"
     )
     proc = mnemo("providers", cwd=tmp_path)
     assert proc.returncode == 2
@@ -30,6 +31,8 @@ def test_every_wrong_key_is_reported_one_line_each(tmp_path: Path) -> None:
         # The value once, not "got 'soon' (got 'soon')".
         "mnemo: config error: config.yaml: reflect.interval: expected a duration like 30s, "
         "5m, 1h or 1d (got 'soon')",
+        "mnemo: config error: config.yaml: memory.provider: unknown provider 'lcn'; "
+        "installed: lcm, simple",
     ]
 
 
