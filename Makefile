@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-CONFIG ?= config.yaml
+# Empty: mnemo's own choice, $MNEMO_CONFIG or else ./config.yaml (`make run CONFIG=x` works too).
+CONFIG ?=
 
 .PHONY: run test test-fast lint bench clean
 
@@ -19,7 +20,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed
 
 run: $(VENV)/.installed
-	$(BIN)/mnemo --config $(CONFIG) run
+	$(BIN)/mnemo $(if $(CONFIG),--config $(CONFIG)) run
 
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

@@ -134,6 +134,10 @@ async def build_services(
     are given (`Services.close` closes an injected `llm` too); if building fails, all
     that was made or given so far is closed before the error propagates."""
     register_erasure_hooks()
+    if llm is None:  # a real model server (tests inject their clients)
+        from bot.model_context import fit_to_server
+
+        await fit_to_server(settings)
     engine = create_engine(settings.database.url)
     async with AsyncExitStack() as undo:  # on failure: close what exists, newest first
         undo.push_async_callback(engine.dispose)
@@ -171,7 +175,11 @@ async def build_services(
         undo.push_async_callback(locks.close)
         pool = Pool(provider, llm, settings, locks=locks, budgets=budgets)
         undo.pop_all()  # built: from now on Services.close closes them
-    log.info("memory provider %s on %s", settings.memory.provider, engine.dialect.name)
+    from bot.database_file import describe
+
+    log.info(
+        "memory provider %s, database %s", settings.memory.provider, describe(settings.database.url)
+    )
     _warn_on_sliding_window(settings)
     return Services(
         settings=settings,

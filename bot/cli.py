@@ -6,14 +6,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from bot.config import ConfigError, Settings, load_settings
+from bot.database_file import DatabaseMissing
 from memory.display import terminal_safe
 from memory.types import GENERATION_SEP
+
+if TYPE_CHECKING:
+    from bot.terminal import Terminal
 
 log = logging.getLogger("mnemo")
 
@@ -47,10 +54,12 @@ def _error(line: str) -> None:
     print(f"mnemo: {scrub(terminal_safe(line))}", file=sys.stderr)
 
 
-def _settings(args: argparse.Namespace, *, check_provider: bool = True) -> Settings:
+def _settings(args: argparse.Namespace) -> Settings:
     from bot.redact import config_secrets, install_redaction
 
-    settings = load_settings(getattr(args, "config", None), check_provider=check_provider)
+    # An unknown memory.provider stops every command, `providers` included: its error
+    # line lists the installed ones.
+    settings = load_settings(getattr(args, "config", None))
     install_redaction(
         *config_secrets(
             token=settings.telegram.token.get_secret_value(),
@@ -80,9 +89,7 @@ def _run_async(coro: Coroutine[Any, Any, int]) -> int:
 def cmd_providers(args: argparse.Namespace) -> int:
     from memory.registry import list_providers
 
-    # The configured provider is marked; an unknown one is no error here (this command is
-    # where the operator looks for the right name).
-    configured = _settings(args, check_provider=False).memory.provider
+    configured = _settings(args).memory.provider  # marked with '*' in the list
     entries = list_providers()
     if not entries:
         print("no memory providers installed")
@@ -125,17 +132,30 @@ class _ClassProbe:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from bot.database_file import describe, prepare, sqlite_file
     from memory.db import create_engine, migrate
 
-    settings = _settings(args, check_provider=False)
+    settings = _settings(args)
+    url = settings.database.url
+    where = describe(url)
+    file = sqlite_file(url)
+    new_file = file is not None and not file.exists()
 
     async def go() -> int:
-        engine = create_engine(settings.database.url)
+        prepare(url)
+        engine = create_engine(url)
         try:
-            await migrate(engine)
+            done = await migrate(engine)
         finally:
             await engine.dispose()
-        print("database is up to date")
+        if new_file:
+            print(f"created the database {where} with mnemo's tables")
+        elif done.created:
+            print(f"created mnemo's tables in the database {where}")
+        elif done.changed:
+            print(f"migrated the database {where} to the current schema")
+        else:
+            print(f"the database {where} is up to date (nothing to migrate)")
         return 0
 
     return _run_async(go())
@@ -172,16 +192,74 @@ def cmd_chat(args: argparse.Namespace) -> int:
         _error(str(exc))
         return EXIT_CONFIG
 
+    from bot.database_file import prepare
     from bot.root import Root
     from bot.terminal import Terminal, terminal_session
 
+    prepare(settings.database.url)
+
     base = terminal_session(settings.agent.id, args.session)
+    editor, banner = None, ""
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        from bot.terminal import LineEditor
+
+        data = Path(settings.data_dir)
+        log_file = _log_to_file(data / "chat.log")
+        editor = LineEditor(data / "chat_history")
+        from bot.database_file import describe
+
+        banner = (
+            f"Database: {describe(settings.database.url)}. "
+            f"Log: {log_file or 'warnings only, on stderr'}."
+        )
+
+    def channel(services: Any) -> Terminal:
+        return Terminal(services.pool, base, editor=editor, banner=banner)
+
     # The running bot's health port and reflect schedule are its own, not the chat's.
-    root = Root(
-        settings, [lambda services: Terminal(services.pool, base)], health=False, reflect=False
-    )
-    code = _run_async(root.run())
+    root = Root(settings, [channel], health=False, reflect=False)
+    with _terminal_restored():
+        code = _run_async(root.run())
+    if editor is not None and root.signalled is not None:
+        print()  # the shell's prompt starts on a line of its own, not after "you> "
     return 130 if root.signalled == signal.SIGINT else code  # Ctrl-C, as a shell counts it
+
+
+def _log_to_file(path: Path) -> Path | None:
+    """An interactive chat's log lines go to `path`, not into the conversation; if the
+    file cannot be opened, only warnings and errors reach stderr. The path, or None."""
+    root = logging.getLogger()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(path, encoding="utf-8")
+    except OSError:
+        handler = logging.StreamHandler()
+        handler.setLevel(logging.WARNING)
+        path = None  # type: ignore[assignment]
+    handler.setFormatter(TerminalSafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for old in root.handlers[:]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    return path
+
+
+@contextmanager
+def _terminal_restored() -> Iterator[None]:
+    """The terminal's settings as they were, whatever happens: a stop while readline
+    waits in its thread would otherwise leave the shell without echo."""
+    try:
+        import termios
+
+        fd = sys.stdin.fileno()
+        saved = termios.tcgetattr(fd) if os.isatty(fd) else None
+    except (ImportError, OSError, ValueError):
+        saved = None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            with suppress(OSError):
+                termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
@@ -216,11 +294,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bot.telegram.startup import TokenRejected
 
     settings = _settings(args)
+    # Everything missing is named at once: a newcomer fixes it in one go, not one run each.
+    missing = []
+    for require in (lambda: require_token(settings), lambda: require_api_key(settings.llm)):
+        try:
+            require()
+        except (MissingToken, MissingApiKey) as exc:
+            missing.append(str(exc))
+    for line in missing:
+        _error(line)
+    if missing:
+        return EXIT_CONFIG
     try:
-        require_token(settings)
-        require_api_key(settings.llm)
+        from bot.database_file import prepare
+
+        prepare(settings.database.url)
         return _run_async(run_bot(settings))
-    except (MissingToken, MissingApiKey, TokenRejected) as exc:
+    except TokenRejected as exc:
         _error(str(exc))
         return EXIT_CONFIG
 
@@ -235,7 +325,16 @@ def cmd_reflect(args: argparse.Namespace) -> int:
     except MissingApiKey as exc:
         _error(str(exc))
         return EXIT_CONFIG
+    from bot.database_file import require_existing
+
+    # A worker beside the bot: it reviews what the bot stored, and creates nothing.
+    _run_async(_checked(require_existing(settings.database.url)))
     return _run_async(reflect_command(settings, args.once))
+
+
+async def _checked(check: Coroutine[Any, Any, None]) -> int:
+    await check
+    return 0
 
 
 # --- parser -------------------------------------------------------------------------
@@ -351,10 +450,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        _error(f"config error: {exc}")
+        for line in str(exc).splitlines():  # one line per wrong key
+            _error(f"config error: {line}")
         return EXIT_CONFIG
     except KeyboardInterrupt:
+        said = INTERRUPTED.get(getattr(args, "memory_command", None) or "")
+        if said:
+            _error(said)
         return 130
+    except DatabaseMissing as exc:
+        _error(str(exc))
+        return EXIT_UNAVAILABLE
     except OSError as exc:  # the environment: a path that cannot be made, a port in use
         _error(str(exc))
         return EXIT_UNAVAILABLE
@@ -370,6 +476,17 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_FAULT
         _error(f"the database is unavailable: {reason}")
         return EXIT_UNAVAILABLE
+
+
+# What an interrupted command kept (compact and embed stop after a step and say it
+# themselves; these are all or nothing).
+INTERRUPTED = {
+    "import": "interrupted (Ctrl-C): nothing was imported (an import is one transaction); "
+    "run the same command again",
+    "export": "interrupted (Ctrl-C): the export is incomplete; run the same command again",
+    "backup": "interrupted (Ctrl-C): no backup was written (a backup appears only when "
+    "complete); run the same command again",
+}
 
 
 def _last_resort(exc: BaseException) -> None:

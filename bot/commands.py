@@ -87,6 +87,9 @@ async def _answer(pool: Pool, session: Session, name: str, args: str, *, is_admi
     try:
         if command in ("start", "help"):
             return _start(pool) if command == "start" else HELP
+        if command in ("new", "compact") and args.strip():
+            # `/new please` or `/compact now` must not act on words it does not read.
+            return f"/{command} takes no arguments. Usage: /{command} — {dict(COMMANDS)[command]}"
         if command == "new":
             await pool.new_session(base)
             return (
@@ -154,14 +157,27 @@ async def _compact(pool: Pool, session: Session) -> str:
             + " Send /compact again to finish."
         )
     if not result.changed:
-        return (
-            f"Nothing to compact: the conversation is short enough "
-            f"({result.tokens_before} tokens in context)."
-        )
+        return _nothing_to_compact(pool, result.tokens_before)
     text = _compacted(result)
     if result.summary.strip():
         text += "\n\nSummary:\n" + result.summary.strip()
     return clip(text)
+
+
+def _nothing_to_compact(pool: Pool, tokens: int) -> str:
+    """Why a compaction changed nothing, in the terms `/memory status` uses: the context
+    may well be above the auto-compaction threshold, yet be all in the newest messages,
+    which compaction keeps as they are."""
+    keep = pool.settings.compaction.keep_tail
+    above = pool.settings.compaction.max_tokens
+    text = (
+        f"Nothing to compact yet: the context is {tokens} tokens, but none of it is in "
+        f"messages old enough to summarise (the newest {keep} messages are always kept as "
+        "they are, and a summary needs several older ones)."
+    )
+    if above != -1 and tokens > above:
+        text += f" Automatic compaction (above {above} tokens) runs once there are some."
+    return text
 
 
 def _compacted(result: CompactionResult) -> str:

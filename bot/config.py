@@ -196,7 +196,8 @@ class TelegramSettings(_Section):
     group_mode: Literal["mention", "always", "disabled"] = "mention"
     webhook: WebhookSettings = Field(default_factory=WebhookSettings)
     concurrent_updates: int = Field(default=64, ge=1, le=4096)
-    stream_edit_interval_s: float = Field(default=1.5, ge=0.2, le=60)
+    # Telegram takes about one message (or edit) per second per chat: less is refused.
+    stream_edit_interval_s: float = Field(default=1.5, ge=1, le=60)
 
     @field_validator("token")
     @classmethod
@@ -392,7 +393,8 @@ def parse_duration(value: str | int | float) -> float:
     else:
         m = _DURATION.match(value)
         if not m:
-            raise ValueError(f"expected a duration like 30s, 5m, 1h or 1d, got {value!r}")
+            # The config error adds the value given; other callers quote it themselves.
+            raise ValueError("expected a duration like 30s, 5m, 1h or 1d")
         seconds = float(m.group(1)) * _UNITS[m.group(2)]
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError("expected a positive duration")
@@ -431,11 +433,16 @@ def _where(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
 
-def _explain(err: ValidationError, secrets: tuple[str, ...]) -> str:
-    first = err.errors()[0]
-    key = _where(first["loc"]) or "(top level)"
-    kind, msg = first["type"], first["msg"]
-    given = first.get("input")
+def _explain(err: ValidationError, secrets: tuple[str, ...]) -> list[str]:
+    """One line per wrong key, all of them: a config with several mistakes is fixed in
+    one go, not one run per mistake."""
+    return [_explain_one(e, secrets) for e in err.errors()]
+
+
+def _explain_one(error: Any, secrets: tuple[str, ...]) -> str:
+    key = _where(error["loc"]) or "(top level)"
+    kind, msg = error["type"], error["msg"]
+    given = error.get("input")
     if kind == "extra_forbidden":
         return f"{key}: unknown key (check the spelling; see config.yaml for the known keys)"
     if kind.startswith("missing"):
@@ -555,20 +562,75 @@ def load_settings(
 
 
 def _validated(p: Path, data: Any, secrets: tuple[str, ...], *, check_provider: bool) -> Settings:
-    try:
-        settings = Settings.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"{p}: {_explain(exc, secrets)}") from None
     from memory.registry import provider_names
 
     names = provider_names()
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        lines = _explain(exc, secrets)
+        # An unknown provider is named beside the other mistakes, not on the next run.
+        memory = data.get("memory") if isinstance(data, dict) else None
+        chosen = memory.get("provider") if isinstance(memory, dict) else None
+        if check_provider and isinstance(chosen, str) and chosen not in names:
+            lines.append(_unknown_provider(chosen, names))
+        raise ConfigError("\n".join(f"{p}: {line}" for line in lines)) from None
     _check_provider_sections(p, settings, names)
     if check_provider and settings.memory.provider not in names:
-        raise ConfigError(
-            f"{p}: memory.provider: unknown provider {settings.memory.provider!r}; "
-            f"installed: {', '.join(sorted(names)) or 'none'}"
-        )
+        raise ConfigError(f"{p}: {_unknown_provider(settings.memory.provider, names)}")
+    if p.exists():
+        anchor_paths(settings, p.resolve().parent)
     return settings
+
+
+def _unknown_provider(name: str, installed: list[str]) -> str:
+    return (
+        f"memory.provider: unknown provider {name!r}; "
+        f"installed: {', '.join(sorted(installed)) or 'none'}"
+    )
+
+
+def anchor_paths(settings: Settings, base: Path) -> None:
+    """Relative paths of a config file are relative to the file's directory, whatever
+    the current directory (`cd /tmp && mnemo --config ~/bot/config.yaml ...` opens the
+    bot's database, never a fresh ./data/mnemo.db): the SQLite file, `data_dir` and
+    every provider setting declared as a path (memory.provider_settings.PathText).
+    Keys the file leaves out take their defaults, anchored the same way."""
+    from memory.provider_settings import path_fields
+
+    settings.data_dir = str(_anchored(base, settings.data_dir))
+    settings.database.url = anchored_sqlite_url(settings.database.url, base)
+    for name in type(settings.memory).model_fields:
+        section = getattr(settings.memory, name, None)
+        if not isinstance(section, BaseModel):
+            continue
+        for key in path_fields(type(section)):
+            value = getattr(section, key)
+            if isinstance(value, str) and value:
+                setattr(section, key, str(_anchored(base, value)))
+
+
+def _anchored(base: Path, path: str) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else base / p
+
+
+def anchored_sqlite_url(url: str, base: Path) -> str:
+    """A SQLite URL whose relative file path is made absolute from `base`; any other
+    URL (PostgreSQL, `:memory:`, a `file:` URI) as it is."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if not url.startswith("sqlite"):
+        return url
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return url
+    db = parsed.database
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return url
+    return parsed.set(database=str(_anchored(base, db))).render_as_string(hide_password=False)
 
 
 def _check_provider_sections(p: Path, settings: Settings, installed: list[str]) -> None:

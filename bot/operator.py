@@ -1,12 +1,14 @@
 """`mnemo memory ...`: the operator's commands over a live database.
 
-Every command opens the configured database (migrating it, as every start does) and the
+Every command opens the configured database, which must exist (bot.database_file),
+migrating it as every start does, and the
 configured provider through the registry. Only `compact` builds the full services (it
 needs the LLM for summaries); the others give the provider a summarizer that refuses, so
 `doctor`, `export` or `backup` never need an API key.
 
 Output goes to stdout; progress and diagnostics to stderr. Exit codes: 0 done, 1 a fault
-or failure (named on stderr), 2 bad usage. Stored text (titles, messages, ids of imported
+or failure (named on stderr), 2 bad usage, 3 the database missing or unreachable (the
+CLI's; docs/OPERATIONS.md lists them). Stored text (titles, messages, ids of imported
 sessions) is printed through `memory.display.terminal_safe`: its control and bidi
 characters never act on the terminal; the JSON export escapes them losslessly.
 """
@@ -20,9 +22,9 @@ import shlex
 import sqlite3
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO, cast
 
@@ -32,9 +34,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import Settings
 from bot.progress import ProgressBar
-from memory.capabilities import Compactor, Provider, ProviderContext, Searcher
+from memory.capabilities import (
+    CompactionEstimator,
+    Compactor,
+    Provider,
+    ProviderContext,
+    Searcher,
+)
 from memory.display import json_terminal_safe, terminal_safe
-from memory.errors import CompactionIncomplete, InvalidArgument, MemoryError_
+from memory.errors import CompactionIncomplete, InvalidArgument, MemoryError_, StopRequested
 from memory.types import (
     CompactionMode,
     CompactionResult,
@@ -46,6 +54,7 @@ from memory.types import (
 )
 
 EXIT_OK, EXIT_FAULT, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell counts it
 
 
 class _NoSummarizer:
@@ -61,14 +70,41 @@ class Opened:
     engine: AsyncEngine
     provider: Provider
 
+    @property
+    def where(self) -> str:
+        """The database, as the operator recognises it (the SQLite file's path)."""
+        from bot.database_file import describe
+
+        return describe(self.settings.database.url)
+
 
 @asynccontextmanager
-async def open_memory(settings: Settings, *, with_llm: bool = False) -> AsyncIterator[Opened]:
-    """The migrated database and the configured provider; closed on exit."""
-    if with_llm:
-        from bot.app import build_services
+async def open_memory(
+    settings: Settings,
+    *,
+    with_llm: bool = False,
+    create: bool = False,
+    wrap_summarizer: Callable[[Any], Any] | None = None,
+) -> AsyncIterator[Opened]:
+    """The migrated database and the configured provider; closed on exit. The database
+    must exist unless `create` (bot.database_file): DatabaseMissing otherwise. Each
+    command names `Opened.where` in its result."""
+    from bot.database_file import require_directory, require_existing
 
-        services = await build_services(settings)
+    url = settings.database.url
+    if create:
+        require_directory(url)
+    else:
+        await require_existing(url)
+    if with_llm:
+        from bot.app import build_services, build_summarizer
+        from bot.llm import LLMClient
+
+        llm = LLMClient(settings.llm)
+        summarizer = build_summarizer(llm, settings)
+        if wrap_summarizer is not None:  # the operator's compaction counts its steps
+            summarizer = wrap_summarizer(summarizer)
+        services = await build_services(settings, llm=llm, summarizer=summarizer)
         try:
             yield Opened(settings, services.engine, services.provider)
         finally:
@@ -145,6 +181,7 @@ async def status(settings: Settings, session_id: str, out: TextIO = sys.stdout) 
         ),
         ("title", info.title or "-"),
         ("provider", m.provider.name),
+        ("database", m.where),
         (
             "messages",
             f"{stats.message_count} ({stats.token_count} tokens), "
@@ -196,7 +233,7 @@ async def sessions(settings: Settings, out: TextIO = sys.stdout) -> int:
             for r in rows
         ]
     if not lines:
-        print("no sessions", file=out)
+        print(f"no sessions in {m.where}", file=out)
         return EXIT_OK
     header = ("SESSION", "USER", "MESSAGES", "SUMMARIES", "LAST ACTIVE", "TITLE")
     widths = [max(len(r[i]) for r in [header, *lines]) for i in range(5)]
@@ -205,6 +242,7 @@ async def sessions(settings: Settings, out: TextIO = sys.stdout) -> int:
             "  ".join(c.ljust(w) for c, w in zip(line[:5], widths, strict=True)) + "  " + line[5],
             file=out,
         )
+    print(f"{len(lines)} session(s) in {m.where}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -230,7 +268,7 @@ async def search(settings: Settings, session_id: str, text: str, out: TextIO = s
             terminal_safe(f"[{hit.source_type} {hit.source_id}] {_when(hit.timestamp)}  {snippet}"),
             file=out,
         )
-    print(f"{len(hits)} result(s)", file=sys.stderr)
+    print(f"{len(hits)} result(s) in {m.where}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -271,7 +309,7 @@ async def import_(settings: Settings, path: str) -> int:
     except (InvalidArgument, UnicodeDecodeError) as exc:
         _err(f"{path} is not a JSON export: {exc}")
         return EXIT_FAULT
-    async with open_memory(settings) as m:
+    async with open_memory(settings, create=True) as m:
         try:
             report = await import_session(m.engine, doc, m.provider)
         except MemoryError_ as exc:
@@ -279,19 +317,96 @@ async def import_(settings: Settings, path: str) -> int:
             return EXIT_FAULT
     for note in report.notes:
         print(f"note: {terminal_safe(note)}", file=sys.stderr)
-    print(f"imported session {terminal_safe(report.session_id)} ({report.messages} messages)")
+    print(
+        f"imported session {terminal_safe(report.session_id)} ({report.messages} messages) "
+        f"into {m.where}"
+    )
     return EXIT_OK
 
 
 # --- compact --------------------------------------------------------------------------
 
 
+class StopFlag:
+    """Set by the first Ctrl-C of a long command (`stop_on_ctrl_c`); its steps look at
+    it before starting the next one."""
+
+    stop = False
+
+
+class _Steps(StopFlag):
+    """The summarizer as the operator's compaction sees it: each call is a step, counted
+    for the progress bar; once a stop is asked (Ctrl-C), the next call raises
+    StopRequested before it starts, so every finished summary is kept."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+        self.on_step: Any = None
+
+    async def summarize(self, text: str, opts: SummarizeOptions) -> str:
+        if self.stop:
+            raise StopRequested("stopped by the operator (Ctrl-C)")
+        out = cast(str, await self.inner.summarize(text, opts))
+        self.calls += 1
+        if self.on_step is not None:
+            self.on_step()
+        return out
+
+
+@contextmanager
+def stop_on_ctrl_c(steps: StopFlag, what: str) -> Iterator[None]:
+    """The first Ctrl-C asks for a stop after the current step (said once on stderr);
+    a second one stops at once (KeyboardInterrupt, exit 130)."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+
+    def first() -> None:
+        steps.stop = True
+        loop.remove_signal_handler(signal.SIGINT)
+        print(
+            f"\nmnemo: stopping after the current {what}; what is done is kept "
+            "(Ctrl-C again stops at once)",
+            file=sys.stderr,
+        )
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, first)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+@dataclass
+class _Tally:
+    total: CompactionResult = field(default_factory=CompactionResult)
+    changed: int = 0
+    unchanged: int = 0
+    context_unchanged: int = 0  # tokens in the contexts that had nothing to compact
+    failed: list[str] = field(default_factory=list)
+
+    def add(self, result: CompactionResult) -> None:
+        if not result.changed:
+            self.unchanged += 1
+            self.context_unchanged += result.tokens_before
+            return
+        self.changed += 1
+        t = self.total
+        t.leaf_summaries_created += result.leaf_summaries_created
+        t.condensed_summaries_created += result.condensed_summaries_created
+        t.messages_compacted += result.messages_compacted
+        t.tokens_before += result.tokens_before
+        t.tokens_after += result.tokens_after
+
+
 async def compact(settings: Settings, session_id: str | None, everything: bool) -> int:
-    from bot.metrics import record_compaction, record_compaction_failure
-    from memory.context import with_change_source
     from memory.history import HistoryStore
     from memory.tracing import unwrap
-    from memory.types import ChangeSource
 
     if bool(session_id) == everything:
         _err("give one SESSION or --all")
@@ -303,8 +418,17 @@ async def compact(settings: Settings, session_id: str | None, everything: bool) 
     except MissingApiKey as exc:
         _err(str(exc))
         return EXIT_USAGE
-    async with open_memory(settings, with_llm=True) as m:
-        if not isinstance(unwrap(m.provider), Compactor):
+    steps: list[_Steps] = []
+
+    def counted(summarizer: Any) -> Any:
+        steps.append(_Steps(summarizer))
+        return steps[0]
+
+    started = time.monotonic()
+    async with open_memory(settings, with_llm=True, wrap_summarizer=counted) as m:
+        counter = steps[0]
+        inner = unwrap(m.provider)
+        if not isinstance(inner, Compactor):
             _err(f"the {m.provider.name} provider does not compact")
             return EXIT_FAULT
         if everything:
@@ -316,48 +440,107 @@ async def compact(settings: Settings, session_id: str | None, everything: bool) 
                 _err(f"no session {session_id!r}")
                 return EXIT_FAULT
             targets = [one]
-        bar = ProgressBar(len(targets))
-        total, failed = CompactionResult(), []
+        # Progress counts summarizer calls when the provider can estimate them (lcm: a
+        # 4,000-message session is hundreds of calls, not "0/1"); else sessions.
+        estimator = inner if isinstance(inner, CompactionEstimator) else None
+        by_calls = estimator is not None
+        if estimator is not None:
+            estimate = sum([await estimator.compaction_calls(t) for t in targets])
+            bar = ProgressBar(estimate, unit="summaries")
+        else:
+            bar = ProgressBar(len(targets), unit="sessions")
+        label = [""]
+        if by_calls:
+            counter.on_step = lambda: bar.show(counter.calls, label[0])
+        tally, stopped, done = _Tally(), False, 0
         bar.show(0)
-        for n, session in enumerate(targets, 1):
-            started = time.monotonic()
-            result: CompactionResult | None = None
-            try:
-                with with_change_source(ChangeSource.SYSTEM):
-                    result = await cast(Compactor, m.provider).compact(session, CompactionMode.FULL)
-            except CompactionIncomplete as exc:  # its rounds done are kept: count them
-                record_compaction_failure(m.provider.name, CompactionMode.FULL)
-                failed.append(
-                    f"compaction stopped part way (progress kept): {session.id}: "
-                    f"{type(exc.__cause__).__name__}: {exc.__cause__}"
-                )
-                result = exc.result
-            except Exception as exc:  # one broken session must not stop the others
-                record_compaction_failure(m.provider.name, CompactionMode.FULL)
-                failed.append(
-                    f"compaction failed (session unchanged): {session.id}: "
-                    f"{type(exc).__name__}: {exc}"
-                )
-            else:
-                record_compaction(m.provider.name, CompactionMode.FULL, result)
-            if result is not None:
-                total.leaf_summaries_created += result.leaf_summaries_created
-                total.condensed_summaries_created += result.condensed_summaries_created
-                total.messages_compacted += result.messages_compacted
-                total.tokens_before += result.tokens_before if result.changed else 0
-                total.tokens_after += result.tokens_after if result.changed else 0
-            total.duration_s += time.monotonic() - started
-            bar.show(n, terminal_safe(session.id))
+        with stop_on_ctrl_c(counter, "summary"):
+            for session in targets:
+                if counter.stop:
+                    stopped = True
+                    break
+                label[0] = terminal_safe(session.id)
+                result, stopped = await _compact_one(m, session, tally)
+                if result is None and stopped:
+                    break
+                done += 1
+                if not by_calls:
+                    bar.show(done, label[0])
+                if stopped:
+                    break
         bar.close()
-    print(
-        f"compacted {len(targets) - len(failed)}/{len(targets)} session(s): "
-        f"{total.messages_compacted} messages into {total.leaf_summaries_created} leaf and "
-        f"{total.condensed_summaries_created} condensed summaries, "
-        f"{total.tokens_before} -> {total.tokens_after} tokens in {total.duration_s:.1f}s"
-    )
-    for line in failed:
+        where = m.where
+    _compact_report(tally, len(targets), done, counter.calls, time.monotonic() - started, where)
+    if stopped:
+        t = tally.total
+        _err(
+            f"stopped by Ctrl-C: kept {t.leaf_summaries_created + t.condensed_summaries_created} "
+            f"summaries of {t.messages_compacted} messages; {len(targets) - done} session(s) "
+            "not started. Run the same command again to continue where it stopped."
+        )
+        return EXIT_INTERRUPTED
+    return EXIT_FAULT if tally.failed else EXIT_OK
+
+
+async def _compact_one(
+    m: Opened, session: Session, tally: _Tally
+) -> tuple[CompactionResult | None, bool]:
+    """One session's full compaction, counted in `tally`: (what it did, None if nothing;
+    whether the operator's stop ended it)."""
+    from bot.metrics import record_compaction, record_compaction_failure
+    from memory.context import with_change_source
+    from memory.types import ChangeSource
+
+    name, full = m.provider.name, CompactionMode.FULL
+    stopped = False
+    result: CompactionResult | None = None
+    try:
+        with with_change_source(ChangeSource.SYSTEM):
+            result = await cast(Compactor, m.provider).compact(session, full)
+    except StopRequested:  # asked before its first summary: unchanged
+        return None, True
+    except CompactionIncomplete as exc:  # its finished summaries are kept
+        result = exc.result
+        stopped = isinstance(exc.__cause__, StopRequested)
+        if not stopped:
+            record_compaction_failure(name, full)
+            tally.failed.append(
+                f"compaction stopped part way (progress kept): {session.id}: "
+                f"{type(exc.__cause__).__name__}: {exc.__cause__}"
+            )
+    except Exception as exc:  # one broken session must not stop the others
+        record_compaction_failure(name, full)
+        tally.failed.append(
+            f"compaction failed (session unchanged): {session.id}: {type(exc).__name__}: {exc}"
+        )
+    else:
+        record_compaction(name, full, result)
+    if result is not None:
+        tally.add(result)
+    return result, stopped
+
+
+def _compact_report(
+    tally: _Tally, sessions: int, done: int, calls: int, elapsed: float, where: str
+) -> None:
+    t = tally.total
+    if tally.changed:
+        print(
+            f"compacted {tally.changed}/{sessions} session(s) in {where}: "
+            f"{t.messages_compacted} messages into {t.leaf_summaries_created} leaf and "
+            f"{t.condensed_summaries_created} condensed summaries ({calls} summarizer "
+            f"calls), context {t.tokens_before} -> {t.tokens_after} tokens in {elapsed:.1f}s"
+        )
+    if tally.unchanged:
+        # Not "0 -> 0 tokens": say how big those contexts are, and why they stay.
+        print(
+            f"nothing to compact in {tally.unchanged} session(s)"
+            + (f" in {where}" if not tally.changed else "")
+            + f" (context {tally.context_unchanged} tokens, all of it in the newest "
+            "messages, which compaction keeps as they are, or too few older ones yet)"
+        )
+    for line in tally.failed:
         _err(line)
-    return EXIT_FAULT if failed else EXIT_OK
 
 
 # --- doctor ---------------------------------------------------------------------------
@@ -394,10 +577,10 @@ async def doctor(settings: Settings, out: TextIO | None = None) -> int:
     code = EXIT_OK
     if faults:
         codes = sorted({f.code for f in faults})
-        _err(f"doctor found {len(faults)} fault(s): {', '.join(codes)}")
+        _err(f"doctor found {len(faults)} fault(s) in {m.where}: {', '.join(codes)}")
         code = EXIT_FAULT
     else:
-        print(f"ok: no faults ({', '.join(checked)} checked)", file=out)
+        print(f"ok: no faults in {m.where} ({', '.join(checked)} checked)", file=out)
     if waiting:
         print(f"note: {waiting}; the bot handles them when it (re)starts", file=out)
     if unreadable:
@@ -500,6 +683,9 @@ def backup(settings: Settings, path: str) -> int:
         partial.unlink(missing_ok=True)
         _err(f"backup failed, nothing written to {target}: {exc}")
         return EXIT_FAULT
+    except KeyboardInterrupt:  # Ctrl-C: no half-written copy left behind
+        partial.unlink(missing_ok=True)
+        raise
     size = target.stat().st_size
     print(f"backed up {source} to {target} ({size} bytes, {time.monotonic() - started:.1f}s)")
     return EXIT_OK

@@ -8,8 +8,18 @@ from typing import Any, TextIO
 
 from bot.app import build_embedder
 from bot.config import Settings
-from bot.operator import EXIT_FAULT, EXIT_OK, EXIT_USAGE, _err, open_memory
+from bot.operator import (
+    EXIT_FAULT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    StopFlag,
+    _err,
+    open_memory,
+    stop_on_ctrl_c,
+)
 from bot.progress import ProgressBar
+from memory.errors import StopRequested
 
 
 async def embed_command(
@@ -25,6 +35,7 @@ async def embed_command(
     if embedder is None:
         _err("embeddings are off: set embeddings.model in the config (docs/OPERATIONS.md)")
         return EXIT_USAGE
+    stop = StopFlag()
     try:
         async with open_memory(settings) as m:
             if not sources_of(m.provider):
@@ -35,16 +46,28 @@ async def embed_command(
 
             embedder.usage = UsageRecorder(UsageStore(m.engine))
             bar: list[ProgressBar] = []
+            seen = [0]
 
             def progress(done: int, total: int) -> None:
+                # Called after each batch is stored: a stop asked meanwhile ends here.
                 if not bar:
-                    bar.append(ProgressBar(total))
+                    bar.append(ProgressBar(total, unit="items"))
+                seen[0] = done
                 bar[0].show(done, "embedded")
+                if stop.stop:
+                    raise StopRequested("stopped by the operator (Ctrl-C)")
 
             try:
-                stored = await embed_backlog(
-                    m.provider, embedder, progress=progress, engine=m.engine
+                with stop_on_ctrl_c(stop, "batch"):
+                    stored = await embed_backlog(
+                        m.provider, embedder, progress=progress, engine=m.engine
+                    )
+            except StopRequested:
+                _err(
+                    f"stopped by Ctrl-C: {seen[0]} item(s) embedded and kept in {m.where}. "
+                    "Run `mnemo memory embed` again to continue with the rest."
                 )
+                return EXIT_INTERRUPTED
             except EmbeddingError as exc:
                 _err(f"embedding stopped (what is stored is kept; run again): {exc.reason}")
                 return EXIT_FAULT

@@ -9,6 +9,16 @@ message can never send control or bidi characters to the terminal.
 
 `Terminal` is the channel (`bot.channel.Channel`) the application root runs for
 `mnemo chat`: a stop (SIGINT, SIGTERM) ends the conversation at once, like end of input.
+
+On a terminal, input is read with the standard library's readline (GNU readline or
+libedit, whichever Python was built with): arrow keys, Emacs-style editing, Ctrl-R, and a
+history kept across runs (`LineEditor`). prompt_toolkit would add a multi-line editor,
+but it is a dependency for one command, and it answers a terminal's cursor-position
+requests on its own schedule, which makes the chat harder to script and to test under a
+pseudo-terminal; readline covers what people expect of a shell-like prompt. A message
+spans several lines with Alt+Enter (Esc, Enter) or a line ending in a backslash; a
+pasted block (bracketed paste, on by default in readline 8.1+) stays one message. The
+CLI sends log lines to a file meanwhile (bot.cli), so none lands in the prompt.
 """
 
 from __future__ import annotations
@@ -16,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 from bot.channel import Limits, unless_stopped
@@ -63,10 +75,63 @@ class _Printer:
         self.out.flush()
 
 
-async def _read_line(loop: asyncio.AbstractEventLoop, stream: TextIO) -> str:
-    """One line, read in a daemon thread: the event loop (background compaction) runs on
+PROMPT, MORE = "you> ", "...> "
+HISTORY_LENGTH = 1000  # entries kept in the history file
+
+
+class LineEditor:
+    """Lines read with readline from the terminal: editing, history across runs (in
+    `history`, when given), Alt+Enter for a new line inside the message."""
+
+    def __init__(self, history: Path | None) -> None:
+        import readline
+
+        self._readline = readline
+        self.history = history
+        if "libedit" not in (readline.__doc__ or ""):
+            # Esc-Enter (what Alt+Enter sends) inserts a newline instead of sending.
+            readline.parse_and_bind(r'"\e\r": "\C-v\C-j"')
+        readline.set_history_length(HISTORY_LENGTH)
+        if history is not None and history.exists():
+            try:
+                readline.read_history_file(history)
+            except OSError:  # unreadable: start a fresh history, never fail the chat
+                self.history = None
+
+    def read(self) -> str | None:
+        """One message (several lines when continued), or None at end of input."""
+        lines: list[str] = []
+        prompt = PROMPT
+        while True:
+            try:
+                line = input(prompt)
+            except EOFError:
+                return "\n".join(lines) if lines else None
+            if line.endswith("\\"):
+                lines.append(line[:-1])
+                prompt = MORE
+                continue
+            lines.append(line)
+            text = "\n".join(lines)
+            self._remember(text)
+            return text
+
+    def _remember(self, text: str) -> None:
+        if self.history is None or not text.strip():
+            return
+        try:
+            self.history.parent.mkdir(parents=True, exist_ok=True)
+            if not self.history.exists():
+                self.history.touch(mode=0o600)  # what you typed is yours alone to read
+            self._readline.append_history_file(1, self.history)
+        except OSError:
+            self.history = None  # a full or read-only disk costs the history, not the chat
+
+
+async def _in_thread(loop: asyncio.AbstractEventLoop, read: Callable[[], str | None]) -> str:
+    """`read()` in a daemon thread: the event loop (background compaction) runs on
     meanwhile, and Ctrl-C does not have to wait for the blocked read to finish, as it
-    would with the loop's default executor."""
+    would with the loop's default executor. End of input is ""."""
     future: asyncio.Future[str] = loop.create_future()
 
     def deliver(line: str | None, exc: BaseException | None) -> None:
@@ -79,7 +144,7 @@ async def _read_line(loop: asyncio.AbstractEventLoop, stream: TextIO) -> str:
 
     def work() -> None:
         try:
-            line = stream.readline()
+            line = read()
         except BaseException as exc:  # handed to the awaiting coroutine
             loop.call_soon_threadsafe(deliver, None, exc)
         else:
@@ -89,6 +154,10 @@ async def _read_line(loop: asyncio.AbstractEventLoop, stream: TextIO) -> str:
     return await future
 
 
+async def _read_line(loop: asyncio.AbstractEventLoop, stream: TextIO) -> str:
+    return await _in_thread(loop, stream.readline)
+
+
 async def run_terminal(
     pool: Pool,
     base: Session,
@@ -96,16 +165,32 @@ async def run_terminal(
     stdin: TextIO = sys.stdin,
     stdout: TextIO = sys.stdout,
     limit: int = LIMITS.max_message,
+    editor: LineEditor | None = None,
+    banner: str = "",
 ) -> int:
+    """The conversation; `editor` reads a terminal's lines (prompt, editing, history),
+    else lines are read from `stdin` as they come (pipes, scripts)."""
     interactive = stdin.isatty() and stdout.isatty()
     loop = asyncio.get_running_loop()
     if interactive:
-        stdout.write(f"mnemo chat — session {base.id}. /help for commands, /quit to leave.\n")
+        stdout.write(
+            f"mnemo chat — session {base.id}. /help for commands, /quit or Ctrl-D to leave.\n"
+            + (
+                "Alt+Enter (or a line ending in \\) continues your message on a new line.\n"
+                if editor is not None
+                else ""
+            )
+            + (banner + "\n" if banner else "")
+        )
+        stdout.flush()
     while True:
-        if interactive:
-            stdout.write("you> ")
-            stdout.flush()
-        line = await _read_line(loop, stdin)
+        if editor is not None and interactive:
+            line = await _in_thread(loop, editor.read)
+        else:
+            if interactive:
+                stdout.write(PROMPT)
+                stdout.flush()
+            line = await _read_line(loop, stdin)
         if not line:
             break
         text = line.strip()
@@ -147,8 +232,11 @@ class Terminal:
         *,
         stdin: TextIO = sys.stdin,
         stdout: TextIO = sys.stdout,
+        editor: LineEditor | None = None,
+        banner: str = "",
     ) -> None:
         self.pool, self.session, self.stdin, self.stdout = pool, session, stdin, stdout
+        self.editor, self.banner = editor, banner
 
     async def run(self, stop: asyncio.Event) -> int:
         await unless_stopped(
@@ -158,6 +246,8 @@ class Terminal:
                 stdin=self.stdin,
                 stdout=self.stdout,
                 limit=self.limits.max_message,
+                editor=self.editor,
+                banner=self.banner,
             ),
             stop,
         )

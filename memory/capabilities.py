@@ -136,6 +136,15 @@ class Compactor(Protocol):
 
 
 @runtime_checkable
+class CompactionEstimator(Protocol):
+    """Optional beside Compactor: about how many summarizer calls a full compaction of
+    `session` would make now, so an operator's progress counts the real work. Without
+    it, a session counts as one step."""
+
+    async def compaction_calls(self, session: Session) -> int: ...
+
+
+@runtime_checkable
 class Searcher(Protocol):
     async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]: ...
 

@@ -15,6 +15,7 @@ import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -246,12 +247,32 @@ def _upgrade(sync_conn) -> None:  # type: ignore[no-untyped-def]
     command.upgrade(_alembic_config(sync_conn), "heads")
 
 
-async def migrate(engine: AsyncEngine) -> None:
+@dataclass(frozen=True)
+class Migrated:
+    """What `migrate` found and left: the branch heads before and after (no heads
+    before: the schema was created just now)."""
+
+    before: frozenset[str]
+    after: frozenset[str]
+
+    @property
+    def created(self) -> bool:
+        return not self.before
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+async def migrate(engine: AsyncEngine) -> Migrated:
     """Apply every pending migration of every branch (idempotent)."""
     async with write_transaction(engine) as conn:
         if engine.dialect.name == "postgresql":
             await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATE_LOCK_KEY})
+        before = await current_heads(conn)
         await conn.run_sync(_upgrade)
+        after = await current_heads(conn)
+    return Migrated(frozenset(before), frozenset(after))
 
 
 async def current_heads(conn: AsyncConnection) -> set[str]:

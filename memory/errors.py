@@ -53,3 +53,10 @@ class CompactionIncomplete(MemoryError_):
             f"{result.tokens_before} -> {result.tokens_after} tokens"
         )
         self.result = result
+
+
+class StopRequested(Exception):
+    """The operator asked a long command to stop (Ctrl-C): raised by a step (a summarizer
+    call, an embedding batch) before it starts, so every finished step is kept. A full
+    compaction stopped this way applies what it planned and raises CompactionIncomplete
+    with this as the cause. Not a MemoryError_: no provider turns it into an answer."""

@@ -76,3 +76,13 @@ def settings_of(model: type[Model], name: str, settings: Any, config: dict[str, 
         first = exc.errors()[0]
         key = ".".join(str(p) for p in ("memory", name, *first["loc"]))
         raise InvalidArgument(f"{key}: {first['msg']} (got {first.get('input')!r:.80})") from None
+
+
+def path_fields(model: type[BaseModel]) -> list[str]:
+    """The fields of `model` declared as `PathText`: the config loader resolves a
+    relative one against the config file's directory."""
+    return [
+        name
+        for name, field in model.model_fields.items()
+        if any(isinstance(m, BeforeValidator) and m.func is _fspath for m in field.metadata)
+    ]

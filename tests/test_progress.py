@@ -28,14 +28,18 @@ def test_on_a_terminal_the_bar_is_redrawn_in_place(monkeypatch: pytest.MonkeyPat
     assert "3/3" in out.rsplit("\r", 1)[-1] and "embedded" in out
 
 
-def test_elsewhere_each_step_is_a_line() -> None:
+def test_elsewhere_each_step_is_a_line_with_rate_and_time_left() -> None:
     log = io.StringIO()
-    bar = ProgressBar(2, stream=log, width=4)
+    now = [100.0]
+    bar = ProgressBar(4, stream=log, width=4, unit="summaries", clock=lambda: now[0])
     for done in range(3):
-        bar.show(done, "compacted")
+        bar.show(done, "tg:1")
+        now[0] += 40
+    bar.show(5)  # more work than estimated: the total follows
     bar.close()
     assert log.getvalue().splitlines() == [
-        "[....] 0/2 compacted",
-        "[##..] 1/2 compacted",
-        "[####] 2/2 compacted",
+        "[....] 0/4 summaries tg:1",
+        "[#...] 1/4 summaries (0.03/s, 2m00s left) tg:1",
+        "[##..] 2/4 summaries (0.03/s, 1m20s left) tg:1",
+        "[####] 5/5 summaries (0.04/s, 0s left)",
     ]

@@ -231,6 +231,7 @@ def test_a_command_using_a_conflicting_provider_fails_in_one_line(
     config.write_text(
         f"database: {{url: 'sqlite+aiosqlite:///{tmp_path}/m.db'}}\nmemory: {{provider: acme}}\n"
     )
+    _migrated(f"sqlite+aiosqlite:///{tmp_path}/m.db")  # `memory sessions` reads a database
     proc = subprocess.run(
         [str(MNEMO), "--config", str(config), "memory", "sessions"],
         cwd=tmp_path,
@@ -244,6 +245,19 @@ def test_a_command_using_a_conflicting_provider_fails_in_one_line(
         "mnemo: memory provider 'acme' is registered by two packages: acme-memory 1.0 and "
         "rival-memory 2.0; uninstall one"
     ]
+
+
+def _migrated(url: str) -> None:
+    import asyncio
+
+    from memory.db import create_engine, migrate
+
+    async def go() -> None:
+        engine = create_engine(url)
+        await migrate(engine)
+        await engine.dispose()
+
+    asyncio.run(go())
 
 
 LEAKY = '''

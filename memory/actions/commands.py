@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from memory.actions.declarations import ACTIONS
-from memory.actions.fitting import MAX_REPLY, clip
+from memory.actions.fitting import MAX_REPLY, clip, one_line
 from memory.actions.spec import Action, Audience, Call, ContextBudget, Registry, perform
 from memory.context import with_change_source
 from memory.errors import NotFound
 from memory.forgetting import shared_scope
+from memory.sanitize import storable
 from memory.types import ChangeSource, Session
 
 
@@ -29,20 +30,27 @@ def split_words(text: str) -> tuple[str, str]:
     return name, rest[0].strip() if rest else ""
 
 
-def usage_lines(registry: Registry = ACTIONS) -> dict[str, str]:
-    """Each sub-command's usage line, in the order `/memory help` lists them."""
+def usage_lines(registry: Registry = ACTIONS, provider: Any = None) -> dict[str, str]:
+    """Each sub-command's usage line, in the order `/memory help` lists them; with a
+    `provider`, only the sub-commands it supports (simple has notes, lcm has expand)."""
     out = {}
     for sub, actions in registry.commands().items():
+        if provider is not None and not any(a.available(provider) for a in actions):
+            continue
         usage = next((a.command.usage for a in actions if a.command and a.command.usage), "")
         out[sub] = f"/memory {sub} {usage}".rstrip()
     return out
 
 
-def usage(sub: str | None = None, registry: Registry = ACTIONS) -> str:
-    lines = usage_lines(registry)
+def usage(sub: str | None = None, registry: Registry = ACTIONS, provider: Any = None) -> str:
     if sub is not None:
-        return "Usage: " + lines[sub]
-    return "Usage:\n" + "\n".join(lines.values())
+        return "Usage: " + usage_lines(registry)[sub]
+    return "Usage:\n" + "\n".join(usage_lines(registry, provider).values())
+
+
+def available_subs(provider: Any, registry: Registry = ACTIONS) -> list[str]:
+    """The `/memory` sub-commands `provider` supports, in listing order."""
+    return list(usage_lines(registry, provider))
 
 
 def table_rows(registry: Registry = ACTIONS) -> list[tuple[str, str]]:
@@ -67,10 +75,10 @@ async def run_memory_command(
     """Answer `/memory <words>` for `session` (the live one); at most `limit` characters."""
     sub, rest = split_words(words)
     if sub in ("", "help"):
-        return usage(registry=registry)
+        return usage(registry=registry, provider=provider)
     actions = registry.commands().get(sub)
     if actions is None:
-        return f"Unknown sub-command {sub!r}.\n{usage(registry=registry)}"
+        return f"Unknown sub-command {sub!r}.\n{usage(registry=registry, provider=provider)}"
     if not is_admin and any(a.audience == Audience.OPERATOR for a in actions):
         return f"/memory {sub} is for the bot's operators only."
     if (
@@ -98,8 +106,12 @@ async def run_memory_command(
             with with_change_source(ChangeSource.USER):
                 text = await perform(action, call, args, action.command.render)
         except NotFound:
-            if action.command.not_found:
-                return action.command.not_found.format(**parsed)
+            if action.command.not_found:  # the words echoed on one line, storable
+                shown = {
+                    k: one_line(storable(v), 100) if isinstance(v, str) else v
+                    for k, v in parsed.items()
+                }
+                return action.command.not_found.format(**shown)
             raise
         return clip(text, limit)
     if lacking is not None and lacking.command is not None:

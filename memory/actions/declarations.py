@@ -540,7 +540,14 @@ declare(
         "read a note by name or alias",
         _note_get,
         render=to_model.note,
-        command=Command("notes", parse=_rest("name"), render=to_people.note, lacks="notes"),
+        command=Command(
+            "notes",
+            parse=_rest("name"),
+            render=to_people.note,
+            lacks="notes",
+            # Names may hold spaces: `/memory notes a b` looks for the note "a b".
+            not_found="No note or archive is named “{name}”; /memory notes lists them.",
+        ),
     )
 )
 declare(

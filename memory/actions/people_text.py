@@ -11,7 +11,6 @@ from memory.actions.spec import Call
 from memory.capabilities import (
     SessionManager,
     VersionedProfileStore,
-    capabilities_of,
 )
 from memory.errors import NotFound, StoreCorrupt
 from memory.sanitize import storable
@@ -61,7 +60,11 @@ async def status(c: Call, args: Any, stats: SessionStats) -> str:
         # snapshot, freezing the session's view before its first turn.
         version = await p.memory_version(c.session.user_id, c.session.agent_id)
         lines.append(f"Memory version (profile, soul, rules): {version}")
-    lines.append("Capabilities: " + (", ".join(capabilities_of(unwrap(p))) or "none"))
+    # What the provider offers, as the sub-commands people type (never its class names).
+    from memory.actions.commands import available_subs
+
+    subs = [s for s in available_subs(p) if s not in ("status", "help")]
+    lines.append("You can also use: " + ", ".join(f"/memory {s}" for s in subs))
     return "\n".join(lines)
 
 

@@ -45,7 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.capabilities import Summarizer
 from memory.compaction_goal import parts_to_reach, worth_compacting
-from memory.errors import CompactionIncomplete
+from memory.errors import CompactionIncomplete, StopRequested
 from memory.history import HistoryStore
 from memory.sanitize import storable
 from memory.summarizer import SummarizerError, condensed_target, leaf_target
@@ -169,6 +169,10 @@ class Compaction:
         for _ in range(rounds):
             try:
                 result = await self._round(session, conv_id, target)
+            except CompactionIncomplete as part:  # stopped mid-round, its part applied
+                _add(total, part.result)
+                total.duration_s = time.monotonic() - started
+                raise CompactionIncomplete(total, part.__cause__ or part) from part.__cause__
             except Exception as exc:
                 if not total.changed:
                     raise  # nothing applied: the caller sees the failure itself
@@ -191,8 +195,20 @@ class Compaction:
         seq_before = self.totals.last_seq(conv_id)  # never above the seq the read sees
         nodes, context = await self._read_compactable(conv_id)
         plan = _Plan(ordinals={n.key: n.first_ordinal for n in nodes})
-        planned = await self._leaf_pass(conv_id, nodes, plan, context, target)
-        await self._condensed_pass(conv_id, planned, plan)
+        try:
+            planned = await self._leaf_pass(conv_id, nodes, plan, context, target)
+            await self._condensed_pass(conv_id, planned, plan)
+        except StopRequested as stop:
+            # The operator stops a long compaction (Ctrl-C): the summaries made so far are
+            # each valid on their own (a leaf replaces its run of messages, a condensed one
+            # its children), so they are applied, not thrown away with the round.
+            if not plan.summaries:
+                raise
+            try:
+                result = await self._apply(session, plan)
+            finally:
+                self.totals.forget(conv_id)
+            raise CompactionIncomplete(result, stop) from stop
         if not plan.summaries:
             if seq_before is not None:
                 self.totals.nothing_until(conv_id, seq_before + self._messages_short(nodes))
@@ -212,6 +228,22 @@ class Compaction:
                 break
             run += 1
         return max(1, self.settings.leaf_chunk_size - run)
+
+    async def estimate_calls(self, session: Session) -> int:
+        """About how many summarizer calls a full compaction of `session` would make now:
+        its leaf chunks, then the condensed groups they and the leaves already there would
+        form, level by level (an operator's progress bar total; never exact)."""
+        conv_id = await self.history.conversation_id(session.id)
+        if conv_id is None:
+            return 0
+        nodes, _ = await self._read_compactable(conv_id)
+        leaves = len(self._leaf_chunks(nodes))
+        calls, level = leaves, leaves + sum(1 for n in nodes if n.depth == 0)
+        least = self.settings.condensed_min
+        while leaves and level >= least:
+            level = -(-level // max(CONDENSED_MAX_CHILDREN, least))
+            calls += level
+        return calls
 
     # -- reading (no lock) ----------------------------------------------------------
 

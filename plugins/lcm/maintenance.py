@@ -21,6 +21,7 @@ Export refers to messages by their seq (ids change on import) and keeps summary 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -170,6 +171,19 @@ class LcmMaintenance:
         ):
             if batch:
                 await conn.execute(sa.insert(table), batch)
+        # The rows are in, the transaction still open: the doctor's own checks decide
+        # whether the summaries and context cover every message exactly once, in order;
+        # any fault refuses the import (rolled back: nothing written), so an export
+        # `doctor` would call broken is never accepted.
+        faults = await _check_conversation(conn, conversation_id, "the export")
+        if faults:
+            counts = Counter(f.code for f in faults)
+            raise InvalidArgument(
+                ".provider.data: the summaries and context items do not cover every message "
+                "exactly once, in order ("
+                + ", ".join(f"{n} {code}" for code, n in sorted(counts.items()))
+                + "; `mnemo memory doctor` names these faults)"
+            )
 
     def overlay_markdown(self, data: dict[str, Any]) -> str:
         out = [f"### Context window ({len(data['context_items'])} items, oldest first)", ""]

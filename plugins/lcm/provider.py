@@ -178,6 +178,9 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance, LcmForgetting):
     async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult:
         return await self._compaction.compact(session, mode)
 
+    async def compaction_calls(self, session: Session) -> int:
+        return await self._compaction.estimate_calls(session)
+
     async def _record_compaction(
         self, conn: AsyncConnection, session: Session, result: CompactionResult
     ) -> None:

@@ -208,6 +208,9 @@ class FakeOpenAI:
         )
         self._transcription_script: list[Response] = []
         self.embedding_dim = 64
+        # llama.cpp's `GET /props` (at the server root): its context size, when set; a
+        # server without the endpoint (OpenAI's) answers 404.
+        self.context_size: int | None = None
         self.cached_tokens = 0  # reported as prompt_tokens_details.cached_tokens when > 0
         # Usage is reported as mnemo estimates a request (memory.tokens.request_tokens)
         # times `prompt_scale` (a server whose tokenizer counts otherwise), or not at all.
@@ -257,6 +260,13 @@ class FakeOpenAI:
         async with self._arrived:
             await self._arrived.wait_for(lambda: len(self.requests) >= n)
 
+    async def _props(self, request: web.Request) -> web.StreamResponse:
+        if self.context_size is None:
+            return web.json_response({"error": "not found"}, status=404)
+        return web.json_response(
+            {"default_generation_settings": {"n_ctx": self.context_size}, "total_slots": 1}
+        )
+
     # --- lifecycle ----------------------------------------------------------------
 
     async def __aenter__(self) -> FakeOpenAI:
@@ -264,6 +274,7 @@ class FakeOpenAI:
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         app.router.add_post("/v1/embeddings", self._embed)
+        app.router.add_get("/props", self._props)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

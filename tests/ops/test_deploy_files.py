@@ -54,7 +54,11 @@ def test_services_volumes_and_profile(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert set(services) == {"bot", "db", "llm", "embed"}
     assert services["bot"]["build"] == "."
-    assert services["bot"]["depends_on"] == {"db": {"condition": "service_healthy"}}
+    assert services["bot"]["depends_on"] == {
+        "db": {"condition": "service_healthy"},
+        # Optional: only with --profile local-llm, where the bot reads the model's context.
+        "llm": {"condition": "service_healthy", "required": False},
+    }
     assert "profiles" not in services["bot"] and "profiles" not in services["db"]
     assert services["llm"]["profiles"] == services["embed"]["profiles"] == ["local-llm"]
     assert services["db"]["image"].startswith("postgres:")
@@ -114,7 +118,12 @@ def test_bot_environment_reaches_mnemo_config(compose: dict[str, Any], tmp_path:
     )
     ports = [_compose_env(p) for p in compose["services"]["bot"]["ports"]]
     assert f"127.0.0.1:{settings.health.port}:{settings.health.port}" in ports
-    assert f"{settings.telegram.webhook.port}:{settings.telegram.webhook.port}" in ports
+    # A polling bot publishes no webhook port; the webhook override file does.
+    webhook_port = f"{settings.telegram.webhook.port}:{settings.telegram.webhook.port}"
+    assert webhook_port not in ports and len(ports) == 1
+    override = yaml.safe_load((ROOT / "docker-compose.webhook.yml").read_text(encoding="utf-8"))
+    assert set(override["services"]) == {"bot"}
+    assert [_compose_env(p) for p in override["services"]["bot"]["ports"]] == [webhook_port]
 
 
 def test_dockerfile_builds_what_the_readme_says(dockerfile, readme_docker: str) -> None:
@@ -154,3 +163,22 @@ def test_readme_commands_are_real(readme_docker: str, compose: dict[str, Any]) -
         parser.parse_args(args)  # exits (SystemExit) on an unknown command
     profiles = set(re.findall(r"--profile ([\w-]+)", readme_docker))
     assert profiles == {"local-llm"}
+
+
+def test_the_local_models_context_and_the_bots_budget_are_set_from_env(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    # Issue 20 item 4: llama.cpp's --ctx-size and the bot's budget both come from .env;
+    # left unset, the bot fits its budget to the server's context at start
+    # (bot/model_context.py, tested through mnemo chat in tests/cli/test_setup.py).
+    command = compose["services"]["llm"]["command"]
+    ctx = command[command.index("--ctx-size") + 1]
+    assert ctx == "${LLM_CTX_SIZE:-24576}"
+    env = compose["services"]["bot"]["environment"]
+    assert env["MNEMO_BUDGET_TOKENS"] == "${MNEMO_BUDGET_TOKENS:-}"
+    assert env["MNEMO_COMPACTION_MAX_TOKENS"] == "${MNEMO_COMPACTION_MAX_TOKENS:-}"
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
+    path = tmp_path / "config.yaml"
+    for given, budget in (({}, 80000), ({"MNEMO_BUDGET_TOKENS": "12000"}, 12000)):
+        path.write_text(yaml.safe_dump(interpolate(raw, given)), encoding="utf-8")
+        assert load_settings(path).memory.budget_tokens == budget

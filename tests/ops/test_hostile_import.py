@@ -121,6 +121,21 @@ ISSUE = [
 ]
 
 OTHERS = [
+    # Issue 20 item 7: summary data that does not cover the messages (doctor would have
+    # reported a fault per message) is refused before anything is written.
+    (
+        "context_covers_nothing",
+        _set("provider", "data", "context_items", value=[]),
+        "the summaries and context items do not cover every message exactly once, in order "
+        "(24 message_unreachable, ",
+    ),
+    (
+        "context_item_repeated",
+        lambda d: d["provider"]["data"]["context_items"].append(
+            {**d["provider"]["data"]["context_items"][-1], "ordinal": 10**6}
+        ),
+        "exactly once, in order (1 context_order, ",
+    ),
     # wrong types
     (
         "seq_as_string",

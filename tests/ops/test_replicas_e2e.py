@@ -96,7 +96,7 @@ llm: {{base_url: "{llm.base_url}", api_key: test-key, max_retries: 1}}
 telegram:
   token: "{tg.token}"
   base_url: "{tg.base_url}"
-  stream_edit_interval_s: 0.2
+  stream_edit_interval_s: 1
   webhook: {{url: "{lb_url}", listen: 127.0.0.1, port: {hook_port}, secret_token: {SECRET}}}
 memory: {{provider: lcm, fresh_tail: 4, lcm: {{leaf_chunk_size: 4}}}}
 compaction: {{max_tokens: 60, keep_tail: 4}}

@@ -195,5 +195,8 @@ async def test_a_provider_without_bulk_counts_lists_the_same(
 
 async def test_no_sessions(db_url: str, tmp_path: Path) -> None:
     out = io.StringIO()
+    engine = create_engine(db_url)
+    await migrate(engine)  # a database, with no session in it
+    await engine.dispose()
     assert await operator.sessions(make_settings(db_url, tmp_path), out=out) == 0
-    assert out.getvalue() == "no sessions\n"
+    assert out.getvalue().startswith("no sessions in ")

@@ -124,7 +124,7 @@ async def test_notes_merge_beside_other_notes_of_the_user(
         make_settings(other_db_url, tmp_path / "target"),
     )
     await _with_notes(source, tmp_path)
-    async with operator.open_memory(target) as m:
+    async with operator.open_memory(target, create=True) as m:  # a fresh database
         await m.provider.note_add(ALICE, "Birthday", "12 May")
     assert await _import(target, await _export(source, ALICE.id), tmp_path) == 0
     async with operator.open_memory(target) as m:
@@ -141,7 +141,7 @@ async def test_a_differing_note_in_the_target_refuses_the_import(
         make_settings(other_db_url, tmp_path / "target"),
     )
     await _with_notes(source, tmp_path)
-    async with operator.open_memory(target) as m:
+    async with operator.open_memory(target, create=True) as m:  # a fresh database
         await m.provider.note_add(ALICE, "groceries", "bread")  # same name, other text
     before = _notes_file(target).read_bytes()
     assert await _import(target, await _export(source, ALICE.id), tmp_path) == 1

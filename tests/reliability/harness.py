@@ -75,7 +75,7 @@ def bot_settings(
             "token": tg.token,
             "base_url": tg.base_url,
             "concurrent_updates": 32,
-            "stream_edit_interval_s": 0.2,
+            "stream_edit_interval_s": 1,
         },
         "memory": {
             "provider": provider,

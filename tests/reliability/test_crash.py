@@ -81,7 +81,7 @@ def config(tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, url: str) -> dict[
             "token": tg.token,
             "base_url": tg.base_url,
             "concurrent_updates": 8,
-            "stream_edit_interval_s": 0.2,
+            "stream_edit_interval_s": 1,
         },
         "memory": {
             "provider": "lcm",

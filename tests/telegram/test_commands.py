@@ -42,12 +42,7 @@ async def test_commands(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provi
         context = re.search(r"Context now: (\d+) tokens", status)
         assert context is not None and int(context[1]) > 0
         # Nothing left to compact: the answer still gives the context's real size.
-        await ask(
-            tg,
-            "/compact",
-            f"Nothing to compact: the conversation is short enough "
-            f"({context[1]} tokens in context)",
-        )
+        await ask(tg, "/compact", f"Nothing to compact yet: the context is {context[1]} tokens")
         await ask(tg, "/memory rollback profile 1", "operators only")  # 42 is no admin
         await ask(tg, f"/help@{tg.username}", "/new")
         tg.private(7).send("/memory rollback profile 1")

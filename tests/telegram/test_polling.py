@@ -60,7 +60,7 @@ def settings_for(
                 "token": tg.token,
                 "base_url": tg.base_url,
                 "concurrent_updates": 8,
-                "stream_edit_interval_s": 0.2,
+                "stream_edit_interval_s": 1,
                 **telegram,
             },
             "memory": {

@@ -1,0 +1,26 @@
+"""Helpers of the command-line tests: `mnemo` run as a user runs it, in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MNEMO = Path(sys.executable).with_name("mnemo")
+
+
+def mnemo(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60):
+    """`mnemo ARGS` in `cwd`, with no MNEMO_* or API variables from the test's own
+    environment unless given in `env`."""
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("MNEMO_", "OPENAI_", "TELEGRAM_"))
+    }
+    return subprocess.run(
+        [str(MNEMO), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**base, **(env or {})},
+    )
