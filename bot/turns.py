@@ -191,7 +191,10 @@ class Turns:
         kept = False
         what = f"turn of session {session.id}"
         try:
-            version = await retry_on_disconnect(lambda: self._prepare(session), what)
+            # Bootstrap, identity seeding and the snapshot read may all run twice.
+            version = await retry_on_disconnect(
+                lambda: self._prepare(session), what, idempotent=True
+            )
             hook = await self.append(
                 session,
                 [Message(role="user", content=text)],

@@ -167,15 +167,22 @@ def is_disconnect(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
-async def retry_on_disconnect(run: Callable[[], Awaitable[T]], what: str) -> T:
+async def retry_on_disconnect(
+    run: Callable[[], Awaitable[T]], what: str, *, idempotent: bool = False
+) -> T:
     """`await run()`, run again on a fresh connection when the server dropped the
     connection under it. `run` must be one whole unit: reads, or a transaction from its
     BEGIN (a dead connection's transaction is rolled back by the server, so it is redone
-    whole, never continued). A database that stays unreachable fails the next attempt's
-    connect, which is raised as is."""
+    whole, never continued). A COMMIT whose answer was lost (`CommitUncertain`) is run
+    again only when `run` is `idempotent` (writing it twice changes nothing). A database
+    that stays unreachable fails the next attempt's connect, which is raised as is."""
     for attempt in range(1, RECONNECT_ATTEMPTS + 1):
         try:
             return await run()
+        except CommitUncertain:
+            if not idempotent or attempt == RECONNECT_ATTEMPTS:
+                raise
+            log.warning("%s: the answer to COMMIT was lost; running it again", what)
         except DBAPIError as exc:
             if not is_disconnect(exc) or attempt == RECONNECT_ATTEMPTS:
                 raise
