@@ -92,6 +92,8 @@ class LineEditor:
             # Esc-Enter (what Alt+Enter sends) inserts a newline instead of sending.
             readline.parse_and_bind(r'"\e\r": "\C-v\C-j"')
         readline.set_history_length(HISTORY_LENGTH)
+        # One history entry per message, not per line typed (a continued message is one).
+        readline.set_auto_history(False)
         if history is not None and history.exists():
             try:
                 readline.read_history_file(history)
@@ -117,7 +119,10 @@ class LineEditor:
             return text
 
     def _remember(self, text: str) -> None:
-        if self.history is None or not text.strip():
+        if not text.strip():
+            return
+        self._readline.add_history(text)
+        if self.history is None:
             return
         try:
             self.history.parent.mkdir(parents=True, exist_ok=True)

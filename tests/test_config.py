@@ -319,6 +319,8 @@ def _readme_keys() -> set[str]:
             continue
         parent = ""
         for name in re.findall(r"`([\w.]+)`", row.split("|")[1]):
+            if name.isupper():  # the environment variables' table (MNEMO_MODEL...)
+                break
             if "." in name.lstrip("."):
                 parent = name.rsplit(".", 1)[0] + "."
                 keys.add(name)

@@ -150,7 +150,8 @@ def test_lcm_and_simple_receive_the_model_config_validated(tmp_path: Path) -> No
         "max_full_rounds": 10,
         "target_tokens": settings.compaction.target_tokens,  # max_tokens x target_fraction
     }
-    assert settings.memory.simple.store_dir == "notes"  # type: ignore[attr-defined]
+    # A path setting is read from the config file's directory.
+    assert settings.memory.simple.store_dir == str(tmp_path / "notes")  # type: ignore[attr-defined]
     path.write_text("memory: {lcm: {keep_tail: 3}}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="memory.lcm.keep_tail: unknown key"):
         load_settings(path)

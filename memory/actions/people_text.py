@@ -60,10 +60,19 @@ async def status(c: Call, args: Any, stats: SessionStats) -> str:
         # snapshot, freezing the session's view before its first turn.
         version = await p.memory_version(c.session.user_id, c.session.agent_id)
         lines.append(f"Memory version (profile, soul, rules): {version}")
-    # What the provider offers, as the sub-commands people type (never its class names).
+    # What the provider offers, as the sub-commands people type (never its class names);
+    # operator-only ones are left to /memory help, which marks them.
     from memory.actions.commands import available_subs
+    from memory.actions.declarations import ACTIONS
+    from memory.actions.spec import Audience
 
-    subs = [s for s in available_subs(p) if s not in ("status", "help")]
+    by_sub = ACTIONS.commands()
+    subs = [
+        s
+        for s in available_subs(p)
+        if s not in ("status", "help")
+        and not all(a.audience == Audience.OPERATOR for a in by_sub.get(s, []))
+    ]
     lines.append("You can also use: " + ", ".join(f"/memory {s}" for s in subs))
     return "\n".join(lines)
 

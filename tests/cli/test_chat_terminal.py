@@ -120,6 +120,10 @@ async def test_chat_edits_lines_keeps_history_and_keeps_logs_out(
         screen.keys("one\x1b\rtwo\r")
         await screen.wait_for("echo: one\ntwo")
         await screen.wait_for("you> ")
+        # A continued message is one history entry: Up, Up recalls it whole.
+        screen.keys(UP + UP + "\r")
+        await screen.wait_for("echo: first line\nsecond line")
+        await screen.wait_for("you> ")
         screen.keys("/quit\r")
         assert await screen.close() == 0
     finally:
@@ -130,6 +134,7 @@ async def test_chat_edits_lines_keeps_history_and_keeps_logs_out(
         "hello out there",
         "first line\nsecond line",
         "one\ntwo",
+        "first line\nsecond line",
     ]
     # The log is in its file, never on the screen.
     assert " INFO " not in screen.text and "Traceback" not in screen.text

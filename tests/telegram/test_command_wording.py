@@ -27,6 +27,7 @@ async def test_compact_status_and_usage_agree(
             assert name not in status, status
         assert "You can also use: /memory search, /memory show, /memory expand" in status
         assert "/memory notes" not in status  # lcm keeps no notes
+        assert "rollback" not in status  # operator-only: /memory help marks it
         # Above the threshold, yet nothing to compact: the answer says why, in the same
         # terms as the status.
         nothing = await ask(tg, "/compact", "Nothing to compact yet: the context is ")
