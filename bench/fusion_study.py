@@ -20,7 +20,8 @@ A weight chosen on these questions could fit them: `loo` picks the weight on fou
 conversations and scores the fifth, for each conversation in turn (leave one
 conversation out); its recall@10 is what a weight chosen this way gives on unseen chats.
 
-    python -m bench.fusion_study [--weights 0.2,0.3,0.4,0.5] [--conversations N]
+    python -m bench.fusion_study [--weights 0.2,0.3,0.4,0.5] [--db sqlite|postgres|all]
+        [--conversations N]
 """
 
 from __future__ import annotations
@@ -51,22 +52,24 @@ from memory.stopwords import STOP_WORDS
 
 POOL = 50
 DEPTH = 200  # word hits cached per question (the pool-100 variant reads past POOL)
-PRODUCT_WEIGHT = 0.3
+PRODUCT_WEIGHT = 0.4  # memory.fusion.SEMANTIC_WEIGHT; the 'not taken' rows use it
 
 
 class Signals:
     """Per question (conversation, then question order): the word list [(turn, BM25)]
     and the cosine of every turn of its conversation."""
 
-    def __init__(self, convs: list[Conversation]) -> None:
-        self.convs = convs
+    def __init__(self, convs: list[Conversation], db: str = "sqlite") -> None:
+        self.convs, self.db = convs, db
         self.turn_ids = [[t.dia_id for t in c.turns] for c in convs]
         self.conv_of = [ci for ci, c in enumerate(convs) for _ in c.questions]
         self.evidence = [q.evidence for c in convs for q in c.questions]
         pos = [{d: i for i, d in enumerate(ids)} for ids in self.turn_ids]
         self.words = [
             [(pos[ci][d], s) for d, s in ranked]
-            for ci, ranked in zip(self.conv_of, hybrid_cache.word_lists(convs, DEPTH), strict=True)
+            for ci, ranked in zip(
+                self.conv_of, hybrid_cache.word_lists(convs, DEPTH, db=db), strict=True
+            )
         ]
         self.alone = self.cosines(lambda c: [t.content for t in c.turns], lambda q: q)
 
@@ -134,7 +137,7 @@ class Study:
     def row(self, name: str, rank: Callable[[int], list[int]]) -> list[list[str]]:
         ranked = self.per_question(rank)
         out = Rankings(ranked=ranked, seconds=[0.0] * len(ranked))
-        self.rows.append(scored(Outcome(name, "sqlite", "hybrid"), self.s.convs, out))
+        self.rows.append(scored(Outcome(name, self.s.db, "hybrid"), self.s.convs, out))
         return ranked
 
     def loo(self, name: str, by_weight: dict[float, list[list[str]]]) -> None:
@@ -156,8 +159,10 @@ class Study:
         )
 
 
-def study(convs: list[Conversation], weights: Sequence[float]) -> tuple[list[Outcome], list[str]]:
-    s = Signals(convs)
+def study(
+    convs: list[Conversation], weights: Sequence[float], db: str = "sqlite"
+) -> tuple[list[Outcome], list[str]]:
+    s = Signals(convs, db)
     st = Study(s)
     words, alone = s.words, s.alone
     st.row("words (lcm full_text)", lambda i: [k for k, _ in words[i]])
@@ -209,11 +214,56 @@ def study(convs: list[Conversation], weights: Sequence[float]) -> tuple[list[Out
     return st.rows, st.loo_lines
 
 
+def joint_loo(convs: list[Conversation], weights: Sequence[float]) -> list[str]:
+    """Leave one conversation out over both databases at once: the weight whose mean
+    R@10 on the other four conversations, SQLite and PostgreSQL together, is best, scored
+    on the fifth; for meaning of the nearest only and for every word hit weighed."""
+    at10: dict[tuple[str, bool, float], np.ndarray] = {}
+    conv = np.array([])
+    for db in ("sqlite", "postgres"):
+        s = Signals(convs, db)
+        conv = np.array(s.conv_of)
+        for every in (False, True):
+            for w in weights:
+                ranked = [
+                    s.ids(i, fused(s.words[i], s.alone[i], w, every))[: max(KS)]
+                    for i in range(len(s.evidence))
+                ]
+                at10[(db, every, w)] = np.array(
+                    [recall_at(r, e)[10] for r, e in zip(ranked, s.evidence, strict=True)]
+                )
+    lines = []
+    for every, label in ((False, "nearest only"), (True, "every word hit")):
+        total = {db: np.zeros(len(conv)) for db in ("sqlite", "postgres")}
+        picks = []
+        for held in range(len(convs)):
+            train = conv != held
+            best = max(
+                weights,
+                key=lambda w, e=every, t=train: sum(at10[(db, e, w)][t].mean() for db in total),
+            )
+            picks.append(best)
+            for db, out in total.items():
+                out[~train] = at10[(db, every, best)][~train]
+        lines.append(
+            f"- leave one conversation out over both databases, fuse {label}: R@10 "
+            + ", ".join(f"{db} {v.mean():.3f}" for db, v in total.items())
+            + f" (weights picked: {', '.join(f'{w:g}' for w in picks)})"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--weights", default="0.2,0.3,0.4,0.5")
     parser.add_argument("--conversations", type=int, default=None)
     parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument(
+        "--db",
+        default="sqlite",
+        help="where lcm's word lists come from: sqlite, postgres, or all (both, and the "
+        "weight picked over both)",
+    )
     args = parser.parse_args(argv)
     data = args.data or default_data()
     if data is None:
@@ -221,8 +271,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     convs = load_locomo(data, args.conversations)
     weights = [float(w) for w in args.weights.split(",")]
+    rows: list[Outcome] = []
+    loo: list[str] = []
     try:
-        rows, loo = study(convs, weights)
+        for db in ("sqlite", "postgres") if args.db == "all" else (args.db,):
+            more, lines = study(convs, weights, db)
+            rows, loo = rows + more, loo + [f"{line} ({db})" for line in lines]
+        if args.db == "all":
+            loo += joint_loo(convs, weights)
     finally:
         hybrid_cache.close()
     print(table(rows))

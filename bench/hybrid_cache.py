@@ -84,17 +84,20 @@ def vectors(texts: list[str]) -> np.ndarray:
     return out
 
 
-def word_lists(convs: list[Conversation], depth: int = 200, tag: str = "") -> list[Ranked]:
-    """lcm on SQLite: each question's `depth` best turns by `full_text` (cached; `tag`
+def word_lists(
+    convs: list[Conversation], depth: int = 200, tag: str = "", db: str = "sqlite"
+) -> list[Ranked]:
+    """lcm on `db`: each question's `depth` best turns by `full_text` (cached; `tag`
     names the lexical code's version, so a change of ranking is measured afresh)."""
-    key = _digest("words", tag, depth, [(c.sample_id, len(c.turns)) for c in convs])
+    parts = ("words", tag, depth, [(c.sample_id, len(c.turns)) for c in convs])
+    key = _digest(*parts) if db == "sqlite" else _digest(*parts, db)
     path = CACHE / f"words-{key}.json"
     if path.is_file():
         return [[(d, s) for d, s in q] for q in json.loads(path.read_text())]
 
     async def run() -> list[Ranked]:
         with tempfile.TemporaryDirectory() as tmp:
-            async with fresh_provider("lcm", "sqlite", Path(tmp), None) as (provider, engine):
+            async with fresh_provider("lcm", db, Path(tmp), None) as (provider, engine):
                 for i, conv in enumerate(convs):
                     session = chat_of(i, conv)
                     await provider.bootstrap(session)

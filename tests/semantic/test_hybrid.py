@@ -163,7 +163,8 @@ async def test_word_hits_are_weighed_by_meaning_beyond_the_nearest(
     await provider.append(ME, *(Message("user", long) for _ in range(3)))
     await provider.append(ME, Message("user", "auto"))
     shorter, closer = "insurance form paper today", "insurance claim form paper today"
-    await provider.append(ME, Message("user", shorter), Message("user", "auto"))
+    # Apart, so neither is the other's context (a word there counts half).
+    await provider.append(ME, Message("user", shorter), Message("user", "right"))
     await provider.append(ME, Message("user", closer))
     await embed_backlog(provider, embedder)
 
