@@ -172,7 +172,10 @@ class Recall:
             text,
             sources=_VECTOR_SOURCES[scope],
             limit=pool,
-            also=list(words),  # every word hit weighed by its meaning too
+            # Every word hit weighed by its meaning too (memory/fusion.py). simple's notes
+            # are embedded under a key of their content, not their name: they have meaning
+            # only when among the nearest.
+            also=list(words),
         )
         nearest = [h for h in vector_hits if h.nearest]
         similarity = [h for h in vector_hits if not h.nearest]
