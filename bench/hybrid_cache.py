@@ -3,12 +3,15 @@ all-MiniLM-L6-v2 vectors of any text variant, computed once and kept on disk, so
 of fusion or of what is embedded costs seconds, not a re-load and re-embed per run (the
 machine has 2 shared cores; one embedding pass over 2,760 turns takes about 75 s).
 
-- `word_lists(convs, depth)`: lcm on SQLite, `full_text`, each question's `depth` best
-  turns with their BM25 scores (the product's ranking), as [(dia_id, score)].
+- `word_lists(convs, depth, db=)`: lcm on SQLite or PostgreSQL, `full_text`, each
+  question's `depth` best turns with their BM25 scores (the product's ranking), as
+  [(dia_id, score)]. Cached by the data alone: after a change of the lexical ranking,
+  pass a new `tag` (or empty the cache folder).
 - `vectors(texts)`: unit vectors from bench/embedding_server.py, one row per text, cached
   by the texts' hash (a started server is reused for the rest of the process).
 
-Cache folder: $MNEMO_BENCH_CACHE or ~/.cache/mnemo-bench.
+Cache folder: $MNEMO_BENCH_CACHE or ~/.cache/mnemo-bench. Needs the `bench` extra (the
+embeddings server).
 """
 
 from __future__ import annotations
