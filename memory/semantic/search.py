@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -35,9 +36,12 @@ class SemanticSearch:
         *,
         sources: set[str] | None = None,
         limit: int = 20,
+        also: Collection[tuple[str, str]] = (),
     ) -> list[VectorHit]:
         """The `limit` stored items of (user, agent) nearest to `text` in meaning, best
-        first; [] when the text is blank or the query cannot be embedded."""
+        first, then the similarity of those (source, key) items of `also` that have a
+        vector (`VectorIndex.search`); [] when the text is blank or the query cannot be
+        embedded."""
         if not text.strip():
             return []
         try:
@@ -50,4 +54,6 @@ class SemanticSearch:
                 self._warned_at = now
                 log.warning("semantic search skipped: %s (lexical results only)", exc.reason)
             return []
-        return await self.index.search(user_id, agent_id, query, sources=sources, limit=limit)
+        return await self.index.search(
+            user_id, agent_id, query, sources=sources, limit=limit, also=also
+        )

@@ -365,3 +365,39 @@ async def test_embedding_usage_is_shared_by_user_stored_with_the_vectors_and_gua
     async with engine.connect() as conn:
         kinds = (await conn.execute(sa.select(usage_records.c.kind))).scalars().all()
     assert sorted(kinds) == ["embedding", "embedding", "search"]
+
+
+async def test_the_index_scores_given_items_besides_the_nearest(
+    engine: AsyncEngine,
+    make_provider: ProviderFactory,
+    make_embedder: EmbedderFactory,
+) -> None:
+    embedder = make_embedder()
+    provider = make_provider(engine, "lcm")
+    await provider.append(ALICE, *chat("penguins", 3), Message("user", "tax forms are due"))
+    await provider.append(BOB, Message("user", "penguins everywhere"))
+    await embed_backlog(provider, embedder)
+    stored = await rows(engine, source="message")
+    alice = sorted(r.item_key for r in stored if r.user_id == ALICE.user_id)
+    bob = [r.item_key for r in stored if r.user_id == BOB.user_id]
+    index = VectorIndex(engine, embedder.model)
+    query = (await embedder.embed(["penguins"]))[0]
+    nearest = await index.search(ALICE.user_id, "default", query, limit=2)
+    wanted = [(h.source, h.key) for h in nearest[:1]] + [
+        ("message", k) for k in alice if k not in {h.key for h in nearest}
+    ]
+    asked = [*wanted, ("message", bob[0]), ("message", "999999"), ("summary", alice[0])]
+    hits = await index.search(ALICE.user_id, "default", query, limit=2, also=asked)
+    # The nearest first, as without `also`; then each asked item of the user's scope not
+    # among them, with its own cosine; another user's, unknown keys, other sources: none.
+    assert hits[:2] == nearest and all(h.nearest for h in nearest)
+    extra = hits[2:]
+    assert [(h.source, h.key) for h in extra] == wanted[1:]
+    assert not any(h.nearest for h in extra)
+    vectors = {r.item_key: np.frombuffer(r.vector, np.float32) for r in stored}
+    expected = [float(vectors[h.key] @ query) for h in extra]
+    assert np.allclose([h.score for h in extra], expected, atol=1e-5)
+    only = await index.search(
+        ALICE.user_id, "default", query, limit=2, sources={"summary"}, also=asked
+    )
+    assert only == []

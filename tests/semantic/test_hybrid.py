@@ -140,3 +140,38 @@ async def test_simple_notes_are_found_by_meaning(
     await provider.note_write(ME, "health", "dentist appointments only")
     hits = await provider.search(ME, SearchQuery("physician", mode=HYBRID))
     assert not any(h.source_type == "note" for h in hits)
+
+
+@PROVIDERS
+async def test_word_hits_are_weighed_by_meaning_beyond_the_nearest(
+    engine: AsyncEngine,
+    server: FakeOpenAI,
+    make_embedder: EmbedderFactory,
+    make_provider: ProviderFactory,
+    name: str,
+) -> None:
+    # 55 messages nearer in meaning than either word hit fill the nearest list; of two
+    # messages sharing the word, the shorter ranks first by words, the other is closer
+    # in meaning ("claim" means "vehicle"): its meaning counts although it is not among
+    # the nearest, so it ranks first.
+    server.synonyms = {"auto": "vehicle", "claim": "vehicle"}
+    embedder = make_embedder()
+    provider = make_provider(engine, name, embedder)
+    await provider.bootstrap(ME)
+    await provider.append(ME, *(Message("user", "auto") for _ in range(55)))
+    long = "insurance policy renewal letter arrived yesterday with many pages"
+    await provider.append(ME, *(Message("user", long) for _ in range(3)))
+    await provider.append(ME, Message("user", "auto"))
+    shorter, closer = "insurance form paper today", "insurance claim form paper today"
+    # Apart, so neither is the other's context (a word there counts half).
+    await provider.append(ME, Message("user", shorter), Message("user", "right"))
+    await provider.append(ME, Message("user", closer))
+    await embed_backlog(provider, embedder)
+
+    words = await provider.search(ME, SearchQuery("vehicle insurance", mode=FULL_TEXT))
+    assert _contents(words)[:2] == [shorter, closer]
+    hits = await provider.search(ME, SearchQuery("vehicle insurance", mode=HYBRID))
+    assert [(c, h.signals) for c, h in zip(_contents(hits), hits, strict=True)][:2] == [
+        (closer, ("words",)),
+        (shorter, ("words",)),
+    ]
