@@ -36,6 +36,7 @@ COMMANDS: list[list[str]] = [
     ["memory", "import", "in.json"],
     ["memory", "embed"],
     ["memory", "erase", "--user", "1", "--dry-run"],
+    ["memory", "usage"],
 ]
 
 
