@@ -149,7 +149,7 @@ def _in_scope(owner: Owner) -> list[sa.ColumnElement[bool]]:
     return [conversations.c.user_id == owner.user_id, conversations.c.agent_id == owner.agent_id]
 
 
-async def items(conn: AsyncConnection, owner: Owner, ids: Iterable[int]) -> list[ForgetItem]:
+async def owned_items(conn: AsyncConnection, owner: Owner, ids: Iterable[int]) -> list[ForgetItem]:
     """The messages `ids` of `owner` (others' ids are silently left out), in order."""
     out: list[ForgetItem] = []
     id_list = sorted(set(ids))
@@ -549,7 +549,7 @@ async def preview(provider: Any, owner: Owner, selector: str) -> ForgetPreview:
             )
     async with engine_of(provider).connect() as conn:
         ids = await with_tool_partners(conn, ids)
-        found = await items(conn, owner, ids)
+        found = await owned_items(conn, owner, ids)
     dependents = await provider.forget_dependents(owner, [i.id for i in found], needles)
     return ForgetPreview(owner, found, dependents, needles)
 

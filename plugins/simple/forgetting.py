@@ -137,7 +137,7 @@ class SimpleForgetting:
     ) -> Dependents:
         count = 0
         async with self.engine.connect() as conn:
-            found = await fg.items(conn, owner, message_ids)
+            found = await fg.owned_items(conn, owner, message_ids)
             for conv_id, group in fg.by_conversation(found).items():
                 rows = await _markers(conn, conv_id)
                 first = _first_affected(rows, [i.seq for i in group])
@@ -150,7 +150,7 @@ class SimpleForgetting:
     ) -> ForgetReport:
         total = ForgetReport()
         async with self.engine.connect() as conn:
-            found = await fg.items(conn, owner, message_ids)
+            found = await fg.owned_items(conn, owner, message_ids)
         if not found:
             return total
         total.quoting_notes = await self._quoting_notes(owner, found, needles)
