@@ -173,6 +173,10 @@ async def owned_items(conn: AsyncConnection, owner: Owner, ids: Iterable[int]) -
 async def matching_text(conn: AsyncConnection, owner: Owner, text: str) -> list[int]:
     """Ids of `owner`'s messages holding `text` (case-insensitive) in their content or in
     a part (a tool call's arguments, reasoning)."""
+    if conn.dialect.name == "sqlite" and not text.isascii():
+        # SQLite's LIKE folds ASCII letters only: read the owner's messages and compare
+        # case-folded here (a forget by text is rare; one pass over one owner's history).
+        return await _casefold_scan(conn, owner, text.casefold())
     op = "ilike" if conn.dialect.name == "postgresql" else "like"
     pattern = like_pattern(text)
     content = getattr(messages.c.content, op)(pattern, escape="\\")
@@ -185,24 +189,27 @@ async def matching_text(conn: AsyncConnection, owner: Owner, text: str) -> list[
         .where(*_in_scope(owner), sa.or_(content, in_parts))
         .limit(MAX_SELECTED + 1)
     )
-    found = list((await conn.execute(query)).scalars())
-    if conn.dialect.name == "sqlite" and not text.isascii():
-        # SQLite's LIKE folds ASCII only: check the candidates exactly, case-folded.
-        return [i for i in found if await _holds(conn, i, text)]
-    return found
+    return list((await conn.execute(query)).scalars())
 
 
-async def _holds(conn: AsyncConnection, message_id: int, text: str) -> bool:
-    needle = text.casefold()
-    row = (
-        await conn.execute(sa.select(messages.c.content).where(messages.c.id == message_id))
-    ).scalar_one()
-    if needle in row.casefold():
-        return True
-    pieces = (
-        await conn.execute(sa.select(parts.c.content).where(parts.c.message_id == message_id))
-    ).scalars()
-    return any(needle in p.casefold() for p in pieces)
+async def _casefold_scan(conn: AsyncConnection, owner: Owner, needle: str) -> list[int]:
+    found: set[int] = set()
+    mine = sa.select(conversations.c.id).where(*_in_scope(owner)).scalar_subquery()
+    rows = await conn.stream(
+        sa.select(messages.c.id, messages.c.content).where(messages.c.conversation_id.in_(mine))
+    )
+    async for msg_id, content in rows:
+        if needle in content.casefold():
+            found.add(int(msg_id))
+    pieces = await conn.stream(
+        sa.select(parts.c.message_id, parts.c.content)
+        .join(messages, messages.c.id == parts.c.message_id)
+        .where(messages.c.conversation_id.in_(mine))
+    )
+    async for msg_id, content in pieces:
+        if needle in content.casefold():
+            found.add(int(msg_id))
+    return sorted(found)[: MAX_SELECTED + 1]
 
 
 async def with_tool_partners(conn: AsyncConnection, ids: Iterable[int]) -> list[int]:
