@@ -88,6 +88,9 @@ class Dependents:
 
     summaries: int = 0  # summaries to rebuild or remove (lcm) / archives (simple)
     quoting_notes: list[str] = field(default_factory=list)  # notes that quote them
+    # Profile, soul or rules that quote them: the user's or reflect's own words, shown
+    # (a forget does not rewrite them; the person decides).
+    quoting_stores: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -558,7 +561,50 @@ async def preview(provider: Any, owner: Owner, selector: str) -> ForgetPreview:
         ids = await with_tool_partners(conn, ids)
         found = await owned_items(conn, owner, ids)
     dependents = await provider.forget_dependents(owner, [i.id for i in found], needles)
+    if found:
+        dependents.quoting_stores = await quoting_stores(provider, owner, found, needles)
     return ForgetPreview(owner, found, dependents, needles)
+
+
+MIN_QUOTE = 8  # shorter message texts are too common to say something quotes them
+
+
+async def quoted_texts(
+    provider: Any, found: Sequence[ForgetItem], needles: Sequence[str]
+) -> list[str]:
+    """What a note or store "quotes" a forgotten message by: the whole text of one of
+    them (of at least MIN_QUOTE characters), or the text forgotten by, case-folded."""
+    async with engine_of(provider).connect() as conn:
+        rows = await conn.execute(
+            sa.select(messages.c.content).where(
+                messages.c.id.in_([i.id for i in found][:_IN_CHUNK])
+            )
+        )
+        texts = [c.strip().casefold() for c in rows.scalars()]
+    return [t for t in texts if len(t) >= MIN_QUOTE] + [n.casefold() for n in needles]
+
+
+async def quoting_stores(
+    provider: Any, owner: Owner, found: Sequence[ForgetItem], needles: Sequence[str]
+) -> list[str]:
+    """Which of `owner`'s profile, soul and rules quote the forgotten messages."""
+    from memory.capabilities import ConstraintStore, ProfileStore
+
+    inner = unwrap(provider)
+    quoted = await quoted_texts(provider, found, needles)
+    if not quoted:
+        return []
+    out = []
+    if isinstance(inner, ProfileStore):
+        for name, read in (("profile", provider.get_profile), ("soul", provider.get_soul)):
+            text = (await read(owner.user_id, owner.agent_id)).casefold()
+            if any(q in text for q in quoted):
+                out.append(name)
+    if isinstance(inner, ConstraintStore):
+        for rule in await provider.get_constraints(owner.user_id, owner.agent_id):
+            if any(q in rule.text.casefold() for q in quoted):
+                out.append(f"rule {rule.id}")
+    return out
 
 
 async def forget(
