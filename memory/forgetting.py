@@ -2,11 +2,13 @@
 
 A forget names messages of one memory owner (user and agent): by message id, by the id of
 a summary (its source messages), or by text (every message holding it, case-insensitive,
-tool calls and results included). `select` turns that into the messages to forget and
-`preview` says what would go; the provider (`memory.capabilities.Forgetter`) removes them
-and rebuilds what was derived from them (lcm's summaries, simple's archives) in one
-transaction, calling `delete_messages` here for the history's own rows; then `scrub`
-leaves no copy in the database's bytes (SQLite) and the caller drops cached vectors.
+tool calls and results included). `preview` turns that into the messages to forget and
+says what depends on them; `forget` has the provider (`memory.capabilities.Forgetter`)
+remove them and rebuild what was derived from them (lcm's summaries, simple's archives)
+in one transaction per conversation, calling `delete_messages` here for the history's
+own rows; then `scrub` leaves no copy in the database's bytes (SQLite) and this
+process's cached vectors of the owner are dropped. `erase` deletes a whole memory,
+`expired` finds what retention forgets (bot/retention.py).
 
 Decisions (README "Forgetting" and docs/OPERATIONS.md say them to people):
 - A tool call and its results are forgotten together: a call without its result (or a
