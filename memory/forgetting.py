@@ -217,61 +217,69 @@ async def _casefold_scan(conn: AsyncConnection, owner: Owner, needle: str) -> li
     return sorted(found)[: MAX_SELECTED + 1]
 
 
+_TOOL_KINDS = (PartKind.TOOL_CALL.value, PartKind.TOOL_RESULT.value)
+
+
 async def with_tool_partners(conn: AsyncConnection, ids: Iterable[int]) -> list[int]:
     """`ids` plus the tool calls and results they belong with: an assistant message that
-    called tools goes with every result it got, a result with the call that asked."""
+    called tools goes with every result it got, a result with the call that asked (the
+    nearest call of that id before it: some models reuse call ids turn after turn). A
+    caller brought in brings the results of its other calls too, hence the loop."""
     chosen = set(ids)
-    if not chosen:
-        return []
-    calls: set[int] = set()
-    for chunk in chunks(sorted(chosen)):
-        # Results chosen: the assistant messages that made their calls.
+    seen: set[tuple[int, str]] = set()
+    while True:
+        keys = await _tool_keys(conn, chosen) - seen
+        if not keys:
+            return sorted(chosen)
+        seen |= keys
+        for exchange in await _exchanges(conn, keys):
+            if chosen & exchange:
+                chosen |= exchange
+
+
+async def _tool_keys(conn: AsyncConnection, ids: set[int]) -> set[tuple[int, str]]:
+    """(conversation, call id) of every tool call or result among messages `ids`."""
+    keys: set[tuple[int, str]] = set()
+    for chunk in chunks(sorted(ids)):
         rows = await conn.execute(
-            sa.select(parts.c.message_id, parts.c.tool_call_id).where(
-                parts.c.message_id.in_(chunk), parts.c.kind == PartKind.TOOL_RESULT.value
-            )
-        )
-        for result_id, call_id in rows:
-            if call_id is None:
-                continue
-            caller = await conn.scalar(
-                sa.select(parts.c.message_id)
-                .join(messages, messages.c.id == parts.c.message_id)
-                .where(
-                    parts.c.kind == PartKind.TOOL_CALL.value,
-                    parts.c.tool_call_id == call_id,
-                    parts.c.message_id < result_id,
-                    messages.c.conversation_id
-                    == sa.select(messages.c.conversation_id)
-                    .where(messages.c.id == result_id)
-                    .scalar_subquery(),
-                )
-                .order_by(parts.c.message_id.desc())
-                .limit(1)
-            )
-            if caller is not None:
-                calls.add(int(caller))
-    chosen |= calls
-    for chunk in chunks(sorted(chosen)):
-        # Calls chosen: every result that answers them, in the same conversation.
-        call_rows = await conn.execute(
-            sa.select(parts.c.message_id, parts.c.tool_call_id, messages.c.conversation_id)
+            sa.select(messages.c.conversation_id, parts.c.tool_call_id)
             .join(messages, messages.c.id == parts.c.message_id)
-            .where(parts.c.message_id.in_(chunk), parts.c.kind == PartKind.TOOL_CALL.value)
+            .where(
+                parts.c.message_id.in_(chunk),
+                parts.c.kind.in_(_TOOL_KINDS),
+                parts.c.tool_call_id.is_not(None),
+            )
         )
-        for caller, call_id, conv in call_rows.all():
-            answers = await conn.execute(
-                sa.select(parts.c.message_id)
+        keys |= {(int(conv), str(call)) for conv, call in rows}
+    return keys
+
+
+async def _exchanges(conn: AsyncConnection, keys: set[tuple[int, str]]) -> list[set[int]]:
+    """Each call of `keys` with the results that answer it, as sets of message ids."""
+    by_conv: dict[int, list[str]] = {}
+    for conv, call in keys:
+        by_conv.setdefault(conv, []).append(call)
+    out: list[set[int]] = []
+    for conv, calls in by_conv.items():
+        for chunk in chunks(sorted(calls)):
+            rows = await conn.execute(
+                sa.select(parts.c.message_id, parts.c.kind, parts.c.tool_call_id)
                 .join(messages, messages.c.id == parts.c.message_id)
                 .where(
-                    parts.c.kind == PartKind.TOOL_RESULT.value,
-                    parts.c.tool_call_id == call_id,
                     messages.c.conversation_id == conv,
-                    parts.c.message_id > caller,
+                    parts.c.kind.in_(_TOOL_KINDS),
+                    parts.c.tool_call_id.in_(chunk),
                 )
+                .order_by(messages.c.seq, parts.c.ordinal)
             )
-            chosen |= {int(a) for a in answers.scalars()}
-    return sorted(chosen)
+            current: dict[str, set[int]] = {}  # call id -> its exchange so far
+            for message_id, kind, call in rows:
+                if kind == PartKind.TOOL_CALL.value:
+                    current[call] = {int(message_id)}
+                    out.append(current[call])
+                elif call in current:
+                    current[call].add(int(message_id))
+    return out
 
 
 # -- deletion (inside the provider's transaction) --------------------------------------

@@ -77,3 +77,20 @@ async def test_a_tool_call_and_its_results_go_together(provider) -> None:  # typ
     assert [m.content for m in history] == ["weather please", "Paris is mild"]
     window = await provider.assemble(S, 10**6, 10)
     assert all(not m.tool_calls and m.role != "tool" for m in window)
+
+
+async def test_a_reused_call_id_pairs_each_result_with_its_own_call(provider) -> None:  # type: ignore[no-untyped-def]
+    def exchange(word: str) -> list[Message]:
+        return [
+            Message("user", f"look up {word}"),
+            Message("assistant", "", tool_calls=[ToolCall("call_0", "search", f'"{word}"')]),
+            Message("tool", f"found {word}", tool_call_id="call_0", name="search"),
+            Message("assistant", f"it is {word}"),
+        ]
+
+    await provider.append(S, *exchange("Zfirst"), *exchange("Zsecond"))
+    preview = await fg.preview(provider, OWNER, "found Zfirst")
+    assert [i.first_words for i in preview.items] == ["", "found Zfirst"]
+    await fg.forget(provider, OWNER, preview.ids)
+    left = [m.content for m in await provider.load_history(S.id)]
+    assert left == ["look up Zfirst", "it is Zfirst", *[m.content for m in exchange("Zsecond")]]
