@@ -2,11 +2,13 @@
 
 A forget names messages of one memory owner (user and agent): by message id, by the id of
 a summary (its source messages), or by text (every message holding it, case-insensitive,
-tool calls and results included). `select` turns that into the messages to forget and
-`preview` says what would go; the provider (`memory.capabilities.Forgetter`) removes them
-and rebuilds what was derived from them (lcm's summaries, simple's archives) in one
-transaction, calling `delete_messages` here for the history's own rows; then `scrub`
-leaves no copy in the database's bytes (SQLite) and the caller drops cached vectors.
+tool calls and results included). `preview` turns that into the messages to forget and
+says what depends on them; `forget` has the provider (`memory.capabilities.Forgetter`)
+remove them and rebuild what was derived from them (lcm's summaries, simple's archives)
+in one transaction per conversation, calling `delete_messages` here for the history's
+own rows; then `scrub` leaves no copy in the database's bytes (SQLite) and this
+process's cached vectors of the owner are dropped. `erase` deletes a whole memory,
+`expired` finds what retention forgets (bot/retention.py).
 
 Decisions (README "Forgetting" and docs/OPERATIONS.md say them to people):
 - A tool call and its results are forgotten together: a call without its result (or a
@@ -88,6 +90,9 @@ class Dependents:
 
     summaries: int = 0  # summaries to rebuild or remove (lcm) / archives (simple)
     quoting_notes: list[str] = field(default_factory=list)  # notes that quote them
+    # Profile, soul or rules that quote them: the user's or reflect's own words, shown
+    # (a forget does not rewrite them; the person decides).
+    quoting_stores: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -149,7 +154,7 @@ def _in_scope(owner: Owner) -> list[sa.ColumnElement[bool]]:
     return [conversations.c.user_id == owner.user_id, conversations.c.agent_id == owner.agent_id]
 
 
-async def items(conn: AsyncConnection, owner: Owner, ids: Iterable[int]) -> list[ForgetItem]:
+async def owned_items(conn: AsyncConnection, owner: Owner, ids: Iterable[int]) -> list[ForgetItem]:
     """The messages `ids` of `owner` (others' ids are silently left out), in order."""
     out: list[ForgetItem] = []
     id_list = sorted(set(ids))
@@ -173,6 +178,10 @@ async def items(conn: AsyncConnection, owner: Owner, ids: Iterable[int]) -> list
 async def matching_text(conn: AsyncConnection, owner: Owner, text: str) -> list[int]:
     """Ids of `owner`'s messages holding `text` (case-insensitive) in their content or in
     a part (a tool call's arguments, reasoning)."""
+    if conn.dialect.name == "sqlite" and not text.isascii():
+        # SQLite's LIKE folds ASCII letters only: read the owner's messages and compare
+        # case-folded here (a forget by text is rare; one pass over one owner's history).
+        return await _casefold_scan(conn, owner, text.casefold())
     op = "ilike" if conn.dialect.name == "postgresql" else "like"
     pattern = like_pattern(text)
     content = getattr(messages.c.content, op)(pattern, escape="\\")
@@ -185,81 +194,92 @@ async def matching_text(conn: AsyncConnection, owner: Owner, text: str) -> list[
         .where(*_in_scope(owner), sa.or_(content, in_parts))
         .limit(MAX_SELECTED + 1)
     )
-    found = list((await conn.execute(query)).scalars())
-    if conn.dialect.name == "sqlite" and not text.isascii():
-        # SQLite's LIKE folds ASCII only: check the candidates exactly, case-folded.
-        return [i for i in found if await _holds(conn, i, text)]
-    return found
+    return list((await conn.execute(query)).scalars())
 
 
-async def _holds(conn: AsyncConnection, message_id: int, text: str) -> bool:
-    needle = text.casefold()
-    row = (
-        await conn.execute(sa.select(messages.c.content).where(messages.c.id == message_id))
-    ).scalar_one()
-    if needle in row.casefold():
-        return True
-    pieces = (
-        await conn.execute(sa.select(parts.c.content).where(parts.c.message_id == message_id))
-    ).scalars()
-    return any(needle in p.casefold() for p in pieces)
+async def _casefold_scan(conn: AsyncConnection, owner: Owner, needle: str) -> list[int]:
+    found: set[int] = set()
+    mine = sa.select(conversations.c.id).where(*_in_scope(owner)).scalar_subquery()
+    rows = await conn.stream(
+        sa.select(messages.c.id, messages.c.content).where(messages.c.conversation_id.in_(mine))
+    )
+    async for msg_id, content in rows:
+        if needle in content.casefold():
+            found.add(int(msg_id))
+    pieces = await conn.stream(
+        sa.select(parts.c.message_id, parts.c.content)
+        .join(messages, messages.c.id == parts.c.message_id)
+        .where(messages.c.conversation_id.in_(mine))
+    )
+    async for msg_id, content in pieces:
+        if needle in content.casefold():
+            found.add(int(msg_id))
+    return sorted(found)[: MAX_SELECTED + 1]
+
+
+_TOOL_KINDS = (PartKind.TOOL_CALL.value, PartKind.TOOL_RESULT.value)
 
 
 async def with_tool_partners(conn: AsyncConnection, ids: Iterable[int]) -> list[int]:
     """`ids` plus the tool calls and results they belong with: an assistant message that
-    called tools goes with every result it got, a result with the call that asked."""
+    called tools goes with every result it got, a result with the call that asked (the
+    nearest call of that id before it: some models reuse call ids turn after turn). A
+    caller brought in brings the results of its other calls too, hence the loop."""
     chosen = set(ids)
-    if not chosen:
-        return []
-    calls: set[int] = set()
-    for chunk in chunks(sorted(chosen)):
-        # Results chosen: the assistant messages that made their calls.
+    seen: set[tuple[int, str]] = set()
+    while True:
+        keys = await _tool_keys(conn, chosen) - seen
+        if not keys:
+            return sorted(chosen)
+        seen |= keys
+        for exchange in await _exchanges(conn, keys):
+            if chosen & exchange:
+                chosen |= exchange
+
+
+async def _tool_keys(conn: AsyncConnection, ids: set[int]) -> set[tuple[int, str]]:
+    """(conversation, call id) of every tool call or result among messages `ids`."""
+    keys: set[tuple[int, str]] = set()
+    for chunk in chunks(sorted(ids)):
         rows = await conn.execute(
-            sa.select(parts.c.message_id, parts.c.tool_call_id).where(
-                parts.c.message_id.in_(chunk), parts.c.kind == PartKind.TOOL_RESULT.value
-            )
-        )
-        for result_id, call_id in rows:
-            if call_id is None:
-                continue
-            caller = await conn.scalar(
-                sa.select(parts.c.message_id)
-                .join(messages, messages.c.id == parts.c.message_id)
-                .where(
-                    parts.c.kind == PartKind.TOOL_CALL.value,
-                    parts.c.tool_call_id == call_id,
-                    parts.c.message_id < result_id,
-                    messages.c.conversation_id
-                    == sa.select(messages.c.conversation_id)
-                    .where(messages.c.id == result_id)
-                    .scalar_subquery(),
-                )
-                .order_by(parts.c.message_id.desc())
-                .limit(1)
-            )
-            if caller is not None:
-                calls.add(int(caller))
-    chosen |= calls
-    for chunk in chunks(sorted(chosen)):
-        # Calls chosen: every result that answers them, in the same conversation.
-        call_rows = await conn.execute(
-            sa.select(parts.c.message_id, parts.c.tool_call_id, messages.c.conversation_id)
+            sa.select(messages.c.conversation_id, parts.c.tool_call_id)
             .join(messages, messages.c.id == parts.c.message_id)
-            .where(parts.c.message_id.in_(chunk), parts.c.kind == PartKind.TOOL_CALL.value)
+            .where(
+                parts.c.message_id.in_(chunk),
+                parts.c.kind.in_(_TOOL_KINDS),
+                parts.c.tool_call_id.is_not(None),
+            )
         )
-        for caller, call_id, conv in call_rows.all():
-            answers = await conn.execute(
-                sa.select(parts.c.message_id)
+        keys |= {(int(conv), str(call)) for conv, call in rows}
+    return keys
+
+
+async def _exchanges(conn: AsyncConnection, keys: set[tuple[int, str]]) -> list[set[int]]:
+    """Each call of `keys` with the results that answer it, as sets of message ids."""
+    by_conv: dict[int, list[str]] = {}
+    for conv, call in keys:
+        by_conv.setdefault(conv, []).append(call)
+    out: list[set[int]] = []
+    for conv, calls in by_conv.items():
+        for chunk in chunks(sorted(calls)):
+            rows = await conn.execute(
+                sa.select(parts.c.message_id, parts.c.kind, parts.c.tool_call_id)
                 .join(messages, messages.c.id == parts.c.message_id)
                 .where(
-                    parts.c.kind == PartKind.TOOL_RESULT.value,
-                    parts.c.tool_call_id == call_id,
                     messages.c.conversation_id == conv,
-                    parts.c.message_id > caller,
+                    parts.c.kind.in_(_TOOL_KINDS),
+                    parts.c.tool_call_id.in_(chunk),
                 )
+                .order_by(messages.c.seq, parts.c.ordinal)
             )
-            chosen |= {int(a) for a in answers.scalars()}
-    return sorted(chosen)
+            current: dict[str, set[int]] = {}  # call id -> its exchange so far
+            for message_id, kind, call in rows:
+                if kind == PartKind.TOOL_CALL.value:
+                    current[call] = {int(message_id)}
+                    out.append(current[call])
+                elif call in current:
+                    current[call].add(int(message_id))
+    return out
 
 
 # -- deletion (inside the provider's transaction) --------------------------------------
@@ -549,9 +569,52 @@ async def preview(provider: Any, owner: Owner, selector: str) -> ForgetPreview:
             )
     async with engine_of(provider).connect() as conn:
         ids = await with_tool_partners(conn, ids)
-        found = await items(conn, owner, ids)
+        found = await owned_items(conn, owner, ids)
     dependents = await provider.forget_dependents(owner, [i.id for i in found], needles)
+    if found:
+        dependents.quoting_stores = await quoting_stores(provider, owner, found, needles)
     return ForgetPreview(owner, found, dependents, needles)
+
+
+MIN_QUOTE = 8  # shorter message texts are too common to say something quotes them
+
+
+async def quoted_texts(
+    provider: Any, found: Sequence[ForgetItem], needles: Sequence[str]
+) -> list[str]:
+    """What a note or store "quotes" a forgotten message by: the whole text of one of
+    them (of at least MIN_QUOTE characters), or the text forgotten by, case-folded."""
+    async with engine_of(provider).connect() as conn:
+        rows = await conn.execute(
+            sa.select(messages.c.content).where(
+                messages.c.id.in_([i.id for i in found][:_IN_CHUNK])
+            )
+        )
+        texts = [c.strip().casefold() for c in rows.scalars()]
+    return [t for t in texts if len(t) >= MIN_QUOTE] + [n.casefold() for n in needles]
+
+
+async def quoting_stores(
+    provider: Any, owner: Owner, found: Sequence[ForgetItem], needles: Sequence[str]
+) -> list[str]:
+    """Which of `owner`'s profile, soul and rules quote the forgotten messages."""
+    from memory.capabilities import ConstraintStore, ProfileStore
+
+    inner = unwrap(provider)
+    quoted = await quoted_texts(provider, found, needles)
+    if not quoted:
+        return []
+    out = []
+    if isinstance(inner, ProfileStore):
+        for name, read in (("profile", provider.get_profile), ("soul", provider.get_soul)):
+            text = (await read(owner.user_id, owner.agent_id)).casefold()
+            if any(q in text for q in quoted):
+                out.append(name)
+    if isinstance(inner, ConstraintStore):
+        for rule in await provider.get_constraints(owner.user_id, owner.agent_id):
+            if any(q in rule.text.casefold() for q in quoted):
+                out.append(f"rule {rule.id}")
+    return out
 
 
 async def forget(

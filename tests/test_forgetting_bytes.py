@@ -5,6 +5,7 @@ WAL, byte for byte (FTS5 index segments, free pages and old WAL frames included)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from memory import forgetting as fg
 from memory.capabilities import ProviderContext
 from memory.forgetting import Owner
 from memory.registry import create_provider
+from memory.session_export import export_session, render_markdown
 from memory.types import CompactionMode, Message, SearchQuery, Session
 from tests.fakes.summarizer import KeepingSummarizer
 
@@ -64,12 +66,16 @@ async def test_a_forgotten_token_leaves_no_trace(
     await provider.compact(s, CompactionMode.FULL)
     assert await provider.search(s, SearchQuery(text=TOKEN))
     assert await _live_rows_holding(engine, NEEDLE)
+    assert NEEDLE in json.dumps(await export_session(engine, s.id, provider)).lower()
 
     owner = Owner(s.user_id, s.agent_id)
     preview = await fg.preview(provider, owner, TOKEN)
     await fg.forget(provider, owner, preview.ids, preview.needles)
 
     assert await _live_rows_holding(engine, NEEDLE) == []
+    exported = await export_session(engine, s.id, provider)
+    assert NEEDLE not in json.dumps(exported).lower()
+    assert NEEDLE not in render_markdown(exported, provider).lower()
     assert not await provider.search(s, SearchQuery(text=TOKEN))
     for notes in (tmp_path / "mem").rglob("*"):  # simple's notes files (archives)
         if notes.is_file():

@@ -95,7 +95,9 @@ async def test_forgetting_keeps_the_rest_lossless(
                 ids = await fg.matching_text(conn, owner, "hello") + await fg.matching_text(
                     conn, owner, "answer"
                 )
-                ids = [i for i in ids if (await fg.items(conn, owner, [i]))[0].session_id == s.id]
+                ids = [
+                    i for i in ids if (await fg.owned_items(conn, owner, [i]))[0].session_id == s.id
+                ]
             if not ids:
                 continue
             target = sorted(ids)[int(str(arg)) % len(ids)]

@@ -10,6 +10,9 @@ Decisions (README "Telegram" repeats them for operators):
 - Commands: /start /help /new /compact /memory, answered in one plain-text message. An
   unknown command gets a short help line (in a group only when addressed to this bot by
   `/cmd@bot`, since plain `/cmd` may be meant for another bot).
+- A `/memory forget` preview carries a Forget button (bot.telegram.confirmations): a
+  press runs `/memory forget confirm` for the presser, with their rights, and takes the
+  buttons off the preview.
 - Not allowed (`telegram.allowed_ids`): one polite line, and nothing of the message is
   stored (the pool is never called).
 - Text documents (a text MIME type or file name, `attachments.TEXT_EXTENSIONS`; at

@@ -132,6 +132,12 @@ async def preview_text(c: Call, args: Any, preview: ForgetPreview) -> str:
             f"{deps.summaries} summaries depend on them: they will be rebuilt from what "
             "remains, or removed if nothing does."
         )
+    if deps.quoting_stores:
+        tail.append(
+            "Still quoting them after the forget (yours to change): "
+            + ", ".join(deps.quoting_stores)
+            + "."
+        )
     if deps.quoting_notes:
         tail.append(
             "Notes quoting them (kept unless you say so): "

@@ -170,7 +170,7 @@ class LcmForgetting:
     ) -> Dependents:
         count = 0
         async with self.engine.connect() as conn:
-            found = await fg.items(conn, owner, message_ids)
+            found = await fg.owned_items(conn, owner, message_ids)
             for conv_id, group in fg.by_conversation(found).items():
                 records, _ = await _affected(conn, conv_id, min(i.seq for i in group))
                 count += len(records)
@@ -181,7 +181,7 @@ class LcmForgetting:
     ) -> ForgetReport:
         total = ForgetReport()
         async with self.engine.connect() as conn:
-            found = await fg.items(conn, owner, message_ids)
+            found = await fg.owned_items(conn, owner, message_ids)
         for conv_id, group in fg.by_conversation(found).items():
             report = await self._forget_in(owner, conv_id, group)
             total.messages += report.messages

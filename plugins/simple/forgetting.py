@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 
 PLAN_ATTEMPTS = 3
 FORGOTTEN_ARCHIVE = "The messages this archive summarised were forgotten."
-MIN_QUOTE = 8  # shorter message texts are too common to say a note quotes them
 
 
 @dataclass(frozen=True)
@@ -118,12 +117,7 @@ class SimpleForgetting:
     async def _quoting_notes(
         self, owner: Owner, found: list[fg.ForgetItem], needles: Sequence[str]
     ) -> list[str]:
-        async with self.engine.connect() as conn:
-            texts = [
-                m.content.strip().casefold()
-                for _, m in await self.history.load_messages(conn, ids=[i.id for i in found])
-            ]
-        quoted = [t for t in texts if len(t) >= MIN_QUOTE] + [n.casefold() for n in needles]
+        quoted = await fg.quoted_texts(self, found, needles)
         if not quoted:
             return []
         return [
@@ -137,7 +131,7 @@ class SimpleForgetting:
     ) -> Dependents:
         count = 0
         async with self.engine.connect() as conn:
-            found = await fg.items(conn, owner, message_ids)
+            found = await fg.owned_items(conn, owner, message_ids)
             for conv_id, group in fg.by_conversation(found).items():
                 rows = await _markers(conn, conv_id)
                 first = _first_affected(rows, [i.seq for i in group])
@@ -150,7 +144,7 @@ class SimpleForgetting:
     ) -> ForgetReport:
         total = ForgetReport()
         async with self.engine.connect() as conn:
-            found = await fg.items(conn, owner, message_ids)
+            found = await fg.owned_items(conn, owner, message_ids)
         if not found:
             return total
         total.quoting_notes = await self._quoting_notes(owner, found, needles)

@@ -231,3 +231,18 @@ async def test_a_compaction_planned_before_a_forget_does_not_land(
     assert (await provider.compact(s, CompactionMode.INCREMENTAL)).changed
     assert not any(TOKEN in t for t in await _summary_texts(provider))
     assert await reconstruct(provider, s) == history
+
+
+async def test_the_preview_names_profile_and_rules_that_quote_it(
+    make_provider: MakeProvider,
+) -> None:
+    provider = make_provider(KeepingSummarizer())
+    s = session()
+    await provider.append(s, Message("user", f"my code is {TOKEN}"))
+    await provider.set_profile(s.user_id, s.agent_id, f"Their code: {TOKEN.lower()}.")
+    [rule] = await provider.add_constraint(s.user_id, s.agent_id, f"never say {TOKEN}")
+    await provider.add_constraint(s.user_id, s.agent_id, "be brief")
+    preview = await fg.preview(provider, Owner(s.user_id, s.agent_id), TOKEN)
+    assert preview.dependents.quoting_stores == ["profile", f"rule {rule.id}"]
+    nothing = await fg.preview(provider, Owner(s.user_id, s.agent_id), "my code")
+    assert nothing.dependents.quoting_stores == []  # "my code is ..." is quoted nowhere
