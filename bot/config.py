@@ -250,7 +250,7 @@ class _MemoryBase(BaseModel):
 
     provider: str = "lcm"
     # Defaults chosen by bench/cost.py (issue 17): see README "Compaction and caching".
-    budget_tokens: int = Field(default=16000, ge=256, le=MAX_TOKENS)
+    budget_tokens: int = Field(default=13500, ge=256, le=MAX_TOKENS)
     fresh_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
@@ -293,12 +293,12 @@ else:
 
 
 class CompactionSettings(_Section):
-    max_tokens: int = Field(default=12000, ge=-1, le=MAX_TOKENS)  # -1: no auto-compaction
-    keep_tail: int = Field(default=10, ge=0, le=MAX_MESSAGES)
+    max_tokens: int = Field(default=10000, ge=-1, le=MAX_TOKENS)  # -1: no auto-compaction
+    keep_tail: int = Field(default=8, ge=0, le=MAX_MESSAGES)
     # Hysteresis: an automatic compaction brings the context down to this fraction of
     # max_tokens, so the next one is a whole gap of conversation away (each compaction
     # rebuilds the prompt's cached prefix).
-    target_fraction: float = Field(default=0.5, ge=0.1, le=0.9)
+    target_fraction: float = Field(default=0.45, ge=0.1, le=0.9)
 
     @property
     def target_tokens(self) -> int:

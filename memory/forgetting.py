@@ -391,6 +391,22 @@ async def delete_vectors(
         await conn.execute(embeddings.delete().where(*where))
 
 
+async def forget_each_conversation(
+    found: Iterable[ForgetItem],
+    forget_in: Callable[[int, list[ForgetItem]], Awaitable[ForgetReport]],
+    total: ForgetReport | None = None,
+) -> ForgetReport:
+    """Forget `found` one conversation at a time (`forget_in(conversation id, its
+    items)`, each its own transaction), adding their reports up into `total`."""
+    total = total if total is not None else ForgetReport()
+    for conv_id, group in by_conversation(found).items():
+        report = await forget_in(conv_id, group)
+        total.messages += report.messages
+        total.summaries_rebuilt += report.summaries_rebuilt
+        total.summaries_removed += report.summaries_removed
+    return total
+
+
 def by_conversation(found: Iterable[ForgetItem]) -> dict[int, list[ForgetItem]]:
     out: dict[int, list[ForgetItem]] = {}
     for item in found:

@@ -98,7 +98,7 @@ def test_values_from_environment_are_typed(tmp_path: Path, monkeypatch: pytest.M
 def test_defaults_and_partial_config(tmp_path: Path) -> None:
     assert load_settings().memory.provider == "lcm"  # no ./config.yaml: all defaults
     settings = load_settings(write(tmp_path, "memory: {fresh_tail: 5}\nreflect: {interval: 90m}\n"))
-    assert settings.memory.fresh_tail == 5 and settings.memory.budget_tokens == 16000
+    assert settings.memory.fresh_tail == 5 and settings.memory.budget_tokens == 13500
     assert settings.reflect.interval_s == 5400
     assert settings.provider_config()["keep_tail"] == settings.compaction.keep_tail
     assert parse_duration("1d") == 86400

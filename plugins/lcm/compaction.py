@@ -49,9 +49,8 @@ from memory.errors import CompactionIncomplete, StopRequested
 from memory.history import HistoryStore
 from memory.sanitize import storable
 from memory.summarizer import SummarizerError, condensed_target, leaf_target
-from memory.tokens import estimate_tokens
 from memory.transcript import render_transcript
-from memory.types import CompactionMode, CompactionResult, Role, Session, SummarizeOptions, utcnow
+from memory.types import CompactionMode, CompactionResult, Role, Session, SummarizeOptions
 from plugins.lcm import context_items as ci
 from plugins.lcm.dag import (
     CONDENSED,
@@ -59,7 +58,6 @@ from plugins.lcm.dag import (
     SummaryRecord,
     insert_summaries,
     load_summaries,
-    new_summary_id,
 )
 from plugins.lcm.models import context_items
 from plugins.lcm.render import condensed_source
@@ -366,19 +364,7 @@ class Compaction:
             target_tokens=leaf_target(source_tokens),
         )
         content = await self._summarize(render_transcript([m for _, m in loaded]), opts)
-        record = SummaryRecord(
-            id=new_summary_id(),
-            conversation_id=conv_id,
-            kind=LEAF,
-            depth=0,
-            content=content,
-            token_count=estimate_tokens(content),
-            earliest_at=min(s.created_at for s, _ in loaded),
-            latest_at=max(s.created_at for s, _ in loaded),
-            descendant_count=len(loaded),
-            descendant_token_count=source_tokens,
-            created_at=utcnow(),
-        )
+        record = SummaryRecord.new_leaf(conv_id, content, [s for s, _ in loaded])
         plan.summaries.append(
             _Planned(
                 record, [s.id for s, _ in loaded], [n.key for n in chunk], _previous_key(before)
@@ -403,21 +389,7 @@ class Compaction:
             target_tokens=condensed_target(source_tokens),
         )
         content = await self._summarize(condensed_source(kids), opts)
-        stamps_lo = [c.earliest_at for c in kids if c.earliest_at is not None]
-        stamps_hi = [c.latest_at for c in kids if c.latest_at is not None]
-        record = SummaryRecord(
-            id=new_summary_id(),
-            conversation_id=conv_id,
-            kind=CONDENSED,
-            depth=depth + 1,
-            content=content,
-            token_count=estimate_tokens(content),
-            earliest_at=min(stamps_lo) if stamps_lo else None,
-            latest_at=max(stamps_hi) if stamps_hi else None,
-            descendant_count=sum(c.descendant_count for c in kids),
-            descendant_token_count=sum(c.descendant_token_count for c in kids),
-            created_at=utcnow(),
-        )
+        record = SummaryRecord.new_condensed(conv_id, depth + 1, content, kids)
         plan.summaries.append(
             _Planned(record, [c.id for c in kids], [n.key for n in group], _previous_key(before))
         )

@@ -10,6 +10,9 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from memory.history import StoredMessage
+from memory.tokens import estimate_tokens
+from memory.types import utcnow
 from plugins.lcm.models import summaries, summary_messages, summary_parents
 
 LEAF = "leaf"
@@ -43,6 +46,47 @@ class SummaryRecord:
     # Filled by the loaders that need them (assembler, describe).
     parent_ids: list[str] = field(default_factory=list)
     child_ids: list[str] = field(default_factory=list)
+
+    @classmethod
+    def new_leaf(
+        cls, conv_id: int, content: str, sources: Sequence[StoredMessage]
+    ) -> SummaryRecord:
+        """A new leaf summary `content` of the messages `sources` (compaction and the
+        rebuild after a forget make them the same way)."""
+        return cls(
+            id=new_summary_id(),
+            conversation_id=conv_id,
+            kind=LEAF,
+            depth=0,
+            content=content,
+            token_count=estimate_tokens(content),
+            earliest_at=min(s.created_at for s in sources),
+            latest_at=max(s.created_at for s in sources),
+            descendant_count=len(sources),
+            descendant_token_count=sum(s.token_count for s in sources),
+            created_at=utcnow(),
+        )
+
+    @classmethod
+    def new_condensed(
+        cls, conv_id: int, depth: int, content: str, kids: Sequence[SummaryRecord]
+    ) -> SummaryRecord:
+        """A new condensed summary `content` at `depth` of the summaries `kids`."""
+        lows = [k.earliest_at for k in kids if k.earliest_at is not None]
+        highs = [k.latest_at for k in kids if k.latest_at is not None]
+        return cls(
+            id=new_summary_id(),
+            conversation_id=conv_id,
+            kind=CONDENSED,
+            depth=depth,
+            content=content,
+            token_count=estimate_tokens(content),
+            earliest_at=min(lows) if lows else None,
+            latest_at=max(highs) if highs else None,
+            descendant_count=sum(k.descendant_count for k in kids),
+            descendant_token_count=sum(k.descendant_token_count for k in kids),
+            created_at=utcnow(),
+        )
 
     @classmethod
     def from_row(cls, row: sa.RowMapping) -> SummaryRecord:

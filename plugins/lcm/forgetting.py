@@ -21,6 +21,7 @@ the old text back in. An old summary id then answers NotFound, like any forgotte
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -35,16 +36,13 @@ from memory.forgetting import Dependents, ErasureReport, ForgetReport, Owner
 from memory.history import HistoryStore, conversations, messages
 from memory.sanitize import storable
 from memory.summarizer import SummarizerError, condensed_target, leaf_target
-from memory.tokens import estimate_tokens
 from memory.transcript import render_transcript
-from memory.types import ChangeEntry, Session, SummarizeOptions, utcnow
+from memory.types import ChangeEntry, Session, SummarizeOptions
 from plugins.lcm.dag import (
-    CONDENSED,
     LEAF,
     SummaryRecord,
     insert_summaries,
     load_summaries,
-    new_summary_id,
 )
 from plugins.lcm.models import context_items, summaries, summary_messages, summary_parents
 from plugins.lcm.render import condensed_source
@@ -179,15 +177,9 @@ class LcmForgetting:
     async def forget_messages(
         self, owner: Owner, message_ids: Sequence[int], needles: Sequence[str] = ()
     ) -> ForgetReport:
-        total = ForgetReport()
         async with self.engine.connect() as conn:
             found = await fg.owned_items(conn, owner, message_ids)
-        for conv_id, group in fg.by_conversation(found).items():
-            report = await self._forget_in(owner, conv_id, group)
-            total.messages += report.messages
-            total.summaries_rebuilt += report.summaries_rebuilt
-            total.summaries_removed += report.summaries_removed
-        return total
+        return await fg.forget_each_conversation(found, functools.partial(self._forget_in, owner))
 
     async def _forget_in(
         self, owner: Owner, conv_id: int, group: list[fg.ForgetItem]
@@ -250,19 +242,7 @@ class LcmForgetting:
             render_transcript([m for _, m in loaded]),
             SummarizeOptions(is_condensed=False, depth=0, target_tokens=leaf_target(tokens)),
         )
-        return SummaryRecord(
-            id=new_summary_id(),
-            conversation_id=old.conversation_id,
-            kind=LEAF,
-            depth=0,
-            content=content,
-            token_count=estimate_tokens(content),
-            earliest_at=min(s.created_at for s, _ in loaded),
-            latest_at=max(s.created_at for s, _ in loaded),
-            descendant_count=len(loaded),
-            descendant_token_count=tokens,
-            created_at=utcnow(),
-        )
+        return SummaryRecord.new_leaf(old.conversation_id, content, [s for s, _ in loaded])
 
     async def _rebuild_condensed(
         self, old: SummaryRecord, kids: list[SummaryRecord]
@@ -276,21 +256,7 @@ class LcmForgetting:
                 is_condensed=True, depth=old.depth - 1, target_tokens=condensed_target(tokens)
             ),
         )
-        lows = [k.earliest_at for k in kids if k.earliest_at is not None]
-        highs = [k.latest_at for k in kids if k.latest_at is not None]
-        return SummaryRecord(
-            id=new_summary_id(),
-            conversation_id=old.conversation_id,
-            kind=CONDENSED,
-            depth=old.depth,
-            content=content,
-            token_count=estimate_tokens(content),
-            earliest_at=min(lows) if lows else None,
-            latest_at=max(highs) if highs else None,
-            descendant_count=sum(k.descendant_count for k in kids),
-            descendant_token_count=sum(k.descendant_token_count for k in kids),
-            created_at=utcnow(),
-        )
+        return SummaryRecord.new_condensed(old.conversation_id, old.depth, content, kids)
 
     async def _forget_apply(
         self, owner: Owner, plan: _Plan, forgotten: list[int]

@@ -26,6 +26,7 @@ user's or the agent's own words, shown in the preview and the report to keep or 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -142,18 +143,14 @@ class SimpleForgetting:
     async def forget_messages(
         self, owner: Owner, message_ids: Sequence[int], needles: Sequence[str] = ()
     ) -> ForgetReport:
-        total = ForgetReport()
         async with self.engine.connect() as conn:
             found = await fg.owned_items(conn, owner, message_ids)
         if not found:
-            return total
-        total.quoting_notes = await self._quoting_notes(owner, found, needles)
-        for conv_id, group in fg.by_conversation(found).items():
-            report = await self._forget_in(owner, conv_id, group)
-            total.messages += report.messages
-            total.summaries_rebuilt += report.summaries_rebuilt
-            total.summaries_removed += report.summaries_removed
-        return total
+            return ForgetReport()
+        total = ForgetReport(quoting_notes=await self._quoting_notes(owner, found, needles))
+        return await fg.forget_each_conversation(
+            found, functools.partial(self._forget_in, owner), total
+        )
 
     async def _forget_in(
         self, owner: Owner, conv_id: int, group: list[fg.ForgetItem]

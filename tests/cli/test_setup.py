@@ -79,7 +79,7 @@ def test_chat_names_a_missing_key_before_anything_else(tmp_path: Path) -> None:
 
 async def test_the_budget_fits_a_llama_cpp_servers_context(tmp_path: Path) -> None:
     # The compose profile's llama.cpp runs with LLM_CTX_SIZE tokens; a bot left at its
-    # 16,000-token default would fail every long conversation. It reads the server's
+    # 13,500-token default would fail every long conversation. It reads the server's
     # context at start and fits its budget, saying so once.
     from tests.bot.test_terminal import mnemo_chat, write_config
     from tests.fakes.openai_server import FakeOpenAI
@@ -91,6 +91,6 @@ async def test_the_budget_fits_a_llama_cpp_servers_context(tmp_path: Path) -> No
     # Compaction stays a quarter below the fitted budget, as at the defaults.
     assert "(budget 6144, auto-compaction above 4608)" in out
     assert (
-        "the model server's context is 8192 tokens: memory.budget_tokens 16000 lowered to 6144"
+        "the model server's context is 8192 tokens: memory.budget_tokens 13500 lowered to 6144"
         in err
     )

@@ -179,6 +179,6 @@ def test_the_local_models_context_and_the_bots_budget_are_set_from_env(
     assert env["MNEMO_COMPACTION_MAX_TOKENS"] == "${MNEMO_COMPACTION_MAX_TOKENS:-}"
     raw = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
     path = tmp_path / "config.yaml"
-    for given, budget in (({}, 16000), ({"MNEMO_BUDGET_TOKENS": "12000"}, 12000)):
+    for given, budget in (({}, 13500), ({"MNEMO_BUDGET_TOKENS": "12000"}, 12000)):
         path.write_text(yaml.safe_dump(interpolate(raw, given)), encoding="utf-8")
         assert load_settings(path).memory.budget_tokens == budget
