@@ -132,7 +132,10 @@ def test_config_accepts_an_installed_third_party_section(third_party: Path, tmp_
         encoding="utf-8",
     )
     settings = load_settings(path)
-    assert settings.provider_config() == {"shards": 3, "keep_tail": 7, "target_tokens": 6000}
+    # The bot's compaction settings reach every provider: keep_tail as given, the target
+    # as the default max_tokens x target_fraction.
+    target = settings.compaction.max_tokens * settings.compaction.target_fraction
+    assert settings.provider_config() == {"shards": 3, "keep_tail": 7, "target_tokens": int(target)}
     path.write_text("memory: {provider: acme, acme: 3}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="memory.acme: expected a mapping"):
         load_settings(path)
