@@ -574,8 +574,10 @@ def _validated(p: Path, data: Any, secrets: tuple[str, ...], *, check_provider: 
         chosen = memory.get("provider") if isinstance(memory, dict) else None
         if check_provider and isinstance(chosen, str) and chosen not in names:
             lines.append(_unknown_provider(chosen, names))
+        lines += _provider_section_errors(data, names)
         raise ConfigError("\n".join(f"{p}: {line}" for line in lines)) from None
-    _check_provider_sections(p, settings, names)
+    if lines := _provider_section_errors(data, names):
+        raise ConfigError("\n".join(f"{p}: {line}" for line in lines))
     if check_provider and settings.memory.provider not in names:
         raise ConfigError(f"{p}: {_unknown_provider(settings.memory.provider, names)}")
     if p.exists():
@@ -633,17 +635,28 @@ def anchored_sqlite_url(url: str, base: Path) -> str:
     return parsed.set(database=str(_anchored(base, db))).render_as_string(hide_password=False)
 
 
-def _check_provider_sections(p: Path, settings: Settings, installed: list[str]) -> None:
-    """`memory.<name>` sections must belong to an installed provider, so a typo such as
-    `memory.lcn` is an error, not a silently ignored section."""
-    for key, value in (settings.memory.model_extra or {}).items():
+def _provider_section_errors(data: Any, installed: list[str]) -> list[str]:
+    """`memory.<name>` keys that are not settings must be sections of an installed
+    provider, so a typo such as `memory.lcn` (or `memory.budget`) is an error, not a
+    silently ignored section. Read from the raw mapping, so these are reported beside
+    the other mistakes of the same file."""
+    memory = data.get("memory") if isinstance(data, dict) else None
+    if not isinstance(memory, dict):
+        return []
+    fields = MemorySettings.model_fields
+    known = set(fields) | {f.alias for f in fields.values() if f.alias}
+    out = []
+    for key, value in memory.items():
+        if key in known:
+            continue
         if key not in installed:
-            raise ConfigError(
-                f"{p}: memory.{key}: unknown key (not a setting, nor an installed provider; "
+            out.append(
+                f"memory.{key}: unknown key (not a setting, nor an installed provider; "
                 f"installed: {', '.join(sorted(installed)) or 'none'})"
             )
-        if not isinstance(value, dict):
-            raise ConfigError(
-                f"{p}: memory.{key}: expected a mapping of the provider's settings "
+        elif not isinstance(value, dict):
+            out.append(
+                f"memory.{key}: expected a mapping of the provider's settings "
                 f"(got {type(value).__name__})"
             )
+    return out

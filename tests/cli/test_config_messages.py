@@ -17,7 +17,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def test_every_wrong_key_is_reported_one_line_each(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text(
         "agent: {idd: 1}\nllm: {modell: x, timeout_s: -1}\nreflect: {interval: soon}\n"
-        "memory: {provider: lcn}\n"
+        "memory: {provider: lcn, budget: 3}\n"
     )
     proc = mnemo("providers", cwd=tmp_path)
     assert proc.returncode == 2
@@ -33,6 +33,9 @@ def test_every_wrong_key_is_reported_one_line_each(tmp_path: Path) -> None:
         "5m, 1h or 1d (got 'soon')",
         "mnemo: config error: config.yaml: memory.provider: unknown provider 'lcn'; "
         "installed: lcm, simple",
+        # A stray key under memory (read as a provider's section) is named with the rest.
+        "mnemo: config error: config.yaml: memory.budget: unknown key (not a setting, nor an "
+        "installed provider; installed: lcm, simple)",
     ]
 
 
