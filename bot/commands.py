@@ -195,7 +195,14 @@ async def _memory(pool: Pool, session: Session, args: str, *, is_admin: bool) ->
     budget = ContextBudget(
         pool.settings.memory.budget_tokens, None if compact_above == -1 else compact_above
     )
-    out = await run_memory_command(pool.provider, session, args, is_admin=is_admin, budget=budget)
+    out = await run_memory_command(
+        pool.provider,
+        session,
+        args,
+        is_admin=is_admin,
+        budget=budget,
+        recaller=pool.recaller,
+    )
     if split_words(args)[0] == "status" and pool.budgets is not None:
         # What this user's model calls cost: the pool's, not the provider's, to know.
         try:

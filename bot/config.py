@@ -141,6 +141,7 @@ class LLMSettings(_Section):
     api_key: Secret = Secret("")
     model: str = "gpt-4o-mini"
     summary_model: str = ""  # empty = same as model
+    recall_model: str = ""  # delegated recall (/memory ask); empty = summary_model
     # Empty = voice messages are not transcribed (bot.telegram.voice says why opt-in).
     transcription_model: str = ""
     # Photos are shown to the model only when on: many self-hosted OpenAI-compatible
@@ -308,6 +309,14 @@ class CompactionSettings(_Section):
         return int(self.max_tokens * self.target_fraction)
 
 
+class RecallSettings(_Section):
+    """Bounds of the delegated recall sub-call (`recall` action, `/memory ask`)."""
+
+    max_tokens: int = Field(default=3000, ge=200, le=100_000)  # material it reads
+    timeout_s: float = Field(default=30, gt=0, le=600)
+    max_rounds: int = Field(default=2, ge=1, le=5)  # searches, each with one model call
+
+
 class ReflectSettings(_Section):
     enabled: bool = True
     interval: str = "1h"
@@ -373,6 +382,7 @@ class Settings(_Section):
     memory: MemorySettings = Field(default_factory=MemorySettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     reflect: ReflectSettings = Field(default_factory=ReflectSettings)
+    recall: RecallSettings = Field(default_factory=RecallSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -93,6 +93,7 @@ class Pool:
         memory = MemoryReader(provider, cache_snapshots=not replicas)
         self.budgets = budgets
         self._turns = Turns(provider, llm, settings, tools=tools, memory=memory, budgets=budgets)
+        self.recaller = self._turns.recaller
         self._rotation = SessionRotation(provider, replicas=replicas, hold=self._hold)
         self._compaction = CompactionScheduler(
             provider,

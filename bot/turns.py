@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.budgets import Budgets
 from bot.config import Settings
+from bot.delegated_recall import recaller_for
 from bot.images import IMAGE_TOKENS, Image
 from bot.llm import LLMError, OnDelta
 from bot.prompt import MemoryReader, build_system_prompt
@@ -105,7 +106,7 @@ class Receipt(Protocol):
         """After the append committed; `atomic`: `write` ran in its transaction."""
 
 
-ToolFactory = Callable[[Any, Session], list[Tool]]
+ToolFactory = Callable[[Any, Session, Any], list[Tool]]
 # What the model gets for a turn: the system prompt, the tools and the history.
 Context = tuple[str, list[Tool], list[Message]]
 
@@ -130,8 +131,9 @@ def _tool_schema(provider: Any) -> dict[str, Any] | None:
     return schema
 
 
-def memory_tools(provider: Any, session: Session) -> list[Tool]:
-    """The `memory` tool for `session`, from `memory.tool` (every write tagged `agent`)."""
+def memory_tools(provider: Any, session: Session, recaller: Any = None) -> list[Tool]:
+    """The `memory` tool for `session`, from `memory.tool` (every write tagged `agent`);
+    `recaller`: the delegated recall sub-call its `recall` action runs."""
     from memory import tool as memory_tool
 
     schema = _tool_schema(provider)
@@ -140,7 +142,9 @@ def memory_tools(provider: Any, session: Session) -> list[Tool]:
 
     async def handler(args: dict[str, Any]) -> str:
         with bind_session(session), with_change_source(ChangeSource.AGENT):
-            return await memory_tool.run_tool(provider, session, args, source=ChangeSource.AGENT)
+            return await memory_tool.run_tool(
+                provider, session, args, source=ChangeSource.AGENT, recaller=recaller
+            )
 
     return [Tool(schema=schema, handler=handler)]
 
@@ -167,6 +171,7 @@ class Turns:
         self.usage: UsageRecorder = getattr(llm, "usage", None) or UsageRecorder()
         self.calibration: Calibration = getattr(llm, "calibration", None) or Calibration()
         self._tools = tools
+        self.recaller = recaller_for(llm, settings)
         self._memory = memory
         # Capability checks are Protocol isinstance calls: made once, not every turn.
         self._can_seed = isinstance(provider, ProfileStore) and isinstance(
@@ -315,7 +320,7 @@ class Turns:
         system = build_system_prompt(
             self.settings.agent.system_prompt, await self._memory.read(session, version)
         )
-        tools = self._tools(provider, session) if self._tools else []
+        tools = self._tools(provider, session, self.recaller) if self._tools else []
         overhead = estimate_tokens(system) + self._schema_tokens(tools) + images * IMAGE_TOKENS
         # The budget is the server's tokens: in our estimate's, as calibrated for the model.
         budget_tokens = self.calibration.scaled_budget(

@@ -218,8 +218,10 @@ async def run_tool(
     *,
     allowed_actions: set[str] | None = None,
     source: ChangeSource | None = None,
+    recaller: Any = None,
 ) -> str:
     """Execute one `memory` tool call for `session`; always returns text for the model.
+    `recaller`: the delegated recall sub-call of the `recall` action, if the caller has one.
 
     `allowed_actions` withholds actions (pass the set the schema was built with);
     writes record `source` (who called the tool: the agent in a turn, reflect), or the
@@ -232,7 +234,7 @@ async def run_tool(
         return f"error: {exc}"
     spec = ACTIONS[action]
     try:
-        call = Call(provider, session, tuple(offered), source=source)
+        call = Call(provider, session, tuple(offered), source=source, recaller=recaller)
         text = await perform(spec, call, args, spec.render)
     except NotFound as exc:
         return f"not found: {exc}" if str(exc) else "not found"

@@ -39,7 +39,7 @@ from memory.types import utcnow
 log = logging.getLogger(__name__)
 
 # What a call was for. Background kinds are the ones the spend guard holds back.
-KINDS = ("chat", "summary", "reflect", "search", "embedding", "transcription")
+KINDS = ("chat", "summary", "reflect", "recall", "search", "embedding", "transcription")
 BACKGROUND_KINDS = ("summary", "reflect", "embedding")
 
 _metadata = sa.MetaData()

@@ -323,6 +323,7 @@ def test_actions_follow_capabilities() -> None:
         "content",
         "id",
         "version",
+        "question",
     } == set(props) - {"action"}
     assert props["scope"]["enum"] == [
         "both",

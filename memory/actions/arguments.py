@@ -116,6 +116,11 @@ Text = Annotated[
         }
     ),
 ]
+Question = Annotated[
+    str,
+    _text(1000),
+    _schema({"type": "string", "description": "recall: the question about the past, in full"}),
+]
 Scope = Annotated[
     str,
     _choice(ALL_SCOPES),

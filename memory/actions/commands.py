@@ -71,8 +71,10 @@ async def run_memory_command(
     limit: int = MAX_REPLY,
     budget: ContextBudget | None = None,
     registry: Registry = ACTIONS,
+    recaller: Any = None,
 ) -> str:
-    """Answer `/memory <words>` for `session` (the live one); at most `limit` characters."""
+    """Answer `/memory <words>` for `session` (the live one); at most `limit` characters.
+    `recaller`: the delegated recall sub-call `/memory ask` runs (memory.delegated_recall)."""
     sub, rest = split_words(words)
     if sub in ("", "help"):
         return usage(registry=registry, provider=provider)
@@ -101,7 +103,14 @@ async def run_memory_command(
             continue
         # People's words were checked by `parse`; the arguments are taken as they are.
         args = action.args.model_construct(**parsed)
-        call = Call(provider, session, limit=limit, budget=budget, source=ChangeSource.USER)
+        call = Call(
+            provider,
+            session,
+            limit=limit,
+            budget=budget,
+            source=ChangeSource.USER,
+            recaller=recaller,
+        )
         try:
             with with_change_source(ChangeSource.USER):
                 text = await perform(action, call, args, action.command.render)

@@ -29,6 +29,7 @@ from memory.actions.arguments import (
     Mode,
     NewName,
     NoteName,
+    Question,
     Scope,
     SummaryId,
     Text,
@@ -48,7 +49,9 @@ from memory.capabilities import (
     Searcher,
     VersionedProfileStore,
 )
+from memory.delegated_recall import Answer
 from memory.duties import store_write
+from memory.errors import MemoryError_
 from memory.types import SearchMode, SearchQuery, SearchScope
 
 DEFAULT_LIMIT = 10  # search, note_search and profile_history results
@@ -139,6 +142,44 @@ declare(
             parse=_rest("text", limit=PEOPLE_SEARCH_POOL),
             render=to_people.search,
             lacks="search",
+        ),
+    )
+)
+
+
+class RecallArgs(Arguments):
+    question: Question
+
+
+async def _recall(c: Call, args: RecallArgs) -> Answer:
+    if c.recaller is None:
+        raise MemoryError_("recall needs a model, and none is configured here")
+    answer: Answer = await c.recaller(c.provider, c.session, args.question)
+    return answer
+
+
+async def _answer_text(c: Call, args: RecallArgs, answer: Answer) -> str:
+    return answer.render()
+
+
+declare(
+    Action(
+        "recall",
+        RecallArgs,
+        Searcher,
+        "ask a question about the past when one search does not settle it (what was "
+        "decided, when, why; facts spread over several conversations): a separate model "
+        "searches, expands summaries to their messages, reads them and answers briefly, "
+        "citing the message ids and dates it rests on, or says nothing was found",
+        _recall,
+        render=_answer_text,
+        command=Command(
+            "ask",
+            "<question> — answer a question from everything I remember, citing the messages",
+            parse=_rest("question"),
+            render=_answer_text,
+            lacks="search",
+            listed_after="search",
         ),
     )
 )

@@ -64,6 +64,8 @@ class Call:
     budget: ContextBudget | None = None
     # Who writes (the model: agent; /memory: user; reflect); None: the caller's context.
     source: ChangeSource | None = None
+    # The delegated recall sub-call (memory.delegated_recall), when the front-end has a model.
+    recaller: Any = None
 
     @property
     def owner(self) -> tuple[int, str]:

@@ -1,0 +1,250 @@
+"""Delegated recall: a question about the past answered by a bounded sub-call, apart
+from the chat turn, with the messages it rests on cited.
+
+The sub-call searches the caller's memory (hybrid), expands the summaries it finds down
+to their source messages where the provider can (`Explorer`), reads the messages and
+archives it finds (`MessageReader`, `NoteStore`), and gives that material, at most
+`Bounds.max_tokens` of it, to a model (`ask`) with the question. The model answers
+citing ids in square brackets, asks for another search (`SEARCH: <words>`, while rounds
+remain) or says it found nothing (`NOTHING`). Every id it cites that was not in the
+material is dropped: the material only ever holds what the provider returned for the
+caller's session, so a guessed id (another user's message) can never reach the answer.
+An answer left citing nothing is not shown: an unsourced claim about the past is what
+this action exists to avoid.
+
+The model call is the caller's `ask` (the bot's LLM client, usage kind `recall`, so it
+is counted like any other call); the whole sub-call stops at `Bounds.timeout_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from memory.capabilities import Explorer, MessageReader, NoteStore
+from memory.errors import MemoryError_, NotFound
+from memory.tokens import estimate_tokens
+from memory.tracing import unwrap
+from memory.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
+
+# (system prompt, user prompt) -> the model's answer.
+Ask = Callable[[str, str], Awaitable[str]]
+
+HITS_PER_SEARCH = 8
+NOTHING = "NOTHING"
+SEARCH = "SEARCH:"
+NOTHING_FOUND = "I found nothing about that in my memory."
+# Recognisable by the fake model in tests; says what the model may answer.
+SYSTEM_PROMPT = (
+    "You answer a question about the past from the stored memory of a conversation "
+    "(delegated recall). You are given numbered material: messages and summaries, each "
+    "starting with its id in square brackets and its date. Answer in two or three "
+    "sentences, in the language of the question, using ONLY this material, and cite the "
+    "id of every item you rely on in square brackets, e.g. [123]. If the material does "
+    f"not answer the question, reply exactly {NOTHING}."
+)
+_MORE = (
+    f" If it does not but another search might, reply {SEARCH} followed by a few "
+    "keywords to search for instead."
+)
+_CITED = re.compile(r"\[([^\[\]\s]{1,80})\]")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    max_tokens: int = 3000  # of material given to the model, over all rounds
+    timeout_s: float = 30.0
+    max_rounds: int = 2  # searches (each followed by one model call)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One piece of material: a message (its id), or a summary or archive when nothing
+    below it could be read."""
+
+    id: str
+    kind: str  # message | summary | archive | note
+    text: str
+    at: datetime | None = None
+    role: str = ""
+
+    def line(self) -> str:
+        date = f" {self.at:%Y-%m-%d %H:%M}" if self.at else ""
+        who = f" {self.role}:" if self.role else f" ({self.kind})"
+        return f"[{self.id}]{date}{who} {self.text}"
+
+
+@dataclass
+class Answer:
+    text: str  # the model's answer, foreign ids dropped; NOTHING_FOUND when none
+    cited: list[Item] = field(default_factory=list)
+    searches: list[str] = field(default_factory=list)
+    read: int = 0  # items of material given to the model
+
+    @property
+    def found(self) -> bool:
+        return bool(self.cited)
+
+    def render(self) -> str:
+        if not self.cited:
+            return self.text
+        sources = ", ".join(
+            f"{i.kind} {i.id}" + (f" ({i.at:%Y-%m-%d})" if i.at else "") for i in self.cited
+        )
+        return f"{self.text}\nSources: {sources}"
+
+
+class Material:
+    """What the sub-call has read so far, within its token budget, by id."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.left = max_tokens
+        self.items: dict[str, Item] = {}
+
+    @property
+    def full(self) -> bool:
+        return self.left <= 0
+
+    def add(self, item: Item) -> None:
+        if self.full or item.id in self.items:
+            return
+        cost = estimate_tokens(item.line())
+        text = item.text
+        if cost > self.left:  # cut the last item to what is left (about 4 chars a token)
+            text = text[: max(0, self.left * 4 - 40)] + "…"
+            cost = self.left
+        self.items[item.id] = Item(item.id, item.kind, text, item.at, item.role)
+        self.left -= cost
+
+    def text(self) -> str:
+        return "\n".join(i.line() for i in self.items.values())
+
+
+async def _read_hit(provider: Any, session: Session, hit: SearchResult, m: Material) -> None:
+    """Add what `hit` stands for: the message itself; a summary's source messages (its
+    children expanded in turn); an archive or note's content. Only through `session`."""
+    inner = unwrap(provider)
+    if hit.source_type == "message":
+        if isinstance(inner, MessageReader):
+            try:
+                found = await provider.read_message(session, hit.source_id)
+            except NotFound:
+                return
+            msg = found.message
+            m.add(Item(hit.source_id, "message", msg.content, msg.created_at, msg.role))
+        else:
+            m.add(Item(hit.source_id, "message", hit.content, hit.timestamp))
+        return
+    if hit.source_type == "summary" and isinstance(inner, Explorer):
+        before = len(m.items)
+        await _expand(provider, session, hit.source_id, m, depth=0)
+        if len(m.items) > before:
+            return
+    elif hit.source_type in ("archive", "note") and isinstance(inner, NoteStore):
+        try:
+            entry = await provider.note_get(session, hit.source_id)
+        except NotFound:
+            return
+        m.add(Item(hit.source_id, hit.source_type, entry.content, entry.created_at))
+        return
+    m.add(Item(hit.source_id, hit.source_type, hit.content, hit.timestamp))
+
+
+async def _expand(
+    provider: Any, session: Session, summary_id: str, m: Material, depth: int
+) -> None:
+    if m.full or depth > 8:  # the DAG is shallow; the cap only guards a malformed one
+        return
+    try:
+        got = await provider.expand(summary_id, max(1, m.left), session)
+    except NotFound:
+        return
+    for msg in got.messages:
+        if msg.role in ("user", "assistant") and msg.content.strip():
+            m.add(Item(msg.message_id, "message", msg.content, msg.created_at, msg.role))
+    for child in got.children:
+        await _expand(provider, session, child.summary_id, m, depth + 1)
+
+
+async def _gather(provider: Any, session: Session, words: str, m: Material) -> int:
+    query = SearchQuery(words, SearchScope.BOTH, HITS_PER_SEARCH, SearchMode.HYBRID)
+    hits = await provider.search(session, query)
+    for hit in hits:
+        if m.full:
+            break
+        await _read_hit(provider, session, hit, m)
+    return len(hits)
+
+
+def _clean(answer: str, material: Material) -> tuple[str, list[Item]]:
+    """The answer without the ids it cites that are not in the material, and the items it
+    cites, in order of first citation."""
+    cited: dict[str, Item] = {}
+
+    def keep(match: re.Match[str]) -> str:
+        item = material.items.get(match.group(1))
+        if item is None:
+            return ""
+        cited.setdefault(item.id, item)
+        return match.group(0)
+
+    text = _CITED.sub(keep, answer)
+    text = re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", text)).strip()
+    return text, list(cited.values())
+
+
+async def recall(
+    provider: Any, session: Session, question: str, ask: Ask, bounds: Bounds
+) -> Answer:
+    """Answer `question` from `session`'s memory scope (module doc). Raises MemoryError_
+    when the time limit is reached."""
+    try:
+        async with asyncio.timeout(bounds.timeout_s):
+            return await _rounds(provider, session, question, ask, bounds)
+    except TimeoutError:
+        raise MemoryError_(
+            f"recall took longer than its limit ({bounds.timeout_s:g} s); ask more narrowly"
+        ) from None
+
+
+async def _rounds(
+    provider: Any, session: Session, question: str, ask: Ask, bounds: Bounds
+) -> Answer:
+    material = Material(bounds.max_tokens)
+    out = Answer(NOTHING_FOUND)
+    words = question
+    for round_no in range(1, bounds.max_rounds + 1):
+        out.searches.append(words)
+        await _gather(provider, session, words, material)
+        if not material.items:  # nothing to read: no model call to pay for
+            return out
+        last = round_no == bounds.max_rounds or material.full
+        system = SYSTEM_PROMPT + ("" if last else _MORE)
+        prompt = f"Question: {question}\n\nMaterial:\n{material.text()}"
+        reply = (await ask(system, prompt)).strip()
+        out.read = len(material.items)
+        if not last and reply.upper().startswith(SEARCH):
+            words = reply[len(SEARCH) :].strip() or question
+            continue
+        if not reply or reply.upper().startswith(NOTHING):
+            return out
+        text, cited = _clean(reply, material)
+        if cited:
+            out.text, out.cited = text, cited
+        return out
+    return out
+
+
+@dataclass(frozen=True)
+class Recaller:
+    """What a front-end gives the `recall` action: the model call and the bounds."""
+
+    ask: Ask
+    bounds: Bounds = Bounds()
+
+    async def __call__(self, provider: Any, session: Session, question: str) -> Answer:
+        return await recall(provider, session, question, self.ask, self.bounds)
