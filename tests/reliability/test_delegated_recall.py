@@ -1,0 +1,149 @@
+"""Delegated recall (`/memory ask`, the tool's `recall`) on the real bot and the fake
+servers: a fact planted before two compactions is found and its message id cited; a
+question with nothing behind it says so; another user's fact is never returned, even when
+the recall model cites its guessed id; the model's recall calls are counted as usage."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from memory.delegated_recall import NOTHING_FOUND, SYSTEM_PROMPT
+from memory.usage import usage_records
+from tests.fakes.openai_server import FakeOpenAI, Response, text
+from tests.fakes.telegram_server import FakeTelegram, User
+from tests.reliability.conftest import ask
+from tests.reliability.harness import live_bot, scripted, tool_text
+
+PROVIDERS = ["simple", "lcm"]
+ALICE, BOB = 42, 43
+PLANTED = "my locker code is PLATYPUS-7731"
+
+
+class RecallModel:
+    """The scripted chat model, plus a recall model that reads its material the way a
+    reader of top hits would: it cites each item holding `needle`, and `guesses` (ids it
+    makes up), or says NOTHING when no item holds the needle and it has no guess."""
+
+    def __init__(self) -> None:
+        self.needle = "PLATYPUS"
+        self.guesses: list[str] = []
+        self.requests: list[str] = []
+
+    def __call__(self, body: dict[str, Any]) -> Response:
+        msgs = body.get("messages") or []
+        system = str(msgs[0].get("content") or "") if msgs else ""
+        if not system.startswith(SYSTEM_PROMPT):
+            return scripted(body)
+        prompt = str(msgs[-1].get("content") or "")
+        self.requests.append(prompt)
+        lines = prompt.partition("Material:\n")[2].splitlines()
+        ids = [line[1 : line.index("]")] for line in lines if self.needle in line]
+        ids += self.guesses
+        if not ids:
+            return text("NOTHING")
+        return text("The locker code is in " + " ".join(f"[{i}]" for i in ids) + ".")
+
+
+def message_ids(answer: str) -> list[str]:
+    return re.findall(r"\[message (\d+)\]", answer)
+
+
+def cited(answer: str) -> list[str]:
+    sources = answer.partition("Sources: ")[2]
+    return re.findall(r"(?:message|summary|archive|note) ([^\s,()]+)", sources)
+
+
+@pytest.mark.parametrize(
+    "db_kind", [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_ask_cites_the_planted_message_and_never_another_users(
+    provider: str, db_kind: str, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    model = RecallModel()
+    async with (
+        FakeOpenAI(model) as llm,
+        live_bot(
+            tmp_path,
+            tg,
+            llm,
+            provider=provider,
+            db_kind=db_kind,
+            memory={"fresh_tail": 1},
+            compaction={"keep_tail": 1},
+        ) as bot,
+    ):
+        bob = tg.private(BOB, "Bob")
+        await ask(tg, bob, "the locker code is WOMBAT-99 for my gym")
+        bob_ids = message_ids(await ask(tg, bob, "/memory search WOMBAT"))
+        assert bob_ids
+
+        alice = tg.private(ALICE, "Alice")
+        await ask(tg, alice, PLANTED)
+        # The message and the echo of it; the user's own comes first.
+        planted = sorted(message_ids(await ask(tg, alice, "/memory search PLATYPUS")), key=int)
+        assert len(planted) == 2, planted
+        for i in range(3):
+            await ask(tg, alice, f"filler about the weather number {i}")
+        assert "Compacted" in await ask(tg, alice, "/compact")
+        for i in range(3):
+            await ask(tg, alice, f"more filler about gardening {i}")
+        assert "Compacted" in await ask(tg, alice, "/compact")
+
+        answer = await ask(tg, alice, "/memory ask what is my locker code?")
+        assert planted[0] in cited(answer), answer
+        assert "PLATYPUS" not in answer or "Sources:" in answer
+        assert model.requests and "PLATYPUS-7731" in model.requests[-1]
+
+        assert re.search(rf"message {planted[0]} \(\d{{4}}-\d\d-\d\d\)", answer), answer
+
+        # Words only the summaries hold: lcm expands them down to the planted message;
+        # simple reads its archives (handoff summaries, which here do not hold it).
+        answer = await ask(tg, alice, "/memory ask what did the talk cover?")
+        if provider == "lcm":
+            assert planted[0] in cited(answer), answer
+        else:
+            assert "(archive)" in model.requests[-1], model.requests[-1]
+
+        # Nothing behind the question: no model call, a plain answer.
+        before = len(model.requests)
+        assert await ask(tg, alice, "/memory ask zebra migration?") == NOTHING_FOUND
+        assert len(model.requests) == before
+
+        # Bob's message id guessed by the recall model: dropped, so nothing is left.
+        model.needle, model.guesses = "WOMBAT", bob_ids
+        answer = await ask(tg, alice, "/memory ask what is the locker code at the gym?")
+        assert answer == NOTHING_FOUND, answer
+        assert all("WOMBAT" not in r for r in model.requests)
+        # ...and guessed next to a real citation, it is cut out of the answer.
+        model.needle = "PLATYPUS"
+        answer = await ask(tg, alice, "/memory ask what is my locker code?")
+        assert planted[0] in cited(answer) and not set(bob_ids) & set(cited(answer)), answer
+        assert not any(f"[{b}]" in answer for b in bob_ids), answer
+
+        # The model calls it as a tool action; the result reaches it with the citation.
+        model.guesses = []
+        reply = await ask(
+            tg, alice, tool_text({"action": "recall", "question": "what is my locker code?"})
+        )
+        assert reply.startswith("tool said:") and planted[0] in cited(reply), reply
+
+        # In a group, the group's memory: Alice's private fact is not in it.
+        group = tg.group(-100500, "Team")
+        answer = await ask(
+            tg, group, "/memory ask what is my locker code?", user=User(ALICE, "Alice")
+        )
+        assert answer == NOTHING_FOUND, answer
+
+        async with bot.engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    sa.select(usage_records.c.user_id).where(usage_records.c.kind == "recall")
+                )
+            ).all()
+        assert rows and {r.user_id for r in rows} == {ALICE}
