@@ -13,7 +13,7 @@ An answer left citing nothing is not shown: an unsourced claim about the past is
 this action exists to avoid.
 
 The model call is the caller's `ask` (the bot's LLM client, usage kind `recall`, so it
-is counted like any other call); the whole sub-call stops at `Bounds.timeout_s`.
+is counted like any other call); the whole sub-call stops at `Bounds.timeout_s` (its answer then says so).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from memory.capabilities import Explorer, MessageReader, NoteStore
-from memory.errors import MemoryError_, NotFound
+from memory.errors import NotFound
 from memory.tokens import estimate_tokens
 from memory.tracing import unwrap
 from memory.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
@@ -200,15 +200,15 @@ def _clean(answer: str, material: Material) -> tuple[str, list[Item]]:
 async def recall(
     provider: Any, session: Session, question: str, ask: Ask, bounds: Bounds
 ) -> Answer:
-    """Answer `question` from `session`'s memory scope (module doc). Raises MemoryError_
-    when the time limit is reached."""
+    """Answer `question` from `session`'s memory scope (module doc); past the time limit,
+    an answer saying so (nothing cited: the material was not read to the end)."""
     try:
         async with asyncio.timeout(bounds.timeout_s):
             return await _rounds(provider, session, question, ask, bounds)
     except TimeoutError:
-        raise MemoryError_(
-            f"recall took longer than its limit ({bounds.timeout_s:g} s); ask more narrowly"
-        ) from None
+        return Answer(
+            f"I could not finish looking within {bounds.timeout_s:g} s; ask more narrowly."
+        )
 
 
 async def _rounds(

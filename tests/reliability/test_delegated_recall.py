@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from memory.delegated_recall import NOTHING_FOUND, SYSTEM_PROMPT
 from memory.usage import usage_records
-from tests.fakes.openai_server import FakeOpenAI, Response, text
+from tests.fakes.openai_server import FakeOpenAI, Response, hang, text
 from tests.fakes.telegram_server import FakeTelegram, User
 from tests.reliability.conftest import ask
 from tests.reliability.harness import live_bot, scripted, tool_text
@@ -33,6 +33,8 @@ class RecallModel:
         self.needle = "PLATYPUS"
         self.guesses: list[str] = []
         self.requests: list[str] = []
+        self.systems: list[str] = []
+        self.script: list[Response] = []  # answers before reading, in order
 
     def __call__(self, body: dict[str, Any]) -> Response:
         msgs = body.get("messages") or []
@@ -41,6 +43,9 @@ class RecallModel:
             return scripted(body)
         prompt = str(msgs[-1].get("content") or "")
         self.requests.append(prompt)
+        self.systems.append(system)
+        if self.script:
+            return self.script.pop(0)
         lines = prompt.partition("Material:\n")[2].splitlines()
         ids = [line[1 : line.index("]")] for line in lines if self.needle in line]
         ids += self.guesses
@@ -147,3 +152,33 @@ async def test_ask_cites_the_planted_message_and_never_another_users(
                 )
             ).all()
         assert rows and {r.user_id for r in rows} == {ALICE}
+
+
+async def test_ask_searches_again_within_its_rounds_and_stops_at_its_time_limit(
+    tg: FakeTelegram, tmp_path: Path
+) -> None:
+    model = RecallModel()
+    async with (
+        FakeOpenAI(model) as llm,
+        live_bot(tmp_path, tg, llm, provider="lcm", recall={"max_rounds": 2, "timeout_s": 0.5}),
+    ):
+        alice = tg.private(ALICE, "Alice")
+        await ask(tg, alice, PLANTED)
+        await ask(tg, alice, "we planted tomatoes in the garden")
+        planted = sorted(message_ids(await ask(tg, alice, "/memory search PLATYPUS")), key=int)
+
+        # The first search (garden) misses; the model asks for another, which finds it.
+        model.script = [text("SEARCH: locker code")]
+        answer = await ask(tg, alice, "/memory ask what did I say about the garden?")
+        assert planted[0] in cited(answer), answer
+        assert "locker" not in model.requests[-2] and "PLATYPUS" in model.requests[-1]
+        # The last round may not search again: its prompt does not offer it, and a
+        # SEARCH reply there is not followed.
+        model.script = [text("SEARCH: locker"), text("SEARCH: again")]
+        answer = await ask(tg, alice, "/memory ask what did I say about the garden?")
+        assert answer == NOTHING_FOUND, answer
+        assert "SEARCH:" in model.systems[-2] and "SEARCH:" not in model.systems[-1]
+
+        model.script = [hang()]
+        answer = await ask(tg, alice, "/memory ask what is my locker code?")
+        assert answer.startswith("I could not finish looking within 0.5 s"), answer

@@ -25,7 +25,9 @@ async def test_compact_status_and_usage_agree(
         status = await ask(tg, "/memory status", "auto-compaction above 10")
         for name in CLASS_NAMES:
             assert name not in status, status
-        assert "You can also use: /memory search, /memory ask, /memory show, /memory expand" in status
+        assert (
+            "You can also use: /memory search, /memory ask, /memory show, /memory expand" in status
+        )
         assert "/memory notes" not in status  # lcm keeps no notes
         assert "rollback" not in status  # operator-only: /memory help marks it
         # Above the threshold, yet nothing to compact: the answer says why, in the same
