@@ -51,7 +51,11 @@ _MORE = (
     f" If it does not but another search might, reply {SEARCH} followed by a few "
     "keywords to search for instead."
 )
-_CITED = re.compile(r"\[([^\[\]\s]{1,80})\]")
+# A citation: ids in square brackets ("[12]", "[12, sum_ab]", "[#12]"); and ids named in
+# words ("message 12"), which a model may write for an id it was asked about.
+_CITED = re.compile(r"\[([^\[\]]{1,400})\]")
+_NAMED = re.compile(r"\b(message|summary|archive|note)\s+#?([\w-]{1,80})", re.IGNORECASE)
+_SPLIT = re.compile(r"[\s,;]+")
 
 
 @dataclass(frozen=True)
@@ -186,13 +190,22 @@ def _clean(answer: str, material: Material) -> tuple[str, list[Item]]:
     cited: dict[str, Item] = {}
 
     def keep(match: re.Match[str]) -> str:
-        item = material.items.get(match.group(1))
-        if item is None:
-            return ""
-        cited.setdefault(item.id, item)
-        return match.group(0)
+        known = []
+        for token in _SPLIT.split(match.group(1)):
+            item = material.items.get(token.strip("#"))
+            if item is not None:
+                cited.setdefault(item.id, item)
+                known.append(item.id)
+        return f"[{', '.join(known)}]" if known else ""
 
-    text = _CITED.sub(keep, answer)
+    def named(match: re.Match[str]) -> str:
+        # Only ids: "the message 12 you sent" keeps its words when 12 was read.
+        token = match.group(2)
+        if token in material.items or not any(c.isdigit() for c in token):
+            return match.group(0)
+        return match.group(1)
+
+    text = _NAMED.sub(named, _CITED.sub(keep, answer))
     text = re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", text)).strip()
     return text, list(cited.values())
 

@@ -48,10 +48,13 @@ class RecallModel:
             return self.script.pop(0)
         lines = prompt.partition("Material:\n")[2].splitlines()
         ids = [line[1 : line.index("]")] for line in lines if self.needle in line]
-        ids += self.guesses
-        if not ids:
+        if not ids and not self.guesses:
             return text("NOTHING")
-        return text("The locker code is in " + " ".join(f"[{i}]" for i in ids) + ".")
+        if not self.guesses:
+            return text("The locker code is in " + " ".join(f"[{i}]" for i in ids) + ".")
+        # Guesses mixed into one citation and named in words, as a model might.
+        named = " ".join(f"message {g}" for g in self.guesses)
+        return text(f"The locker code is in [{', '.join(ids + self.guesses)}], see {named}.")
 
 
 def message_ids(answer: str) -> list[str]:
@@ -129,7 +132,8 @@ async def test_ask_cites_the_planted_message_and_never_another_users(
         model.needle = "PLATYPUS"
         answer = await ask(tg, alice, "/memory ask what is my locker code?")
         assert planted[0] in cited(answer) and not set(bob_ids) & set(cited(answer)), answer
-        assert not any(f"[{b}]" in answer for b in bob_ids), answer
+        said = answer.partition("Sources:")[0]
+        assert not any(re.search(rf"\b{b}\b", said) for b in bob_ids), answer
 
         # The model calls it as a tool action; the result reaches it with the citation.
         model.guesses = []
