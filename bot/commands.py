@@ -195,6 +195,16 @@ async def _memory(pool: Pool, session: Session, args: str, *, is_admin: bool) ->
     budget = ContextBudget(
         pool.settings.memory.budget_tokens, None if compact_above == -1 else compact_above
     )
+    # /memory ask calls a model: a user over a token limit is refused it, as a turn is.
+    if (
+        split_words(args)[0] == "ask"
+        and pool.budgets is not None
+        and await pool.budgets.refusal(session.user_id) is not None
+    ):
+        return (
+            "Sorry, you have used up your tokens for now, and /memory ask needs the "
+            "model (/memory status shows your usage). /memory search still works."
+        )
     out = await run_memory_command(
         pool.provider,
         session,

@@ -186,3 +186,17 @@ async def test_ask_searches_again_within_its_rounds_and_stops_at_its_time_limit(
         model.script = [hang()]
         answer = await ask(tg, alice, "/memory ask what is my locker code?")
         assert answer.startswith("I could not finish looking within 0.5 s"), answer
+
+
+async def test_ask_is_refused_over_the_token_limit(tg: FakeTelegram, tmp_path: Path) -> None:
+    model = RecallModel()
+    async with (
+        FakeOpenAI(model) as llm,
+        live_bot(tmp_path, tg, llm, provider="simple", limits={"tokens_per_day": 1}),
+    ):
+        alice = tg.private(ALICE, "Alice")
+        await ask(tg, alice, PLANTED)  # answered: the limit is checked before a call
+        answer = await ask(tg, alice, "/memory ask what is my locker code?")
+        assert answer.startswith("Sorry, you have used up your tokens"), answer
+        assert model.requests == []
+        assert "PLATYPUS" in await ask(tg, alice, "/memory search PLATYPUS")
