@@ -29,6 +29,7 @@ from memory.actions.commands import run_memory_command, split_words, table_rows
 from memory.actions.fitting import MAX_REPLY, clip
 from memory.actions.spec import ContextBudget
 from memory.capabilities import Compactor
+from memory.delegated_recall import RecallModelFailed
 from memory.errors import (
     CompactionIncomplete,
     InvalidArgument,
@@ -106,6 +107,8 @@ async def _answer(pool: Pool, session: Session, name: str, args: str, *, is_admi
         return "Not found."
     except (InvalidArgument, Unsupported) as exc:
         return str(exc) or "That request is not valid."
+    except RecallModelFailed as exc:
+        return f"{exc}; nothing was changed."
     except MemoryError_ as exc:
         return f"The memory store refused: {exc}"
     except Exception as exc:

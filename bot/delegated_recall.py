@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from bot.config import Settings
-from bot.llm import LLMClient
-from memory.delegated_recall import Bounds, Recaller
+from bot.llm import LLMClient, LLMError
+from memory.delegated_recall import Bounds, Recaller, RecallModelFailed
 
 
 def recall_model(settings: Settings) -> str:
@@ -23,10 +23,13 @@ def recaller_for(llm: Any, settings: Settings) -> Recaller:
 
     async def ask(system: str, prompt: str) -> str:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
-        if isinstance(llm, LLMClient):
-            turn = await llm.complete(messages, model=model, kind="recall")
-        else:
-            turn = await llm.complete(messages)
+        try:
+            if isinstance(llm, LLMClient):
+                turn = await llm.complete(messages, model=model, kind="recall")
+            else:
+                turn = await llm.complete(messages)
+        except LLMError as exc:  # worded for the tool's result and /memory ask alike
+            raise RecallModelFailed(f"I could not ask my recall model: {exc.reason}") from exc
         return str(turn.content or "")
 
     r = settings.recall

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from memory.capabilities import Explorer, MessageReader, NoteStore
-from memory.errors import NotFound
+from memory.errors import MemoryError_, NotFound
 from memory.tokens import estimate_tokens
 from memory.tracing import unwrap
 from memory.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
@@ -56,6 +56,10 @@ _MORE = (
 _CITED = re.compile(r"\[([^\[\]]{1,400})\]")
 _NAMED = re.compile(r"\b(message|summary|archive|note)\s+#?([\w-]{1,80})", re.IGNORECASE)
 _SPLIT = re.compile(r"[\s,;]+")
+
+
+class RecallModelFailed(MemoryError_):
+    """The recall model could not be asked (the front-end's `ask` says why)."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from memory.delegated_recall import NOTHING_FOUND, SYSTEM_PROMPT
 from memory.usage import usage_records
-from tests.fakes.openai_server import FakeOpenAI, Response, hang, text
+from tests.fakes.openai_server import FakeOpenAI, Response, error, hang, text
 from tests.fakes.telegram_server import FakeTelegram, User
 from tests.reliability.conftest import ask
 from tests.reliability.harness import live_bot, scripted, tool_text
@@ -186,6 +186,14 @@ async def test_ask_searches_again_within_its_rounds_and_stops_at_its_time_limit(
         model.script = [hang()]
         answer = await ask(tg, alice, "/memory ask what is my locker code?")
         assert answer.startswith("I could not finish looking within 0.5 s"), answer
+
+        # The recall model failing (retries spent): said plainly, to people and the model.
+        model.script = [error(400)]
+        answer = await ask(tg, alice, "/memory ask what is my locker code?")
+        assert answer.startswith("I could not ask my recall model: "), answer
+        model.script = [error(400)]
+        reply = await ask(tg, alice, tool_text({"action": "recall", "question": "locker code?"}))
+        assert reply.startswith("tool said: error: I could not ask my recall model: "), reply
 
 
 async def test_ask_is_refused_over_the_token_limit(tg: FakeTelegram, tmp_path: Path) -> None:
