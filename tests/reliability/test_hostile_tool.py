@@ -119,6 +119,7 @@ async def test_tool_arguments_corpus(db_kind: str, provider_name: str, tmp_path:
 
 _VALID: dict[str, Any] = {
     "text": "hello",
+    "question": "what did I say?",
     "summary_id": "sum_0",
     "content": "some text",
     "id": "c1",
