@@ -222,17 +222,16 @@ class TelegramSettings(_Section):
         return root
 
 
-class RetentionSettings(_Section):
-    """`memory.retention`: messages older than `days` are forgotten (README "Forgetting");
-    empty keeps everything forever. The root's scheduler runs it every `interval`."""
+class _Periodic(_Section):
+    """A section of a job the root's scheduler runs every `interval`."""
 
-    days: int | None = Field(default=None, ge=1, le=365_000)
-    interval: str = "1d"
+    interval: str
 
     @field_validator("interval")
     @classmethod
     def _duration(cls, v: str) -> str:
         low, high = REFLECT_INTERVAL_S
+        # An interval no timer can hold (99999999999999h) would crash `mnemo run`.
         if not low <= parse_duration(v) <= high:
             raise ValueError("expected a duration from 10s to 365d")
         return v
@@ -240,6 +239,14 @@ class RetentionSettings(_Section):
     @property
     def interval_s(self) -> float:
         return parse_duration(self.interval)
+
+
+class RetentionSettings(_Periodic):
+    """`memory.retention`: messages older than `days` are forgotten (README "Forgetting");
+    empty keeps everything forever. The root's scheduler runs it every `interval`."""
+
+    days: int | None = Field(default=None, ge=1, le=365_000)
+    interval: str = "1d"
 
 
 class _MemoryBase(BaseModel):
@@ -317,23 +324,10 @@ class RecallSettings(_Section):
     max_rounds: int = Field(default=2, ge=1, le=5)  # searches, each with one model call
 
 
-class ReflectSettings(_Section):
+class ReflectSettings(_Periodic):
     enabled: bool = True
     interval: str = "1h"
     batch: int = Field(default=5, ge=1, le=1000)
-
-    @field_validator("interval")
-    @classmethod
-    def _duration(cls, v: str) -> str:
-        low, high = REFLECT_INTERVAL_S
-        # An interval no timer can hold (99999999999999h) would crash `mnemo run`.
-        if not low <= parse_duration(v) <= high:
-            raise ValueError("expected a duration from 10s to 365d")
-        return v
-
-    @property
-    def interval_s(self) -> float:
-        return parse_duration(self.interval)
 
 
 class BackgroundGuardSettings(_Section):

@@ -549,18 +549,7 @@ class SharedStores:
         async with write_transaction(self.engine) as conn:
             row = (await conn.execute(query)).one_or_none()
             if row is None:  # (another writer may have created it since our read)
-                version = await _current_version(conn, user_id, agent_id)
-                await conn.execute(
-                    conflict_insert(conn, snapshot_table)
-                    .values(
-                        session_id=session_id,
-                        user_id=user_id,
-                        agent_id=agent_id,
-                        version=version,
-                        updated_at=utcnow(),
-                    )
-                    .on_conflict_do_nothing(index_elements=["session_id"])
-                )
+                await _insert_current_snapshot(conn, session_id, user_id, agent_id)
                 row = (await conn.execute(query)).one()
         return row
 
@@ -575,19 +564,7 @@ class SharedStores:
         """`advance_snapshot` inside the caller's write transaction."""
         _check_session_id(session_id)
         _check_owner(user_id, agent_id)
-        version = await _current_version(conn, user_id, agent_id)
-        now = utcnow()
-        await conn.execute(
-            conflict_insert(conn, snapshot_table)
-            .values(
-                session_id=session_id,
-                user_id=user_id,
-                agent_id=agent_id,
-                version=version,
-                updated_at=now,
-            )
-            .on_conflict_do_nothing(index_elements=["session_id"])
-        )
+        version = await _insert_current_snapshot(conn, session_id, user_id, agent_id)
         owner = (
             await conn.execute(
                 sa.select(snapshot_table.c.user_id, snapshot_table.c.agent_id).where(
@@ -600,5 +577,25 @@ class SharedStores:
         await conn.execute(
             sa.update(snapshot_table)
             .where(snapshot_table.c.session_id == session_id)
-            .values(version=version, updated_at=now)
+            .values(version=version, updated_at=utcnow())
         )
+
+
+async def _insert_current_snapshot(
+    conn: AsyncConnection, session_id: str, user_id: int, agent_id: str
+) -> int:
+    """Give `session_id` a snapshot at the owner's current version unless it has one
+    (a concurrent creator wins); the current version."""
+    version = await _current_version(conn, user_id, agent_id)
+    await conn.execute(
+        conflict_insert(conn, snapshot_table)
+        .values(
+            session_id=session_id,
+            user_id=user_id,
+            agent_id=agent_id,
+            version=version,
+            updated_at=utcnow(),
+        )
+        .on_conflict_do_nothing(index_elements=["session_id"])
+    )
+    return version
