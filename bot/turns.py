@@ -50,7 +50,7 @@ from memory.duties import AppendOptions, append_messages
 from memory.errors import SessionArchived
 from memory.identity import seed_identity
 from memory.tokens import Calibration, estimate_tokens
-from memory.types import ChangeSource, Message, Session
+from memory.types import ChangeSource, Message, Origin, Session
 from memory.usage import Ledger, UsageRecorder, current_ledger
 
 log = logging.getLogger(__name__)
@@ -190,6 +190,7 @@ class Turns:
         *,
         live_only: bool = False,
         images: Sequence[Image] = (),
+        origin: Origin | None = None,
     ) -> Reply:
         """One user message in, one reply out (see the module doc). Raises
         `SessionArchived` only under `live_only`, with nothing stored."""
@@ -202,7 +203,7 @@ class Turns:
             )
             hook = await self.append(
                 session,
-                [Message(role="user", content=text)],
+                [Message(role="user", content=text, origin=origin)],
                 receipt=receipt,
                 live_only=live_only,
                 ledger=current_ledger(),  # a transcription's usage, with its message

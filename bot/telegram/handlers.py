@@ -114,7 +114,7 @@ from bot.telegram.voice import (
     recording,
     transcribed,
 )
-from memory.types import Session
+from memory.types import Origin, Session
 from memory.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -418,6 +418,7 @@ class TelegramChannel:
                     on_delta=None if quiet else stream.on_delta,
                     receipt=receipt,
                     images=images,
+                    origin=Origin("telegram", place.chat_id, message.message_id, place.thread_id),
                 )
                 answer, failed = reply.text, reply.error
             except Exception:  # the pool reports its own failures; this is a bug

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memory import origins
 from memory.actions.fitting import clip, listing, one_line
 from memory.actions.spec import Call
 from memory.capabilities import (
@@ -124,8 +125,10 @@ async def message(c: Call, args: Any, found: FoundMessage) -> str:
     )
     head = (
         f"Message {args.message_id} ({found.message.role}, "
-        f"{minute_utc(found.message.created_at)}), #{found.seq} of {where}:\n\n"
+        f"{minute_utc(found.message.created_at)}), #{found.seq} of {where}:\n"
     )
+    opened = origins.link(found.origin)
+    head += f"Open the original: {opened}\n\n" if opened else "\n"
     return clip(head + found.message.content, c.limit)
 
 
