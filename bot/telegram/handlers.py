@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -88,6 +89,7 @@ from bot.config import Settings
 from bot.images import Image
 from bot.pool import Pool
 from bot.session_binding import bind_session
+from bot.telegram import sources
 from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
 from bot.telegram.confirmations import ACTIONS, forget_buttons
 from bot.telegram.confirmations import PREFIX as BUTTONS
@@ -420,7 +422,10 @@ class TelegramChannel:
                     images=images,
                     origin=Origin("telegram", place.chat_id, message.message_id, place.thread_id),
                 )
-                answer, failed = reply.text, reply.error
+                answer, failed = reply.text + sources.footer(reply.sources), reply.error
+                quote = sources.quoted(reply.sources, place.chat_id)
+                if quote is not None and not place.is_group and not stream.message_ids:
+                    stream.target = dataclasses.replace(stream.target, reply_to=quote)
             except Exception:  # the pool reports its own failures; this is a bug
                 log.exception("turn of %s failed", session.id)
                 answer, failed = FAILED, True
