@@ -398,7 +398,7 @@ class Turns:
             sourced = await provenance.cited(self.provider, session, result.messages, result.text)
         except Exception:  # the answer is stored: shown without sources rather than lost
             log.warning("could not look up the sources of session %s", session.id, exc_info=True)
-            return Reply(cite(result.text, {})[0])
+            return Reply(cite(result.text, {}, named=False)[0])
         return Reply(sourced.text, sources=sourced.sources)
 
     def _schema_tokens(self, tools: list[Tool]) -> int:

@@ -7,8 +7,8 @@ user's message) never reaches anyone as a source.
 
 A citation is a bracket of ids, `[12]`, `[12, sum_ab]`, `[#12]`, `[message 12]`, not
 followed by `(` (a Markdown link); a bracket with nothing id-like in it (`[Alice]`,
-`[sic]`) is left as written. An id named in words ("message 12") stays only when known;
-else its word stays and the id goes.
+`[sic]`) is left as written. An id named in words ("message 12") stays only when known
+(else its word stays and the id goes), where the caller asks so.
 """
 
 from __future__ import annotations
@@ -29,10 +29,14 @@ def _id_like(token: str) -> bool:
     return any(c.isdigit() for c in token) or bool(_SUMMARY_ID.fullmatch(token))
 
 
-def cite(answer: str, known: Mapping[str, T], *, numbered: bool = False) -> tuple[str, list[T]]:
+def cite(
+    answer: str, known: Mapping[str, T], *, numbered: bool = False, named: bool = True
+) -> tuple[str, list[T]]:
     """`answer` without the ids it cites that are not in `known`, and the known items it
     cites, in order of first citation. `numbered`: each kept citation shows the item's
-    number in that order (`[1]`) instead of its id."""
+    number in that order (`[1]`) instead of its id. `named`: drop unknown ids named in
+    words too (delegated recall, whose whole answer is about its material; a chat answer
+    keeps its words, "message 3" being as likely prose as a reference)."""
     cited: dict[str, T] = {}
     order: dict[str, int] = {}
 
@@ -49,13 +53,15 @@ def cite(answer: str, known: Mapping[str, T], *, numbered: bool = False) -> tupl
         shown = [str(order[t]) if numbered else t for t in kept]
         return f"[{', '.join(shown)}]" if kept else ""
 
-    def named(match: re.Match[str]) -> str:
+    def in_words(match: re.Match[str]) -> str:
         # Only ids: "the message 12 you sent" keeps its words when 12 is known.
         token = match.group(2)
         if token in known or not any(c.isdigit() for c in token):
             return match.group(0)
         return match.group(1)
 
-    text = _NAMED.sub(named, _CITED.sub(keep, answer))
+    text = _CITED.sub(keep, answer)
+    if named:
+        text = _NAMED.sub(in_words, text)
     text = re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", text)).strip()
     return text, list(cited.values())

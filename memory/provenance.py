@@ -144,7 +144,7 @@ async def cited(provider: Any, session: Session, turn: Sequence[Message], answer
     """`answer` with only the citations of items this turn's memory calls returned, each
     found again in `session`'s scope (module doc); numbered in order of citation."""
     known = returned(uses(turn))
-    text, refs = cite(answer, known, numbered=True)
+    text, refs = cite(answer, known, numbered=True, named=False)
     if not refs:
         return Cited(text)
     found: dict[str, Source] = {}
@@ -153,7 +153,9 @@ async def cited(provider: Any, session: Session, turn: Sequence[Message], answer
         if source is not None:
             found[ref.id] = source
     if len(found) < len(refs):  # one is gone or out of scope: cite only what was found
-        text, refs = cite(answer, {k: v for k, v in known.items() if k in found}, numbered=True)
+        text, refs = cite(
+            answer, {k: v for k, v in known.items() if k in found}, numbered=True, named=False
+        )
     return Cited(
         text,
         [
@@ -218,5 +220,7 @@ async def why(provider: Any, session: Session) -> Why | None:
         seen[ref.id] = await _lookup(provider, session, ref) is not None
     for use in calls:
         use.returned = [r for r in use.returned if seen.get(r.id)]
-    _, refs = cite(final.content, {k: v for k, v in returned(calls).items() if seen.get(k)})
+    _, refs = cite(
+        final.content, {k: v for k, v in returned(calls).items() if seen.get(k)}, named=False
+    )
     return Why(final.created_at, final.content, calls, refs)
