@@ -7,8 +7,8 @@ user's message) never reaches anyone as a source.
 
 A citation is a bracket of ids, `[12]`, `[12, sum_ab]`, `[#12]`, `[message 12]`, not
 followed by `(` (a Markdown link); a bracket with nothing id-like in it (`[Alice]`,
-`[sic]`) is left as written. An id named in words ("message 12") stays only when known
-(else its word stays and the id goes), where the caller asks so.
+`[sic]`, `[2026-11-26]`) is left as written. An id named in words ("message 12") stays
+only when known (else its word stays and the id goes), where the caller asks so.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ T = TypeVar("T")
 _CITED = re.compile(r"\[([^\[\]]{1,400})\](?!\()")
 _NAMED = re.compile(r"\b(message|summary|archive|note)\s+#?([\w-]{1,80})", re.IGNORECASE)
 _SPLIT = re.compile(r"[\s,;]+")
-_SUMMARY_ID = re.compile(r"sum_[0-9a-f]+")
+# What a memory id looks like (a message's number, a summary's, a simple archive's), so
+# that "[2026-11-26]" or "[v2]" is prose, not a citation of something unknown.
+_ID_LIKE = re.compile(r"\d{1,19}|sum_[0-9a-f]+|archive-[\w.-]+")
 
 
 def _id_like(token: str) -> bool:
-    return any(c.isdigit() for c in token) or bool(_SUMMARY_ID.fullmatch(token))
+    return bool(_ID_LIKE.fullmatch(token))
 
 
 def cite(

@@ -36,7 +36,7 @@ WORDS = 12  # of a cited message, when it cannot be linked or quoted
 
 _HIT = re.compile(r"^\[(message|summary|archive|note) ([^\]\s]+)\]", re.MULTILINE)
 _CHILD = re.compile(r"^\[([^\]\s]+)\] (?:leaf|condensed)\b", re.MULTILINE)
-_EXPANDED = re.compile(r"^#\d+ \w+[^\[\n]*\[(\d+)\]:", re.MULTILINE)
+_EXPANDED = re.compile(r"^#\d+ \w+[^\[\n]*\[([^\]\s]+)\]:", re.MULTILINE)
 _DESCRIBED = re.compile(r"^summary (\S+): ")
 _RECALLED = re.compile(r"\b(message|summary|archive|note) ([^\s,()]+)")
 _ASKED = {"search": "text", "recall": "question", "describe": "summary_id", "expand": "summary_id"}
