@@ -143,3 +143,20 @@ async def test_answer_cites_the_planted_message_after_compactions_and_a_restart(
                     )
                 ).all()
             assert left == []
+
+
+async def test_a_source_in_a_forum_topic_links_into_the_topic(
+    tg: FakeTelegram, tmp_path: Path
+) -> None:
+    model = CitingModel()
+    async with (
+        FakeOpenAI(model) as llm,
+        live_bot(tmp_path, tg, llm, provider="lcm", telegram={"group_mode": "always"}),
+    ):
+        topic, member = tg.group(GROUP, "Team", forum=True).topic(77, "Plans"), User(ALICE)
+        sent = topic.send(PLANTED, user=member)
+        await tg.wait_for_message(GROUP, contains="PLATYPUS", thread_id=77)
+        await ask(tg, topic, tool_text({"action": "search", "text": "locker"}), user=member)
+        reply = tg.bot_messages(GROUP, 77)[-1]
+        links = [e.get("url") for e in reply.entities if e.get("type") == "text_link"]
+        assert f"https://t.me/c/1234567/77/{sent['message_id']}" in links, (reply.text, links)
