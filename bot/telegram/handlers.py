@@ -7,6 +7,10 @@ Decisions (README "Telegram" repeats them for operators):
 - Group mode `mention` (default): a group message is answered, and stored, only when it
   @mentions the bot or replies to one of its messages; `always`: every message;
   `disabled`: the bot stays silent in groups, commands included.
+- Each stored message keeps its origin (chat, message and topic ids; memory/origins.py).
+  An answer citing what the memory tool returned ends with its sources
+  (bot/telegram/sources.py): links in a supergroup; in a private chat a reply quoting
+  the first cited message, and each source's date and first words.
 - Commands: /start /help /new /compact /memory, answered in one plain-text message. An
   unknown command gets a short help line (in a group only when addressed to this bot by
   `/cmd@bot`, since plain `/cmd` may be meant for another bot).
@@ -101,6 +105,7 @@ from bot.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
 from bot.telegram.replies import EditPacer, ReplyStream, send_plain_reply, typing
 from bot.telegram.resume import OwedAnswers
 from bot.telegram.sessions import (
+    CHANNEL,
     Place,
     base_session,
     is_addressed,
@@ -420,7 +425,7 @@ class TelegramChannel:
                     on_delta=None if quiet else stream.on_delta,
                     receipt=receipt,
                     images=images,
-                    origin=Origin("telegram", place.chat_id, message.message_id, place.thread_id),
+                    origin=Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id),
                 )
                 answer, failed = reply.text + sources.footer(reply.sources), reply.error
                 quote = sources.quoted(reply.sources, place.chat_id)
