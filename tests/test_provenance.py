@@ -8,12 +8,19 @@ import json
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.citations import cite
+from memory.db import write_transaction
 from memory.delegated_recall import Answer, Item
+from memory.errors import NotFound
+from memory.forgetting import delete_messages
+from memory.history import HistoryStore, origins
 from memory.origins import link
 from memory.provenance import Ref, last_turn, returned, uses
-from memory.types import Message, Origin, ToolCall
+from memory.session_export import export_session, import_session
+from memory.types import Message, Origin, Session, ToolCall
 from tests.test_tool import ANA, T0, Full, call
 
 
@@ -102,3 +109,38 @@ def test_an_answer_keeps_only_known_citations(
 )
 def test_links_open_supergroup_messages_only(origin: Origin | None, url: str | None) -> None:
     assert link(origin) == url
+
+
+async def test_origins_are_stored_read_in_scope_exported_imported_and_forgotten(
+    engine: AsyncEngine,
+) -> None:
+    """On the shared history (memory.history), what every SQL provider stores."""
+    store = HistoryStore(engine)
+    ana, bob = Session("t:ana", "bot", 1, "telegram"), Session("t:bob", "bot", 2, "telegram")
+    here = Origin("telegram", -1001234567, 42, 7)
+    stored = await store.append(
+        ana, Message("user", "tea at noon", origin=here), Message("assistant", "noted")
+    )
+    said, answered = (str(s.id) for s in stored)
+    assert (await store.read_message(ana, said)).origin == here
+    assert (await store.read_message(ana, answered)).origin is None
+    with pytest.raises(NotFound):
+        await store.read_message(bob, said)  # another user's id: not found, origin and all
+
+    doc = await export_session(engine, ana.id)
+    assert [m.get("origin") for m in doc["messages"]] == [
+        {"channel": "telegram", "chat_id": -1001234567, "message_id": 42, "thread_id": 7},
+        None,
+    ]
+    await store.append(bob, Message("user", "hello"))
+    moved = {**doc, "session": {**doc["session"], "id": "t:ana2"}}
+    await import_session(engine, moved)
+    assert (await export_session(engine, "t:ana2"))["messages"] == doc["messages"]
+
+    async with write_transaction(engine) as conn:
+        conv_id = await store.conversation_id(ana.id, conn)
+        assert conv_id is not None
+        await delete_messages(conn, conv_id, [int(said)])
+    async with engine.connect() as conn:
+        left = (await conn.execute(sa.select(origins.c.message_id))).scalars().all()
+    assert int(said) not in left and len(left) == 1  # the imported copy's
