@@ -451,6 +451,17 @@ class HistoryStore:
             rows = await self.load_messages(conn, messages.c.conversation_id == conv_id)
         return [m for _, m in rows]
 
+    async def load_recent(self, session_id: str, limit: int) -> list[Message]:
+        """The session's newest `limit` messages, oldest first."""
+        async with self.engine.connect() as conn:
+            conv_id = await self.conversation_id(session_id, conn)
+            if conv_id is None:
+                return []
+            rows = await self.load_messages(
+                conn, messages.c.conversation_id == conv_id, limit=limit, newest_first=True
+            )
+        return [m for _, m in reversed(rows)]
+
     async def message_stats(
         self, session: Session
     ) -> tuple[int, int, datetime | None, datetime | None]:
@@ -628,3 +639,6 @@ class SessionHistory:
 
     async def load_history(self, session_id: str) -> list[Message]:
         return await self.history.load_history(session_id)
+
+    async def load_recent(self, session_id: str, limit: int) -> list[Message]:
+        return await self.history.load_recent(session_id, limit)

@@ -195,6 +195,20 @@ def plain_sources(sources: Sequence[Source]) -> str:
 
 # --- /memory why --------------------------------------------------------------------
 
+RECENT = 200  # messages read back for the newest turn before reading the whole history
+
+
+async def _newest_turn(provider: Any, session: Session) -> list[Message]:
+    """The newest turn's messages; from the newest `RECENT` when the provider reads those
+    alone (memory.history's `load_recent`), so a long conversation is not read whole."""
+    recent = getattr(unwrap(provider), "load_recent", None)
+    if recent is not None:
+        newest: list[Message] = await recent(session.id, RECENT)
+        turn = last_turn(newest)
+        if turn or len(newest) < RECENT:
+            return turn
+    return last_turn(await provider.load_history(session.id))
+
 
 @dataclass
 class Why:
@@ -210,7 +224,7 @@ class Why:
 async def why(provider: Any, session: Session) -> Why | None:
     """What the session's newest answer rests on; None when it has no answer yet (no
     turn, or the newest turn failed before answering)."""
-    turn = last_turn(await provider.load_history(session.id))
+    turn = await _newest_turn(provider, session)
     final = turn[-1] if turn else None
     if final is None or final.role != "assistant" or final.tool_calls:
         return None

@@ -11,12 +11,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from memory import provenance
 from memory.citations import cite
 from memory.db import write_transaction
 from memory.delegated_recall import Answer, Item
 from memory.errors import NotFound
 from memory.forgetting import delete_messages
-from memory.history import HistoryStore, origins
+from memory.history import HistoryStore, SessionHistory, origins
 from memory.origins import link
 from memory.provenance import Ref, last_turn, returned, uses
 from memory.session_export import export_session, import_session
@@ -144,3 +145,37 @@ async def test_origins_are_stored_read_in_scope_exported_imported_and_forgotten(
     async with engine.connect() as conn:
         left = (await conn.execute(sa.select(origins.c.message_id))).scalars().all()
     assert int(said) not in left and len(left) == 1  # the imported copy's
+
+
+class _Shared(SessionHistory):
+    """A provider that is only the shared history (messages, read_message, load_*)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.history = HistoryStore(engine)
+
+
+@pytest.mark.parametrize("recent", [provenance.RECENT, 2])
+async def test_why_lists_only_what_the_caller_may_see(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, recent: int
+) -> None:
+    monkeypatch.setattr(provenance, "RECENT", recent)  # 2: the turn is read from the whole
+    provider = _Shared(engine)
+    ana, bob = Session("t:ana", "bot", 1, "telegram"), Session("t:bob", "bot", 2, "telegram")
+    [theirs] = await provider.history.append(bob, Message("user", "WOMBAT-99"))
+    [mine] = await provider.history.append(ana, Message("user", "tea at noon"))
+    assert await provenance.why(provider, ana) is None  # asked, not answered yet
+    search = {"action": "search", "text": "tea"}
+    result = f"2 result(s):\n[message {mine.id}], score 1\n  tea\n[message {theirs.id}], score 1"
+    turn = _turn((search, result))[1:-1]
+    await provider.history.append(
+        ana, Message("user", "what do I drink?"), *turn, Message("assistant", f"Tea [{mine.id}].")
+    )
+    found = await provenance.why(provider, ana)
+    assert found is not None and found.answer == f"Tea [{mine.id}]."
+    [use] = found.calls
+    assert (use.action, use.asked, use.returned) == (
+        "search",
+        "tea",
+        [Ref("message", str(mine.id))],
+    )
+    assert found.cited == [Ref("message", str(mine.id))]
