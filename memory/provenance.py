@@ -31,7 +31,7 @@ from memory.errors import MemoryError_
 from memory.tracing import unwrap
 from memory.types import Message, Origin, Session
 
-TOOL_NAME = "memory"  # memory.tool.TOOL_NAME (imported there from here would cycle)
+TOOL_NAME = "memory"  # memory.tool.TOOL_NAME (importing memory.tool here would be a cycle)
 WORDS = 12  # of a cited message, when it cannot be linked or quoted
 
 _HIT = re.compile(r"^\[(message|summary|archive|note) ([^\]\s]+)\]", re.MULTILINE)

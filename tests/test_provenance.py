@@ -21,6 +21,7 @@ from memory.history import HistoryStore, SessionHistory, origins
 from memory.origins import link
 from memory.provenance import Ref, last_turn, returned, uses
 from memory.session_export import export_session, import_session
+from memory.tool import TOOL_NAME
 from memory.types import Message, Origin, Session, ToolCall
 from tests.test_tool import ANA, T0, Full, call
 
@@ -57,6 +58,7 @@ async def test_each_action_s_returned_ids_are_read_from_the_tool_s_own_text() ->
     assert found[1].returned == [Ref("message", "m1"), Ref("message", "m2")]
     assert found[2].returned == [Ref("summary", "sum_a")]
     assert set(returned(found)) == {"sum_a", "17", "m1", "m2"}
+    assert provenance.TOOL_NAME == TOOL_NAME
     # The newest turn only: an earlier turn's calls are not this answer's.
     assert uses(last_turn([*turn, Message("user", "and now?"), Message("assistant", "hi")])) == []
 
