@@ -427,13 +427,10 @@ class TelegramChannel:
                     images=images,
                     origin=Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id),
                 )
-                answer, failed = reply.text + sources.footer(reply.sources), reply.error
-                quote = sources.quoted(reply.sources, place.chat_id)
-                if quote is not None and not place.is_group and not stream.message_ids:
-                    stream.target = dataclasses.replace(stream.target, reply_to=quote)
+                answer, failed, cited = reply.text, reply.error, reply.sources
             except Exception:  # the pool reports its own failures; this is a bug
                 log.exception("turn of %s failed", session.id)
-                answer, failed = FAILED, True
+                answer, failed, cited = FAILED, True, []
         if receipt is not None and receipt.duplicate:
             # A redelivery that another replica (which answers it) or an earlier process
             # stored already: its record met ours in the append's transaction.
@@ -444,6 +441,15 @@ class TelegramChannel:
             return
         if failed and receipt is not None:
             await receipt.gave_up()
+        footer = sources.footer(cited)
+        private = footer and not place.is_group  # a group's answer replies to its question
+        quote = sources.quoted(cited, place.chat_id) if private else None
+        # A streamed message cannot become a reply: its sources then follow on their own,
+        # as a reply quoting the original (bot/telegram/sources.py).
+        apart = quote is not None and bool(stream.message_ids)
+        if quote is not None and not apart:
+            stream.target = dataclasses.replace(stream.target, reply_to=quote)
+        answer += "" if apart else footer
         # Stored, so never lost: what Telegram does not take now is owed, marked so a
         # restart sends it, and shown later by the outbox (bot.telegram.outbox).
         marks = receipt is not None and not failed
@@ -458,6 +464,11 @@ class TelegramChannel:
         )
         if shown and receipt is not None:
             receipt.answered()
+        if shown and apart and quote is not None:
+            with contextlib.suppress(TelegramError):  # the answer is shown; this is extra
+                await send_plain_reply(
+                    context.bot, dataclasses.replace(target, reply_to=quote), footer.strip()
+                )
 
     async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         admitted = await self._admit(update, context, command=True)

@@ -4,8 +4,9 @@ The answer's citations are numbered (`[1]`); its last line lists them: in a supe
 each number links to the original message (`memory.origins.link`); where Telegram has no
 link (a private chat, a basic group, a summary or archive), the number is followed by
 the date and first words. In a private chat the answer is also sent as a reply quoting
-its first cited message when that message is in this chat (a stream already shown
-cannot become a reply: the date and words still say which it is).
+its first cited message when that message is in this chat; an answer already shown
+while it streamed cannot become a reply, so its sources then follow as a message of
+their own quoting the original (bot/telegram/handlers.py).
 """
 
 from __future__ import annotations

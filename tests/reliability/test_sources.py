@@ -34,6 +34,7 @@ class CitingModel:
     def __init__(self) -> None:
         self.guesses: list[str] = []
         self.found: list[str] = []  # the ids the last search returned
+        self.pause_s = 0.0  # between the streamed deltas of the answer
 
     def __call__(self, body: dict[str, Any]) -> Response:
         msgs = body.get("messages") or []
@@ -43,7 +44,7 @@ class CitingModel:
         ids = re.findall(r"^\[message (\d+)\]", str(last.get("content") or ""), re.M)
         self.found = ids
         cites = " ".join(f"[{i}]" for i in [*ids, *self.guesses])
-        return text(f"Your locker code is PLATYPUS-7731 {cites}.")
+        return text(f"Your locker code is PLATYPUS-7731 {cites}.", pause_s=self.pause_s)
 
 
 def message_ids(answer: str) -> list[str]:
@@ -160,3 +161,25 @@ async def test_a_source_in_a_forum_topic_links_into_the_topic(
         reply = tg.bot_messages(GROUP, 77)[-1]
         links = [e.get("url") for e in reply.entities if e.get("type") == "text_link"]
         assert f"https://t.me/c/1234567/77/{sent['message_id']}" in links, (reply.text, links)
+
+
+async def test_a_streamed_private_answer_quotes_its_source_in_a_reply_of_its_own(
+    tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """An answer Telegram already shows while it streams cannot become a reply: its
+    sources follow as a message of their own, quoting the original."""
+    model = CitingModel()
+    async with (
+        FakeOpenAI(model) as llm,
+        live_bot(tmp_path, tg, llm, provider="simple"),
+    ):
+        alice = tg.private(ALICE, "Alice")
+        sent = alice.send(PLANTED)
+        await tg.wait_for_message(ALICE, contains="PLATYPUS")
+        model.pause_s = 0.2  # the answer streams for about 2 s, edited every 1 s
+        alice.send(tool_text({"action": "search", "text": "locker"}))
+        source = await tg.wait_for_message(ALICE, contains="“my locker code is PLATYPUS-7731”")
+        answer = tg.bot_messages(ALICE)[-2]
+        assert answer.text.startswith("Your locker code is PLATYPUS-7731 [1]"), answer.text
+        assert answer.edits and answer.reply_to is None and "Sources" not in answer.text
+        assert source.reply_to == sent["message_id"] and source.text.startswith("Sources:")
