@@ -21,13 +21,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from memory.capabilities import Explorer, MessageReader, NoteStore
 from memory.citations import cite
 from memory.errors import MemoryError_
+from memory.forgetting import first_words
 from memory.tracing import unwrap
 from memory.types import Message, Origin, Session
 
@@ -156,13 +157,7 @@ async def cited(provider: Any, session: Session, turn: Sequence[Message], answer
         text, refs = cite(
             answer, {k: v for k, v in known.items() if k in found}, numbered=True, named=False
         )
-    return Cited(
-        text,
-        [
-            Source(n, found[r.id].ref, found[r.id].at, found[r.id].words, found[r.id].origin)
-            for n, r in enumerate(refs, 1)
-        ],
-    )
+    return Cited(text, [replace(found[r.id], number=n) for n, r in enumerate(refs, 1)])
 
 
 async def _lookup(provider: Any, session: Session, ref: Ref) -> Source | None:
@@ -171,10 +166,7 @@ async def _lookup(provider: Any, session: Session, ref: Ref) -> Source | None:
         if ref.kind == "message" and isinstance(inner, MessageReader):
             found = await provider.read_message(session, ref.id)
             msg = found.message
-            words = " ".join(msg.content.split()[:WORDS])
-            if len(msg.content.split()) > WORDS:
-                words += " …"
-            return Source(0, ref, msg.created_at, words, found.origin)
+            return Source(0, ref, msg.created_at, first_words(msg.content, WORDS), found.origin)
         if ref.kind == "summary" and isinstance(inner, Explorer):
             d = await provider.describe(ref.id, session)
             return Source(0, ref, d.latest_at)
