@@ -7,6 +7,10 @@ Decisions (README "Telegram" repeats them for operators):
 - Group mode `mention` (default): a group message is answered, and stored, only when it
   @mentions the bot or replies to one of its messages; `always`: every message;
   `disabled`: the bot stays silent in groups, commands included.
+- Each stored message keeps its origin (chat, message and topic ids; memory/origins.py).
+  An answer citing what the memory tool returned ends with its sources
+  (bot/telegram/sources.py): links in a supergroup; in a private chat a reply quoting
+  the first cited message, and each source's date and first words.
 - Commands: /start /help /new /compact /memory, answered in one plain-text message. An
   unknown command gets a short help line (in a group only when addressed to this bot by
   `/cmd@bot`, since plain `/cmd` may be meant for another bot).
@@ -68,6 +72,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -88,6 +93,7 @@ from bot.config import Settings
 from bot.images import Image
 from bot.pool import Pool
 from bot.session_binding import bind_session
+from bot.telegram import sources
 from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
 from bot.telegram.confirmations import ACTIONS, forget_buttons
 from bot.telegram.confirmations import PREFIX as BUTTONS
@@ -99,6 +105,7 @@ from bot.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
 from bot.telegram.replies import EditPacer, ReplyStream, send_plain_reply, typing
 from bot.telegram.resume import OwedAnswers
 from bot.telegram.sessions import (
+    CHANNEL,
     Place,
     base_session,
     is_addressed,
@@ -114,7 +121,7 @@ from bot.telegram.voice import (
     recording,
     transcribed,
 )
-from memory.types import Session
+from memory.types import Origin, Session
 from memory.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -418,11 +425,12 @@ class TelegramChannel:
                     on_delta=None if quiet else stream.on_delta,
                     receipt=receipt,
                     images=images,
+                    origin=Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id),
                 )
-                answer, failed = reply.text, reply.error
+                answer, failed, cited = reply.text, reply.error, reply.sources
             except Exception:  # the pool reports its own failures; this is a bug
                 log.exception("turn of %s failed", session.id)
-                answer, failed = FAILED, True
+                answer, failed, cited = FAILED, True, []
         if receipt is not None and receipt.duplicate:
             # A redelivery that another replica (which answers it) or an earlier process
             # stored already: its record met ours in the append's transaction.
@@ -433,6 +441,15 @@ class TelegramChannel:
             return
         if failed and receipt is not None:
             await receipt.gave_up()
+        footer = sources.footer(cited)
+        private = footer and not place.is_group  # a group's answer replies to its question
+        quote = sources.quoted(cited, place.chat_id) if private else None
+        # A streamed message cannot become a reply: its sources then follow on their own,
+        # as a reply quoting the original (bot/telegram/sources.py).
+        apart = quote is not None and bool(stream.message_ids)
+        if quote is not None and not apart:
+            stream.target = dataclasses.replace(stream.target, reply_to=quote)
+        answer += "" if apart else footer
         # Stored, so never lost: what Telegram does not take now is owed, marked so a
         # restart sends it, and shown later by the outbox (bot.telegram.outbox).
         marks = receipt is not None and not failed
@@ -447,6 +464,11 @@ class TelegramChannel:
         )
         if shown and receipt is not None:
             receipt.answered()
+        if shown and apart and quote is not None:
+            with contextlib.suppress(TelegramError):  # the answer is shown; this is extra
+                await send_plain_reply(
+                    context.bot, dataclasses.replace(target, reply_to=quote), footer.strip()
+                )
 
     async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         admitted = await self._admit(update, context, command=True)
