@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-WORDS = (
+WORDS = tuple(
     "climbing trip lemon tart sourdough rye starter forecast boulder dinner book club "
-    "train ticket museum garden tomato bicycle repair invoice holiday lake swim"
-).split()
+    "train ticket museum garden tomato bicycle repair invoice holiday lake swim".split(" ")
+)
 T0 = 1_600_000_000
 
 

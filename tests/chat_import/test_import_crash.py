@@ -113,5 +113,5 @@ async def test_kill_nine_mid_import_then_again_stores_one_copy(
     for sid, seqs in per_session.items():
         assert seqs == sorted(seqs)
         # In the export's order: "#<chat>.<i>" ends every text, i increasing.
-        tails = [int(c.rsplit(".", 1)[1]) for r, c in zip(rows, contents) if r.session_id == sid]
+        tails = [int(r.content.rsplit(".", 1)[1]) for r in rows if r.session_id == sid]
         assert tails == sorted(tails), sid
