@@ -10,8 +10,31 @@ import json
 from pathlib import Path
 
 WORDS = tuple(
-    "climbing trip lemon tart sourdough rye starter forecast boulder dinner book club "
-    "train ticket museum garden tomato bicycle repair invoice holiday lake swim".split(" ")
+    [
+        "climbing",
+        "trip",
+        "lemon",
+        "tart",
+        "sourdough",
+        "rye",
+        "starter",
+        "forecast",
+        "boulder",
+        "dinner",
+        "book",
+        "club",
+        "train",
+        "ticket",
+        "museum",
+        "garden",
+        "tomato",
+        "bicycle",
+        "repair",
+        "invoice",
+        "holiday",
+        "lake",
+        "swim",
+    ]
 )
 T0 = 1_600_000_000
 

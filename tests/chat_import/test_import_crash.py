@@ -56,7 +56,8 @@ async def _start(config: Path, export: Path, tmp: Path) -> asyncio.subprocess.Pr
 
 
 @pytest.mark.parametrize(
-    "provider", ["lcm", pytest.param("simple", marks=pytest.mark.slow)]  # lean `make test`
+    "provider",
+    ["lcm", pytest.param("simple", marks=pytest.mark.slow)],  # lean `make test`
 )
 async def test_kill_nine_mid_import_then_again_stores_one_copy(
     db_kind: str, tmp_path: Path, provider: str
@@ -99,7 +100,11 @@ async def test_kill_nine_mid_import_then_again_stores_one_copy(
                     )
                 ).all()
                 ledger = dict(
-                    (await conn.execute(sa.select(chat_imports.c.session_id, chat_imports.c.messages))).all()
+                    (
+                        await conn.execute(
+                            sa.select(chat_imports.c.session_id, chat_imports.c.messages)
+                        )
+                    ).all()
                 )
         finally:
             await engine.dispose()
