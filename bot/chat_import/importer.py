@@ -17,6 +17,7 @@ moved under it and stops (`ledger.ImportConflict`), storing nothing twice.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import Callable, Iterator
@@ -152,13 +153,17 @@ async def plan(
     agent_id: str,
     chat: str | None = None,
 ) -> Plan:
-    """What importing `path` would add (see the module doc). Raises ImportRefused."""
-    out = Plan(fmt, path, user_id, agent_id)
+    """What importing `path` would add (see the module doc). Raises ImportRefused. The
+    file is read in a thread: a big export does not hold up the bot's other chats."""
     done = await _progress_of_owner(engine, user_id, agent_id)
-    stable = isinstance(fmt, TelegramExport)  # ids that never move; ChatGPT's branch may
+    return await asyncio.to_thread(_scan, Plan(fmt, path, user_id, agent_id), done, chat)
+
+
+def _scan(out: Plan, done: dict[str, ledger.Progress], chat: str | None) -> Plan:
+    stable = isinstance(out.format, TelegramExport)  # ids never move; ChatGPT's branch may
     current: ChatPlan | None = None
     titles: list[str] = []
-    for item in _items(fmt, path):
+    for item in _items(out.format, out.path):
         if isinstance(item, SourceChat):
             if current is not None:
                 current.close()
@@ -167,16 +172,16 @@ async def plan(
                 current = None
                 out.others += 1
                 continue
-            session = import_session(agent_id, user_id, item.key)
+            session = import_session(out.agent_id, out.user_id, item.key)
             current = ChatPlan(item, session, done.get(session.id, ledger.Progress()))
             out.chats.append(current)
         elif current is not None:
-            current.see(item, path.name, stable)
+            current.see(item, out.path.name, stable)
     if current is not None:
         current.close()
     if chat is not None and not out.chats:
         shown = ", ".join(repr(t) for t in titles[:10]) + (" …" if len(titles) > 10 else "")
-        raise ImportRefused(f"no chat named {chat!r} in {path.name}; it holds {shown}")
+        raise ImportRefused(f"no chat named {chat!r} in {out.path.name}; it holds {shown}")
     return out
 
 
