@@ -30,6 +30,8 @@ from bot.chat_import.sources import (
     SourceMessage,
     clipped,
     first_error,
+    plain_id,
+    timestamp,
 )
 
 KEPT_ROLES = ("user", "assistant")
@@ -76,7 +78,7 @@ class Conversation(BaseModel):
         """The conversation's id; for an export without one, a digest of what
         identifies it (its title, creation time and root), stable across exports."""
         if self.conversation_id or self.id:
-            return f"chatgpt:{self.conversation_id or self.id}"
+            return f"chatgpt:{plain_id(self.conversation_id or self.id or '')}"
         roots = sorted(k for k, n in self.mapping.items() if n.parent is None)
         seed = f"{self.title}|{self.create_time}|{roots[:1]}".encode()
         return f"chatgpt:{hashlib.sha256(seed).hexdigest()[:32]}"
@@ -138,10 +140,6 @@ def text_of(msg: GptMessage) -> str:
     return "\n".join(p for p in out if p).strip()
 
 
-def _time(value: float | None, fallback: datetime) -> datetime:
-    return datetime.fromtimestamp(value, UTC) if value is not None else fallback
-
-
 class ChatGPTExport:
     name = "chatgpt"
     file_name = "conversations.json"
@@ -173,12 +171,19 @@ class ChatGPTExport:
         except ValueError as exc:
             raise ImportRefused(f"{where}: {exc}") from None
         yield SourceChat(index, conv.key(), conv.title or "untitled")
-        started = _time(conv.create_time, datetime(1970, 1, 1, tzinfo=UTC))
+        started = (
+            timestamp(conv.create_time, f"{where}: create_time")
+            if conv.create_time is not None
+            else datetime(1970, 1, 1, tzinfo=UTC)
+        )
         for seq, node_id in enumerate(path):
             msg = conv.mapping[node_id].message
             text = text_of(msg) if msg is not None else ""
             if not text or msg is None:
                 continue
-            yield SourceMessage(
-                index, seq, node_id, _time(msg.create_time, started), msg.author.role, clipped(text)
+            at = (
+                timestamp(msg.create_time, f"{where}: message {node_id[:60]!r}: create_time")
+                if msg.create_time is not None
+                else started
             )
+            yield SourceMessage(index, seq, plain_id(node_id), at, msg.author.role, clipped(text))

@@ -18,8 +18,6 @@ moved under it and stops (`ledger.ImportConflict`), storing nothing twice.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,14 +48,12 @@ from memory.types import Message, Session, SessionInfo
 CHANNEL = "import"
 BATCH = 500  # messages per transaction: few commits, short locks
 FORMATS: dict[str, ExportFormat] = {f.name: f for f in (TelegramExport(), ChatGPTExport())}
-_SAFE_KEY = re.compile(r"[A-Za-z0-9:_.-]{1,120}")
 
 
 def import_session(agent_id: str, user_id: int, source_key: str) -> Session:
     """The archived session a source conversation becomes (deterministic: the same
-    conversation of the same user is the same session on every import)."""
-    if not _SAFE_KEY.fullmatch(source_key):  # a hand-made file's odd id: a digest
-        source_key = "h:" + hashlib.sha256(source_key.encode()).hexdigest()[:40]
+    conversation of the same user is the same session on every import; its key is
+    plain, `sources.plain_id`)."""
     sid = f"{agent_id}:{CHANNEL}:{user_id}:{source_key}"
     return Session(sid, agent_id, user_id, CHANNEL)
 

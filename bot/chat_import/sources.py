@@ -5,9 +5,11 @@ item at a time, validated by a pydantic model; the first problem stops it with
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, BinaryIO, Protocol
 
 import ijson
@@ -16,6 +18,7 @@ from pydantic import ValidationError
 # Text of one imported message, at most (the bot refuses longer turns too): a longer one
 # is cut, saying so, rather than refusing a whole export for one pasted log.
 MAX_MESSAGE_CHARS = 65_536
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 
 class ImportRefused(Exception):
@@ -64,6 +67,24 @@ def clipped(text: str) -> str:
     if len(text) <= MAX_MESSAGE_CHARS:
         return text
     return text[:MAX_MESSAGE_CHARS] + " [… cut by the import]"
+
+
+def plain_id(value: str) -> str:
+    """An id from the file as it is when it is a plain one (what exports hold), else a
+    digest of it: ids go into session ids and the ledger, which take no odd length or
+    character from a hand-made file."""
+    if _PLAIN_ID.fullmatch(value):
+        return value
+    return "h" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def timestamp(seconds: float, where: str) -> datetime:
+    """A Unix time as an aware UTC datetime; ImportRefused naming `where` when it is
+    no date at all."""
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        raise ImportRefused(f"{where}: {seconds} is not a time") from None
 
 
 def first_error(exc: ValidationError) -> str:

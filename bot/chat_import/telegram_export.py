@@ -35,6 +35,7 @@ from bot.chat_import.sources import (
     clipped,
     first_error,
     json_events,
+    timestamp,
 )
 
 CHAT_LISTS = ("", "chats.list.item", "left_chats.list.item")  # where chats are (ijson prefixes)
@@ -91,9 +92,9 @@ class TelegramMessage(BaseModel):
     location_information: dict[str, Any] | None = None
     contact_information: dict[str, Any] | None = None
 
-    def at(self) -> datetime:
+    def at(self, where: str) -> datetime:
         if self.date_unixtime is not None:
-            return datetime.fromtimestamp(self.date_unixtime, UTC)
+            return timestamp(self.date_unixtime, f"{where}: date_unixtime")
         return self.date if self.date.tzinfo else self.date.replace(tzinfo=UTC)
 
 
@@ -256,7 +257,8 @@ class _Walk:
         text = render(m, self.said)
         if text is None:
             return None
-        return SourceMessage(self.chat.index, m.id, str(m.id), m.at(), "user", text)
+        at = m.at(f"{self.file_name}: chat {self.chat.title!r}, message {m.id}")
+        return SourceMessage(self.chat.index, m.id, str(m.id), at, "user", text)
 
 
 class TelegramExport:

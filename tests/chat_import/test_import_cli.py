@@ -194,3 +194,53 @@ def test_a_malformed_export_is_refused_in_one_line_and_nothing_is_written(
     assert err.startswith(f"mnemo: import refused, nothing was written: {name}"), err
     assert says in err
     assert asyncio.run(_counts(db_url)) == (0, 0, 0)
+
+
+HOSTILE_CHATGPT = [
+    {
+        "title": "odd \u202e ids",
+        "conversation_id": "x#1/" + "y" * 400,
+        "current_node": "n" * 300 + "#",
+        "mapping": {
+            "n" * 300 + "#": {
+                "message": {
+                    "author": {"role": "user"},
+                    "create_time": 1700000000,
+                    "content": {"content_type": "text", "parts": ["nul \u0000 and \ud800 lone"]},
+                },
+                "parent": None,
+            }
+        },
+    }
+]
+
+
+def test_odd_ids_and_characters_from_a_hand_made_file_are_stored_safely(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+    import json
+
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(HOSTILE_CHATGPT), encoding="utf-8")
+    config = _config(db_url, tmp_path, "lcm")
+    assert _cli(config, str(path), "--format", "chatgpt", "--user", str(ALICE)) == 0
+    assert _cli(config, str(path), "--format", "chatgpt", "--user", str(ALICE)) == 0
+    assert "Nothing new" in capsys.readouterr().out
+    assert asyncio.run(_counts(db_url)) == (1, 1, 1)
+
+
+def test_a_time_that_is_no_date_is_refused(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    raw = json.loads((FIXTURES / "telegram_chat.json").read_text(encoding="utf-8"))
+    raw["messages"][0]["date_unixtime"] = "99999999999999999"
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    config = _config(db_url, tmp_path, "lcm")
+    assert _cli(config, str(path), "--format", "telegram", "--user", str(ALICE)) == 1
+    assert "chat 'Bob', message 10: date_unixtime: 99999999999999999 is not a time" in (
+        capsys.readouterr().err
+    )
