@@ -18,6 +18,10 @@ def _span(first: datetime | None, last: datetime | None) -> str:
     return f"{_day(first)} .. {_day(last)}" if first is not None else "no dates"
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _chat_line(c: ChatPlan) -> str:
     state = (
         "changed since it was imported (edited or regenerated): left as imported"
@@ -26,25 +30,25 @@ def _chat_line(c: ChatPlan) -> str:
         if c.new
         else "already imported"
     )
-    return f"• {c.chat.title}: {c.messages} messages, {_span(c.first, c.last)}, {state}"
+    return f"• {c.chat.title}: {_n(c.messages, 'message')}, {_span(c.first, c.last)}, {state}"
 
 
 def plan_lines(p: Plan, *, max_chats: int = 20) -> list[str]:
+    noun = "chat" if p.format.name == "telegram" else "conversation"
     head = (
-        f"{FORMAT_NAMES[p.format.name]} {p.path.name}: {len(p.chats)} "
-        f"{'chat' if len(p.chats) == 1 else 'chats'}, {p.messages} messages "
-        f"({_span(p.first, p.last)})"
+        f"{FORMAT_NAMES[p.format.name]} {p.path.name}: {_n(len(p.chats), noun)}, "
+        f"{_n(p.messages, 'message')} ({_span(p.first, p.last)})"
     )
     if p.others:
-        head += f"; {p.others} other chats in the file left out"
+        head += f"; {_n(p.others, 'other ' + noun)} in the file left out"
     lines = [head]
     lines += [_chat_line(c) for c in p.chats[:max_chats]]
     if len(p.chats) > max_chats:
         lines.append(f"… and {len(p.chats) - max_chats} more chats")
     if p.new:
         lines.append(
-            f"New: {p.new} messages, about {p.new_tokens} tokens, each chat kept as an "
-            "archived conversation (searchable; never your current chat's context)."
+            f"New: {_n(p.new, 'message')}, about {p.new_tokens} tokens, each {noun} kept as "
+            "an archived conversation (searchable; never your current chat's context)."
         )
     else:
         lines.append("Nothing new: everything in it is imported already.")
@@ -54,6 +58,6 @@ def plan_lines(p: Plan, *, max_chats: int = 20) -> list[str]:
 def report_line(report: Report, seconds: float) -> str:
     rate = f", {report.messages / seconds:.0f} messages/s" if seconds > 0 else ""
     return (
-        f"Imported {report.messages} messages into {len(report.sessions)} archived "
-        f"conversations in {seconds:.1f} s{rate}."
+        f"Imported {_n(report.messages, 'message')} into "
+        f"{_n(len(report.sessions), 'archived conversation')} in {seconds:.1f} s{rate}."
     )

@@ -191,7 +191,7 @@ async def running(
                 log.info("receiving updates by long polling")
             owed = asyncio.create_task(_answer_owed(channel, app), name="telegram-answer-owed")
             # What `mnemo memory import-chat` stored meanwhile is compacted in the background.
-            await channel.imports.compact_imported()
+            await channel.imports.start()
             if inflight.handled is not None:  # nothing recorded without a database
                 settling = asyncio.create_task(
                     _settle(inflight, inflight.handled), name="telegram-settle"

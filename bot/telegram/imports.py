@@ -13,7 +13,7 @@
   import per user at a time.
 - Imported conversations are then compacted in the background like any other
   session (`Pool.schedule_compaction`), as are those the CLI imported, at the bot's
-  next start (`compact_imported`).
+  next start (`ChatImports.start`).
 - A stop or crash mid-import keeps the batches stored: sending the file again
   continues after them.
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,8 +223,10 @@ class ChatImports:
             self.pool.schedule_compaction(session)
             await ledger.mark_compacted(engine, session.id)
 
-    async def compact_imported(self) -> None:
-        """At start: compact in the background what the CLI imported meanwhile."""
+    async def start(self) -> None:
+        """At the bot's start: drop the files of offers a crash left, and compact in the
+        background what the CLI imported meanwhile."""
+        await asyncio.to_thread(shutil.rmtree, self.dir, True)
         try:
             engine = fg.engine_of(self.pool.provider)
             for session in await ledger.uncompacted(engine):

@@ -146,8 +146,8 @@ def test_chatgpt_export_follows_the_current_branch_and_keeps_roles(
     args = (export, "--format", "chatgpt", "--user", str(ALICE), "--chat", "Sourdough starter")
     assert _cli(config, *args) == 0
     out = capsys.readouterr().out
-    assert "1 other chats in the file left out" in out
-    assert "Imported 4 messages into 1 archived conversations" in out
+    assert "1 other conversation in the file left out" in out
+    assert "Imported 4 messages into 1 archived conversation in" in out
 
     async def check() -> None:
         engine, provider = await _provider(db_url, tmp_path, provider_name)
@@ -167,7 +167,7 @@ def test_chatgpt_export_follows_the_current_branch_and_keeps_roles(
     asyncio.run(check())
     # The other conversation later: only it is added.
     assert _cli(config, export, "--format", "chatgpt", "--user", str(ALICE)) == 0
-    assert "Imported 2 messages into 1 archived conversations" in capsys.readouterr().out
+    assert "Imported 2 messages into 1 archived conversation in" in capsys.readouterr().out
     assert asyncio.run(_counts(db_url)) == (2, 6, 2)
 
 
@@ -244,3 +244,35 @@ def test_a_time_that_is_no_date_is_refused(
     assert "chat 'Bob', message 10: date_unixtime: 99999999999999999 is not a time" in (
         capsys.readouterr().err
     )
+
+
+def test_a_newer_export_adds_only_what_is_newer_and_an_edited_branch_is_left_alone(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import asyncio
+    import json
+
+    config = _config(db_url, tmp_path, "lcm")
+    raw = json.loads((FIXTURES / "telegram_chat.json").read_text(encoding="utf-8"))
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    assert _cli(config, str(path), "--format", "telegram", "--user", str(ALICE)) == 0
+    later = {**raw["messages"][0], "id": 18, "text": "back home, what a trip"}
+    raw["messages"].append(later)
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    capsys.readouterr()
+    assert _cli(config, str(path), "--format", "telegram", "--user", str(ALICE)) == 0
+    assert "• Bob: 7 messages, 2023-05-01 .. 2023-05-01, 1 new" in capsys.readouterr().out
+    assert asyncio.run(_counts(db_url)) == (1, 7, 1)
+
+    conv = json.loads((FIXTURES / "chatgpt.json").read_text(encoding="utf-8"))[:1]
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(conv), encoding="utf-8")
+    assert _cli(config, str(path), "--format", "chatgpt", "--user", str(ALICE)) == 0
+    conv[0]["current_node"] = "a2old"  # the user went back to the other branch
+    path.write_text(json.dumps(conv), encoding="utf-8")
+    capsys.readouterr()
+    assert _cli(config, str(path), "--format", "chatgpt", "--user", str(ALICE)) == 0
+    out = capsys.readouterr().out
+    assert "changed since it was imported (edited or regenerated): left as imported" in out
+    assert asyncio.run(_counts(db_url)) == (2, 11, 2)

@@ -52,7 +52,7 @@ async def test_imported_sessions_are_compacted_in_the_background_once(
         report = await importer.run(provider, engine, plan)
         assert len(await uncompacted(engine)) == 2
 
-        await ChatImports(pool, settings).compact_imported()  # what the bot's start does
+        await ChatImports(pool, settings).start()  # what the bot's start does
         await pool.drain()
         assert await uncompacted(engine) == []
         for session in report.sessions:
