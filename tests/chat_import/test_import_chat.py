@@ -99,3 +99,7 @@ async def test_a_malformed_or_cancelled_export_stores_nothing(
         assert (await _reply(tg, 42, 3)).text.startswith("Nothing to confirm")
         assert await bot.provider.list_info(ListOptions(include_archived=True)) == []
         assert list((tmp_path / "data" / "imports").iterdir()) == []  # the file is gone too
+        # Over the Bot API's 20 MB: refused by its stated size, never downloaded.
+        alice.send_document(file_name="result.json", content=b"{}", file_size=21 * 2**20)
+        assert "over 20 MB" in (await _reply(tg, 42, 4)).text
+        assert len(tg.calls_to("getFile")) == 2
