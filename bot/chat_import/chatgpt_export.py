@@ -30,6 +30,7 @@ from bot.chat_import.sources import (
     SourceMessage,
     clipped,
     first_error,
+    json_syntax,
     plain_id,
     timestamp,
 )
@@ -146,13 +147,10 @@ class ChatGPTExport:
 
     def read(self, stream: BinaryIO, name: str) -> Iterator[SourceItem]:
         index = 0
-        try:
+        with json_syntax(name):
             for raw in ijson.items(stream, "item", use_float=True):
                 yield from self._conversation(index, raw, name)
                 index += 1
-        except ijson.JSONError as exc:
-            reason = str(exc).splitlines()[0][:160] if str(exc) else "not valid JSON"
-            raise ImportRefused(f"{name} is not valid JSON: {reason}") from None
         if index == 0:
             raise ImportRefused(
                 f"{name}: no conversation in it: is it the conversations.json "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, BinaryIO, Protocol
@@ -94,11 +95,18 @@ def first_error(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}" if where else str(err["msg"])
 
 
-def json_events(stream: BinaryIO, file_name: str) -> Iterator[tuple[str, str, Any]]:
-    """ijson's (prefix, event, value) events, a JSON syntax error as ImportRefused."""
+@contextmanager
+def json_syntax(file_name: str) -> Iterator[None]:
+    """A JSON syntax error of ijson's within the block as ImportRefused."""
     try:
-        yield from ijson.parse(stream, use_float=True)
+        yield
     except ijson.JSONError as exc:
         # ijson's messages quote the bytes it choked on: keep the line short.
         reason = str(exc).splitlines()[0][:160] if str(exc) else "not valid JSON"
         raise ImportRefused(f"{file_name} is not valid JSON: {reason}") from None
+
+
+def json_events(stream: BinaryIO, file_name: str) -> Iterator[tuple[str, str, Any]]:
+    """ijson's (prefix, event, value) events."""
+    with json_syntax(file_name):
+        yield from ijson.parse(stream, use_float=True)
