@@ -41,7 +41,7 @@ from memory.capabilities import SessionManager
 from memory.db import write_transaction
 from memory.duties import AppendOptions, append_messages
 from memory.errors import NotFound
-from memory.tokens import estimate_tokens
+from memory.tokens import estimate_uncached
 from memory.tracing import unwrap
 from memory.types import Message, Session, SessionInfo
 
@@ -84,7 +84,7 @@ class ChatPlan:
         self.last = m.at if self.last is None else max(self.last, m.at)
         if m.seq > self.done.last_seq:
             self.new += 1
-            self.new_tokens += estimate_tokens(m.text)
+            self.new_tokens += estimate_uncached(m.text)  # not cached: the bot's chats use it
         elif m.seq == self.done.last_seq and m.key == self.done.last_key:
             self._confirmed = True
         if stable_ids:
