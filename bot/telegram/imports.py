@@ -6,8 +6,9 @@
   API's download limit (a bigger export: the operator's `mnemo memory import-chat`).
   The bot downloads it, reads it whole (a malformed file: one line, nothing kept) and
   answers with what it would import, an Import button and `/memory import confirm`.
-- The offer is kept `CONFIRM_WITHIN_S` per user, the newest only; `/memory import
-  cancel` drops it. A confirmation imports into the confirming user's own memory only
+- The offer is kept `CONFIRM_WITHIN_S` per user, the newest only, its file in
+  `<data_dir>/imports/` (deleted once imported, cancelled, expired, or at the next
+  start); `/memory import cancel` drops it. A confirmation imports into the confirming user's own memory only
   (the offer is theirs: a private chat's user), in the background (the chat stays
   free meanwhile), editing one message with its progress, then the outcome. One
   import per user at a time.
@@ -122,6 +123,7 @@ class ChatImports:
             await send_plain_reply(bot, target, "\n".join(lines))
             return
         self._drop(user_id)
+        self._expire()
         self._offers[user_id] = _Offer(plan, time.monotonic())
         lines.append(
             f"Reply {CONFIRM} within {int(CONFIRM_WITHIN_S // 60)} minutes to import it "
@@ -142,6 +144,13 @@ class ChatImports:
         if offer is not None:
             _discard(offer.plan.path)
         return offer
+
+    def _expire(self) -> None:
+        """Drop the offers (and their files) nobody confirmed in time."""
+        now = time.monotonic()
+        for user_id, offer in list(self._offers.items()):
+            if now - offer.at > CONFIRM_WITHIN_S:
+                self._drop(user_id)
 
     def _take(self, user_id: int) -> _Offer | None:
         offer = self._offers.get(user_id)
