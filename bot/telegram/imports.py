@@ -75,7 +75,7 @@ def export_format(doc: Document | None) -> str | None:
 
 
 def is_import_command(words: str) -> bool:
-    return words.split(maxsplit=1)[:1] == ["import"]
+    return words.lower().split(maxsplit=1)[:1] == ["import"]
 
 
 @dataclass
@@ -166,7 +166,7 @@ class ChatImports:
     async def command(self, bot: Bot, target: Target, user_id: int, words: str) -> str | None:
         """`/memory import <confirm|cancel>`: the answer, or None when it answered itself
         (the progress message)."""
-        action = words.split()[1:]
+        action = words.lower().split()[1:]
         if action == ["cancel"]:
             return "Import cancelled." if self._drop(user_id) else NOTHING
         if action != ["confirm"]:
