@@ -144,6 +144,7 @@ def text_of(msg: GptMessage) -> str:
 class ChatGPTExport:
     name = "chatgpt"
     file_name = "conversations.json"
+    stable_seq = False
 
     def read(self, stream: BinaryIO, name: str) -> Iterator[SourceItem]:
         index = 0

@@ -24,7 +24,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.chat_import import ledger
@@ -72,7 +71,7 @@ class ChatPlan:
     _last_seq: int = -1
     _confirmed: bool = False
 
-    def see(self, m: SourceMessage, file_name: str, stable_ids: bool) -> None:
+    def see(self, m: SourceMessage, file_name: str, stable_seq: bool) -> None:
         if m.seq <= self._last_seq:
             raise ImportRefused(
                 f"{file_name}: chat {self.chat.title!r}: message {m.key} is out of order "
@@ -87,7 +86,7 @@ class ChatPlan:
             self.new_tokens += estimate_uncached(m.text)  # not cached: the bot's chats use it
         elif m.seq == self.done.last_seq and m.key == self.done.last_key:
             self._confirmed = True
-        if stable_ids:
+        if stable_seq:
             self._confirmed = True
 
     def close(self) -> None:
@@ -151,12 +150,11 @@ async def plan(
 ) -> Plan:
     """What importing `path` would add (see the module doc). Raises ImportRefused. The
     file is read in a thread: a big export does not hold up the bot's other chats."""
-    done = await _progress_of_owner(engine, user_id, agent_id)
+    done = await ledger.progress_of(engine, user_id, agent_id)
     return await asyncio.to_thread(_scan, Plan(fmt, path, user_id, agent_id), done, chat)
 
 
 def _scan(out: Plan, done: dict[str, ledger.Progress], chat: str | None) -> Plan:
-    stable = isinstance(out.format, TelegramExport)  # ids never move; ChatGPT's branch may
     current: ChatPlan | None = None
     titles: list[str] = []
     for item in _items(out.format, out.path):
@@ -172,26 +170,13 @@ def _scan(out: Plan, done: dict[str, ledger.Progress], chat: str | None) -> Plan
             current = ChatPlan(item, session, done.get(session.id, ledger.Progress()))
             out.chats.append(current)
         elif current is not None:
-            current.see(item, out.path.name, stable)
+            current.see(item, out.path.name, out.format.stable_seq)
     if current is not None:
         current.close()
     if chat is not None and not out.chats:
         shown = ", ".join(repr(t) for t in titles[:10]) + (" …" if len(titles) > 10 else "")
         raise ImportRefused(f"no chat named {chat!r} in {out.path.name}; it holds {shown}")
     return out
-
-
-async def _progress_of_owner(
-    engine: AsyncEngine, user_id: int, agent_id: str
-) -> dict[str, ledger.Progress]:
-    t = ledger.chat_imports
-    async with engine.connect() as conn:
-        rows = await conn.execute(
-            sa.select(t.c.session_id, t.c.last_seq, t.c.last_key, t.c.messages).where(
-                t.c.user_id == user_id, t.c.agent_id == agent_id
-            )
-        )
-        return {sid: ledger.Progress(int(s), k, int(n)) for sid, s, k, n in rows}
 
 
 @dataclass

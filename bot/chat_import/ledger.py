@@ -41,23 +41,16 @@ class Progress:
     messages: int = 0
 
 
-async def progress_of(engine: AsyncEngine, session_ids: list[str]) -> dict[str, Progress]:
-    if not session_ids:
-        return {}
-    out: dict[str, Progress] = {}
+async def progress_of(engine: AsyncEngine, user_id: int, agent_id: str) -> dict[str, Progress]:
+    """Every imported conversation of (`user_id`, `agent_id`): session id -> progress."""
+    t = chat_imports
     async with engine.connect() as conn:
-        for start in range(0, len(session_ids), 500):
-            rows = await conn.execute(
-                sa.select(
-                    chat_imports.c.session_id,
-                    chat_imports.c.last_seq,
-                    chat_imports.c.last_key,
-                    chat_imports.c.messages,
-                ).where(chat_imports.c.session_id.in_(session_ids[start : start + 500]))
+        rows = await conn.execute(
+            sa.select(t.c.session_id, t.c.last_seq, t.c.last_key, t.c.messages).where(
+                t.c.user_id == user_id, t.c.agent_id == agent_id
             )
-            for sid, seq, key, n in rows:
-                out[sid] = Progress(int(seq), key, int(n))
-    return out
+        )
+        return {sid: Progress(int(s), k, int(n)) for sid, s, k, n in rows}
 
 
 class ImportConflict(Conflict):

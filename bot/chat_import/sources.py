@@ -58,6 +58,9 @@ SourceItem = SourceChat | SourceMessage
 class ExportFormat(Protocol):
     name: str
     file_name: str  # what the export calls the file
+    # Whether a message's seq names it in every later export (Telegram's ids do; a
+    # position on ChatGPT's branch moves when an earlier message is edited).
+    stable_seq: bool
 
     def read(self, stream: BinaryIO, name: str) -> Iterator[SourceItem]:
         """The items of `stream`; refusals name the file `name`."""

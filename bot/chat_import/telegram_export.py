@@ -264,6 +264,7 @@ class _Walk:
 class TelegramExport:
     name = "telegram"
     file_name = "result.json"
+    stable_seq = True
 
     def read(self, stream: BinaryIO, name: str) -> Iterator[SourceItem]:
         walk = _Walk(name)
