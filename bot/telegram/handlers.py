@@ -19,6 +19,9 @@ Decisions (README "Telegram" repeats them for operators):
   most 512 KiB) are downloaded and read as UTF-8: one turn, the caption first, then
   `[file name]` and the content. Too big, not UTF-8, or not downloadable: one line,
   nothing stored; over `MAX_INPUT_CHARS` once read: the too-long line.
+- A document named `result.json` or `conversations.json` in a private chat is a chat
+  export to import, not a turn (bot.telegram.imports): the bot answers with what it
+  holds and an Import button; nothing is stored before the confirmation.
 - Voice messages, audio files and video notes are transcribed only when
   `llm.transcription_model` is set (empty by default: transcription costs money and
   many self-hosted servers lack `/audio/transcriptions`; e.g. `whisper-1` or
