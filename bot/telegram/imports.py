@@ -107,8 +107,12 @@ class ChatImports:
         except Unreadable as refused:
             await send_plain_reply(bot, target, refused.line)
             return
-        # A directory per offer, the file under the export's own name (which errors quote).
-        path = self.dir / f"{user_id}-{doc.file_unique_id}" / (doc.file_name or "").strip().lower()
+        self._drop(user_id)  # the newest offer only
+        self._expire()
+        # A directory per offer (the same file sent again, while the first is imported,
+        # is another), the file under the export's own name, which refusals quote.
+        offer_dir = f"{user_id}-{doc.file_unique_id}-{time.monotonic_ns()}"
+        path = self.dir / offer_dir / (doc.file_name or "").strip().lower()
         await asyncio.to_thread(_write, path, body)
         del body
         try:
@@ -117,13 +121,14 @@ class ChatImports:
             _discard(path)
             await send_plain_reply(bot, target, f"I can't import that file: {exc}")
             return
+        except BaseException:
+            _discard(path)
+            raise
         lines = plan_lines(plan)
         if not plan.new:
             _discard(path)
             await send_plain_reply(bot, target, "\n".join(lines))
             return
-        self._drop(user_id)
-        self._expire()
         self._offers[user_id] = _Offer(plan, time.monotonic())
         lines.append(
             f"Reply {CONFIRM} within {int(CONFIRM_WITHIN_S // 60)} minutes to import it "
