@@ -25,10 +25,10 @@ async def _reply(tg: FakeTelegram, chat_id: int, before: int) -> BotMessage:
 
 @pytest.mark.parametrize("provider", ["lcm", "simple"])
 async def test_an_export_sent_in_chat_is_offered_confirmed_and_imported_for_its_sender_only(
-    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provider: str
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provider: str, db_kind: str
 ) -> None:
     export = (FIXTURES / "telegram_account.json").read_bytes()
-    async with running_bot(tg, llm, tmp_path, provider=provider) as bot:
+    async with running_bot(tg, llm, tmp_path, provider=provider, db=db_kind) as bot:
         alice, mallory = tg.private(42), tg.private(43)
         alice.send_document(file_name="result.json", content=export)
         offer = await _reply(tg, 42, 0)
