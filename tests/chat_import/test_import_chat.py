@@ -6,11 +6,13 @@ again adds nothing; a malformed one is refused in one line and nothing is stored
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from memory.types import ListOptions
-from tests.fakes.openai_server import FakeOpenAI
+from memory.delegated_recall import SYSTEM_PROMPT
+from memory.types import ListOptions, SearchQuery, Session
+from tests.fakes.openai_server import FakeOpenAI, Response, echo, text
 from tests.fakes.telegram_server import BotMessage, FakeTelegram
 from tests.telegram.harness import running_bot
 
@@ -103,3 +105,33 @@ async def test_a_malformed_or_cancelled_export_stores_nothing(
         alice.send_document(file_name="result.json", content=b"{}", file_size=21 * 2**20)
         assert "over 20 MB" in (await _reply(tg, 42, 4)).text
         assert len(tg.calls_to("getFile")) == 2
+
+
+def _recall_reader(body: dict[str, Any]) -> Response:
+    """The chat model echoes; the recall model cites each material line on the tart."""
+    msgs = body.get("messages") or []
+    if not msgs or not str(msgs[0].get("content") or "").startswith(SYSTEM_PROMPT):
+        return echo(body)
+    lines = str(msgs[-1].get("content") or "").partition("Material:\n")[2].splitlines()
+    ids = [line[1 : line.index("]")] for line in lines if "lemon tart" in line]
+    return text("Mum asked for it in " + " ".join(f"[{i}]" for i in ids) if ids else "NOTHING")
+
+
+async def test_memory_ask_answers_from_an_imported_chat(tmp_path: Path, tg: FakeTelegram) -> None:
+    async with (
+        FakeOpenAI(_recall_reader) as llm,
+        running_bot(tg, llm, tmp_path, provider="lcm") as bot,
+    ):
+        alice = tg.private(42)
+        alice.send_document(
+            file_name="result.json", content=(FIXTURES / "telegram_account.json").read_bytes()
+        )
+        assert OFFER in (await _reply(tg, 42, 0)).text
+        alice.send("/memory import confirm")
+        await tg.wait_for_message(42, contains="Imported 6 messages")
+        session = Session("default:telegram:42", "default", 42, "telegram")
+        [hit] = await bot.provider.search(session, SearchQuery("lemon tart", limit=1))
+        before = len(tg.bot_messages(42))
+        alice.send("/memory ask who brings the lemon tart?")
+        answer = await _reply(tg, 42, before)
+        assert hit.source_id in answer.text, answer.text
