@@ -120,3 +120,23 @@ async def test_kill_nine_mid_import_then_again_stores_one_copy(
         # In the export's order: "#<chat>.<i>" ends every text, i increasing.
         tails = [int(r.content.rsplit(".", 1)[1]) for r in rows if r.session_id == sid]
         assert tails == sorted(tails), sid
+
+
+async def test_ctrl_c_mid_import_says_what_is_kept_and_exits_130(tmp_path: Path) -> None:
+    export = tmp_path / "result.json"
+    expected = telegram_export(export, MESSAGES, chats=1)
+    async with temp_database_url("sqlite", tmp_path) as url:
+        config = write_config(
+            tmp_path / "config.yaml",
+            {"database": {"url": url}, "data_dir": str(tmp_path / "data")},
+        )
+        proc = await _start(config, export, tmp_path)
+        while await _stored(url) < BATCH:
+            assert proc.returncode is None
+            await asyncio.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        _out, err = await proc.communicate()
+        assert proc.returncode == 130
+        assert "the messages stored so far are kept; run the same command again" in err.decode()
+        kept = await _stored(url)
+        assert BATCH <= kept < expected
