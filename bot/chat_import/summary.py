@@ -7,6 +7,7 @@ from datetime import datetime
 
 from bot.chat_import.importer import ChatPlan, Plan, Report
 
+TITLE_CHARS = 60  # of a chat's name in a listing: 20 of them and the question fit a message
 FORMAT_NAMES = {"telegram": "Telegram export", "chatgpt": "ChatGPT export"}
 
 
@@ -30,7 +31,8 @@ def _chat_line(c: ChatPlan) -> str:
         if c.new
         else "already imported"
     )
-    return f"• {c.chat.title}: {_n(c.messages, 'message')}, {_span(c.first, c.last)}, {state}"
+    title = c.chat.title if len(c.chat.title) <= TITLE_CHARS else c.chat.title[:TITLE_CHARS] + "…"
+    return f"• {title}: {_n(c.messages, 'message')}, {_span(c.first, c.last)}, {state}"
 
 
 def plan_lines(p: Plan, *, max_chats: int = 20) -> list[str]:
