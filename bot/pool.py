@@ -241,6 +241,11 @@ class Pool:
         """Full compaction now (`/compact`). Raises Unsupported without a Compactor."""
         return await self._compaction.compact(session)
 
+    def schedule_compaction(self, session: Session) -> None:
+        """Compact `session` in the background if it needs it, as after a turn (the
+        sessions a chat import filled, say)."""
+        self._compaction.schedule(session)
+
     async def drain(self) -> None:
         """Wait for every background task (tests, shutdown)."""
         await self._compaction.drain()

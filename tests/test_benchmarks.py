@@ -210,3 +210,12 @@ def test_forget_bench_runs() -> None:
     )
     rows = [line for line in out.splitlines() if line.startswith("| sqlite |")]
     assert len(rows) == 2 and all(row.endswith("| yes |") for row in rows), out
+
+
+def test_import_bench_runs() -> None:
+    out = run_bench(
+        "bench/import_bench.py", "--messages", "600", "--chats", "2", "--provider", "lcm",
+        "--db", "sqlite",
+    )  # fmt: skip
+    rows = [line for line in out.splitlines() if line.startswith("| lcm | sqlite |")]
+    assert len(rows) == 2 and all(row.endswith("| yes |") for row in rows), out

@@ -23,6 +23,9 @@ Decisions (README "Telegram" repeats them for operators):
   most 512 KiB) are downloaded and read as UTF-8: one turn, the caption first, then
   `[file name]` and the content. Too big, not UTF-8, or not downloadable: one line,
   nothing stored; over `MAX_INPUT_CHARS` once read: the too-long line.
+- A document named `result.json` or `conversations.json` in a private chat is a chat
+  export to import, not a turn (bot.telegram.imports): the bot answers with what it
+  holds and an Import button; nothing is stored before the confirmation.
 - Voice messages, audio files and video notes are transcribed only when
   `llm.transcription_model` is set (empty by default: transcription costs money and
   many self-hosted servers lack `/audio/transcriptions`; e.g. `whisper-1` or
@@ -99,6 +102,8 @@ from bot.telegram.confirmations import ACTIONS, forget_buttons
 from bot.telegram.confirmations import PREFIX as BUTTONS
 from bot.telegram.delivery import Target
 from bot.telegram.handled import ReplyTo
+from bot.telegram.imports import PREFIX as IMPORT_BUTTONS
+from bot.telegram.imports import ChatImports, export_format, is_import_command
 from bot.telegram.inflight import Inflight, UpdateReceipt
 from bot.telegram.outbox import Outbox, finish_or_owe
 from bot.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
@@ -193,6 +198,7 @@ class TelegramChannel:
         self.pacer = EditPacer(EDIT_MIN_GAP_S)
         self.outbox = Outbox()  # answers Telegram could not take yet
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
+        self.imports = ChatImports(pool, settings)  # exports sent in private chats
 
     async def answer_owed(self, bot: Bot) -> int:
         """Answer messages a previous run stored but did not answer (`bot.telegram.resume`)."""
@@ -216,6 +222,7 @@ class TelegramChannel:
         app.add_handler(MessageHandler(new & MEDIA, self.on_media))
         app.add_handler(MessageHandler(filters.UpdateType.EDITED_MESSAGE, self.on_edited))
         app.add_handler(CallbackQueryHandler(self.on_button, pattern=f"^{BUTTONS}"))
+        app.add_handler(CallbackQueryHandler(self.on_import_button, pattern=f"^{IMPORT_BUTTONS}"))
         app.add_error_handler(self.on_error)
 
     # --- gatekeeping -----------------------------------------------------------------
@@ -280,6 +287,14 @@ class TelegramChannel:
             return
         message, place, user = admitted
         target = self._target(message, place)
+        if not place.is_group and user is not None and export_format(message.document):
+            receipt = self._receipt(update)  # a redelivered offer is not fetched again
+            if receipt is None or not await receipt.seen_before():
+                assert message.document is not None
+                await self.imports.offer(context.bot, target, user.id, message.document)
+                if receipt is not None:
+                    await receipt.record()
+            return
         caption = message.caption or ""
         if place.is_group:
             caption = strip_mention(caption, context.bot.username)
@@ -487,6 +502,13 @@ class TelegramChannel:
         if receipt is not None and await receipt.seen_before():
             return
         name, args = command_parts(message.text or "")
+        if name == "memory" and is_import_command(args) and not place.is_group and user:
+            said = await self.imports.command(context.bot, target, user.id, args)
+            if receipt is not None:
+                await receipt.record()
+            if said is not None:
+                await send_plain_reply(context.bot, target, said)
+            return
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         async with typing(context.bot, target):
             answer = await handle_command(
@@ -526,6 +548,27 @@ class TelegramChannel:
             limit=self.reply_limit,
         )
         await send_plain_reply(context.bot, self._target(message, place), answer)
+
+    async def on_import_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Import or Cancel under an import offer (bot/telegram/imports.py): the offer is
+        the presser's own, found by their user id (offers are made in private chats)."""
+        query = update.callback_query
+        if query is None or not isinstance(query.message, Message):
+            return
+        action = (query.data or "").removeprefix(IMPORT_BUTTONS)
+        message, user = query.message, query.from_user
+        place = Place.of(message)
+        await query.answer()
+        if action not in ("confirm", "cancel") or place.is_group:
+            return
+        if not is_allowed(self.tg, user.id, place.chat_id):
+            return
+        with contextlib.suppress(TelegramError):  # pressed twice, or too old to edit
+            await message.edit_reply_markup(reply_markup=None)
+        target = self._target(message, place)
+        said = await self.imports.command(context.bot, target, user.id, f"import {action}")
+        if said is not None:
+            await send_plain_reply(context.bot, target, said)
 
     async def on_unknown_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.effective_message
