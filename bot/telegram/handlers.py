@@ -417,6 +417,7 @@ class TelegramChannel:
         # A chat under flood control (or owed earlier answers) gets no streaming and no
         # "typing…": Telegram takes nothing there now, and the answer queues behind.
         quiet = self.outbox.owes(place.chat_id)
+        asked = Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id)
         async with contextlib.nullcontext() if quiet else typing(context.bot, target):
             try:
                 reply = await self.pool.chat(
@@ -425,7 +426,7 @@ class TelegramChannel:
                     on_delta=None if quiet else stream.on_delta,
                     receipt=receipt,
                     images=images,
-                    origin=Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id),
+                    origin=asked,
                 )
                 answer, failed, cited = reply.text, reply.error, reply.sources
             except Exception:  # the pool reports its own failures; this is a bug
@@ -453,6 +454,13 @@ class TelegramChannel:
         # Stored, so never lost: what Telegram does not take now is owed, marked so a
         # restart sends it, and shown later by the outbox (bot.telegram.outbox).
         marks = receipt is not None and not failed
+
+        async def late() -> None:  # the outbox delivered it
+            if marks and receipt is not None:
+                await receipt.delivered()
+            if not failed:
+                await sources.record_sent(self.pool, session, asked, stream)
+
         shown = await finish_or_owe(
             self.outbox,
             stream,
@@ -460,7 +468,7 @@ class TelegramChannel:
             what=f"the answer to update {update.update_id}",
             quote=message.message_id,
             mark=receipt.undelivered if marks and receipt else None,
-            late=receipt.delivered if marks and receipt else None,
+            late=late,
         )
         if shown and receipt is not None:
             receipt.answered()
@@ -469,6 +477,8 @@ class TelegramChannel:
                 await send_plain_reply(
                     context.bot, dataclasses.replace(target, reply_to=quote), footer.strip()
                 )
+        if shown and not failed:
+            await sources.record_sent(self.pool, session, asked, stream)
 
     async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         admitted = await self._admit(update, context, command=True)
