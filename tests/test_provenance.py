@@ -149,6 +149,40 @@ async def test_origins_are_stored_read_in_scope_exported_imported_and_forgotten(
     assert int(said) not in left and len(left) == 1  # the imported copy's
 
 
+async def test_an_answer_is_read_back_by_its_question_s_origin_and_linked_once_in_scope(
+    engine: AsyncEngine,
+) -> None:
+    """`answered_turn` and `add_origin` (memory.capabilities.AnswerOrigins) on the shared
+    history: a turn ends at the next user message; a turn without a stored answer, or
+    another session's, is not found; an answer's origin is written once, in scope."""
+    store = HistoryStore(engine)
+    ana, bob = Session("t:ana", "bot", 1, "telegram"), Session("t:bob", "bot", 2, "telegram")
+    asked, later, failed = (Origin("telegram", 5, n) for n in (10, 12, 14))
+    searched = [ToolCall("c1", "memory", '{"action": "search", "text": "tea"}')]
+    stored = await store.append(
+        ana,
+        Message("user", "tea?", origin=asked),
+        Message("assistant", tool_calls=searched),
+        Message("tool", "[message 1] tea", tool_call_id="c1", name="memory"),
+        Message("assistant", "green [1]"),
+    )
+    await store.append(ana, Message("user", "coffee?", origin=later), Message("assistant", "no"))
+    await store.append(ana, Message("user", "cake?", origin=failed))  # the model failed
+    turn = await store.answered_turn(ana, asked)
+    assert turn is not None and turn.answer_id == str(stored[-1].id)
+    assert [m.content for m in turn.messages] == ["tea?", "", "[message 1] tea", "green [1]"]
+    assert turn.messages[1].tool_calls == searched
+    assert await store.answered_turn(ana, failed) is None
+    assert await store.answered_turn(bob, asked) is None  # another session's question
+
+    sent = Origin("telegram", 5, 11)
+    assert not await store.add_origin(bob, turn.answer_id, sent)  # not bob's answer
+    assert not await store.add_origin(ana, "11; drop", sent)
+    assert await store.add_origin(ana, turn.answer_id, sent)
+    assert not await store.add_origin(ana, turn.answer_id, Origin("telegram", 5, 99))
+    assert (await store.read_message(ana, turn.answer_id)).origin == sent
+
+
 class _Shared(SessionHistory):
     """A provider that is only the shared history (messages, read_message, load_*)."""
 
