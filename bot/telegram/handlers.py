@@ -10,7 +10,9 @@ Decisions (README "Telegram" repeats them for operators):
 - Each stored message keeps its origin (chat, message and topic ids; memory/origins.py).
   An answer citing what the memory tool returned ends with its sources
   (bot/telegram/sources.py): links in a supergroup; in a private chat a reply quoting
-  the first cited message, and each source's date and first words.
+  the first cited message, and each source's date and first words. Once Telegram has
+  taken an answer, its first message becomes the stored answer's origin, so the bot's
+  own answers link too; an answer sent after a restart has its sources found again.
 - Commands: /start /help /new /compact /memory, answered in one plain-text message. An
   unknown command gets a short help line (in a group only when addressed to this bot by
   `/cmd@bot`, since plain `/cmd` may be meant for another bot).

@@ -20,6 +20,12 @@ saw it. Only that explicit mark sends it: a row still marked merely because the 
 batch had not cleared it yet before a crash had its answer sent. If Telegram still
 holds the chat under flood control, the outbox sends it once allowed.
 
+A stored answer sent again carries the sources it had when first computed: they are found
+again from its stored turn, read back by where its question came from
+(`Pool.answered`; the row's own text is the fallback, and may lack them: an answer
+whose sources followed on their own, or a row with no text). Each answer sent is
+linked to its first Telegram message (`sources.record_sent`).
+
 Rows marked before revision bot_0006 carry no text: the latest answer is read back
 (`Pool.stored_answer`) and sent only while its message is still the conversation's
 latest (not after the user wrote again, nor after a /new).
