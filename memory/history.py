@@ -79,6 +79,17 @@ class SessionCounter(Protocol):
     async def list_counts(self, opts: ListOptions) -> list[SessionCounts]: ...
 
 
+def origin_values(message_id: int, origin: Origin) -> dict[str, Any]:
+    """The `message_origins` row saying message `message_id` came from `origin`."""
+    return {
+        "message_id": message_id,
+        "channel": origin.channel,
+        "chat_id": origin.chat_id,
+        "channel_message_id": origin.message_id,
+        "thread_id": origin.thread_id,
+    }
+
+
 @dataclass(frozen=True)
 class AnsweredTurn:
     """A stored turn read back by where its user message came from (`answered_turn`):
@@ -370,13 +381,7 @@ class HistoryStore:
         if part_rows:
             await conn.execute(sa.insert(parts), part_rows)
         origin_rows = [
-            {
-                "message_id": msg_id,
-                "channel": o.channel,
-                "chat_id": o.chat_id,
-                "channel_message_id": o.message_id,
-                "thread_id": o.thread_id,
-            }
+            origin_values(msg_id, o)
             for msg_id, raw in zip(ids, msgs, strict=True)
             if (o := raw.origin) is not None
         ]
@@ -686,13 +691,7 @@ class HistoryStore:
                 return False
             written = await conn.scalar(
                 conflict_insert(conn, origins)
-                .values(
-                    message_id=owned,
-                    channel=origin.channel,
-                    chat_id=origin.chat_id,
-                    channel_message_id=origin.message_id,
-                    thread_id=origin.thread_id,
-                )
+                .values(origin_values(owned, origin))
                 .on_conflict_do_nothing()
                 .returning(origins.c.message_id)
             )

@@ -29,6 +29,9 @@ PROVIDERS = ["simple", "lcm"]
 ALICE, BOB = 42, 43
 GROUP = -1001234567  # a supergroup: Telegram's internal id is 1234567
 PLANTED = "my locker code is PLATYPUS-7731"
+ON_BOTH_DATABASES = pytest.mark.parametrize(
+    "db_kind", [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 
 
 class CitingModel:
@@ -68,9 +71,7 @@ async def _plant_and_compact(
     return planted, int(sent["message_id"])
 
 
-@pytest.mark.parametrize(
-    "db_kind", [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
-)
+@ON_BOTH_DATABASES
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_answer_cites_the_planted_message_after_compactions_and_a_restart(
     provider: str, db_kind: str, tg: FakeTelegram, tmp_path: Path
@@ -216,9 +217,7 @@ async def _until_answer_origins(engine: Any, chat_id: int, count: int) -> dict[s
     raise AssertionError(f"not {count} answer origin(s) in chat {chat_id}: {found}")
 
 
-@pytest.mark.parametrize(
-    "db_kind", [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
-)
+@ON_BOTH_DATABASES
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_the_bot_s_own_answer_links_to_where_it_was_sent(
     provider: str, db_kind: str, tg: FakeTelegram, tmp_path: Path
@@ -260,9 +259,7 @@ async def test_the_bot_s_own_answer_links_to_where_it_was_sent(
         assert sent_as == parts[0].message_id != parts[1].message_id
 
 
-@pytest.mark.parametrize(
-    "db_kind", [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
-)
+@ON_BOTH_DATABASES
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_an_answer_sent_after_a_restart_keeps_its_sources_and_gets_its_link(
     provider: str, db_kind: str, tg: FakeTelegram, tmp_path: Path
