@@ -7,7 +7,6 @@ returned or cited, even when the model cites its guessed id."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,13 @@ import sqlalchemy as sa
 
 from bot.telegram.handled import telegram_updates
 from memory.db import write_transaction
-from memory.history import messages, origins
+from memory.history import origins
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, Response, text
 from tests.fakes.telegram_server import Chat, FakeTelegram, User
 from tests.reliability.conftest import ask
 from tests.reliability.harness import live_bot, scripted, tool_text
+from tests.telegram.harness import answer_origins
 from tests.telegram.test_resume import until_undelivered
 
 PROVIDERS = ["simple", "lcm"]
@@ -195,28 +195,6 @@ async def test_a_streamed_private_answer_quotes_its_source_in_a_reply_of_its_own
 LONG_WAIT = 120  # flood control far beyond what a handler waits: the answer is owed
 
 
-async def _answer_origins(engine: Any, chat_id: int) -> dict[str, int]:
-    """Stored answer id -> the Telegram message it was recorded as sent in, in `chat_id`."""
-    query = (
-        sa.select(messages.c.id, origins.c.channel_message_id)
-        .join(origins, origins.c.message_id == messages.c.id)
-        .where(messages.c.role == "assistant", origins.c.chat_id == chat_id)
-    )
-    async with engine.connect() as conn:
-        return {str(i): m for i, m in (await conn.execute(query)).all()}
-
-
-async def _until_answer_origins(engine: Any, chat_id: int, count: int) -> dict[str, int]:
-    """Until `count` answers in `chat_id` have their origin (written once Telegram took
-    them, after the message the test waits for: polled)."""
-    for _ in range(200):
-        found = await _answer_origins(engine, chat_id)
-        if len(found) >= count:
-            return found
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not {count} answer origin(s) in chat {chat_id}: {found}")
-
-
 @ON_BOTH_DATABASES
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_the_bot_s_own_answer_links_to_where_it_was_sent(
@@ -236,7 +214,7 @@ async def test_the_bot_s_own_answer_links_to_where_it_was_sent(
         echoed = await ask(tg, group, PLANTED, user=member)
         first = tg.bot_messages(GROUP)[-1]
         assert first.text == echoed and "PLATYPUS" in echoed, echoed
-        [(answer_id, sent_as)] = (await _until_answer_origins(bot.engine, GROUP, 1)).items()
+        [(answer_id, sent_as)] = (await answer_origins(bot.engine, GROUP, 1)).items()
         assert sent_as == first.message_id
         link = f"https://t.me/c/1234567/{first.message_id}"
         shown = await ask(tg, group, f"/memory show {answer_id}", user=member)
@@ -255,7 +233,7 @@ async def test_the_bot_s_own_answer_links_to_where_it_was_sent(
         alice.send("PLATYPUS " * 600)  # echoed: over Telegram's 4096 characters
         await tg.wait_for(lambda: len(tg.bot_messages(ALICE)) >= before + 2)
         parts = tg.bot_messages(ALICE)[before:]
-        [sent_as] = (await _until_answer_origins(bot.engine, ALICE, 1)).values()
+        [sent_as] = (await answer_origins(bot.engine, ALICE, 1)).values()
         assert sent_as == parts[0].message_id != parts[1].message_id
 
 
@@ -275,7 +253,7 @@ async def test_an_answer_sent_after_a_restart_keeps_its_sources_and_gets_its_lin
         async with live_bot(tmp_path, tg, llm, **run) as bot:
             planted = group.send(PLANTED, user=member)
             await tg.wait_for_message(GROUP, contains="PLATYPUS")
-            await _until_answer_origins(bot.engine, GROUP, 1)
+            await answer_origins(bot.engine, GROUP, 1)
             tg.flood(LONG_WAIT, chat_id=GROUP)
             group.send(tool_text({"action": "search", "text": "PLATYPUS"}), user=member)
             await until_undelivered(bot.services)
@@ -285,7 +263,7 @@ async def test_an_answer_sent_after_a_restart_keeps_its_sources_and_gets_its_lin
             links = [e.get("url") for e in reply.entities if e.get("type") == "text_link"]
             assert f"https://t.me/c/1234567/{planted['message_id']}" in links, (reply.text, links)
             assert reply.text.startswith("Your locker code is PLATYPUS-7731 [1]"), reply.text
-            sent = await _until_answer_origins(bot.engine, GROUP, 2)
+            sent = await answer_origins(bot.engine, GROUP, 2)
             assert reply.message_id in sent.values(), (reply.message_id, sent)
 
 
