@@ -79,6 +79,9 @@ class SessionCounter(Protocol):
     async def list_counts(self, opts: ListOptions) -> list[SessionCounts]: ...
 
 
+RECENT_TURN_MESSAGES = 200  # where `answered_turn` looks first for the message answered
+
+
 def origin_values(message_id: int, origin: Origin) -> dict[str, Any]:
     """The `message_origins` row saying message `message_id` came from `origin`."""
     return {
@@ -643,20 +646,23 @@ class HistoryStore:
             if conv_id is None:
                 return None
             in_conv = messages.c.conversation_id == conv_id
-            # Newest first along (conversation_id, seq): a recent message is found at once.
-            seq = await conn.scalar(
-                sa.select(messages.c.seq)
-                .join(origins, origins.c.message_id == messages.c.id)
-                .where(
-                    in_conv,
-                    messages.c.role == Role.USER.value,
-                    origins.c.channel == asked.channel,
-                    origins.c.chat_id == asked.chat_id,
-                    origins.c.channel_message_id == asked.message_id,
-                )
-                .order_by(messages.c.seq.desc())
-                .limit(1)
+            asked_here = sa.select(messages.c.seq).join(
+                origins, origins.c.message_id == messages.c.id
             )
+            asked_here = asked_here.where(
+                in_conv,
+                messages.c.role == Role.USER.value,
+                origins.c.channel == asked.channel,
+                origins.c.chat_id == asked.chat_id,
+                origins.c.channel_message_id == asked.message_id,
+            )
+            # Nearly always among the newest messages (the answer was just sent): those
+            # are looked at first, the whole conversation only when it is not there.
+            newest = await conn.scalar(sa.select(sa.func.max(messages.c.seq)).where(in_conv))
+            recent = asked_here.where(messages.c.seq > (newest or 0) - RECENT_TURN_MESSAGES)
+            seq = await conn.scalar(recent.order_by(messages.c.seq.desc()).limit(1))
+            if seq is None:
+                seq = await conn.scalar(asked_here.order_by(messages.c.seq.desc()).limit(1))
             if seq is None:
                 return None
             after = await conn.scalar(

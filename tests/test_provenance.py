@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory import provenance
+from memory import history, provenance
 from memory.citations import cite
 from memory.db import write_transaction
 from memory.delegated_recall import Answer, Item
@@ -149,12 +149,15 @@ async def test_origins_are_stored_read_in_scope_exported_imported_and_forgotten(
     assert int(said) not in left and len(left) == 1  # the imported copy's
 
 
+@pytest.mark.parametrize("recent", [history.RECENT_TURN_MESSAGES, 1])
 async def test_an_answer_is_read_back_by_its_question_s_origin_and_linked_once_in_scope(
-    engine: AsyncEngine,
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, recent: int
 ) -> None:
     """`answered_turn` and `add_origin` (memory.capabilities.AnswerOrigins) on the shared
     history: a turn ends at the next user message; a turn without a stored answer, or
-    another session's, is not found; an answer's origin is written once, in scope."""
+    another session's, is not found; an answer's origin is written once, in scope. (1: the
+    message answered is not among the newest, so the whole conversation is looked at.)"""
+    monkeypatch.setattr(history, "RECENT_TURN_MESSAGES", recent)
     store = HistoryStore(engine)
     ana, bob = Session("t:ana", "bot", 1, "telegram"), Session("t:bob", "bot", 2, "telegram")
     asked, later, failed = (Origin("telegram", 5, n) for n in (10, 12, 14))
