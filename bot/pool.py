@@ -45,6 +45,7 @@ from bot.turns import (
     Turns,
     memory_tools,
 )
+from memory import origins, provenance
 from memory.errors import SessionArchived
 from memory.types import CompactionResult, Origin, Session
 
@@ -225,6 +226,20 @@ class Pool:
                 if await self._rotation.archived(session):
                     return None
                 return await self._turns.last_answer(session)
+
+    async def answered(self, session: Session, asked: Origin) -> Reply | None:
+        """The stored answer to the message received from `asked`, its sources found
+        again from its turn (memory.provenance's `answered`): for a channel sending it
+        again after a restart. None when it cannot be read back that way."""
+        with bind_session(session):
+            found = await provenance.answered(self.provider, session, asked)
+        return None if found is None else Reply(found.text, sources=found.sources)
+
+    async def answer_sent(self, session: Session, asked: Origin, sent: Origin) -> bool:
+        """The stored answer to the message from `asked` went out as `sent`: recorded as
+        its origin (memory.origins' `answer_sent`); False when nothing was recorded."""
+        with bind_session(session):
+            return await origins.answer_sent(self.provider, session, asked, sent)
 
     # --- compaction ------------------------------------------------------------------
 

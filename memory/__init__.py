@@ -43,6 +43,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "memory.capabilities": (
         "CAPABILITIES",
+        "AnswerOrigins",
         "ChangelogReader",
         "ChangelogWriter",
         "Compactor",
@@ -130,6 +131,7 @@ if TYPE_CHECKING:  # static re-exports for type checkers and IDEs
     from memory.append_hook import AppendHook  # noqa: F401
     from memory.capabilities import (  # noqa: F401
         CAPABILITIES,
+        AnswerOrigins,
         ChangelogReader,
         ChangelogWriter,
         Compactor,

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from memory.forgetting import Dependents, ErasureReport, ForgetReport, Owner
-    from memory.history import FoundMessage
+    from memory.history import AnsweredTurn, FoundMessage
 
 from memory.types import (
     ChangeEntry,
@@ -59,6 +59,7 @@ from memory.types import (
     NoteEntry,
     NoteHit,
     NoteKind,
+    Origin,
     SearchQuery,
     SearchResult,
     Session,
@@ -155,6 +156,19 @@ class MessageReader(Protocol):
     user and agent); `NotFound` otherwise."""
 
     async def read_message(self, session: Session, message_id: str) -> FoundMessage: ...
+
+
+@runtime_checkable
+class AnswerOrigins(Protocol):
+    """Where a channel sent a stored answer (memory/origins.py), so a cited answer of
+    the bot links to it as a user's message does. The channel knows the message it
+    answered (the user message's origin), not the stored answer's id: `answered_turn`
+    reads that turn back, within `session`'s conversation; `add_origin` records where
+    its answer went out (the first Telegram message of it), once."""
+
+    async def answered_turn(self, session: Session, asked: Origin) -> AnsweredTurn | None: ...
+
+    async def add_origin(self, session: Session, message_id: str, origin: Origin) -> bool: ...
 
 
 @runtime_checkable
@@ -351,6 +365,7 @@ CAPABILITIES: dict[str, type] = {
     "Searcher": Searcher,
     "Explorer": Explorer,
     "MessageReader": MessageReader,
+    "AnswerOrigins": AnswerOrigins,
     "ProfileStore": ProfileStore,
     "ConstraintStore": ConstraintStore,
     "VersionedProfileStore": VersionedProfileStore,

@@ -36,6 +36,7 @@ from memory.types import (
     ListOptions,
     Message,
     Origin,
+    Role,
     Session,
     SessionInfo,
     ToolCall,
@@ -76,6 +77,29 @@ class SessionCounter(Protocol):
     capability plugins must offer: a listing falls back to `stats` per session."""
 
     async def list_counts(self, opts: ListOptions) -> list[SessionCounts]: ...
+
+
+RECENT_TURN_MESSAGES = 200  # where `answered_turn` looks first for the message answered
+
+
+def origin_values(message_id: int, origin: Origin) -> dict[str, Any]:
+    """The `message_origins` row saying message `message_id` came from `origin`."""
+    return {
+        "message_id": message_id,
+        "channel": origin.channel,
+        "chat_id": origin.chat_id,
+        "channel_message_id": origin.message_id,
+        "thread_id": origin.thread_id,
+    }
+
+
+@dataclass(frozen=True)
+class AnsweredTurn:
+    """A stored turn read back by where its user message came from (`answered_turn`):
+    its messages, user message first, and the id of its final answer."""
+
+    answer_id: str
+    messages: list[Message]
 
 
 @dataclass(frozen=True)
@@ -360,13 +384,7 @@ class HistoryStore:
         if part_rows:
             await conn.execute(sa.insert(parts), part_rows)
         origin_rows = [
-            {
-                "message_id": msg_id,
-                "channel": o.channel,
-                "chat_id": o.chat_id,
-                "channel_message_id": o.message_id,
-                "thread_id": o.thread_id,
-            }
+            origin_values(msg_id, o)
             for msg_id, raw in zip(ids, msgs, strict=True)
             if (o := raw.origin) is not None
         ]
@@ -618,9 +636,76 @@ class HistoryStore:
             )
         return FoundMessage(self._info(row), row["seq"], msg, origin)
 
+    async def answered_turn(self, session: Session, asked: Origin) -> AnsweredTurn | None:
+        """The stored turn that answered the message received from `asked` in
+        `session`'s conversation (the newest such message): its messages from that user
+        message on, up to the next user message, and its final answer's id. None when
+        the message is not there (forgotten, another session's) or has no stored answer."""
+        async with self.engine.connect() as conn:
+            conv_id = await self.conversation_id(session.id, conn)
+            if conv_id is None:
+                return None
+            in_conv = messages.c.conversation_id == conv_id
+            asked_here = sa.select(messages.c.seq).join(
+                origins, origins.c.message_id == messages.c.id
+            )
+            asked_here = asked_here.where(
+                in_conv,
+                messages.c.role == Role.USER.value,
+                origins.c.channel == asked.channel,
+                origins.c.chat_id == asked.chat_id,
+                origins.c.channel_message_id == asked.message_id,
+            )
+            # Nearly always among the newest messages (the answer was just sent): those
+            # are looked at first, the whole conversation only when it is not there.
+            newest = await conn.scalar(sa.select(sa.func.max(messages.c.seq)).where(in_conv))
+            recent = asked_here.where(messages.c.seq > (newest or 0) - RECENT_TURN_MESSAGES)
+            seq = await conn.scalar(recent.order_by(messages.c.seq.desc()).limit(1))
+            if seq is None:
+                seq = await conn.scalar(asked_here.order_by(messages.c.seq.desc()).limit(1))
+            if seq is None:
+                return None
+            after = await conn.scalar(
+                sa.select(sa.func.min(messages.c.seq)).where(
+                    in_conv, messages.c.seq > seq, messages.c.role == Role.USER.value
+                )
+            )
+            span = sa.and_(in_conv, messages.c.seq >= seq)
+            if after is not None:
+                span = sa.and_(span, messages.c.seq < after)
+            rows = await self.load_messages(conn, span)
+        if not rows:
+            return None
+        last, final = rows[-1]
+        if final.role != Role.ASSISTANT or final.tool_calls:
+            return None  # the model failed: nothing of the turn's answer was stored
+        return AnsweredTurn(str(last.id), [m for _, m in rows])
+
+    async def add_origin(self, session: Session, message_id: str, origin: Origin) -> bool:
+        """Record where message `message_id` of `session`'s conversation went out (a
+        channel's sent answer) unless it has an origin already; False when nothing was
+        written (not the session's message, or one already there)."""
+        if not message_id.isdigit() or len(message_id) > 18:
+            return False
+        async with write_transaction(self.engine) as conn:
+            owned = await conn.scalar(
+                sa.select(messages.c.id)
+                .join(conversations, conversations.c.id == messages.c.conversation_id)
+                .where(messages.c.id == int(message_id), conversations.c.session_id == session.id)
+            )
+            if owned is None:
+                return False
+            written = await conn.scalar(
+                conflict_insert(conn, origins)
+                .values(origin_values(owned, origin))
+                .on_conflict_do_nothing()
+                .returning(origins.c.message_id)
+            )
+        return written is not None
+
 
 class SessionHistory:
-    """`SessionManager` and `MessageReader` for providers that keep a
+    """`SessionManager`, `MessageReader` and `AnswerOrigins` for providers that keep a
     `self.history: HistoryStore`."""
 
     history: HistoryStore
@@ -642,3 +727,9 @@ class SessionHistory:
 
     async def load_recent(self, session_id: str, limit: int) -> list[Message]:
         return await self.history.load_recent(session_id, limit)
+
+    async def answered_turn(self, session: Session, asked: Origin) -> AnsweredTurn | None:
+        return await self.history.answered_turn(session, asked)
+
+    async def add_origin(self, session: Session, message_id: str, origin: Origin) -> bool:
+        return await self.history.add_origin(session, message_id, origin)

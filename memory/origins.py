@@ -9,11 +9,22 @@ is the chat id without its `-100` prefix; a link opens only for members, which i
 what a group's memory is for. A private chat or a basic group has no link: a channel
 shows such a source as a reply quoting the original (same chat) or by its date and
 first words (`bot/telegram/sources.py`).
+
+The bot's own answers get an origin too, once the channel has sent them (`answer_sent`:
+the first message of an answer split in several), so a cited answer of the bot and
+`/memory show` of it link like a user's message. The answer is stored before it is
+sent, so the channel names the message it answered and the stored turn is read back
+from that (`AnswerOrigins.answered_turn`): no id travels with the answer, and an answer
+sent late (after flood control, after a restart) is linked the same way.
 """
 
 from __future__ import annotations
 
-from memory.types import Origin
+from typing import Any
+
+from memory.capabilities import AnswerOrigins
+from memory.tracing import unwrap
+from memory.types import Origin, Session
 
 TELEGRAM = "telegram"
 _SUPERGROUP_PREFIX = "-100"
@@ -34,3 +45,13 @@ def link(origin: Origin | None) -> str | None:
 def same_chat(origin: Origin | None, channel: str, chat_id: int) -> bool:
     """Whether the original is in chat `chat_id` of `channel` (so a reply can quote it)."""
     return origin is not None and origin.channel == channel and origin.chat_id == chat_id
+
+
+async def answer_sent(provider: Any, session: Session, asked: Origin, sent: Origin) -> bool:
+    """Record that the stored answer to the message received from `asked` went out as
+    `sent` (module doc); False when the provider keeps no origins, the answer is not
+    stored in `session`, or it has its origin already."""
+    if not isinstance(unwrap(provider), AnswerOrigins):
+        return False
+    turn = await provider.answered_turn(session, asked)
+    return turn is not None and await provider.add_origin(session, turn.answer_id, sent)

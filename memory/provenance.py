@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from memory.capabilities import Explorer, MessageReader, NoteStore
+from memory.capabilities import AnswerOrigins, Explorer, MessageReader, NoteStore
 from memory.citations import cite
 from memory.errors import MemoryError_
 from memory.forgetting import first_words
@@ -176,6 +176,19 @@ async def _lookup(provider: Any, session: Session, ref: Ref) -> Source | None:
     except MemoryError_:  # NotFound among them: not the caller's, or gone
         return None
     return None
+
+
+async def answered(provider: Any, session: Session, asked: Origin) -> Cited | None:
+    """The stored answer to the message received from `asked` (memory/origins.py) with
+    its sources found again from its turn, as `cited` found them when it was first
+    shown: for an answer sent again later (after a restart). None when the provider
+    cannot read a turn back by origin or the message has no stored answer."""
+    if not isinstance(unwrap(provider), AnswerOrigins):
+        return None
+    turn = await provider.answered_turn(session, asked)
+    if turn is None:
+        return None
+    return await cited(provider, session, turn.messages, turn.messages[-1].content)
 
 
 def plain_sources(sources: Sequence[Source]) -> str:

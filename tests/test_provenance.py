@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory import provenance
+from memory import history, provenance
 from memory.citations import cite
 from memory.db import write_transaction
 from memory.delegated_recall import Answer, Item
@@ -147,6 +147,43 @@ async def test_origins_are_stored_read_in_scope_exported_imported_and_forgotten(
     async with engine.connect() as conn:
         left = (await conn.execute(sa.select(origins.c.message_id))).scalars().all()
     assert int(said) not in left and len(left) == 1  # the imported copy's
+
+
+@pytest.mark.parametrize("recent", [history.RECENT_TURN_MESSAGES, 1])
+async def test_an_answer_is_read_back_by_its_question_s_origin_and_linked_once_in_scope(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, recent: int
+) -> None:
+    """`answered_turn` and `add_origin` (memory.capabilities.AnswerOrigins) on the shared
+    history: a turn ends at the next user message; a turn without a stored answer, or
+    another session's, is not found; an answer's origin is written once, in scope. (1: the
+    message answered is not among the newest, so the whole conversation is looked at.)"""
+    monkeypatch.setattr(history, "RECENT_TURN_MESSAGES", recent)
+    store = HistoryStore(engine)
+    ana, bob = Session("t:ana", "bot", 1, "telegram"), Session("t:bob", "bot", 2, "telegram")
+    asked, later, failed = (Origin("telegram", 5, n) for n in (10, 12, 14))
+    searched = [ToolCall("c1", "memory", '{"action": "search", "text": "tea"}')]
+    stored = await store.append(
+        ana,
+        Message("user", "tea?", origin=asked),
+        Message("assistant", tool_calls=searched),
+        Message("tool", "[message 1] tea", tool_call_id="c1", name="memory"),
+        Message("assistant", "green [1]"),
+    )
+    await store.append(ana, Message("user", "coffee?", origin=later), Message("assistant", "no"))
+    await store.append(ana, Message("user", "cake?", origin=failed))  # the model failed
+    turn = await store.answered_turn(ana, asked)
+    assert turn is not None and turn.answer_id == str(stored[-1].id)
+    assert [m.content for m in turn.messages] == ["tea?", "", "[message 1] tea", "green [1]"]
+    assert turn.messages[1].tool_calls == searched
+    assert await store.answered_turn(ana, failed) is None
+    assert await store.answered_turn(bob, asked) is None  # another session's question
+
+    sent = Origin("telegram", 5, 11)
+    assert not await store.add_origin(bob, turn.answer_id, sent)  # not bob's answer
+    assert not await store.add_origin(ana, "11; drop", sent)
+    assert await store.add_origin(ana, turn.answer_id, sent)
+    assert not await store.add_origin(ana, turn.answer_id, Origin("telegram", 5, 99))
+    assert (await store.read_message(ana, turn.answer_id)).origin == sent
 
 
 class _Shared(SessionHistory):

@@ -10,7 +10,9 @@ Decisions (README "Telegram" repeats them for operators):
 - Each stored message keeps its origin (chat, message and topic ids; memory/origins.py).
   An answer citing what the memory tool returned ends with its sources
   (bot/telegram/sources.py): links in a supergroup; in a private chat a reply quoting
-  the first cited message, and each source's date and first words.
+  the first cited message, and each source's date and first words. Once Telegram has
+  taken an answer, its first message becomes the stored answer's origin, so the bot's
+  own answers link too; an answer sent after a restart has its sources found again.
 - Commands: /start /help /new /compact /memory, answered in one plain-text message. An
   unknown command gets a short help line (in a group only when addressed to this bot by
   `/cmd@bot`, since plain `/cmd` may be meant for another bot).
@@ -94,7 +96,7 @@ from telegram.ext import (
 from bot.commands import COMMANDS, command_parts, handle_command
 from bot.config import Settings
 from bot.images import Image
-from bot.pool import Pool
+from bot.pool import Pool, Reply
 from bot.session_binding import bind_session
 from bot.telegram import sources
 from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
@@ -432,6 +434,7 @@ class TelegramChannel:
         # A chat under flood control (or owed earlier answers) gets no streaming and no
         # "typing…": Telegram takes nothing there now, and the answer queues behind.
         quiet = self.outbox.owes(place.chat_id)
+        asked = Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id)
         async with contextlib.nullcontext() if quiet else typing(context.bot, target):
             try:
                 reply = await self.pool.chat(
@@ -440,7 +443,7 @@ class TelegramChannel:
                     on_delta=None if quiet else stream.on_delta,
                     receipt=receipt,
                     images=images,
-                    origin=Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id),
+                    origin=asked,
                 )
                 answer, failed, cited = reply.text, reply.error, reply.sources
             except Exception:  # the pool reports its own failures; this is a bug
@@ -456,6 +459,34 @@ class TelegramChannel:
             return
         if failed and receipt is not None:
             await receipt.gave_up()
+        await self._show(
+            context.bot,
+            update.update_id,
+            Reply(answer, error=failed, sources=cited),
+            stream,
+            receipt,
+            place=place,
+            asked=asked,
+            session=session,
+        )
+
+    async def _show(
+        self,
+        bot: Bot,
+        update_id: int,
+        reply: Reply,
+        stream: ReplyStream,
+        receipt: UpdateReceipt | None,
+        *,
+        place: Place,
+        asked: Origin,
+        session: Session,
+    ) -> None:
+        """Show a turn's `reply` (to the message from `asked`) with its sources, now or
+        through the outbox; once shown, its sources apart if they must follow on their
+        own, and where it went is recorded (bot/telegram/sources.py)."""
+        answer, failed, cited = reply.text, reply.error, reply.sources
+        target = stream.target
         footer = sources.footer(cited)
         private = footer and not place.is_group  # a group's answer replies to its question
         quote = sources.quoted(cited, place.chat_id) if private else None
@@ -468,22 +499,34 @@ class TelegramChannel:
         # Stored, so never lost: what Telegram does not take now is owed, marked so a
         # restart sends it, and shown later by the outbox (bot.telegram.outbox).
         marks = receipt is not None and not failed
+
+        async def after() -> None:  # the answer is shown: its sources apart, its origin
+            if apart and quote is not None:
+                with contextlib.suppress(TelegramError):  # the answer is shown; this is extra
+                    await send_plain_reply(
+                        bot, dataclasses.replace(target, reply_to=quote), footer.strip()
+                    )
+            if not failed:
+                await sources.record_sent(self.pool, session, asked, stream)
+
+        async def late() -> None:  # the outbox delivered it
+            if marks and receipt is not None:
+                await receipt.delivered()
+            await after()
+
         shown = await finish_or_owe(
             self.outbox,
             stream,
             answer,
-            what=f"the answer to update {update.update_id}",
-            quote=message.message_id,
+            what=f"the answer to update {update_id}",
+            quote=asked.message_id,
             mark=receipt.undelivered if marks and receipt else None,
-            late=receipt.delivered if marks and receipt else None,
+            late=late,
         )
-        if shown and receipt is not None:
-            receipt.answered()
-        if shown and apart and quote is not None:
-            with contextlib.suppress(TelegramError):  # the answer is shown; this is extra
-                await send_plain_reply(
-                    context.bot, dataclasses.replace(target, reply_to=quote), footer.strip()
-                )
+        if shown:
+            if receipt is not None:
+                receipt.answered()
+            await after()
 
     async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         admitted = await self._admit(update, context, command=True)

@@ -20,6 +20,12 @@ saw it. Only that explicit mark sends it: a row still marked merely because the 
 batch had not cleared it yet before a crash had its answer sent. If Telegram still
 holds the chat under flood control, the outbox sends it once allowed.
 
+A stored answer sent again carries the sources it had when first computed: they are found
+again from its stored turn, read back by where its question came from
+(`Pool.answered`; the row's own text is the fallback, and may lack them: an answer
+whose sources followed on their own, or a row with no text). Each answer sent is
+linked to its first Telegram message (`sources.record_sent`).
+
 Rows marked before revision bot_0006 carry no text: the latest answer is read back
 (`Pool.stored_answer`) and sent only while its message is still the conversation's
 latest (not after the user wrote again, nor after a /new).
@@ -47,7 +53,7 @@ from bot.telegram.handled import HandledUpdates, PendingReply
 from bot.telegram.outbox import Outbox, finish_or_owe
 from bot.telegram.replies import EditPacer, ReplyStream, typing
 from bot.telegram.sessions import CHANNEL
-from memory.types import Session, utcnow
+from memory.types import Origin, Session, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +111,9 @@ class OwedAnswers:
             for row in rows:
                 if row.undelivered and row.answer is not None:
                     sent |= await self._send(
+                        session,
                         row,
-                        row.answer,
+                        await self._again(session, row) or row.answer,
                         self._stream(row),
                         mark=None,
                         what="a stored answer Telegram did not take",
@@ -119,6 +126,7 @@ class OwedAnswers:
                 reply = await self.pool.resume(session, on_delta=None if quiet else stream.on_delta)
             if reply is not None:  # stored now (unless an apology): owed like any answer
                 sent |= await self._send(
+                    session,
                     last,
                     reply.text + sources.footer(reply.sources),
                     stream,
@@ -130,6 +138,7 @@ class OwedAnswers:
                 answer = await self._stored_answer(session, last)
                 if answer is not None:
                     sent |= await self._send(
+                        session,
                         last,
                         answer,
                         stream,
@@ -154,6 +163,7 @@ class OwedAnswers:
 
     async def _send(
         self,
+        session: Session,
         row: PendingReply,
         answer: str,
         stream: ReplyStream,
@@ -162,20 +172,33 @@ class OwedAnswers:
         mark: Callable[[str], Awaitable[None]] | None,
     ) -> bool:
         """Show `answer` to `row`'s message now or through the outbox; its row is
-        settled once it went."""
+        settled once it went, and the stored answer linked to where it went."""
 
         async def settle() -> None:
             await self.handled.settle([row.update_id])
+            await sources.record_sent(self.pool, session, _asked(row), stream)
 
         if await finish_or_owe(self.outbox, stream, answer, what=what, mark=mark, late=settle):
             await settle()
             log.info("sent %s (session %s)", what, row.session_id)
         return True
 
+    async def _again(self, session: Session, row: PendingReply) -> str | None:
+        """The stored answer to `row`'s message with the sources it had when first shown,
+        found again from its stored turn (memory.provenance's `answered`): the row's own
+        text may lack them (an answer whose sources followed on their own, or a row
+        marked before they existed). None when the turn cannot be read back."""
+        try:
+            found = await self.pool.answered(session, _asked(row))
+        except Exception as exc:  # the row's own text is sent instead
+            log.warning("could not read back the answer of session %s: %s", session.id, exc)
+            return None
+        return None if found is None else found.text + sources.footer(found.sources)
+
     async def _stored_answer(self, session: Session, row: PendingReply) -> str | None:
         """The latest answer read back from the history, unless the user wrote since
         (rows marked before revision bot_0006 carry no text of their own)."""
-        answer = await self.pool.stored_answer(session)
+        answer = await self._again(session, row) or await self.pool.stored_answer(session)
         # Checked after the read: a message stored since would be the latest turn.
         if answer is None or await self.handled.latest_turn(session.id) != row.update_id:
             log.info(
@@ -184,3 +207,8 @@ class OwedAnswers:
             )
             return None
         return answer
+
+
+def _asked(row: PendingReply) -> Origin:
+    """Where the message `row` answers came from (as the handler stored it)."""
+    return Origin(CHANNEL, row.chat_id, row.message_id, row.thread_id)

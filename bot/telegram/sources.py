@@ -7,15 +7,29 @@ the date and first words. In a private chat the answer is also sent as a reply q
 its first cited message when that message is in this chat; an answer already shown
 while it streamed cannot become a reply, so its sources then follow as a message of
 their own quoting the original (bot/telegram/handlers.py).
+
+Once Telegram has taken an answer (at once, from the outbox, or after a restart), its
+first message is recorded as the stored answer's origin (`record_sent`), so the bot's
+own answer, cited later or opened with `/memory show`, links like a user's message.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from bot.telegram.replies import ReplyStream
+from bot.telegram.sessions import CHANNEL
 from memory import origins
 from memory.provenance import Source
+from memory.types import Origin, Session
+
+if TYPE_CHECKING:
+    from bot.pool import Pool
+
+log = logging.getLogger(__name__)
 
 _MARKUP = re.compile(r"[*_`\[\]~|>]+")  # Markdown markers a quoted message must not bring
 
@@ -51,3 +65,17 @@ def quoted(sources: Sequence[Source], chat_id: int) -> int | None:
             assert s.origin is not None
             return s.origin.message_id
     return None
+
+
+async def record_sent(pool: Pool, session: Session, asked: Origin, stream: ReplyStream) -> None:
+    """The answer to the message from `asked`, shown through `stream`, went out as the
+    stream's first message: recorded as its origin (module doc). Best effort: the
+    answer is shown; a failure only leaves it without a link."""
+    if not stream.message_ids:
+        return
+    target = stream.target
+    sent = Origin(CHANNEL, target.chat_id, stream.message_ids[0], target.thread_id)
+    try:
+        await pool.answer_sent(session, asked, sent)
+    except Exception as exc:
+        log.warning("could not record where the answer of %s was sent: %s", session.id, exc)

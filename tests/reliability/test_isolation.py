@@ -5,6 +5,7 @@ allowed leaves no rows. (Secrets in logs: test_logs.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -205,7 +206,13 @@ async def test_disallowed_user_leaves_no_rows(
     async with live_bot(tmp_path, tg, llm, telegram={"allowed_ids": [ALICE]}) as bot:
         alice = tg.private(ALICE)
         assert "echo: hi" in await ask(tg, alice, "hi")
-        before = await table_counts(bot.engine)
+        # The turn's last write: once sent, the answer is linked to its Telegram message.
+        for _ in range(200):
+            before = await table_counts(bot.engine)
+            if before["message_origins"] == 2:  # her message's and her answer's
+                break
+            await asyncio.sleep(0.05)
+        assert before["message_origins"] == 2, before
         files_before = _files(Path(bot.settings.data_dir))
         mallory = tg.private(MALLORY)
         group = tg.group(GROUP)

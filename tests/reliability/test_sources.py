@@ -14,17 +14,24 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from bot.telegram.handled import telegram_updates
+from memory.db import write_transaction
 from memory.history import origins
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, Response, text
 from tests.fakes.telegram_server import Chat, FakeTelegram, User
 from tests.reliability.conftest import ask
 from tests.reliability.harness import live_bot, scripted, tool_text
+from tests.telegram.harness import answer_origins
+from tests.telegram.test_resume import until_undelivered
 
 PROVIDERS = ["simple", "lcm"]
 ALICE, BOB = 42, 43
 GROUP = -1001234567  # a supergroup: Telegram's internal id is 1234567
 PLANTED = "my locker code is PLATYPUS-7731"
+ON_BOTH_DATABASES = pytest.mark.parametrize(
+    "db_kind", [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 
 
 class CitingModel:
@@ -64,9 +71,7 @@ async def _plant_and_compact(
     return planted, int(sent["message_id"])
 
 
-@pytest.mark.parametrize(
-    "db_kind", [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
-)
+@ON_BOTH_DATABASES
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_answer_cites_the_planted_message_after_compactions_and_a_restart(
     provider: str, db_kind: str, tg: FakeTelegram, tmp_path: Path
@@ -183,3 +188,111 @@ async def test_a_streamed_private_answer_quotes_its_source_in_a_reply_of_its_own
         assert answer.text.startswith("Your locker code is PLATYPUS-7731 [1]"), answer.text
         assert answer.edits and answer.reply_to is None and "Sources" not in answer.text
         assert source.reply_to == sent["message_id"] and source.text.startswith("Sources:")
+
+
+# --- the bot's own answers: where they went, and sent again after a restart ------------
+
+LONG_WAIT = 120  # flood control far beyond what a handler waits: the answer is owed
+
+
+@ON_BOTH_DATABASES
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_the_bot_s_own_answer_links_to_where_it_was_sent(
+    provider: str, db_kind: str, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """The stored answer's origin is the Telegram message it went out as (the first of a
+    long answer's messages), so citing it or `/memory show` of it links like a user's."""
+    model = CitingModel()
+    group, member = tg.group(GROUP, "Team"), User(ALICE, "Alice")
+    alice = tg.private(ALICE, "Alice")
+    async with (
+        FakeOpenAI(model) as llm,
+        live_bot(
+            tmp_path, tg, llm, provider=provider, db_kind=db_kind, telegram={"group_mode": "always"}
+        ) as bot,
+    ):
+        echoed = await ask(tg, group, PLANTED, user=member)
+        first = tg.bot_messages(GROUP)[-1]
+        assert first.text == echoed and "PLATYPUS" in echoed, echoed
+        [(answer_id, sent_as)] = (await answer_origins(bot.engine, GROUP, 1)).items()
+        assert sent_as == first.message_id
+        link = f"https://t.me/c/1234567/{first.message_id}"
+        shown = await ask(tg, group, f"/memory show {answer_id}", user=member)
+        assert "echo: [Alice] my locker code" in shown and link in shown, shown
+
+        # A later answer citing the bot's earlier answer links to it.
+        search = tool_text({"action": "search", "text": "locker code PLATYPUS"})
+        await ask(tg, group, search, user=member)
+        assert answer_id in model.found, model.found
+        reply = tg.bot_messages(GROUP)[-1]
+        links = [e.get("url") for e in reply.entities if e.get("type") == "text_link"]
+        assert link in links, (reply.text, links)
+
+        # A long answer, split in several messages, is linked to its first.
+        before = len(tg.bot_messages(ALICE))
+        alice.send("PLATYPUS " * 600)  # echoed: over Telegram's 4096 characters
+        await tg.wait_for(lambda: len(tg.bot_messages(ALICE)) >= before + 2)
+        parts = tg.bot_messages(ALICE)[before:]
+        [sent_as] = (await answer_origins(bot.engine, ALICE, 1)).values()
+        assert sent_as == parts[0].message_id != parts[1].message_id
+
+
+@ON_BOTH_DATABASES
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_an_answer_sent_after_a_restart_keeps_its_sources_and_gets_its_link(
+    provider: str, db_kind: str, tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """An answer Telegram did not take (flood control outlasting the run) is sent at the
+    next start with the sources it had, found again from its stored turn, and linked to
+    where it went then."""
+    model = CitingModel()
+    group, member = tg.group(GROUP, "Team"), User(ALICE, "Alice")
+    sections: dict[str, Any] = {"telegram": {"group_mode": "always"}}
+    async with FakeOpenAI(model) as llm, temp_database_url(db_kind, tmp_path) as url:
+        run = {"provider": provider, "db_url": url, "record_updates": True, **sections}
+        async with live_bot(tmp_path, tg, llm, **run) as bot:
+            planted = group.send(PLANTED, user=member)
+            await tg.wait_for_message(GROUP, contains="PLATYPUS")
+            await answer_origins(bot.engine, GROUP, 1)
+            tg.flood(LONG_WAIT, chat_id=GROUP)
+            group.send(tool_text({"action": "search", "text": "PLATYPUS"}), user=member)
+            await until_undelivered(bot.services)
+        tg.end_flood()
+        async with live_bot(tmp_path, tg, llm, **run) as bot:
+            reply = await tg.wait_for_message(GROUP, contains="Your locker code", within=15)
+            links = [e.get("url") for e in reply.entities if e.get("type") == "text_link"]
+            assert f"https://t.me/c/1234567/{planted['message_id']}" in links, (reply.text, links)
+            assert reply.text.startswith("Your locker code is PLATYPUS-7731 [1]"), reply.text
+            sent = await answer_origins(bot.engine, GROUP, 2)
+            assert reply.message_id in sent.values(), (reply.message_id, sent)
+
+
+async def test_an_answer_marked_without_its_text_is_sent_with_its_sources(
+    tg: FakeTelegram, tmp_path: Path
+) -> None:
+    """A row marked before the answer's text was kept with it (revision bot_0006) is
+    sent from the history: numbered citations and their sources, as first computed,
+    never the raw ids the model wrote."""
+    model = CitingModel()
+    group, member = tg.group(GROUP, "Team"), User(ALICE, "Alice")
+    async with FakeOpenAI(model) as llm, temp_database_url("sqlite", tmp_path) as url:
+        run: dict[str, Any] = {
+            "provider": "lcm",
+            "db_url": url,
+            "record_updates": True,
+            "telegram": {"group_mode": "always"},
+        }
+        async with live_bot(tmp_path, tg, llm, **run) as bot:
+            planted = group.send(PLANTED, user=member)
+            await tg.wait_for_message(GROUP, contains="PLATYPUS")
+            tg.flood(LONG_WAIT, chat_id=GROUP)
+            group.send(tool_text({"action": "search", "text": "PLATYPUS"}), user=member)
+            await until_undelivered(bot.services)
+            async with write_transaction(bot.engine) as conn:
+                await conn.execute(sa.update(telegram_updates).values(answer=None))
+        tg.end_flood()
+        async with live_bot(tmp_path, tg, llm, **run):
+            reply = await tg.wait_for_message(GROUP, contains="Your locker code", within=15)
+    links = [e.get("url") for e in reply.entities if e.get("type") == "text_link"]
+    assert f"https://t.me/c/1234567/{planted['message_id']}" in links, (reply.text, links)
+    assert reply.text.startswith("Your locker code is PLATYPUS-7731 [1]"), reply.text

@@ -66,6 +66,7 @@ async def test_registered_with_every_capability(engine: AsyncEngine, tmp_path: P
         "EmbeddingSources",
         "Forgetter",
         "MessageReader",
+        "AnswerOrigins",
     }
     await provider.close()
     await provider.close()  # idempotent

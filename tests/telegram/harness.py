@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
 from telegram.ext import Application
 
 from bot.config import Settings
@@ -26,6 +28,7 @@ from bot.llm import LLMClient
 from bot.pool import Pool
 from bot.telegram.channel import build_application, running
 from memory.capabilities import ProviderContext, Summarizer
+from memory.history import messages, origins
 from memory.registry import create_provider
 from memory.summarizer import StaticSummarizer
 from memory.testing.databases import temp_engine
@@ -124,3 +127,21 @@ async def until_empty(read: Callable[[], Awaitable[Any]], within: float = 10.0) 
             return
         await asyncio.sleep(0.05)
     assert not (left := await read()), f"still there after {within} s: {left}"
+
+
+async def answer_origins(engine: AsyncEngine, chat_id: int, count: int = 1) -> dict[str, int]:
+    """Stored answer id -> the Telegram message it went out as, in `chat_id`, once `count`
+    answers have one (written after Telegram took the answer: polled)."""
+    query = (
+        sa.select(messages.c.id, origins.c.channel_message_id)
+        .join(origins, origins.c.message_id == messages.c.id)
+        .where(messages.c.role == "assistant", origins.c.chat_id == chat_id)
+    )
+    found: dict[str, int] = {}
+    for _ in range(200):
+        async with engine.connect() as conn:
+            found = {str(i): m for i, m in (await conn.execute(query)).all()}
+        if len(found) >= count:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not {count} answer origin(s) in chat {chat_id}: {found}")

@@ -19,7 +19,7 @@ from memory.db import create_engine, write_transaction
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text
 from tests.fakes.telegram_server import FakeTelegram, User
-from tests.telegram.harness import until_empty
+from tests.telegram.harness import answer_origins, until_empty
 from tests.telegram.test_polling import bot_on, user_texts
 
 
@@ -48,6 +48,8 @@ async def test_a_message_cut_off_by_a_stop_is_answered_at_the_next_start(
             reply = await tg.wait_for_message(41, contains="echo: what is the capital")
             assert reply.reply_to == sent["message_id"]  # says what it answers
             await until_empty(lambda: owed(services))
+            # Linked to where it went, as an answer given at once is (memory/origins.py).
+            assert list((await answer_origins(services.engine, 41)).values()) == [reply.message_id]
             assert await user_texts(services, 41) == ["what is the capital of Portugal?"]
 
         # Answered: a third start owes nothing and asks the model nothing.
