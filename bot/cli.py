@@ -92,6 +92,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     hashes one read from stdin (never from argv: shell history and `ps` would keep it)."""
     from bot.web.auth import hash_token, new_token
 
+    _settings(args)  # like every command: a bad config is said, not ignored
     if args.web_command == "token":
         token = new_token()
         print(f"token (give it to {args.name}; shown once, not stored): {token}")
@@ -463,10 +464,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     webp = add("web", "the web console's operator tokens (docs/OPERATIONS.md)", cmd_web)
     wsub = webp.add_subparsers(dest="web_command", metavar="ACTION", required=True)
-    tok = wsub.add_parser("token", help="make a new token and print its web.operators line")
+    helptext = "make a new token and print its web.operators line"
+    tok = wsub.add_parser("token", help=helptext, description=helptext, parents=[common])
     tok.add_argument("--name", required=True, help="the operator's name")
     tok.add_argument("--role", choices=["viewer", "operator"], default="viewer")
-    wsub.add_parser("hash-token", help="print the SHA-256 of a token read from stdin")
+    helptext = "print the SHA-256 of a token read from stdin"
+    wsub.add_parser("hash-token", help=helptext, description=helptext, parents=[common])
     return parser
 
 

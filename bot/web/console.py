@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ HEADERS = {
 }
 LOGIN: web.RequestKey[Login | None] = web.RequestKey("login")
 FORM: web.RequestKey[Any] = web.RequestKey("form")
-PUBLIC = {"/login", "/static/console.css"}
+PUBLIC = {"/login", "/favicon.ico"}  # and /static/
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -157,7 +158,11 @@ class Console:
     ) -> web.Response:
         import secrets
 
-        nonce = secrets.token_hex(16)
+        # Kept while the form is open: a second tab (or the browser's favicon request)
+        # must not make the first form's token stale.
+        nonce = request.cookies.get(PRE_COOKIE, "")
+        if not re.fullmatch(r"[0-9a-f]{32}", nonce):
+            nonce = secrets.token_hex(16)
         response = self._page(
             request,
             "login.html",
@@ -395,7 +400,8 @@ class Console:
         )
 
     async def rollback(self, request: web.Request) -> web.StreamResponse:
-        login: Login = request[LOGIN]
+        login = request[LOGIN]
+        assert login is not None  # the guard lets no anonymous request reach a page
         if not login.can_write:
             log.warning("web console: viewer %s tried a rollback", login.name)
             return self._page(

@@ -79,10 +79,9 @@ async def assembled_context(
     budget leaves after it (tools and calibration aside: the bot's own estimate)."""
     inner = unwrap(provider)
     version = await snapshot_of(engine, session.id)
-    if not isinstance(inner, SessionSnapshotStore) or version is None:
-        view = await read_memory(inner, session, None)
-    else:
-        view = await read_memory(inner, session, version)
+    if not isinstance(inner, SessionSnapshotStore):
+        version = None
+    view = await read_memory(inner, session, version)
     system = build_system_prompt(settings.agent.system_prompt, view)
     system_tokens = estimate_tokens(system)
     budget = max(256, settings.memory.budget_tokens - system_tokens)

@@ -27,14 +27,15 @@ class Servers:
             await server.stop()
 
 
-async def start_http(settings: Settings, engine: Any, provider: Any, **info: Any) -> Servers | None:
-    """The health endpoint and the console as configured; None when neither is on."""
+async def start_http(settings: Settings, engine: Any, memory: Any, **info: Any) -> Servers | None:
+    """The health endpoint and the console (over `memory`, the provider) as configured;
+    None when neither is on. `info` goes into `/healthz`."""
     health, web = settings.health, settings.web
     console = None
     if web.enabled:
         from bot.web.console import Console
 
-        console = Console(settings, engine, provider)
+        console = Console(settings, engine, memory)
         _warn(settings)
     shared = health.enabled and (health.listen, health.port) == (web.listen, web.port)
     servers: list[HealthServer] = []

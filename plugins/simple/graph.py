@@ -14,6 +14,8 @@ from memory.summary_graph import GraphNode, GraphNodeDetail, SummaryGraph
 from memory.types import as_utc
 from plugins.simple.markers import markers
 
+m2 = markers.alias("earlier")
+
 
 class SimpleGraph:
     """Mixin of the simple provider (which has `engine` and `history`)."""
@@ -22,13 +24,34 @@ class SimpleGraph:
     history: HistoryStore
 
     async def _marker_rows(self, session_id: str) -> tuple[list[sa.Row], int]:
+        """The markers, each with the time range of the messages it newly covers."""
         async with self.engine.connect() as conn:
             conv_id = await self.history.conversation_id(session_id, conn)
             if conv_id is None:
                 return [], 0
+            previous = (
+                sa.select(sa.func.coalesce(sa.func.max(m2.c.through_seq), 0))
+                .where(m2.c.conversation_id == conv_id, m2.c.id < markers.c.id)
+                .scalar_subquery()
+            )
+            covered = sa.and_(
+                messages.c.conversation_id == conv_id,
+                messages.c.seq > previous,
+                messages.c.seq <= markers.c.through_seq,
+            )
             rows = (
                 await conn.execute(
-                    sa.select(markers)
+                    sa.select(
+                        markers,
+                        sa.select(sa.func.min(messages.c.created_at))
+                        .where(covered)
+                        .scalar_subquery()
+                        .label("earliest_at"),
+                        sa.select(sa.func.max(messages.c.created_at))
+                        .where(covered)
+                        .scalar_subquery()
+                        .label("latest_at"),
+                    )
                     .where(markers.c.conversation_id == conv_id)
                     .order_by(markers.c.id)
                 )
@@ -48,8 +71,8 @@ class SimpleGraph:
                     kind="marker",
                     depth=0,
                     token_count=max(1, (len(r.summary) + 3) // 4),
-                    earliest_at=None,
-                    latest_at=as_utc(r.archived_at),
+                    earliest_at=as_utc(r.earliest_at),
+                    latest_at=as_utc(r.latest_at),
                     first_seq=first,
                     last_seq=r.through_seq,
                     descendant_count=r.messages_compacted,

@@ -7,7 +7,6 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-
 import aiohttp
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
