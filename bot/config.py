@@ -26,6 +26,7 @@ from pydantic import (
     create_model,
     field_serializer,
     field_validator,
+    model_validator,
 )
 
 from bot.config_yaml import ConfigYamlRefused, parse_config_yaml
@@ -442,6 +443,18 @@ class Settings(_Section):
     web: WebSettings = Field(default_factory=WebSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
+    @model_validator(mode="after")
+    def _one_server_per_port(self) -> Settings:
+        web, health = self.web, self.health
+        if web.enabled and health.enabled and web.port == health.port:
+            if web.listen != health.listen:
+                # Two sockets cannot take one port: say so here, not as "address in use".
+                raise ValueError(
+                    f"web.listen ({web.listen}) differs from health.listen ({health.listen}) "
+                    "on the same port: give web.port another port, or the same listen address"
+                )
+        return self
+
     def provider_config(self) -> dict[str, Any]:
         """The section handed to the provider factory, with the shared keep_tail and the
         automatic compaction's target."""
@@ -508,6 +521,8 @@ def _explain_one(error: Any, secrets: tuple[str, ...]) -> str:
     key = _where(error["loc"]) or "(top level)"
     kind, msg = error["type"], error["msg"]
     given = error.get("input")
+    if kind == "value_error" and not error["loc"]:  # a rule across sections names its keys
+        return str(msg.removeprefix("Value error, "))
     if kind == "extra_forbidden":
         return f"{key}: unknown key (check the spelling; see config.yaml for the known keys)"
     if kind.startswith("missing"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,8 @@ from memory.errors import InvalidArgument, MemoryError_, NotFound
 from memory.summary_graph import SummaryGraphReader
 from memory.tokens import message_tokens
 from memory.tracing import unwrap
-from memory.types import ListOptions, SearchMode, SearchQuery, SearchScope
+from memory.forgetting import ERASURE_SCOPE, FORGET_SCOPE
+from memory.types import ChangeSource, ListOptions, Scope, SearchMode, SearchQuery, SearchScope
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,7 @@ class Console:
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in ("/healthz", "/metrics"):
             return await handler(request)
+        started = time.perf_counter()
         try:
             response = await self._checked(request, handler)
         except web.HTTPException as exc:  # redirects and refusals get the headers too
@@ -99,6 +102,8 @@ class Console:
             raise
         for key, value in HEADERS.items():
             response.headers.setdefault(key, value)
+        # The page's server time, for the browser's dev tools and bench/web_pages.py.
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.1f}"
         return response
 
     async def _checked(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -455,6 +460,8 @@ class Console:
             rows=rows,
             f=f,
             keep=keep,
+            scopes=[s.value for s in Scope] + [FORGET_SCOPE, ERASURE_SCOPE],
+            sources=[s.value for s in ChangeSource],
             prev_url=_url("/changelog", keep, page=f.page - 1) if f.page > 1 else "",
             next_url=_url("/changelog", keep, page=f.page + 1) if more else "",
         )

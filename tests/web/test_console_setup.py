@@ -120,3 +120,12 @@ def test_cookies_end_with_the_token_or_the_operator() -> None:
     other_key = Gate(WebSettings.model_validate({"operators": [ann], "session_secret": "j" * 32}))
     assert other_key.read_session(cookie) is None
     assert gate.read_session(cookie.replace("operator", "operatox")) is None
+
+
+def test_one_port_cannot_listen_on_two_addresses(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("health: {enabled: true, listen: 0.0.0.0}\nweb: {enabled: true}\n")
+    with pytest.raises(ConfigError, match=r"web.listen \(127.0.0.1\) differs from health.listen"):
+        load_settings(path)
+    path.write_text("health: {enabled: true, listen: 0.0.0.0}\nweb: {enabled: true, port: 9465}\n")
+    assert load_settings(path).web.port == 9465
