@@ -47,7 +47,18 @@ from memory.types import ChangeSource, CompactionMode, Message, Session  # noqa:
 
 TOKEN = "bench-operator-token"
 LONG = Session("bench:long", "default", 42, "telegram")
-WORDS = "tea coffee aquarium river mountain lamp violin garden harbor pepper".split()
+WORDS = [
+    "tea",
+    "coffee",
+    "aquarium",
+    "river",
+    "mountain",
+    "lamp",
+    "violin",
+    "garden",
+    "harbor",
+    "pepper",
+]
 
 
 def settings_for(url: str, tmp: Path, provider: str) -> Settings:

@@ -446,13 +446,13 @@ class Settings(_Section):
     @model_validator(mode="after")
     def _one_server_per_port(self) -> Settings:
         web, health = self.web, self.health
-        if web.enabled and health.enabled and web.port == health.port:
-            if web.listen != health.listen:
-                # Two sockets cannot take one port: say so here, not as "address in use".
-                raise ValueError(
-                    f"web.listen ({web.listen}) differs from health.listen ({health.listen}) "
-                    "on the same port: give web.port another port, or the same listen address"
-                )
+        same_port = web.enabled and health.enabled and web.port == health.port
+        if same_port and web.listen != health.listen:
+            # Two sockets cannot take one port: say so here, not as "address in use".
+            raise ValueError(
+                f"web.listen ({web.listen}) differs from health.listen ({health.listen}) "
+                "on the same port: give web.port another port, or the same listen address"
+            )
         return self
 
     def provider_config(self) -> dict[str, Any]:

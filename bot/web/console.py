@@ -28,10 +28,10 @@ from bot.web.auth import PRE_COOKIE, SESSION_COOKIE, Gate, Login
 from bot.web.dag_svg import render as render_dag
 from memory.capabilities import Provider, Searcher
 from memory.errors import InvalidArgument, MemoryError_, NotFound
+from memory.forgetting import ERASURE_SCOPE, FORGET_SCOPE
 from memory.summary_graph import SummaryGraphReader
 from memory.tokens import message_tokens
 from memory.tracing import unwrap
-from memory.forgetting import ERASURE_SCOPE, FORGET_SCOPE
 from memory.types import ChangeSource, ListOptions, Scope, SearchMode, SearchQuery, SearchScope
 
 log = logging.getLogger(__name__)

@@ -101,13 +101,51 @@ class LcmGraph:
         return SummaryGraph(nodes=nodes, edges=edges, message_count=int(count or 0))
 
     async def summary_node(self, session_id: str, node_id: str) -> GraphNodeDetail:
-        graph = await self.summary_graph(session_id)
-        node = graph.node(node_id)
-        if node is None:
-            raise NotFound(f"summary {node_id!r} not found in session {session_id!r}")
+        """One summary of the session with its edges and the message range under it (its
+        leaves' sources, reached through the DAG by a recursive query)."""
         async with self.engine.connect() as conn:
+            conv_id = await self.history.conversation_id(session_id, conn)
+            owned = await conn.scalar(
+                sa.select(summaries.c.id).where(
+                    summaries.c.id == node_id, summaries.c.conversation_id == conv_id
+                )
+            )
+            if conv_id is None or owned is None:
+                raise NotFound(f"summary {node_id!r} not found in session {session_id!r}")
             record = (await load_summaries(conn, [node_id], with_edges=True))[node_id]
-            sources = await source_message_ids(conn, node_id) if node.kind == "leaf" else []
+            below = sa.select(sa.literal(node_id).label("id")).cte("below", recursive=True)
+            below = below.union_all(
+                sa.select(summary_parents.c.child_id).where(
+                    summary_parents.c.summary_id == below.c.id
+                )
+            )
+            low, high = (
+                await conn.execute(
+                    sa.select(sa.func.min(messages.c.seq), sa.func.max(messages.c.seq))
+                    .select_from(summary_messages)
+                    .join(messages, messages.c.id == summary_messages.c.message_id)
+                    .where(summary_messages.c.summary_id.in_(sa.select(below.c.id)))
+                )
+            ).one()
+            in_context = await conn.scalar(
+                sa.select(sa.func.count()).where(
+                    context_items.c.conversation_id == conv_id,
+                    context_items.c.summary_id == node_id,
+                )
+            )
+            sources = await source_message_ids(conn, node_id) if record.kind == "leaf" else []
+        node = GraphNode(
+            id=record.id,
+            kind=record.kind,
+            depth=record.depth,
+            token_count=record.token_count,
+            earliest_at=record.earliest_at,
+            latest_at=record.latest_at,
+            first_seq=low,
+            last_seq=high,
+            descendant_count=record.descendant_count,
+            in_context=bool(in_context),
+        )
         return GraphNodeDetail(
             node=node,
             content=record.content,

@@ -31,7 +31,19 @@ VIEWER_TOKEN = "vic-viewer-token-0123456789abcdef"
 # Secrets the config holds: no page may show them.
 BOT_TOKEN = "123456:SECRETbotTOKENnever-on-a-page"
 API_KEY = "sk-SECRET-api-key-never-on-a-page"
-SECRETS = (BOT_TOKEN, BOT_TOKEN.split(":")[1], API_KEY, OPERATOR_TOKEN, VIEWER_TOKEN)
+DB_PASSWORD = "SECRET-db-password-never-on-a-page"  # PostgreSQL's trust auth ignores it
+SECRETS = (BOT_TOKEN, BOT_TOKEN.split(":")[1], API_KEY, DB_PASSWORD, OPERATOR_TOKEN, VIEWER_TOKEN)
+
+
+def with_password(url: str) -> str:
+    """A PostgreSQL URL carrying a password, as a production one does."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return url
+    return parsed.set(password=DB_PASSWORD).render_as_string(hide_password=False)
+
 
 ALICE = Session("tg:alice", "default", 1001, "telegram")
 BOB = Session("tg:bob", "default", 1002, "telegram")
@@ -42,7 +54,7 @@ HOSTILE = "<script>alert('x')</script> <img src=x onerror=alert(2)> & \"quotes\"
 def settings_for(url: str, tmp: Path, provider: str) -> Settings:
     return Settings.model_validate(
         {
-            "database": {"url": url},
+            "database": {"url": with_password(url)},
             "data_dir": str(tmp / "data"),
             "telegram": {"token": BOT_TOKEN},
             "llm": {"api_key": API_KEY},

@@ -75,7 +75,7 @@ class Site:
         try:
             async with temp_database_url(self.db, tmp) as url:
                 settings = settings_for(url, tmp, self.provider)
-                engine = create_engine(url)
+                engine = create_engine(settings.database.url)
                 await migrate(engine)
                 provider = await open_provider(settings, engine, tmp)
                 try:

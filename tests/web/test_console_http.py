@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -17,6 +18,7 @@ from tests.web.site import (
     ALICE,
     BOB,
     HOSTILE,
+    OLD,
     OPERATOR_TOKEN,
     SECRETS,
     VIEWER_TOKEN,
@@ -79,6 +81,7 @@ async def test_every_page_renders_and_shows_no_secret(site: tuple[str, str]) -> 
             "conversation": f"/sessions/{ALICE.id}",
             "first page": f"/sessions/{ALICE.id}?page=1",
             "hostile": f"/sessions/{BOB.id}",
+            "archived conversation": f"/sessions/{quote(OLD.id, safe='')}",
             "graph": f"/sessions/{ALICE.id}/graph",
             "search": f"/search?session={ALICE.id}&q=question&mode=full_text&scope=both",
             "memory": "/memory/1001?scope=profile",
@@ -110,17 +113,25 @@ async def test_every_page_renders_and_shows_no_secret(site: tuple[str, str]) -> 
 
 
 async def test_a_graph_node_opens_its_detail(site: tuple[str, str]) -> None:
-    base, provider = site
+    base, _ = site
     async with client() as http:
         await login(http, base, VIEWER_TOKEN)
         graph = await (await http.get(f"{base}/sessions/{ALICE.id}/graph")).text()
-        node = re.search(r'data-node="([^"]+)"', graph).group(1)  # type: ignore[union-attr]
-        r = await http.get(f"{base}/sessions/{ALICE.id}/graph?node={node}")
-        page = await r.text()
-        assert r.status == 200 and 'id="detail"' in page and node in page
-        assert "time range" in page and "messages " in page
+        drawn = re.findall(
+            r'data-node="([^"]+)"><rect[^>]*><title>[^<]*messages (\d+)–(\d+)', graph
+        )
+        assert len(drawn) >= 2
+        # The first (a leaf or marker) and the last (the deepest): the detail's source
+        # range is the one the drawing spans.
+        for node, low, high in (drawn[0], drawn[-1]):
+            r = await http.get(f"{base}/sessions/{ALICE.id}/graph?node={node}")
+            page = await r.text()
+            assert r.status == 200 and 'id="detail"' in page and node in page
+            assert f"messages {low}–{high}" in page and "time range" in page
         r = await http.get(f"{base}/sessions/{ALICE.id}/graph?node=sum_0000")
         assert r.status == 404
+        r = await http.get(f"{base}/sessions/{BOB.id}/graph?node={drawn[0][0]}")
+        assert r.status == 404  # another session's node is not found through this one
 
 
 @pytest.mark.parametrize("mode", [m.value for m in SearchMode])
