@@ -24,6 +24,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -82,9 +83,8 @@ def settings_for(url: str, tmp: Path, provider: str) -> Settings:
     )
 
 
-async def long_session(settings: Settings, tmp: Path, n: int) -> None:
-    engine = create_engine(settings.database.url)
-    provider = await create_provider_async(
+async def open_provider(settings: Settings, engine: Any, tmp: Path) -> Any:
+    return await create_provider_async(
         settings.memory.provider,
         ProviderContext(
             engine=engine,
@@ -93,6 +93,11 @@ async def long_session(settings: Settings, tmp: Path, n: int) -> None:
             config=settings.provider_config(),
         ),
     )
+
+
+async def long_session(settings: Settings, tmp: Path, n: int) -> None:
+    engine = create_engine(settings.database.url)
+    provider = await open_provider(settings, engine, tmp)
     try:
         await provider.bootstrap(LONG)
         batch = 500
@@ -131,15 +136,7 @@ async def long_session(settings: Settings, tmp: Path, n: int) -> None:
 
 async def measure(settings: Settings, tmp: Path, repeat: int) -> list[tuple[str, float, int]]:
     engine = create_engine(settings.database.url)
-    provider = await create_provider_async(
-        settings.memory.provider,
-        ProviderContext(
-            engine=engine,
-            summarizer=TruncatingSummarizer(),
-            data_dir=tmp,
-            config=settings.provider_config(),
-        ),
-    )
+    provider = await open_provider(settings, engine, tmp)
     server = HealthServer(
         engine,
         HealthSettings.model_construct(enabled=False, listen="127.0.0.1", port=0),

@@ -374,7 +374,7 @@ class Console:
 
     async def memory(self, request: web.Request) -> web.Response:
         uid, agent, scope = self._owner(request)
-        hist = await reads.memory_history(self.engine, uid, agent, scope)
+        hist = await reads.memory_history(self.provider, uid, agent, scope)
         chosen = _int(request.query.get("v"), None)
         selected = next((v for v in hist.versions if v.version == chosen), None) or (
             hist.versions[0] if hist.versions else None
@@ -392,7 +392,7 @@ class Console:
     async def rollback_confirm(self, request: web.Request) -> web.Response:
         uid, agent, scope = self._owner(request)
         version = _int(request.query.get("version"), None)
-        hist = await reads.memory_history(self.engine, uid, agent, scope)
+        hist = await reads.memory_history(self.provider, uid, agent, scope)
         target = next((v for v in hist.versions if v.version == version), None)
         if target is None:
             raise web.HTTPNotFound(text="no such version")

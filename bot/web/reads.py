@@ -14,24 +14,32 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.config import Settings
 from bot.prompt import build_system_prompt, read_memory
 from memory import snapshots
-from memory.capabilities import Provider, SessionSnapshotStore, VersionedProfileStore
+from memory.capabilities import (
+    ChangelogReader,
+    ConstraintStore,
+    ProfileStore,
+    Provider,
+    SessionSnapshotStore,
+    VersionedProfileStore,
+)
 from memory.duties import WriteOptions
 from memory.errors import NotFound
 from memory.history import HistoryStore, SessionCounter, SessionCounts, messages
-from memory.stores import changelog_table, snapshot_table, state_table
+from memory.stores import changelog_entry, changelog_table, parse_constraints, snapshot_table
 from memory.tokens import estimate_tokens, message_tokens
 from memory.tracing import unwrap
 from memory.types import (
     ChangeEntry,
     ChangeSource,
+    ConstraintEntry,
     ListOptions,
     Message,
     Session,
     SessionInfo,
-    as_utc,
 )
 
 PAGE = 50  # sessions, messages and changelog rows per page
+VERSIONS = 500  # versions of one scope shown
 
 
 async def list_sessions(
@@ -162,51 +170,41 @@ class MemoryHistory:
 
 
 async def memory_history(
-    engine: AsyncEngine, user_id: int, agent_id: str, scope: str
+    provider: Provider, user_id: int, agent_id: str, scope: str
 ) -> MemoryHistory:
-    """Every version of `scope` of (user, agent), newest first, with its text before
-    and after (the changelog rows of the stores' own writes)."""
-    column = {"profile": "profile", "soul": "soul", "constraint": "constraints"}[scope]
-    async with engine.connect() as conn:
-        state = (
-            await conn.execute(
-                sa.select(state_table.c.version, state_table.c[column]).where(
-                    state_table.c.user_id == user_id, state_table.c.agent_id == agent_id
+    """`scope` of (user, agent) now and every version of it (newest first, the last
+    VERSIONS), through the provider's stores and changelog. Constraints are shown one
+    rule a line (`[id] text`), as the system prompt lists them."""
+    inner = unwrap(provider)
+    hist = MemoryHistory(user_id, agent_id, scope, 0, "")
+    if isinstance(inner, VersionedProfileStore):
+        hist.current_version = await inner.memory_version(user_id, agent_id)
+    if scope == "constraint" and isinstance(inner, ConstraintStore):
+        hist.current_text = _rules(await inner.get_constraints(user_id, agent_id))
+    elif scope in ("profile", "soul") and isinstance(inner, ProfileStore):
+        read = inner.get_profile if scope == "profile" else inner.get_soul
+        hist.current_text = await read(user_id, agent_id)
+    if isinstance(inner, ChangelogReader):
+        for e in await inner.read_changelog(user_id, agent_id, scope, VERSIONS):
+            before, after = e.before_text, e.after_text
+            if scope == "constraint":
+                before, after = _rules(parse_constraints(before)), _rules(parse_constraints(after))
+            hist.versions.append(
+                Version(
+                    version=e.version_after or 0,
+                    source=e.source,
+                    action=e.action,
+                    created_at=e.created_at,
+                    session_id=e.session_id,
+                    before=before,
+                    after=after,
                 )
             )
-        ).first()
-        rows = (
-            await conn.execute(
-                sa.select(changelog_table)
-                .where(
-                    changelog_table.c.user_id == user_id,
-                    changelog_table.c.agent_id == agent_id,
-                    changelog_table.c.scope == scope,
-                )
-                .order_by(changelog_table.c.id.desc())
-                .limit(500)
-            )
-        ).mappings()
-        versions = [
-            Version(
-                version=r["version_after"],
-                source=r["source"],
-                action=r["action"],
-                created_at=as_utc(r["created_at"]),
-                session_id=r["session_id"],
-                before=r["before_text"],
-                after=r["after_text"],
-            )
-            for r in rows
-        ]
-    return MemoryHistory(
-        user_id,
-        agent_id,
-        scope,
-        int(state[0]) if state else 0,
-        (state[1] or "") if state else "",
-        versions,
-    )
+    return hist
+
+
+def _rules(entries: list[ConstraintEntry]) -> str:
+    return "\n".join(f"[{c.id}] {c.text}" for c in entries)
 
 
 async def rollback(
@@ -258,24 +256,8 @@ async def changelog_page(engine: AsyncEngine, f: ChangelogFilter) -> tuple[list[
         query = query.where(changelog_table.c.source == f.source)
     query = query.limit(PAGE + 1).offset((max(1, f.page) - 1) * PAGE)
     async with engine.connect() as conn:
-        rows = (await conn.execute(query)).mappings().all()
-    entries = [
-        ChangeEntry(
-            user_id=r["user_id"],
-            agent_id=r["agent_id"],
-            scope=r["scope"],
-            action=r["action"],
-            source=r["source"],
-            session_id=r["session_id"],
-            version_before=r["version_before"],
-            version_after=r["version_after"],
-            before_text=r["before_text"],
-            after_text=r["after_text"],
-            id=r["id"],
-            created_at=as_utc(r["created_at"]),
-        )
-        for r in rows[:PAGE]
-    ]
+        rows = (await conn.execute(query)).all()
+    entries = [changelog_entry(r) for r in rows[:PAGE]]
     return entries, len(rows) > PAGE
 
 

@@ -5,16 +5,26 @@ in the user's notes file bears the marker's `archive_name`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.errors import NotFound
 from memory.history import HistoryStore, messages
 from memory.summary_graph import GraphNode, GraphNodeDetail, SummaryGraph
+from memory.tokens import estimate_tokens
 from memory.types import as_utc
 from plugins.simple.markers import markers
 
-m2 = markers.alias("earlier")
+
+@dataclass(frozen=True)
+class _Row:
+    marker: Any  # a row of simple_compactions
+    earliest_at: datetime | None
+    latest_at: datetime | None
 
 
 class SimpleGraph:
@@ -23,56 +33,53 @@ class SimpleGraph:
     engine: AsyncEngine
     history: HistoryStore
 
-    async def _marker_rows(self, session_id: str) -> tuple[list[sa.Row], int]:
-        """The markers, each with the time range of the messages it newly covers."""
+    async def _marker_rows(self, session_id: str) -> tuple[list[_Row], int]:
+        """The markers, each with the times of the first and last messages it newly
+        covers (two index seeks a marker: never a scan of a long conversation)."""
         async with self.engine.connect() as conn:
             conv_id = await self.history.conversation_id(session_id, conn)
             if conv_id is None:
                 return [], 0
-            previous = (
-                sa.select(sa.func.coalesce(sa.func.max(m2.c.through_seq), 0))
-                .where(m2.c.conversation_id == conv_id, m2.c.id < markers.c.id)
-                .scalar_subquery()
-            )
-            covered = sa.and_(
-                messages.c.conversation_id == conv_id,
-                messages.c.seq > previous,
-                messages.c.seq <= markers.c.through_seq,
-            )
             rows = (
                 await conn.execute(
-                    sa.select(
-                        markers,
-                        sa.select(sa.func.min(messages.c.created_at))
-                        .where(covered)
-                        .scalar_subquery()
-                        .label("earliest_at"),
-                        sa.select(sa.func.max(messages.c.created_at))
-                        .where(covered)
-                        .scalar_subquery()
-                        .label("latest_at"),
-                    )
+                    sa.select(markers)
                     .where(markers.c.conversation_id == conv_id)
                     .order_by(markers.c.id)
                 )
             ).all()
-            count = await conn.scalar(
-                sa.select(sa.func.max(messages.c.seq)).where(messages.c.conversation_id == conv_id)
-            )
-        return list(rows), int(count or 0)
+            of_conv = messages.c.conversation_id == conv_id
+            out, previous = [], 0
+            for r in rows:
+                first = await conn.scalar(
+                    sa.select(messages.c.created_at)
+                    .where(of_conv, messages.c.seq > previous)
+                    .order_by(messages.c.seq)
+                    .limit(1)
+                )
+                last = await conn.scalar(
+                    sa.select(messages.c.created_at)
+                    .where(of_conv, messages.c.seq <= r.through_seq)
+                    .order_by(messages.c.seq.desc())
+                    .limit(1)
+                )
+                out.append(_Row(r, as_utc(first), as_utc(last)))
+                previous = r.through_seq
+            count = await conn.scalar(sa.select(sa.func.max(messages.c.seq)).where(of_conv))
+        return out, int(count or 0)
 
     @staticmethod
-    def _nodes(rows: list[sa.Row]) -> list[GraphNode]:
+    def _nodes(rows: list[_Row]) -> list[GraphNode]:
         nodes, first = [], 1
-        for i, r in enumerate(rows):
+        for i, row in enumerate(rows):
+            r = row.marker
             nodes.append(
                 GraphNode(
                     id=f"marker-{r.id}",
                     kind="marker",
                     depth=0,
-                    token_count=max(1, (len(r.summary) + 3) // 4),
-                    earliest_at=as_utc(r.earliest_at),
-                    latest_at=as_utc(r.latest_at),
+                    token_count=estimate_tokens(r.summary),
+                    earliest_at=row.earliest_at,
+                    latest_at=row.latest_at,
                     first_seq=first,
                     last_seq=r.through_seq,
                     descendant_count=r.messages_compacted,
@@ -90,5 +97,6 @@ class SimpleGraph:
         rows, _ = await self._marker_rows(session_id)
         for node, row in zip(self._nodes(rows), rows, strict=True):
             if node.id == node_id:
-                return GraphNodeDetail(node=node, content=row.summary, label=row.archive_name)
+                marker = row.marker
+                return GraphNodeDetail(node=node, content=marker.summary, label=marker.archive_name)
         raise NotFound(f"marker {node_id!r} not found in session {session_id!r}")
