@@ -14,6 +14,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -29,10 +30,19 @@ from bot.web.dag_svg import render as render_dag
 from memory.capabilities import Provider, Searcher
 from memory.errors import InvalidArgument, MemoryError_, NotFound
 from memory.forgetting import ERASURE_SCOPE, FORGET_SCOPE
+from memory.prices import format_cost
 from memory.summary_graph import SummaryGraphReader
 from memory.tokens import message_tokens
 from memory.tracing import unwrap
-from memory.types import ChangeSource, ListOptions, Scope, SearchMode, SearchQuery, SearchScope
+from memory.types import (
+    ChangeSource,
+    ListOptions,
+    Scope,
+    SearchMode,
+    SearchQuery,
+    SearchScope,
+    utcnow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +95,7 @@ class Console:
         r.add_get("/memory/{uid}/rollback", self.rollback_confirm)
         r.add_post("/memory/{uid}/rollback", self.rollback)
         r.add_get("/changelog", self.changelog)
+        r.add_get("/usage", self.usage)
         r.add_static("/static", HERE / "static", show_index=False)
 
     # -- the guard: headers, login, CSRF ------------------------------------------
@@ -464,6 +475,35 @@ class Console:
             sources=[s.value for s in ChangeSource],
             prev_url=_url("/changelog", keep, page=f.page - 1) if f.page > 1 else "",
             next_url=_url("/changelog", keep, page=f.page + 1) if more else "",
+        )
+
+    async def usage(self, request: web.Request) -> web.Response:
+        """What model calls cost (`mnemo memory usage`): by kind, user, day or model."""
+        from bot.operator_usage import GROUPINGS, has_usage_table
+        from memory.usage import UsageStore, day_start
+
+        by = request.query.get("by", "kind")
+        by = by if by in GROUPINGS else "kind"
+        days = min(max(_int(request.query.get("days"), 30, low=1), 1), 3660)
+        since = day_start(utcnow()) - timedelta(days=days - 1)
+        rows = []
+        if await has_usage_table(self.engine):
+            rows = await UsageStore(self.engine).report(by, since)  # type: ignore[arg-type]
+        prices = self.settings.llm.price_table()
+        return self._page(
+            request,
+            "usage.html",
+            rows=[
+                (r, format_cost(prices[r.model].cost(r.tokens)) if r.model in prices else "–")
+                for r in rows
+            ],
+            estimated=any(r.tokens.estimated for r in rows),
+            by=by,
+            days=days,
+            since=since,
+            groupings=GROUPINGS,
+            calls=sum(r.calls for r in rows),
+            total=sum(r.tokens.total for r in rows),
         )
 
 

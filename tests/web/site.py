@@ -20,10 +20,12 @@ from bot.health import HealthServer
 from bot.web.auth import hash_token
 from bot.web.console import Console
 from memory.capabilities import Provider, ProviderContext
+from memory.db import write_transaction
 from memory.duties import WriteOptions
 from memory.registry import create_provider_async
 from memory.summarizer import TruncatingSummarizer
 from memory.types import ChangeSource, CompactionMode, Message, Session
+from memory.usage import TokenUsage, UsageRow, insert_rows
 from tests.ops.conftest import T0, conversation
 
 OPERATOR_TOKEN = "ann-operator-token-0123456789abcdef"
@@ -57,7 +59,7 @@ def settings_for(url: str, tmp: Path, provider: str) -> Settings:
             "database": {"url": with_password(url)},
             "data_dir": str(tmp / "data"),
             "telegram": {"token": BOT_TOKEN},
-            "llm": {"api_key": API_KEY},
+            "llm": {"api_key": API_KEY, "prices": {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}},
             "memory": {
                 "provider": provider,
                 "simple": {"store_dir": str(tmp / "notes")},
@@ -109,6 +111,18 @@ async def populate(provider: Any) -> None:
         Message("assistant", "noted the aquarium", created_at=T0),
     )
     await provider.append(OLD, *conversation(2))
+    async with write_transaction(provider.engine) as conn:  # what two model calls cost
+        await insert_rows(
+            conn,
+            [
+                UsageRow(
+                    "chat", "gpt-4o-mini", TokenUsage(1200, 200, 80), 1001, "default", ALICE.id
+                ),
+                UsageRow(
+                    "reflect", "gpt-4o-mini", TokenUsage(900, 0, 60), 1001, "default", ALICE.id
+                ),
+            ],
+        )
     info = await provider.load_info(OLD.id)
     info.archived, info.title = True, "an old chat"
     await provider.save_info(info)

@@ -243,5 +243,8 @@ def test_a_viewer_cannot_roll_back_nor_post_without_the_token(site: Site, browse
         page = v.go("/changelog?source=operator")
         assert "web:vic" not in page.content()  # nothing written by the viewer
         v.shot("changelog")
+        page = v.go("/usage?by=kind")
+        assert page.locator("#usage tbody tr").count() == 2  # chat and reflect
+        v.shot("usage")
     finally:
         v.close()

@@ -87,6 +87,7 @@ async def test_every_page_renders_and_shows_no_secret(site: tuple[str, str]) -> 
             "memory": "/memory/1001?scope=profile",
             "soul": "/memory/1001?scope=soul",
             "changelog": "/changelog",
+            "usage": "/usage?by=user&days=7",
             "healthz": "/healthz",
         }.items():
             r = await http.get(base + url)
@@ -110,6 +111,8 @@ async def test_every_page_renders_and_shows_no_secret(site: tuple[str, str]) -> 
         assert "result(s)" in pages["search"] and "question" in pages["search"]
         assert "Works at night" in pages["memory"]
         assert "reflect" in pages["changelog"] and "compaction" in pages["changelog"]
+        usage = pages["usage"].split('id="usage"')[1]
+        assert ">1001<" in usage and ">2<" in usage and ">2240<" in usage  # calls, tokens
 
 
 async def test_a_graph_node_opens_its_detail(site: tuple[str, str]) -> None:
