@@ -5,7 +5,7 @@
 
 The database is filled by bench/sessions_listing.py's loader (`--sessions` sessions of six
 messages through the provider, every tenth compacted) plus one long session of
-`--messages` messages appended in batches and compacted as the bot would (lcm: leaf
+`--messages` messages (bench/lcm_bench.py's Zipf vocabulary) appended in batches and compacted as the bot would (lcm: leaf
 chunks of 250 and condensed runs of 4, about 500 summaries at 100k messages; simple: a
 handoff marker every 10,000 messages). Each page is fetched over HTTP from the console
 (served as `mnemo run` serves it) `--repeat` times as a logged-in operator; the figure
@@ -25,6 +25,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -33,6 +34,7 @@ if str(REPO) not in sys.path:
 import aiohttp  # noqa: E402
 
 from bench._common import append_results, machine  # noqa: E402
+from bench.lcm_bench import VOCAB, sentence  # noqa: E402
 from bench.sessions_listing import populate  # noqa: E402
 from bot.config import HealthSettings, Settings  # noqa: E402
 from bot.health import HealthServer  # noqa: E402
@@ -60,6 +62,8 @@ WORDS = [
     "harbor",
     "pepper",
 ]
+# Searched: a common word and a rarer one of the Zipf vocabulary the long session speaks.
+QUERY, RARE = f"{VOCAB[30]} {VOCAB[300]}", VOCAB[300]
 
 
 def settings_for(url: str, tmp: Path, provider: str) -> Settings:
@@ -105,11 +109,7 @@ async def long_session(settings: Settings, tmp: Path, n: int) -> None:
             await provider.append(
                 LONG,
                 *(
-                    Message(
-                        "user" if i % 2 == 0 else "assistant",
-                        f"message {i} about the {WORDS[i % len(WORDS)]} and "
-                        f"the {WORDS[(i * 7) % len(WORDS)]}",
-                    )
+                    Message("user" if i % 2 == 0 else "assistant", f"{i} {sentence()}")
                     for i in range(start, min(n, start + batch))
                 ),
             )
@@ -154,7 +154,7 @@ async def measure(settings: Settings, tmp: Path, repeat: int) -> list[tuple[str,
             graph = await (await http.get(f"{base}/sessions/bench%3Along/graph")).text()
             node = re.search(r'data-node="([^"]+)"', graph)
             hits = await (
-                await http.get(f"{base}/search?session=bench%3Along&q=aquarium+violin")
+                await http.get(f"{base}/search", params={"session": LONG.id, "q": QUERY})
             ).text()
             at = re.search(r"\?at=(\d+)", hits)
             pages = {
@@ -167,8 +167,8 @@ async def measure(settings: Settings, tmp: Path, repeat: int) -> list[tuple[str,
                 "graph": "/sessions/bench%3Along/graph",
                 "graph, a node open": "/sessions/bench%3Along/graph?node="
                 + (node.group(1) if node else ""),
-                "search full_text": "/search?session=bench%3Along&q=aquarium+violin&mode=full_text",
-                "search substring": "/search?session=bench%3Along&q=aquarium&mode=substring",
+                "search full_text": f"/search?session=bench%3Along&q={quote(QUERY)}&mode=full_text",
+                "search substring": f"/search?session=bench%3Along&q={RARE}&mode=substring",
                 "profile versions": "/memory/42?scope=profile",
                 "changelog": "/changelog",
             }
