@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import logging
 import re
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -21,6 +22,7 @@ from urllib.parse import urlencode
 
 import jinja2
 from aiohttp import web
+from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import Settings
@@ -172,8 +174,6 @@ class Console:
     async def login_form(
         self, request: web.Request, *, error: str = "", status: int = 200
     ) -> web.Response:
-        import secrets
-
         # Kept while the form is open: a second tab (or the browser's favicon request)
         # must not make the first form's token stale.
         nonce = request.cookies.get(PRE_COOKIE, "")
@@ -297,7 +297,6 @@ class Console:
                 graph=None,
                 svg="",
                 detail=None,
-                messages=[],
             )
         graph = await inner.summary_graph(info.id)
         selected = request.query.get("node") or None
@@ -319,7 +318,7 @@ class Console:
             base=base,
             graph=graph,
             depths=sorted(depths.items(), reverse=True),
-            svg=jinja2.utils.markupsafe.Markup(svg),  # built from escaped parts (dag_svg)
+            svg=Markup(svg),  # built from escaped parts (dag_svg)
             detail=detail,
             first_source=sources[0] if sources else None,
         )
@@ -339,10 +338,9 @@ class Console:
         ):
             error = "Unknown mode or scope."
         elif sid and text:
-            try:
-                info = await reads.session_info(self.engine, sid)
-            except NotFound:
-                error = f"No session {sid!r}."
+            info = await reads.session_or_user(self.engine, sid)
+            if info is None:
+                error = f"No session {sid!r} (nor a user with that id)."
             inner = unwrap(self.provider)
             if info is not None and not isinstance(inner, Searcher):
                 error = f"The {self.provider.name} provider cannot search."

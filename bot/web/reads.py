@@ -265,5 +265,21 @@ async def session_info(engine: AsyncEngine, session_id: str) -> SessionInfo:
     return await HistoryStore(engine).load_info(session_id)
 
 
+async def session_or_user(engine: AsyncEngine, key: str) -> SessionInfo | None:
+    """Session `key`, or else, when `key` is a number, that user's latest session (search
+    covers every conversation of the user anyway)."""
+    history = HistoryStore(engine)
+    try:
+        return await history.load_info(key)
+    except NotFound:
+        pass
+    try:
+        user_id = int(key)
+    except ValueError:
+        return None
+    latest = await history.list_info(ListOptions(user_id=user_id, include_archived=True, limit=1))
+    return latest[0] if latest else None
+
+
 def as_session(info: SessionInfo) -> Session:
     return Session(info.id, info.agent_id, info.user_id, info.channel)

@@ -84,6 +84,7 @@ async def test_every_page_renders_and_shows_no_secret(site: tuple[str, str]) -> 
             "archived conversation": f"/sessions/{quote(OLD.id, safe='')}",
             "graph": f"/sessions/{ALICE.id}/graph",
             "search": f"/search?session={ALICE.id}&q=question&mode=full_text&scope=both",
+            "search by user": "/search?session=1002&q=aquarium",
             "memory": "/memory/1001?scope=profile",
             "soul": "/memory/1001?scope=soul",
             "changelog": "/changelog",
@@ -109,6 +110,7 @@ async def test_every_page_renders_and_shows_no_secret(site: tuple[str, str]) -> 
         kind = "leaf" if provider == "lcm" else "marker"
         assert f'class="node {kind}' in pages["graph"]
         assert "result(s)" in pages["search"] and "question" in pages["search"]
+        assert "2 result(s) in the memory of user 1002" in pages["search by user"]
         assert "Works at night" in pages["memory"]
         assert "reflect" in pages["changelog"] and "compaction" in pages["changelog"]
         usage = pages["usage"].split('id="usage"')[1]
