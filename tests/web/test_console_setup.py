@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import socket
 from pathlib import Path
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -12,9 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.cli import main
 from bot.config import ConfigError, Settings, WebSettings, load_settings
+from bot.root import Root
 from bot.web.auth import Gate, hash_token
 from bot.web.serve import start_http
 from memory.testing.reference import ReferenceProvider
+from memory.types import Session
+from tests.bot.conftest import make_settings
+from tests.fakes.openai_server import FakeOpenAI, text
 
 
 def free_port() -> int:
@@ -129,3 +134,40 @@ def test_one_port_cannot_listen_on_two_addresses(tmp_path: Path) -> None:
         load_settings(path)
     path.write_text("health: {enabled: true, listen: 0.0.0.0}\nweb: {enabled: true, port: 9465}\n")
     assert load_settings(path).web.port == 9465
+
+
+async def test_the_running_bot_serves_the_console_of_its_own_turns(
+    llm_server: FakeOpenAI, tmp_path: Path
+) -> None:
+    """`mnemo run`'s root with `web.enabled`: a turn through the pool, then the console
+    on the health server's port lists the session and shows the turn in its context."""
+    port = free_port()
+    settings = make_settings(
+        llm_server,
+        tmp_path / "data",
+        memory={"provider": "lcm"},
+        database={"url": f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"},
+        health={"enabled": True, "port": port},
+        web={
+            "enabled": True,
+            "port": port,
+            "operators": [{"name": "ann", "role": "viewer", "token_sha256": hash_token("tok-ann")}],
+        },
+    )
+    root = Root(settings, reflect=False)
+    async with root.started() as services:
+        llm_server.push(text("Cellos are lovely."))
+        session = await services.pool.current_session(Session("fake:7", "default", 7, "fake"))
+        assert not (await services.pool.chat(session, "I play the cello")).error
+        base = f"http://127.0.0.1:{port}"
+        jar = aiohttp.CookieJar(unsafe=True)
+        async with aiohttp.ClientSession(cookie_jar=jar) as http:
+            form = await (await http.get(f"{base}/login")).text()
+            csrf = form.split('name="csrf" value="')[1].split('"')[0]
+            await http.post(f"{base}/login", data={"token": "tok-ann", "csrf": csrf})
+            listing = await (await http.get(f"{base}/sessions")).text()
+            assert session.id in listing
+            page = await (await http.get(f"{base}/sessions/{quote(session.id, safe='')}")).text()
+            context = page.split('id="context"')[1].split('id="history"')[0]
+            assert "I play the cello" in context and "Cellos are lovely." in context
+            assert (await http.get(f"{base}/healthz")).status == 200
