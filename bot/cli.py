@@ -99,7 +99,12 @@ def cmd_web(args: argparse.Namespace) -> int:
         print("add to web.operators in config.yaml:")
         print(f"  - {{name: {args.name}, role: {args.role}, token_sha256: {hash_token(token)}}}")
         return 0
-    token = sys.stdin.readline().strip()
+    if sys.stdin.isatty():  # typed: not echoed, not kept in the terminal's scrollback
+        import getpass
+
+        token = getpass.getpass("token: ").strip()
+    else:
+        token = sys.stdin.readline().strip()
     if not token:
         _error("give the token on stdin, e.g. `mnemo web hash-token < token.txt`")
         return EXIT_CONFIG
