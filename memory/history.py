@@ -51,6 +51,9 @@ TITLE_CHARS = 80
 # Sessions whose conversation id a store remembers (most recently used kept); a
 # forgotten one costs a read by its unique session id on its next use.
 CONV_ID_CACHE_SIZE = 10_000
+# Message ids per query when reading their parts: a long backlog (simple compacting 70k
+# messages at once) must not exceed PostgreSQL's 65535 bound parameters.
+PARTS_CHUNK = 10_000
 
 
 class PartKind(enum.StrEnum):
@@ -420,9 +423,11 @@ class HistoryStore:
     ) -> list[tuple[StoredMessage, Message]]:
         if not rows:
             return []
-        part_rows = (
-            (await conn.execute(_PARTS_OF, {"ids": [r["id"] for r in rows]})).mappings().all()
-        )
+        ids = [r["id"] for r in rows]
+        part_rows: list[sa.RowMapping] = []
+        for start in range(0, len(ids), PARTS_CHUNK):  # PostgreSQL binds at most 65535
+            chunk = ids[start : start + PARTS_CHUNK]
+            part_rows += (await conn.execute(_PARTS_OF, {"ids": chunk})).mappings().all()
         by_msg: dict[int, list[sa.RowMapping]] = {}
         for p in part_rows:
             by_msg.setdefault(p["message_id"], []).append(p)
