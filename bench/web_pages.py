@@ -24,7 +24,6 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,13 +39,11 @@ from bot.config import HealthSettings, Settings  # noqa: E402
 from bot.health import HealthServer  # noqa: E402
 from bot.web.auth import hash_token  # noqa: E402
 from bot.web.console import Console  # noqa: E402
-from memory.capabilities import ProviderContext  # noqa: E402
 from memory.db import create_engine  # noqa: E402
 from memory.duties import WriteOptions  # noqa: E402
-from memory.registry import create_provider_async  # noqa: E402
-from memory.summarizer import TruncatingSummarizer  # noqa: E402
 from memory.testing.databases import temp_database_url  # noqa: E402
 from memory.types import ChangeSource, CompactionMode, Message, Session  # noqa: E402
+from tests.web.site import open_provider  # noqa: E402 - the console tests' own
 
 TOKEN = "bench-operator-token"
 LONG = Session("bench:long", "default", 42, "telegram")
@@ -84,18 +81,6 @@ def settings_for(url: str, tmp: Path, provider: str) -> Settings:
                 ],
             },
         }
-    )
-
-
-async def open_provider(settings: Settings, engine: Any, tmp: Path) -> Any:
-    return await create_provider_async(
-        settings.memory.provider,
-        ProviderContext(
-            engine=engine,
-            summarizer=TruncatingSummarizer(),
-            data_dir=tmp,
-            config=settings.provider_config(),
-        ),
     )
 
 
