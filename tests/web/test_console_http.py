@@ -181,6 +181,10 @@ async def test_roles_and_csrf_guard_the_rollback(
         assert r.status == 200 and "Rolled back" in await r.text()
         log = await (await http.get(f"{base}/changelog?source=operator")).text()
         assert "web:ann" in log and "Works at night" in log
+        # Alice's session reads it from its next turn: its snapshot moved.
+        page = await (await http.get(f"{base}/sessions/{ALICE.id}")).text()
+        system = page.split('class="msg system"')[1].split("</li>")[0]
+        assert "Works at night" in system and "coffee" not in system
 
 
 async def test_logins_are_checked(site: tuple[str, str]) -> None:
