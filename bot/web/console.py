@@ -39,6 +39,7 @@ from memory.tracing import unwrap
 from memory.types import (
     ChangeSource,
     ListOptions,
+    Message,
     Scope,
     SearchMode,
     SearchQuery,
@@ -276,7 +277,7 @@ class Console:
             info=info,
             stats=stats,
             context=context,
-            context_rows=[(m, message_tokens(m)) for m in context.history],
+            context_rows=[(m, message_tokens(m), _summary_id(m)) for m in context.history],
             history=history,
             at=_int(q.get("at"), None),
             base=base,
@@ -503,6 +504,15 @@ class Console:
             calls=sum(r.calls for r in rows),
             total=sum(r.tokens.total for r in rows),
         )
+
+
+_SUMMARY = re.compile(r'^<summary id="(sum_[0-9a-f]+)"')
+
+
+def _summary_id(message: Message) -> str | None:
+    """The id of a summary the assembler put in the context (lcm's XML user message)."""
+    m = _SUMMARY.match(message.content) if message.role == "user" else None
+    return m.group(1) if m else None
 
 
 def _int(value: str | None, default: Any, *, low: int | None = None) -> Any:

@@ -103,6 +103,10 @@ async def test_every_page_renders_and_shows_no_secret(site: tuple[str, str]) -> 
         assert "an old chat" in pages["archived"]
         assert "Context for the next turn" in pages["conversation"]
         assert "Likes coffee" in pages["conversation"]  # the profile in the system prompt
+        if provider == "lcm":  # its summaries in the context, each linking to the graph
+            assert re.search(
+                r'class="msg summary".*graph\?node=sum_[0-9a-f]+#detail', pages["conversation"]
+            )
         assert "question 0:" in pages["first page"]
         assert HOSTILE not in pages["hostile"]  # escaped, never markup
         assert "&lt;script&gt;alert(" in pages["hostile"]
