@@ -89,6 +89,7 @@ class InstantPool:
         on_delta: object = None,
         receipt: object = None,
         images: object = (),
+        origin: object = None,
     ) -> object:
         from bot.pool import Reply
 

@@ -22,8 +22,14 @@ rank fusion with the FTS5 reference (k=60, nothing tuned), so the hybrid target 
 read against what this small model gives. Without the semantic search API in `memory`,
 or without the bench extra, the providers' hybrid rows read n/a.
 
+`recall` asks each question through delegated recall (memory/delegated_recall.py) with a
+stand-in model that cites every item of the material it is given, in order, and scores
+the message ids cited; it also counts the recall model's tokens per question (estimated).
+Its search is hybrid, which is the words' ranking unless `hybrid` runs in the same
+invocation (then the embeddings server is up and the providers embed).
+
     python -m bench.recall [--provider lcm|simple|all] [--db sqlite|postgres|all]
-        [--modes substring,full_text,hybrid] [--conversations N] [--data PATH]
+        [--modes substring,full_text,hybrid,recall] [--conversations N] [--data PATH]
         [--json PATH] [--append-results]
 """
 
@@ -57,17 +63,19 @@ from bench._common import append_results, machine, percentile  # noqa: E402
 from bot.config import Settings  # noqa: E402
 from memory.capabilities import ProviderContext  # noqa: E402
 from memory.db import create_engine, migrate  # noqa: E402
+from memory.delegated_recall import HITS_PER_SEARCH, Bounds, recall  # noqa: E402
 from memory.history import HistoryStore, messages  # noqa: E402
 from memory.registry import create_provider_async  # noqa: E402
 from memory.summarizer import TruncatingSummarizer  # noqa: E402
 from memory.testing.databases import temp_database_url  # noqa: E402
+from memory.tokens import estimate_tokens  # noqa: E402
 from memory.types import Message, SearchMode, SearchQuery, SearchScope, Session  # noqa: E402
 
 KS = (1, 5, 10, 20)
 LIMIT = max(KS)
 PROVIDERS = ("lcm", "simple")
 DATABASES = ("sqlite", "postgres")
-MODES = ("substring", "full_text", "hybrid")
+MODES = ("substring", "full_text", "hybrid", "recall")
 EMBED_MODEL = "all-MiniLM-L6-v2"  # what bench/embedding_server.py serves
 EMBED_BATCH = 64
 DATA_NAME = Path("shared/data/locomo-dev.json")
@@ -371,6 +379,7 @@ class Outcome:
     embed_s: float | None = None
     note: str = ""  # why a row has no figures ("n/a: ...")
     first_error: str = ""
+    tokens: list[int] = field(default_factory=list)  # per question (the recall row)
 
     def score(self, ranked: list[str], evidence: frozenset[str], seconds: float) -> None:
         self.questions += 1
@@ -401,6 +410,9 @@ class Outcome:
             "load_s": round(self.load_s, 3),
             "load_msgs_per_s": round(self.messages / self.load_s, 1) if self.load_s else None,
             "embed_s": None if self.embed_s is None else round(self.embed_s, 3),
+            "tokens_per_question": round(sum(self.tokens) / len(self.tokens), 1)
+            if self.tokens
+            else None,
             "query_ms": {
                 "p50": round(percentile(ms, 0.5), 3),
                 "p95": round(percentile(ms, 0.95), 3),
@@ -694,6 +706,9 @@ async def run_provider(
                     if hybrid_note:
                         row.note = hybrid_note
                         continue
+                if mode == "recall":
+                    await recall_all(provider, convs, ids, row)
+                    continue
                 await ask_all(provider, convs, ids, SearchMode(mode), row)
     finally:
         if embedder is not None:
@@ -717,6 +732,46 @@ async def ask_all(
             seconds = time.perf_counter() - t0
             ranked = [ids.get(h.source_id, "") for h in hits if h.source_type == "message"]
             row.score(list(dict.fromkeys(ranked)), q.evidence, seconds)
+
+
+_MATERIAL_ID = re.compile(r"^\[([^\]\s]+)\] ", re.MULTILINE)
+
+
+def top_hits_reader(spent: list[int]) -> Any:
+    """The recall model of the `recall` row: it reads its material and cites every item
+    in it, in the order given (the search's ranking, expanded), so the row measures the
+    retrieval and expansion path of delegated recall, not a language model's wit. What
+    each call would cost (system, prompt and answer, estimated tokens) goes to `spent`."""
+
+    async def ask(system: str, prompt: str) -> str:
+        material = prompt.partition("Material:\n")[2]
+        answer = " ".join(f"[{i}]" for i in _MATERIAL_ID.findall(material)) or "NOTHING"
+        spent.append(estimate_tokens(system) + estimate_tokens(prompt) + estimate_tokens(answer))
+        return answer
+
+    return ask
+
+
+async def recall_all(
+    provider: Any, convs: list[Conversation], ids: dict[str, str], row: Outcome
+) -> None:
+    """Each question through delegated recall (`memory.delegated_recall.recall`, default
+    bounds), scored on the message ids its answer cites, in citation order."""
+    bounds = Bounds()
+    for i, conv in enumerate(convs):
+        session = chat_of(i, conv)
+        for q in conv.questions:
+            spent: list[int] = []
+            t0 = time.perf_counter()
+            try:
+                answer = await recall(provider, session, q.text, top_hits_reader(spent), bounds)
+            except Exception as exc:  # counted and reported: a question error is a finding
+                row.fail(exc)
+                continue
+            seconds = time.perf_counter() - t0
+            ranked = [ids.get(item.id, "") for item in answer.cited if item.kind == "message"]
+            row.score(list(dict.fromkeys(ranked)), q.evidence, seconds)
+            row.tokens.append(sum(spent))
 
 
 # --- report ----------------------------------------------------------------------------
@@ -797,6 +852,14 @@ def report(
         *targets(rows),
     ]
     for r in rows:
+        if r.tokens:
+            lines.append(
+                f"- recall ({r.system}, {r.db}): {sum(r.tokens) / len(r.tokens):,.0f} tokens per "
+                "question (material, question and answer of the recall model's calls, "
+                "estimated); R@k of the message ids it cites, at most "
+                f"{HITS_PER_SEARCH} hits read per search, within {Bounds().max_tokens} tokens"
+            )
+    for r in rows:
         if r.first_error:
             lines.append(f"- first error ({r.system}, {r.db}, {r.mode}): {r.first_error}")
     lines += [f"- FAILED: {f}" for f in failures]
@@ -853,7 +916,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--modes",
         default="substring,full_text,hybrid",
-        help="comma-separated: substring, full_text, hybrid",
+        help="comma-separated: substring, full_text, hybrid, recall (delegated recall with "
+        "a model citing its top hits; lexical unless hybrid's embeddings server runs too)",
     )
     parser.add_argument(
         "--conversations", type=int, default=None, help="only the first N conversations"

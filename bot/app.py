@@ -119,11 +119,13 @@ def build_embedder(settings: Settings, usage: UsageRecorder | None = None) -> An
 
 def register_erasure_hooks() -> None:
     """The rows outside memory's tables an erasure must reach (memory/forgetting.py)."""
+    from bot.chat_import.ledger import register as chat_imports
     from bot.telegram.erasure import register as telegram
     from plugins.reflect.state import register_erasure as reflect
 
     telegram()
     reflect()
+    chat_imports()
 
 
 async def build_services(

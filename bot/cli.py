@@ -293,6 +293,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     from bot import operator
     from bot.operator_embeddings import embed_command
     from bot.operator_erase import erase
+    from bot.operator_import import import_chat
     from bot.operator_usage import usage_command
 
     settings = _settings(args)
@@ -310,6 +311,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
         "embed": lambda: embed_command(settings, prune=args.prune),
         "usage": lambda: usage_command(settings, args.by, args.days),
         "erase": lambda: erase(settings, args.user, args.agent, args.older_than, args.dry_run),
+        "import-chat": lambda: import_chat(
+            settings, args.file, args.format, args.user, args.agent, args.chat, args.dry_run
+        ),
     }
     return _run_async(runs[action]())
 
@@ -466,6 +470,18 @@ def build_parser() -> argparse.ArgumentParser:
     backup.add_argument("path")
     imp = madd("import", "import a session exported with `mnemo memory export`")
     imp.add_argument("path")
+    chats = madd(
+        "import-chat",
+        "import a Telegram Desktop export (result.json) or a ChatGPT export "
+        "(conversations.json) into one user's memory, each chat as an archived "
+        "conversation (safe to re-run: adds only what is new)",
+    )
+    chats.add_argument("file")
+    chats.add_argument("--format", choices=["telegram", "chatgpt"], required=True)
+    chats.add_argument("--user", type=int, required=True, help="the memory's user id")
+    chats.add_argument("--agent", help="the agent (default: agent.id)")
+    chats.add_argument("--chat", metavar="NAME", help="only this chat (its name or id)")
+    chats.add_argument("--dry-run", action="store_true", help="only say what would be imported")
 
     webp = add("web", "the web console's operator tokens (docs/OPERATIONS.md)", cmd_web)
     wsub = webp.add_subparsers(dest="web_command", metavar="ACTION", required=True)
@@ -518,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
 INTERRUPTED = {
     "import": "interrupted (Ctrl-C): nothing was imported (an import is one transaction); "
     "run the same command again",
+    "import-chat": "interrupted (Ctrl-C): the messages stored so far are kept; run the "
+    "same command again to import the rest",
     "export": "interrupted (Ctrl-C): the export is incomplete; run the same command again",
     "backup": "interrupted (Ctrl-C): no backup was written (a backup appears only when "
     "complete); run the same command again",

@@ -46,7 +46,7 @@ from bot.turns import (
     memory_tools,
 )
 from memory.errors import SessionArchived
-from memory.types import CompactionResult, Session
+from memory.types import CompactionResult, Origin, Session
 
 # What channels and tests take from here; each lives in the module named above.
 __all__ = [
@@ -133,12 +133,14 @@ class Pool:
         on_delta: OnDelta | None = None,
         receipt: Receipt | None = None,
         images: Sequence[Image] = (),
+        origin: Origin | None = None,
     ) -> Reply:
         """One user message in, one reply out. Never raises for model or memory failures:
         those become `Reply(error=True)` with a plain line naming the problem. `receipt`
         is written with the user's message (see `Receipt`); a message it finds stored
         already gives `Reply(skipped=True)`, to be shown nothing. `images` go to the
-        model with this message, in this turn only (see `bot.turns`)."""
+        model with this message, in this turn only (see `bot.turns`). `origin`: where the
+        channel received it, stored with it (memory/origins.py)."""
         if self._closed:
             raise RuntimeError("the pool is closed")
         if not text.strip():
@@ -159,6 +161,7 @@ class Pool:
                                 receipt,
                                 live_only=moves < SESSION_MOVES,
                                 images=images,
+                                origin=origin,
                             )
                     break
                 except SessionArchived:  # nothing stored: follow it to the live session
@@ -237,6 +240,11 @@ class Pool:
     async def compact(self, session: Session) -> CompactionResult:
         """Full compaction now (`/compact`). Raises Unsupported without a Compactor."""
         return await self._compaction.compact(session)
+
+    def schedule_compaction(self, session: Session) -> None:
+        """Compact `session` in the background if it needs it, as after a turn (the
+        sessions a chat import filled, say)."""
+        self._compaction.schedule(session)
 
     async def drain(self) -> None:
         """Wait for every background task (tests, shutdown)."""

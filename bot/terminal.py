@@ -34,6 +34,7 @@ from bot.channel import Limits, unless_stopped
 from bot.commands import handle_command
 from bot.pool import Pool
 from memory.display import terminal_safe
+from memory.provenance import plain_sources
 from memory.types import Session
 
 CLI_CHANNEL = "cli"
@@ -216,10 +217,13 @@ async def run_terminal(
             reply = await pool.chat(session, text, on_delta=printer)
             if reply.error or reply.text != printer.shown:
                 _show(stdout, ("\n" if printer.shown else "") + reply.text)
+            if reply.sources:
+                _show(stdout, "\n" + plain_sources(reply.sources))
             stdout.write("\n\n")
         else:
             reply = await pool.chat(session, text)
-            _show(stdout, reply.text + "\n\n")
+            sources = plain_sources(reply.sources)
+            _show(stdout, reply.text + (f"\n{sources}" if sources else "") + "\n\n")
         stdout.flush()
     return 0
 

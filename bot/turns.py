@@ -28,7 +28,7 @@ import logging
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,15 +42,18 @@ from bot.llm import LLMError, OnDelta
 from bot.prompt import MemoryReader, build_system_prompt
 from bot.runner import Completer, Tool, run_turn
 from bot.session_binding import bind_session
+from memory import provenance
 from memory.append_hook import AppendHook
 from memory.capabilities import ChangelogReader, ProfileStore, SessionManager
+from memory.citations import cite
 from memory.context import with_change_source
 from memory.db import RECONNECT_ATTEMPTS, CommitUncertain, retry_on_disconnect
 from memory.duties import AppendOptions, append_messages
 from memory.errors import SessionArchived
 from memory.identity import seed_identity
+from memory.provenance import Source
 from memory.tokens import Calibration, estimate_tokens
-from memory.types import ChangeSource, Message, Session
+from memory.types import ChangeSource, Message, Origin, Session
 from memory.usage import Ledger, UsageRecorder, current_ledger
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,9 @@ class Reply:
     error: bool = False
     skipped: bool = False
     limited: bool = False  # over the user's token limit: stored, not answered (error too)
+    # What the answer cites that this turn's memory calls returned (memory/provenance.py);
+    # `text` numbers them ([1]); the channel shows them (links, quotes or plain lines).
+    sources: list[Source] = field(default_factory=list)
 
 
 class AlreadyStored(Exception):
@@ -190,6 +196,7 @@ class Turns:
         *,
         live_only: bool = False,
         images: Sequence[Image] = (),
+        origin: Origin | None = None,
     ) -> Reply:
         """One user message in, one reply out (see the module doc). Raises
         `SessionArchived` only under `live_only`, with nothing stored."""
@@ -202,7 +209,7 @@ class Turns:
             )
             hook = await self.append(
                 session,
-                [Message(role="user", content=text)],
+                [Message(role="user", content=text, origin=origin)],
                 receipt=receipt,
                 live_only=live_only,
                 ledger=current_ledger(),  # a transcription's usage, with its message
@@ -387,7 +394,12 @@ class Turns:
         except Exception:
             log.exception("could not store the answer of session %s", session.id)
             return Reply(ANSWER_NOT_SAVED, error=True)
-        return Reply(result.text)
+        try:
+            sourced = await provenance.cited(self.provider, session, result.messages, result.text)
+        except Exception:  # the answer is stored: shown without sources rather than lost
+            log.warning("could not look up the sources of session %s", session.id, exc_info=True)
+            return Reply(cite(result.text, {}, named=False)[0])
+        return Reply(sourced.text, sources=sourced.sources)
 
     def _schema_tokens(self, tools: list[Tool]) -> int:
         """What the tool schemas cost in the prompt; counted again only when the tool

@@ -19,13 +19,13 @@ is counted like any other call); the whole sub-call stops at `Bounds.timeout_s` 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from memory.capabilities import Explorer, MessageReader, NoteStore
+from memory.citations import cite
 from memory.errors import MemoryError_, NotFound
 from memory.tokens import estimate_tokens
 from memory.tracing import unwrap
@@ -51,11 +51,6 @@ _MORE = (
     f" If it does not but another search might, reply {SEARCH} followed by a few "
     "keywords to search for instead."
 )
-# A citation: ids in square brackets ("[12]", "[12, sum_ab]", "[#12]"); and ids named in
-# words ("message 12"), which a model may write for an id it was asked about.
-_CITED = re.compile(r"\[([^\[\]]{1,400})\]")
-_NAMED = re.compile(r"\b(message|summary|archive|note)\s+#?([\w-]{1,80})", re.IGNORECASE)
-_SPLIT = re.compile(r"[\s,;]+")
 
 
 class RecallModelFailed(MemoryError_):
@@ -190,28 +185,8 @@ async def _gather(provider: Any, session: Session, words: str, m: Material) -> i
 
 def _clean(answer: str, material: Material) -> tuple[str, list[Item]]:
     """The answer without the ids it cites that are not in the material, and the items it
-    cites, in order of first citation."""
-    cited: dict[str, Item] = {}
-
-    def keep(match: re.Match[str]) -> str:
-        known = []
-        for token in _SPLIT.split(match.group(1)):
-            item = material.items.get(token.strip("#"))
-            if item is not None:
-                cited.setdefault(item.id, item)
-                known.append(item.id)
-        return f"[{', '.join(known)}]" if known else ""
-
-    def named(match: re.Match[str]) -> str:
-        # Only ids: "the message 12 you sent" keeps its words when 12 was read.
-        token = match.group(2)
-        if token in material.items or not any(c.isdigit() for c in token):
-            return match.group(0)
-        return match.group(1)
-
-    text = _NAMED.sub(named, _CITED.sub(keep, answer))
-    text = re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", text)).strip()
-    return text, list(cited.values())
+    cites, in order of first citation (memory/citations.py)."""
+    return cite(answer, material.items)
 
 
 async def recall(

@@ -44,7 +44,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from memory.errors import InvalidArgument
-from memory.history import PartKind, conversations
+from memory.history import PartKind, conversations, origins
 from memory.stores import changelog_table, snapshot_table
 from memory.types import ChangeSource, Role
 
@@ -157,6 +157,15 @@ class PartRecord(Strict):
     content: Text
 
 
+class OriginRecord(Strict):
+    """Where the message came from (memory/origins.py)."""
+
+    channel: bounded(origins.c.channel)  # type: ignore[valid-type]
+    chat_id: BigInt
+    message_id: BigInt
+    thread_id: BigInt | None
+
+
 class MessageRecord(Strict):
     seq: BigInt
     role: Literal[tuple(r.value for r in Role)]  # type: ignore[valid-type]
@@ -164,6 +173,7 @@ class MessageRecord(Strict):
     token_count: Count
     created_at: Timestamp
     parts: list[PartRecord]
+    origin: OriginRecord | None = None  # only written for a message that has one
 
     @model_validator(mode="after")
     def _ordinals(self) -> MessageRecord:

@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.db import lock_for_transaction, write_transaction
 from memory.errors import InvalidArgument
-from memory.history import TITLE_CHARS, PartKind, conversations, messages, parts
+from memory.history import TITLE_CHARS, PartKind, conversations, messages, origins, parts
 from memory.search_text import like_pattern
 from memory.tracing import unwrap
 from memory.types import ChangeEntry, as_utc
@@ -286,8 +286,8 @@ async def _exchanges(conn: AsyncConnection, keys: set[tuple[int, str]]) -> list[
 
 
 async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int]) -> int:
-    """Delete messages `ids` of conversation `conv_id` with their parts, vectors and
-    index entries, re-index the messages whose search context quoted them, and retitle
+    """Delete messages `ids` of conversation `conv_id` with their parts, origins, vectors
+    and index entries, re-index the messages whose search context quoted them, and retitle
     the conversation if its title came from one. Returns how many were deleted."""
     ids = sorted(set(ids))
     if not ids:
@@ -307,6 +307,8 @@ async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int
             )
         )
         await conn.execute(parts.delete().where(parts.c.message_id.in_(chunk)))
+        # (the foreign key cascades too; explicit, as for parts, whatever the engine's pragmas)
+        await conn.execute(origins.delete().where(origins.c.message_id.in_(chunk)))
         await conn.execute(
             messages.delete().where(messages.c.conversation_id == conv_id, messages.c.id.in_(chunk))
         )
@@ -471,7 +473,7 @@ async def owned_conversations(conn: AsyncConnection, owner: Owner) -> dict[int, 
 
 async def erase_history(conn: AsyncConnection, owner: Owner, conv_ids: Sequence[int]) -> int:
     """Delete `owner`'s conversations `conv_ids` (a provider deleted its own rows of them
-    first) with their messages, parts and every vector of the owner. Returns the number
+    first) with their messages, parts, origins and every vector of the owner. Returns the number
     of messages deleted."""
     await conn.execute(
         embeddings.delete().where(
@@ -488,6 +490,7 @@ async def erase_history(conn: AsyncConnection, owner: Owner, conv_ids: Sequence[
         )
         in_convs = sa.select(messages.c.id).where(messages.c.conversation_id.in_(chunk))
         await conn.execute(parts.delete().where(parts.c.message_id.in_(in_convs)))
+        await conn.execute(origins.delete().where(origins.c.message_id.in_(in_convs)))
         await conn.execute(messages.delete().where(messages.c.conversation_id.in_(chunk)))
         await conn.execute(conversations.delete().where(conversations.c.id.in_(chunk)))
     return count

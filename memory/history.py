@@ -29,13 +29,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memory.db import conflict_insert, lock_for_transaction, write_transaction
 from memory.duties import AppendOptions
 from memory.errors import NotFound, SessionArchived
-from memory.history_models import Conversation, MessagePart, MessageRow
+from memory.history_models import Conversation, MessageOriginRow, MessagePart, MessageRow
 from memory.sanitize import storable
 from memory.search_text import like_pattern
 from memory.tokens import message_tokens
 from memory.types import (
     ListOptions,
     Message,
+    Origin,
     Session,
     SessionInfo,
     ToolCall,
@@ -46,6 +47,7 @@ from memory.types import (
 conversations: sa.Table = Conversation.__table__  # type: ignore[attr-defined]
 messages: sa.Table = MessageRow.__table__  # type: ignore[attr-defined]
 parts: sa.Table = MessagePart.__table__  # type: ignore[attr-defined]
+origins: sa.Table = MessageOriginRow.__table__  # type: ignore[attr-defined]
 
 TITLE_CHARS = 80
 # Sessions whose conversation id a store remembers (most recently used kept); a
@@ -83,11 +85,13 @@ class SessionCounter(Protocol):
 
 @dataclass(frozen=True)
 class FoundMessage:
-    """One stored message and the conversation it belongs to (`read_message`)."""
+    """One stored message and the conversation it belongs to (`read_message`), with
+    where it came from when its channel said (`Message.origin`)."""
 
     session: SessionInfo
     seq: int
     message: Message
+    origin: Origin | None = None
 
 
 @dataclass(frozen=True)
@@ -360,6 +364,19 @@ class HistoryStore:
         ]
         if part_rows:
             await conn.execute(sa.insert(parts), part_rows)
+        origin_rows = [
+            {
+                "message_id": msg_id,
+                "channel": o.channel,
+                "chat_id": o.chat_id,
+                "channel_message_id": o.message_id,
+                "thread_id": o.thread_id,
+            }
+            for msg_id, raw in zip(ids, msgs, strict=True)
+            if (o := raw.origin) is not None
+        ]
+        if origin_rows:
+            await conn.execute(sa.insert(origins), origin_rows)
         title = next((m.content for m in cleaned if m.role == "user" and m.content.strip()), None)
         if title:
             title = " ".join(title.split())[:TITLE_CHARS]
@@ -440,6 +457,17 @@ class HistoryStore:
                 return []
             rows = await self.load_messages(conn, messages.c.conversation_id == conv_id)
         return [m for _, m in rows]
+
+    async def load_recent(self, session_id: str, limit: int) -> list[Message]:
+        """The session's newest `limit` messages, oldest first."""
+        async with self.engine.connect() as conn:
+            conv_id = await self.conversation_id(session_id, conn)
+            if conv_id is None:
+                return []
+            rows = await self.load_messages(
+                conn, messages.c.conversation_id == conv_id, limit=limit, newest_first=True
+            )
+        return [m for _, m in reversed(rows)]
 
     async def message_stats(
         self, session: Session
@@ -597,7 +625,21 @@ class HistoryStore:
             if row is None:
                 raise NotFound(f"message {message_id!r} not found")
             [(_stored, msg)] = await self.load_messages(conn, ids=[int(message_id)])
-        return FoundMessage(self._info(row), row["seq"], msg)
+            where = (
+                (
+                    await conn.execute(
+                        sa.select(origins).where(origins.c.message_id == int(message_id))
+                    )
+                )
+                .mappings()
+                .first()
+            )
+        origin = None
+        if where is not None:
+            origin = Origin(
+                where["channel"], where["chat_id"], where["channel_message_id"], where["thread_id"]
+            )
+        return FoundMessage(self._info(row), row["seq"], msg, origin)
 
 
 class SessionHistory:
@@ -620,3 +662,6 @@ class SessionHistory:
 
     async def load_history(self, session_id: str) -> list[Message]:
         return await self.history.load_history(session_id)
+
+    async def load_recent(self, session_id: str, limit: int) -> list[Message]:
+        return await self.history.load_recent(session_id, limit)

@@ -1,5 +1,6 @@
 """Tables of the raw, lossless message history shared by every SQL provider:
-conversations, messages and message_parts (created by core revision `0002_history`).
+conversations, messages and message_parts (created by core revision `0002_history`), and
+where each message came from, message_origins (`0007_message_origin`).
 
 A message's text lives in `messages.content` (indexed for search); `message_parts`
 carries the structure that text alone loses: reasoning, tool calls and tool results.
@@ -69,3 +70,23 @@ class MessagePart(SQLModel, table=True):
     tool_call_id: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
     tool_name: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
     content: str = Field(default="", sa_column=sa.Column(sa.Text, nullable=False))
+
+
+class MessageOriginRow(SQLModel, table=True):
+    """Where a stored message came from (memory.types.Origin; core revision
+    `0007_message_origin`): at most one row per message, deleted with it."""
+
+    __tablename__ = "message_origins"
+
+    message_id: int = Field(
+        sa_column=sa.Column(
+            sa.BigInteger,
+            sa.ForeignKey("messages.id", ondelete="CASCADE"),
+            primary_key=True,
+            autoincrement=False,
+        )
+    )
+    channel: str = Field(sa_column=sa.Column(sa.String(32), nullable=False))
+    chat_id: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    channel_message_id: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
+    thread_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger))

@@ -21,6 +21,7 @@ Results carry their time, the conversation they came from and what found them.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol
@@ -37,6 +38,8 @@ from memory.search_text import clean_query, ranked_terms
 from memory.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from memory.semantic.index import VectorHit
     from memory.semantic.search import SemanticSearch
 
@@ -135,18 +138,29 @@ class Recall:
         terms = [] if mode == SearchMode.SUBSTRING else ranked_terms(text)
         hybrid = mode == SearchMode.HYBRID and self.semantic is not None
         pool = max(limit, HYBRID_POOL) if hybrid else limit
-        results: list[SearchResult] = []
-        async with self.engine.connect() as conn:
-            conv_ids = await owned_conversations(conn, session.user_id, session.agent_id)
-            for index in self._indexes_for(scope):
-                results += await self._from_index(conn, index, conv_ids, text, terms, pool)
-        if self.extra is not None:
-            results += await self.extra.search_extra(session, text, terms, scope, pool)
-        ranked = _best_first(results) if terms else _newest_first(results)
-        if hybrid:
-            ranked = await self._hybrid(
-                session, conv_ids, text, terms or [text], scope, pool, ranked
-            )
+        # The question's vector is asked for first and made while the words are searched:
+        # the embedding is the slow part of a hybrid search.
+        vector = (
+            asyncio.create_task(self.semantic.query_vector(text))
+            if hybrid and self.semantic is not None
+            else None
+        )
+        try:
+            results: list[SearchResult] = []
+            async with self.engine.connect() as conn:
+                conv_ids = await owned_conversations(conn, session.user_id, session.agent_id)
+                for index in self._indexes_for(scope):
+                    results += await self._from_index(conn, index, conv_ids, text, terms, pool)
+            if self.extra is not None:
+                results += await self.extra.search_extra(session, text, terms, scope, pool)
+            ranked = _best_first(results) if terms else _newest_first(results)
+            if vector is not None:
+                ranked = await self._hybrid(
+                    session, conv_ids, await vector, terms or [text], scope, pool, ranked
+                )
+        finally:
+            if vector is not None and not vector.done():
+                vector.cancel()
         shown = ranked[:limit]
         if terms:
             async with self.engine.connect() as conn:
@@ -157,19 +171,21 @@ class Recall:
         self,
         session: Session,
         conv_ids: list[int],
-        text: str,
+        vector: np.ndarray | None,
         needles: list[str],
         scope: SearchScope,
         pool: int,
         lexical_hits: list[SearchResult],
     ) -> list[SearchResult]:
-        """`lexical_hits` fused with the nearest items in meaning (memory/fusion.py)."""
-        assert self.semantic is not None
+        """`lexical_hits` fused with the items nearest to the question's `vector` in
+        meaning (memory/fusion.py)."""
+        if vector is None or self.semantic is None:
+            return lexical_hits  # the question has no vector: the words' ranking stands
         words = {_key(r): r for r in lexical_hits}
-        vector_hits = await self.semantic.search(
+        vector_hits = await self.semantic.index.search(
             session.user_id,
             session.agent_id,
-            text,
+            vector,
             sources=_VECTOR_SOURCES[scope],
             limit=pool,
             # Every word hit weighed by its meaning too (memory/fusion.py). simple's notes

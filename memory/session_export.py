@@ -1,7 +1,8 @@
 """Export and import of one session, lossless (`mnemo memory export|import`).
 
 The JSON document holds every stored row of the session, as stored: the conversation,
-its messages with their parts (tool calls, tool results, reasoning) and token counts,
+its messages with their parts (tool calls, tool results, reasoning), token counts and
+origins (where a channel received them; the key only for a message that has one),
 the session's snapshot, the memory of its (user, agent) (profile, soul, constraints,
 version and the whole changelog), and the provider's own data (`Exporter`: lcm's
 summary DAG and context items, simple's markers and its user's notes file). Database
@@ -38,7 +39,7 @@ from memory.export_schema import (
     UserMemory,
     validate_document,
 )
-from memory.history import conversations, messages, parts
+from memory.history import conversations, messages, origins, parts
 from memory.maintenance import Exporter, StagedFiles
 from memory.stores import changelog_table, snapshot_table, state_table
 from memory.tracing import unwrap
@@ -146,6 +147,26 @@ async def _export_messages(conn: AsyncConnection, conv_id: int) -> list[dict[str
                 "content": p["content"],
             }
         )
+    origin_rows = (
+        (
+            await conn.execute(
+                sa.select(origins, messages.c.seq)
+                .join(messages, origins.c.message_id == messages.c.id)
+                .where(messages.c.conversation_id == conv_id)
+            )
+        )
+        .mappings()
+        .all()
+    )
+    where = {
+        o["seq"]: {
+            "channel": o["channel"],
+            "chat_id": o["chat_id"],
+            "message_id": o["channel_message_id"],
+            "thread_id": o["thread_id"],
+        }
+        for o in origin_rows
+    }
     return [
         {
             "seq": r["seq"],
@@ -154,6 +175,7 @@ async def _export_messages(conn: AsyncConnection, conv_id: int) -> list[dict[str
             "token_count": r["token_count"],
             "created_at": iso_utc(r["created_at"]),
             "parts": by_seq.get(r["seq"], []),
+            **({"origin": where[r["seq"]]} if r["seq"] in where else {}),
         }
         for r in rows
     ]
@@ -346,6 +368,16 @@ async def _import_messages(
                     }
                     for p in m.parts
                 ],
+            )
+        if m.origin is not None:
+            await conn.execute(
+                sa.insert(origins).values(
+                    message_id=msg_id,
+                    channel=m.origin.channel,
+                    chat_id=m.origin.chat_id,
+                    channel_message_id=m.origin.message_id,
+                    thread_id=m.origin.thread_id,
+                )
             )
     return ids
 

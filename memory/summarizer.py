@@ -207,6 +207,8 @@ def truncate_to_tokens(text: str, target_tokens: int) -> str:
         cut = 1  # keep the first character cluster whatever the target
         while cut < len(body) and _splits_cluster(body, cut):
             cut += 1
+        if cut >= len(body):
+            return body  # one character cluster ('0🏻'): a mark would only add to it
     first = 1  # the end of the first character cluster, which is always kept
     while first < len(body) and _splits_cluster(body, first):
         first += 1

@@ -113,7 +113,9 @@ def build_tool(
     }
     lines = [
         "Your long-term memory of this conversation and this user. Nothing said before is "
-        "lost: search and expand recover it. Actions (parameters):"
+        "lost: search and expand recover it. When your answer rests on messages or "
+        "summaries it returned, cite their ids in square brackets, e.g. [123]: the user "
+        "is shown them as sources. Actions (parameters):"
     ]
     for name in actions:
         action = ACTIONS[name]

@@ -124,13 +124,26 @@ class Role(enum.StrEnum):
     TOOL = "tool"
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where a stored message came from in its channel, so people can open the original
+    (memory/origins.py): Telegram's chat id, message id and forum topic (thread) id."""
+
+    channel: str
+    chat_id: int
+    message_id: int
+    thread_id: int | None = None
+
+
 @dataclass
 class Message:
     """A chat message as stored and as sent to an OpenAI-compatible model.
 
     Assistant messages may carry `tool_calls`; tool messages carry `tool_call_id`
     (and `name`, the tool's name). `reasoning` holds model reasoning text when a
-    provider returns it; it is stored but never sent back to the model.
+    provider returns it; it is stored but never sent back to the model. `origin`: where
+    a channel received it (stored by `memory.history` in the append's transaction; not
+    part of the message's equality, and not loaded back with the history).
     """
 
     role: str
@@ -140,6 +153,7 @@ class Message:
     name: str | None = None
     reasoning: str | None = None
     created_at: datetime = field(default_factory=utcnow)
+    origin: Origin | None = field(default=None, compare=False, repr=False)
 
     def to_openai(self) -> dict[str, Any]:
         """The message as a Chat Completions `messages[]` entry."""

@@ -159,8 +159,8 @@ def test_recall_runs(tmp_path: Path) -> None:
 
 
 def test_recall_scores_the_only_turn_with_a_rare_word(tmp_path: Path) -> None:
-    """Stored ids map back to the right turns on every provider and database, and recall@k
-    counts the first k results: the one turn holding "axolotl" (D1:2) comes first in
+    """Stored ids map back to the right turns on every provider and database (searched,
+    and cited by delegated recall), and recall@k counts the first k results: the one turn holding "axolotl" (D1:2) comes first in
     full_text mode whatever the ranking, so the question scored against D1:2 gets 1 at k=1
     and the same question scored against D2:1 ("Pip", second for the reference) gets 0."""
     data = tmp_path / "probe.json"
@@ -171,14 +171,29 @@ def test_recall_scores_the_only_turn_with_a_rare_word(tmp_path: Path) -> None:
     data.write_text(json.dumps([{**TOY_LOCOMO[0], "qa": probes}]), encoding="utf-8")
     results = tmp_path / "recall.json"
     run_bench(
-        "-m", "bench.recall", "--data", str(data), "--modes", "full_text", "--json", str(results)
+        "-m",
+        "bench.recall",
+        "--data",
+        str(data),
+        "--modes",
+        "full_text,recall",
+        "--json",
+        str(results),
     )
     rows = json.loads(results.read_text())["results"]
-    assert [(r["system"], r["db"], r["recall"]["@1"]) for r in rows] == [
-        ("reference FTS5", "sqlite :memory:", 0.5),
-        *((p, db, 0.5) for p in ("lcm", "simple") for db in ("sqlite", "postgres")),
+    assert [(r["system"], r["db"], r["mode"], r["recall"]["@1"]) for r in rows] == [
+        ("reference FTS5", "sqlite :memory:", "full_text", 0.5),
+        *(
+            (p, db, mode, 0.5)
+            for p in ("lcm", "simple")
+            for db in ("sqlite", "postgres")
+            for mode in ("full_text", "recall")
+        ),
     ]
     assert rows[0]["recall"]["@5"] == 1.0
+    # Delegated recall cites what it read, the axolotl turn first; each call is counted.
+    cited = [r for r in rows if r["mode"] == "recall"]
+    assert all(r["errors"] == 0 and r["tokens_per_question"] > 0 for r in cited), cited
 
 
 def test_cost_runs() -> None:
@@ -212,3 +227,12 @@ def test_web_pages_runs() -> None:
     for provider in ("lcm", "simple"):
         assert f"| sqlite | {provider} | graph, a node open |" in out
         assert f"| sqlite | {provider} | search full_text |" in out
+
+
+def test_import_bench_runs() -> None:
+    out = run_bench(
+        "bench/import_bench.py", "--messages", "600", "--chats", "2", "--provider", "lcm",
+        "--db", "sqlite",
+    )  # fmt: skip
+    rows = [line for line in out.splitlines() if line.startswith("| lcm | sqlite |")]
+    assert len(rows) == 2 and all(row.endswith("| yes |") for row in rows), out

@@ -34,6 +34,7 @@ COMMANDS: list[list[str]] = [
     ["memory", "doctor"],
     ["memory", "backup", "out.db"],
     ["memory", "import", "in.json"],
+    ["memory", "import-chat", "result.json", "--format", "telegram", "--user", "1", "--dry-run"],
     ["memory", "embed"],
     ["memory", "erase", "--user", "1", "--dry-run"],
     ["memory", "usage"],

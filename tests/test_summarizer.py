@@ -239,3 +239,10 @@ async def test_truncating_summarizer_hits_target() -> None:
     assert handoff.startswith("## Current State\n") and estimate_tokens(handoff) <= 40
     with pytest.raises(SummarizerError):
         await s.summarize("", SummarizeOptions())
+
+
+@pytest.mark.parametrize("text", ["0🏻", "🏻", "a\u0301"])
+def test_one_character_cluster_is_never_lengthened_by_the_mark(text: str) -> None:
+    # Found by test_truncation_invariants: a digit with a skin-tone modifier is one
+    # cluster, which a cut kept whole and then marked, longer than what it cut.
+    assert truncate_to_tokens(text, 0) == text

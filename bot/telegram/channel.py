@@ -190,6 +190,8 @@ async def running(
                 await poller.start()
                 log.info("receiving updates by long polling")
             owed = asyncio.create_task(_answer_owed(channel, app), name="telegram-answer-owed")
+            # What `mnemo memory import-chat` stored meanwhile is compacted in the background.
+            await channel.imports.start()
             if inflight.handled is not None:  # nothing recorded without a database
                 settling = asyncio.create_task(
                     _settle(inflight, inflight.handled), name="telegram-settle"
@@ -209,6 +211,7 @@ async def running(
                 await app.updater.stop()
             await inflight.drain(drain_s)
             await channel.outbox.close()  # what it still owes is marked for the next start
+            await channel.imports.close()  # an import cut short continues when sent again
             await inflight.release_parked()
             if inflight.handled is not None:
                 await inflight.handled.flush_answered()

@@ -7,6 +7,10 @@ Decisions (README "Telegram" repeats them for operators):
 - Group mode `mention` (default): a group message is answered, and stored, only when it
   @mentions the bot or replies to one of its messages; `always`: every message;
   `disabled`: the bot stays silent in groups, commands included.
+- Each stored message keeps its origin (chat, message and topic ids; memory/origins.py).
+  An answer citing what the memory tool returned ends with its sources
+  (bot/telegram/sources.py): links in a supergroup; in a private chat a reply quoting
+  the first cited message, and each source's date and first words.
 - Commands: /start /help /new /compact /memory, answered in one plain-text message. An
   unknown command gets a short help line (in a group only when addressed to this bot by
   `/cmd@bot`, since plain `/cmd` may be meant for another bot).
@@ -19,6 +23,9 @@ Decisions (README "Telegram" repeats them for operators):
   most 512 KiB) are downloaded and read as UTF-8: one turn, the caption first, then
   `[file name]` and the content. Too big, not UTF-8, or not downloadable: one line,
   nothing stored; over `MAX_INPUT_CHARS` once read: the too-long line.
+- A document named `result.json` or `conversations.json` in a private chat is a chat
+  export to import, not a turn (bot.telegram.imports): the bot answers with what it
+  holds and an Import button; nothing is stored before the confirmation.
 - Voice messages, audio files and video notes are transcribed only when
   `llm.transcription_model` is set (empty by default: transcription costs money and
   many self-hosted servers lack `/audio/transcriptions`; e.g. `whisper-1` or
@@ -68,6 +75,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -88,17 +96,21 @@ from bot.config import Settings
 from bot.images import Image
 from bot.pool import Pool
 from bot.session_binding import bind_session
+from bot.telegram import sources
 from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
 from bot.telegram.confirmations import ACTIONS, forget_buttons
 from bot.telegram.confirmations import PREFIX as BUTTONS
 from bot.telegram.delivery import Target
 from bot.telegram.handled import ReplyTo
+from bot.telegram.imports import PREFIX as IMPORT_BUTTONS
+from bot.telegram.imports import ChatImports, export_format, is_import_command
 from bot.telegram.inflight import Inflight, UpdateReceipt
 from bot.telegram.outbox import Outbox, finish_or_owe
 from bot.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
 from bot.telegram.replies import EditPacer, ReplyStream, send_plain_reply, typing
 from bot.telegram.resume import OwedAnswers
 from bot.telegram.sessions import (
+    CHANNEL,
     Place,
     base_session,
     is_addressed,
@@ -114,7 +126,7 @@ from bot.telegram.voice import (
     recording,
     transcribed,
 )
-from memory.types import Session
+from memory.types import Origin, Session
 from memory.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -186,6 +198,7 @@ class TelegramChannel:
         self.pacer = EditPacer(EDIT_MIN_GAP_S)
         self.outbox = Outbox()  # answers Telegram could not take yet
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
+        self.imports = ChatImports(pool, settings)  # exports sent in private chats
 
     async def answer_owed(self, bot: Bot) -> int:
         """Answer messages a previous run stored but did not answer (`bot.telegram.resume`)."""
@@ -209,6 +222,7 @@ class TelegramChannel:
         app.add_handler(MessageHandler(new & MEDIA, self.on_media))
         app.add_handler(MessageHandler(filters.UpdateType.EDITED_MESSAGE, self.on_edited))
         app.add_handler(CallbackQueryHandler(self.on_button, pattern=f"^{BUTTONS}"))
+        app.add_handler(CallbackQueryHandler(self.on_import_button, pattern=f"^{IMPORT_BUTTONS}"))
         app.add_error_handler(self.on_error)
 
     # --- gatekeeping -----------------------------------------------------------------
@@ -273,6 +287,14 @@ class TelegramChannel:
             return
         message, place, user = admitted
         target = self._target(message, place)
+        if not place.is_group and user is not None and export_format(message.document):
+            receipt = self._receipt(update)  # a redelivered offer is not fetched again
+            if receipt is None or not await receipt.seen_before():
+                assert message.document is not None
+                await self.imports.offer(context.bot, target, user.id, message.document)
+                if receipt is not None:
+                    await receipt.record()
+            return
         caption = message.caption or ""
         if place.is_group:
             caption = strip_mention(caption, context.bot.username)
@@ -418,11 +440,12 @@ class TelegramChannel:
                     on_delta=None if quiet else stream.on_delta,
                     receipt=receipt,
                     images=images,
+                    origin=Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id),
                 )
-                answer, failed = reply.text, reply.error
+                answer, failed, cited = reply.text, reply.error, reply.sources
             except Exception:  # the pool reports its own failures; this is a bug
                 log.exception("turn of %s failed", session.id)
-                answer, failed = FAILED, True
+                answer, failed, cited = FAILED, True, []
         if receipt is not None and receipt.duplicate:
             # A redelivery that another replica (which answers it) or an earlier process
             # stored already: its record met ours in the append's transaction.
@@ -433,6 +456,15 @@ class TelegramChannel:
             return
         if failed and receipt is not None:
             await receipt.gave_up()
+        footer = sources.footer(cited)
+        private = footer and not place.is_group  # a group's answer replies to its question
+        quote = sources.quoted(cited, place.chat_id) if private else None
+        # A streamed message cannot become a reply: its sources then follow on their own,
+        # as a reply quoting the original (bot/telegram/sources.py).
+        apart = quote is not None and bool(stream.message_ids)
+        if quote is not None and not apart:
+            stream.target = dataclasses.replace(stream.target, reply_to=quote)
+        answer += "" if apart else footer
         # Stored, so never lost: what Telegram does not take now is owed, marked so a
         # restart sends it, and shown later by the outbox (bot.telegram.outbox).
         marks = receipt is not None and not failed
@@ -447,6 +479,11 @@ class TelegramChannel:
         )
         if shown and receipt is not None:
             receipt.answered()
+        if shown and apart and quote is not None:
+            with contextlib.suppress(TelegramError):  # the answer is shown; this is extra
+                await send_plain_reply(
+                    context.bot, dataclasses.replace(target, reply_to=quote), footer.strip()
+                )
 
     async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         admitted = await self._admit(update, context, command=True)
@@ -465,6 +502,13 @@ class TelegramChannel:
         if receipt is not None and await receipt.seen_before():
             return
         name, args = command_parts(message.text or "")
+        if name == "memory" and is_import_command(args) and not place.is_group and user:
+            said = await self.imports.command(context.bot, target, user.id, args)
+            if receipt is not None:
+                await receipt.record()
+            if said is not None:
+                await send_plain_reply(context.bot, target, said)
+            return
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         async with typing(context.bot, target):
             answer = await handle_command(
@@ -504,6 +548,27 @@ class TelegramChannel:
             limit=self.reply_limit,
         )
         await send_plain_reply(context.bot, self._target(message, place), answer)
+
+    async def on_import_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Import or Cancel under an import offer (bot/telegram/imports.py): the offer is
+        the presser's own, found by their user id (offers are made in private chats)."""
+        query = update.callback_query
+        if query is None or not isinstance(query.message, Message):
+            return
+        action = (query.data or "").removeprefix(IMPORT_BUTTONS)
+        message, user = query.message, query.from_user
+        place = Place.of(message)
+        await query.answer()
+        if action not in ("confirm", "cancel") or place.is_group:
+            return
+        if not is_allowed(self.tg, user.id, place.chat_id):
+            return
+        with contextlib.suppress(TelegramError):  # pressed twice, or too old to edit
+            await message.edit_reply_markup(reply_markup=None)
+        target = self._target(message, place)
+        said = await self.imports.command(context.bot, target, user.id, f"import {action}")
+        if said is not None:
+            await send_plain_reply(context.bot, target, said)
 
     async def on_unknown_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.effective_message

@@ -41,6 +41,7 @@ from telegram import Bot
 
 from bot.config import Settings
 from bot.pool import Pool
+from bot.telegram import sources
 from bot.telegram.delivery import Target
 from bot.telegram.handled import HandledUpdates, PendingReply
 from bot.telegram.outbox import Outbox, finish_or_owe
@@ -119,7 +120,7 @@ class OwedAnswers:
             if reply is not None:  # stored now (unless an apology): owed like any answer
                 sent |= await self._send(
                     last,
-                    reply.text,
+                    reply.text + sources.footer(reply.sources),
                     stream,
                     what="the answer to a message cut off by a stop",
                     mark=None if reply.error else self._mark(last),

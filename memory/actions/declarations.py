@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import model_validator
 
+from memory import provenance
 from memory.actions import forgetting
 from memory.actions import model_text as to_model
 from memory.actions import people_text as to_people
@@ -47,6 +48,7 @@ from memory.capabilities import (
     NoteStore,
     ProfileStore,
     Searcher,
+    SessionManager,
     VersionedProfileStore,
 )
 from memory.delegated_recall import Answer
@@ -180,6 +182,30 @@ declare(
             render=_answer_text,
             lacks="search",
             listed_after="search",
+        ),
+    )
+)
+
+
+async def _why(c: Call, args: NoArgs) -> Any:
+    return await provenance.why(c.provider, c.session)
+
+
+declare(
+    Action(
+        "why",
+        NoArgs,
+        SessionManager,
+        "what the last answer's memory actions used and returned",
+        _why,
+        tool=False,
+        command=Command(
+            "why",
+            "— which memory searches, summaries and recalls my last answer used, and what "
+            "they returned",
+            render=to_people.why,
+            lacks="reading back its turns",
+            listed_after="ask",
         ),
     )
 )

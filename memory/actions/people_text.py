@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from memory import origins
 from memory.actions.fitting import clip, listing, one_line
 from memory.actions.spec import Call
 from memory.capabilities import (
@@ -13,6 +14,7 @@ from memory.capabilities import (
     VersionedProfileStore,
 )
 from memory.errors import NotFound, StoreCorrupt
+from memory.provenance import Why
 from memory.sanitize import storable
 from memory.stores import parse_constraints
 from memory.tracing import unwrap
@@ -124,8 +126,10 @@ async def message(c: Call, args: Any, found: FoundMessage) -> str:
     )
     head = (
         f"Message {args.message_id} ({found.message.role}, "
-        f"{minute_utc(found.message.created_at)}), #{found.seq} of {where}:\n\n"
+        f"{minute_utc(found.message.created_at)}), #{found.seq} of {where}:\n"
     )
+    opened = origins.link(found.origin)
+    head += f"Open the original: {opened}\n\n" if opened else "\n"
     return clip(head + found.message.content, c.limit)
 
 
@@ -236,3 +240,28 @@ async def notes(c: Call, args: Any, entries: list[NoteEntry]) -> str:
         for e in entries
     ]
     return listing(lines, f"{len(entries)} notes and archives:", c.limit)
+
+
+async def why(c: Call, args: Any, found: Why | None) -> str:
+    if found is None:
+        return "I have not answered anything in this conversation yet."
+    head = f"My last answer ({minute_utc(found.answered_at)}): {one_line(found.answer, 120)}"
+    if not found.calls:
+        return (
+            f"{head}\n\nIt used no memory actions: it rests on the conversation I had in "
+            "view and on what I keep about you (profile, rules)."
+        )
+    lines = [head, "", "Memory actions it used:"]
+    for n, use in enumerate(found.calls, 1):
+        asked = f" “{one_line(use.asked, 80)}”" if use.asked else ""
+        if use.failed:
+            got = "failed or found nothing"
+        elif use.returned:
+            got = ", ".join(f"{r.kind} {r.id}" for r in use.returned)
+        else:
+            got = "nothing"
+        lines.append(f"{n}. {use.action}{asked} → {got}")
+    if found.cited:
+        lines += ["", "It cited: " + ", ".join(f"{r.kind} {r.id}" for r in found.cited)]
+    lines += ["", "/memory show <id> opens one."]
+    return clip("\n".join(lines), c.limit)

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Collection
 
+import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.semantic import DEFAULT_CACHE_BYTES
@@ -42,18 +43,26 @@ class SemanticSearch:
         first, then the similarity of those (source, key) items of `also` that have a
         vector (`VectorIndex.search`); [] when the text is blank or the query cannot be
         embedded."""
-        if not text.strip():
+        query = await self.query_vector(text)
+        if query is None:
             return []
+        return await self.index.search(
+            user_id, agent_id, query, sources=sources, limit=limit, also=also
+        )
+
+    async def query_vector(self, text: str) -> np.ndarray | None:
+        """`text`'s vector, or None when it is blank or cannot be embedded (a failing
+        server is named in the log at most every WARN_EVERY_S). Hybrid search asks for
+        it first and searches the words meanwhile: the embedding is the slow part."""
+        if not text.strip():
+            return None
         try:
-            query = await self.embedder.embed_query(text)
+            return await self.embedder.embed_query(text)
         except EmbeddingsUnavailable:
-            return []  # the embedder said so once
+            return None  # the embedder said so once
         except EmbeddingError as exc:
             now = time.monotonic()
             if self._warned_at is None or now - self._warned_at >= WARN_EVERY_S:
                 self._warned_at = now
                 log.warning("semantic search skipped: %s (lexical results only)", exc.reason)
-            return []
-        return await self.index.search(
-            user_id, agent_id, query, sources=sources, limit=limit, also=also
-        )
+            return None

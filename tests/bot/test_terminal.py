@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI, error
+from tests.fakes.openai_server import FakeOpenAI, Response, echo, error, text, tool_call
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -93,3 +96,31 @@ async def test_missing_api_key_names_the_variable(server: FakeOpenAI, tmp_path: 
     assert rc == 2 and out == ""
     assert "OPENAI_API_KEY" in err and "Traceback" not in err
     assert not server.requests
+
+
+def _citing(body: dict[str, Any]) -> Response:
+    """Echoes; `TOOL <json>` calls the memory tool; after its result, an answer citing
+    every message id it returned and one it makes up."""
+    last = (body.get("messages") or [{}])[-1]
+    content = str(last.get("content") or "")
+    if last.get("role") == "tool":
+        ids = re.findall(r"^\[message (\d+)\]", content, re.M)
+        return text("It is PLATYPUS-7731 " + " ".join(f"[{i}]" for i in [*ids, "99999"]) + ".")
+    if content.startswith("TOOL "):
+        return tool_call("memory", content[5:])
+    return echo(body)
+
+
+async def test_chat_prints_an_answer_s_sources_as_plain_lines(tmp_path: Path):
+    async with FakeOpenAI(_citing) as srv:
+        search = json.dumps({"action": "search", "text": "locker PLATYPUS"})
+        rc, out, err = await mnemo_chat(
+            write_config(tmp_path, srv.base_url),
+            f"my locker code is PLATYPUS-7731\nTOOL {search}\n",
+        )
+    assert rc == 0, err
+    answer = out.strip().split("\n\n")[1]
+    assert answer.startswith("It is PLATYPUS-7731 [1]"), answer
+    assert "99999" not in answer, answer
+    assert "\nSources:\n[1] message " in answer, answer
+    assert "“my locker code is PLATYPUS-7731”" in answer, answer

@@ -15,7 +15,8 @@ tool-call deltas the way OpenAI sends them, and a final usage chunk with `choice
 and plain JSON answers are served.
 
 Scripted responses:
-  text(content)                 an assistant answer (streamed in small deltas)
+  text(content, pause_s=)       an assistant answer (streamed in small deltas, `pause_s`
+                                seconds apart: a slow model whose answer the bot streams)
   tool_call(name, args) / tool_calls([...])   an assistant turn calling tools
   error(status, retry_after=)   an HTTP error with an OpenAI-style JSON error body
   hang()                        never answers (the client must time out)
@@ -99,6 +100,7 @@ class Response:
     gate: asyncio.Event | None = None
     then: Response | None = None
     chunk_size: int = 8
+    pause_s: float = 0.0  # between streamed deltas
 
 
 @dataclass
@@ -114,8 +116,8 @@ class Upload:
 _ids = itertools.count(1)
 
 
-def text(content: str, *, chunk_size: int = 8) -> Response:
-    return Response("reply", content=content, chunk_size=chunk_size)
+def text(content: str, *, chunk_size: int = 8, pause_s: float = 0.0) -> Response:
+    return Response("reply", content=content, chunk_size=chunk_size, pause_s=pause_s)
 
 
 def empty() -> Response:
@@ -475,6 +477,8 @@ class FakeOpenAI:
         await send(delta({"role": "assistant", "content": ""}))
         step = max(1, resp.chunk_size)
         for i in range(0, len(resp.content), step):
+            if resp.pause_s and i:
+                await asyncio.sleep(resp.pause_s)
             await send(delta({"content": resp.content[i : i + step]}))
         for index, (call_id, name, args) in enumerate(resp.calls):
             # OpenAI's shape: first the id and name with empty arguments, then fragments.

@@ -85,12 +85,13 @@ async def running_bot(
     transcription_model: str = "",
     vision: bool = False,
     summarizer: Summarizer | None = None,
+    db: str = "sqlite",
     **telegram: Any,
 ) -> AsyncIterator[RunningBot]:
     settings = make_settings(
         tg, llm, tmp_path, transcription_model=transcription_model, vision=vision, **telegram
     )
-    async with temp_engine("sqlite", tmp_path) as engine:
+    async with temp_engine(db, tmp_path) as engine:
         ctx = ProviderContext(
             engine=engine,
             summarizer=summarizer or StaticSummarizer("a short summary"),

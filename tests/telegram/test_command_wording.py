@@ -26,7 +26,8 @@ async def test_compact_status_and_usage_agree(
         for name in CLASS_NAMES:
             assert name not in status, status
         assert (
-            "You can also use: /memory search, /memory ask, /memory show, /memory expand" in status
+            "You can also use: /memory search, /memory ask, /memory why, /memory show, /memory expand"
+            in status
         )
         assert "/memory notes" not in status  # lcm keeps no notes
         assert "rollback" not in status  # operator-only: /memory help marks it

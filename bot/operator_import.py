@@ -1,0 +1,78 @@
+"""`mnemo memory import-chat FILE --format telegram|chatgpt --user ID`: a Telegram
+Desktop or ChatGPT export into one user's memory (bot.chat_import says how).
+
+The plan goes to stdout first (chats, messages, date range, tokens; `--dry-run` stops
+there, writing nothing); then the import, with a progress bar on stderr. A malformed
+file is refused in one line before anything is written. Ctrl-C or a kill keeps the
+batches stored so far; the same command continues after them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from bot.chat_import import importer
+from bot.chat_import.ledger import ImportConflict
+from bot.chat_import.sources import ImportRefused
+from bot.chat_import.summary import plan_lines, report_line
+from bot.config import Settings
+from bot.operator import EXIT_FAULT, EXIT_OK, open_memory
+from bot.progress import ProgressBar
+from memory.display import terminal_safe
+
+SHOW_EVERY_S = 0.5  # progress lines at most this often (a plain line each, off a terminal)
+
+
+def _err(message: str) -> None:
+    print(f"mnemo: {terminal_safe(message)}", file=sys.stderr)
+
+
+async def import_chat(
+    settings: Settings,
+    path: str,
+    fmt: str,
+    user_id: int,
+    agent_id: str | None,
+    chat: str | None,
+    dry_run: bool,
+) -> int:
+    agent = agent_id or settings.agent.id
+    source = Path(path)
+    async with open_memory(settings, create=True) as m:
+        try:
+            plan = await importer.plan(
+                m.engine, importer.FORMATS[fmt], source, user_id, agent, chat
+            )
+        except ImportRefused as exc:
+            _err(f"import refused, nothing was written: {exc}")
+            return EXIT_FAULT
+        for line in plan_lines(plan, max_chats=1_000_000):
+            print(terminal_safe(line))
+        print(f"Into the memory of user {user_id} (agent {terminal_safe(agent)}) in {m.where}.")
+        if dry_run:
+            print("Dry run: nothing was written.")
+            return EXIT_OK
+        if not plan.new:
+            return EXIT_OK
+        bar = ProgressBar(plan.new, unit="messages")
+        shown = [0.0]
+
+        def progress(done: int) -> None:
+            now = time.monotonic()
+            if now - shown[0] >= SHOW_EVERY_S or done >= plan.new:
+                shown[0] = now
+                bar.show(done)
+
+        started = time.monotonic()
+        try:
+            report = await importer.run(m.provider, m.engine, plan, on_progress=progress)
+        except (ImportRefused, ImportConflict) as exc:
+            bar.close()
+            _err(f"import stopped: {exc}; what was stored is kept, run the command again")
+            return EXIT_FAULT
+        bar.close()
+    print(report_line(report, time.monotonic() - started))
+    print("The running bot compacts them in the background; search and /memory ask reach them now.")
+    return EXIT_OK
