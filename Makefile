@@ -5,7 +5,11 @@ BIN    := $(VENV)/bin
 # Empty: mnemo's own choice, $MNEMO_CONFIG or else ./config.yaml (`make run CONFIG=x` works too).
 CONFIG ?=
 
-.PHONY: run test test-fast lint bench clean
+# The web console's browser tests (tests/web/) drive Debian's Chromium through Playwright
+# (Playwright's own browser download is not used).
+CHROMIUM := /usr/bin/chromium
+
+.PHONY: run test test-fast lint bench clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,13 +26,24 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed
 	$(BIN)/mnemo $(if $(CONFIG),--config $(CONFIG)) run
 
-test: $(VENV)/.installed-dev
+# Installed as root (CI, a fresh container); otherwise said, and the browser tests skip
+# saying why.
+chromium:
+	@if [ -x $(CHROMIUM) ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	else \
+		echo "make: $(CHROMIUM) is missing and this is not root: the web console's browser" \
+		     "tests will be SKIPPED; install it with: sudo apt-get install -y chromium" >&2; \
+	fi
+
+test: $(VENV)/.installed-dev chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict memory
 	$(BIN)/pytest -q -n auto --maxprocesses 4
 
-test-fast: $(VENV)/.installed-dev
+test-fast: $(VENV)/.installed-dev chromium
 	$(BIN)/pytest -q -n auto --maxprocesses 4 -m "not slow"
 
 lint: $(VENV)/.installed-dev

@@ -74,6 +74,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             ),
         ),
         settings.embeddings.api_key.get_secret_value(),
+        settings.web.session_secret.get_secret_value(),
     )
     logging.getLogger().setLevel(settings.log_level)  # the config's `log_level`
     return settings
@@ -84,6 +85,31 @@ def _run_async(coro: Coroutine[Any, Any, int]) -> int:
 
 
 # --- commands -----------------------------------------------------------------------
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    """`mnemo web token` makes a token and its config line; `mnemo web hash-token`
+    hashes one read from stdin (never from argv: shell history and `ps` would keep it)."""
+    from bot.web.auth import hash_token, new_token
+
+    _settings(args)  # like every command: a bad config is said, not ignored
+    if args.web_command == "token":
+        token = new_token()
+        print(f"token (give it to {args.name}; shown once, not stored): {token}")
+        print("add to web.operators in config.yaml:")
+        print(f"  - {{name: {args.name}, role: {args.role}, token_sha256: {hash_token(token)}}}")
+        return 0
+    if sys.stdin.isatty():  # typed: not echoed, not kept in the terminal's scrollback
+        import getpass
+
+        token = getpass.getpass("token: ").strip()
+    else:
+        token = sys.stdin.readline().strip()
+    if not token:
+        _error("give the token on stdin, e.g. `mnemo web hash-token < token.txt`")
+        return EXIT_CONFIG
+    print(hash_token(token))
+    return 0
 
 
 def cmd_providers(args: argparse.Namespace) -> int:
@@ -456,6 +482,15 @@ def build_parser() -> argparse.ArgumentParser:
     chats.add_argument("--agent", help="the agent (default: agent.id)")
     chats.add_argument("--chat", metavar="NAME", help="only this chat (its name or id)")
     chats.add_argument("--dry-run", action="store_true", help="only say what would be imported")
+
+    webp = add("web", "the web console's operator tokens (docs/OPERATIONS.md)", cmd_web)
+    wsub = webp.add_subparsers(dest="web_command", metavar="ACTION", required=True)
+    helptext = "make a new token and print its web.operators line"
+    tok = wsub.add_parser("token", help=helptext, description=helptext, parents=[common])
+    tok.add_argument("--name", required=True, help="the operator's name")
+    tok.add_argument("--role", choices=["viewer", "operator"], default="viewer")
+    helptext = "print the SHA-256 of a token read from stdin"
+    wsub.add_parser("hash-token", help=helptext, description=helptext, parents=[common])
     return parser
 
 

@@ -26,6 +26,7 @@ from pydantic import (
     create_model,
     field_serializer,
     field_validator,
+    model_validator,
 )
 
 from bot.config_yaml import ConfigYamlRefused, parse_config_yaml
@@ -47,6 +48,7 @@ SECRET_KEYS = (
     "telegram.webhook.secret_token",
     "database.url",
     "embeddings.api_key",
+    "web.session_secret",
 )
 # Bounds of the numeric keys: each admits every sensible setting and refuses what would
 # fail later, at a worse time (an interval no timer can hold, a LIMIT no database takes).
@@ -366,6 +368,65 @@ class HealthSettings(_Section):
     port: int = Field(default=9464, ge=1, le=65535)
 
 
+WebRole = Literal["viewer", "operator"]
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class WebOperator(_Section):
+    """One person who may log in to the web console: a name (shown in the changelog's
+    session column and the log), a role, and the SHA-256 of their token (`mnemo web
+    hash-token`), so the config never holds the token itself."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    role: WebRole = "viewer"
+    token_sha256: str = Field(repr=False)
+
+    @field_validator("token_sha256")
+    @classmethod
+    def _digest(cls, v: str) -> str:
+        v = v.strip().lower()
+        if not _SHA256.match(v):
+            raise ValueError("expected 64 hex digits (`mnemo web hash-token` prints them)")
+        return v
+
+
+class WebSettings(_Section):
+    """The operator web console (bot/web/): off unless enabled; see docs/OPERATIONS.md."""
+
+    enabled: bool = False
+    listen: str = "127.0.0.1"
+    # The health server's port by default: one server, one port (docker compose).
+    port: int = Field(default=9464, ge=1, le=65535)
+    operators: list[WebOperator] = Field(default_factory=list)
+    # Signs the session cookies; empty = a random key at each start (logins end at a
+    # restart, and replicas behind one address each need the same configured key).
+    session_secret: Secret = Secret("")
+    session_ttl: str = "12h"
+    # Set when a TLS-terminating reverse proxy serves the console: cookies get `Secure`.
+    secure_cookies: bool = False
+
+    @field_validator("session_ttl")
+    @classmethod
+    def _ttl(cls, v: str) -> str:
+        if not 60 <= parse_duration(v) <= 31 * 86400:
+            raise ValueError("expected a duration from 1m to 31d")
+        return v
+
+    @field_validator("operators")
+    @classmethod
+    def _unique(cls, v: list[WebOperator]) -> list[WebOperator]:
+        names = [o.name for o in v]
+        if len(set(names)) != len(names):
+            raise ValueError("expected each operator name once")
+        if len({o.token_sha256 for o in v}) != len(v):
+            raise ValueError("expected a different token for each operator")
+        return v
+
+    @property
+    def session_ttl_s(self) -> float:
+        return parse_duration(self.session_ttl)
+
+
 class Settings(_Section):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
@@ -379,7 +440,20 @@ class Settings(_Section):
     recall: RecallSettings = Field(default_factory=RecallSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
+    web: WebSettings = Field(default_factory=WebSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _one_server_per_port(self) -> Settings:
+        web, health = self.web, self.health
+        same_port = web.enabled and health.enabled and web.port == health.port
+        if same_port and web.listen != health.listen:
+            # Two sockets cannot take one port: say so here, not as "address in use".
+            raise ValueError(
+                f"web.listen ({web.listen}) differs from health.listen ({health.listen}) "
+                "on the same port: give web.port another port, or the same listen address"
+            )
+        return self
 
     def provider_config(self) -> dict[str, Any]:
         """The section handed to the provider factory, with the shared keep_tail and the
@@ -447,6 +521,8 @@ def _explain_one(error: Any, secrets: tuple[str, ...]) -> str:
     key = _where(error["loc"]) or "(top level)"
     kind, msg = error["type"], error["msg"]
     given = error.get("input")
+    if kind == "value_error" and not error["loc"]:  # a rule across sections names its keys
+        return str(msg.removeprefix("Value error, "))
     if kind == "extra_forbidden":
         return f"{key}: unknown key (check the spelling; see config.yaml for the known keys)"
     if kind.startswith("missing"):
@@ -485,7 +561,7 @@ def _secrets_in(data: Mapping[str, Any]) -> tuple[str, ...]:
             at("telegram.webhook.url"),
             at("embeddings.base_url"),
         ),
-    ) + secret_values(at("embeddings.api_key"))
+    ) + secret_values(at("embeddings.api_key"), at("web.session_secret"))
 
 
 def _shown(key: str, given: Any, secrets: tuple[str, ...]) -> str:

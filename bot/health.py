@@ -49,19 +49,29 @@ class HealthServer:
     """
 
     def __init__(
-        self, engine: AsyncEngine, settings: HealthSettings, *, info: dict[str, Any] | None = None
+        self,
+        engine: AsyncEngine,
+        settings: HealthSettings,
+        *,
+        info: dict[str, Any] | None = None,
+        console: Any = None,
     ) -> None:
+        """`console`: the web console (bot/web/) served on the same address, or None."""
         self.engine = engine
         self.settings = settings
         self.info = dict(info or {})
+        self.console = console
         self.port = settings.port
         self._runner: web.AppRunner | None = None
         self._started = time.monotonic()
 
     def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/metrics", self._metrics)
+        app = web.Application(client_max_size=64 * 1024)  # forms only: a login, a rollback
+        if self.settings.enabled:
+            app.router.add_get("/healthz", self._healthz)
+            app.router.add_get("/metrics", self._metrics)
+        if self.console is not None:
+            self.console.install(app)
         return app
 
     async def _healthz(self, _request: web.Request) -> web.Response:
@@ -95,8 +105,11 @@ class HealthServer:
         sockets = getattr(site._server, "sockets", None) or []  # noqa: SLF001 - aiohttp exposes no public getter
         if sockets:
             self.port = sockets[0].getsockname()[1]
+        served = ["/healthz, /metrics"] if self.settings.enabled else []
+        if self.console is not None:
+            served.append("the web console")
         log.info(
-            "health endpoint on http://%s:%d (/healthz, /metrics)", self.settings.listen, self.port
+            "http endpoint on http://%s:%d (%s)", self.settings.listen, self.port, "; ".join(served)
         )
 
     async def stop(self) -> None:

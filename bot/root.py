@@ -8,7 +8,8 @@
 3. the scheduler (`bot.scheduler`, one per process) with every background job: the
    embeddings worker's polling, reflect's interval job (`reflect.*`) and retention
    (`memory.retention.*`, bot/retention.py);
-4. the health/metrics server, when `health.enabled` and the command serves it;
+4. the health/metrics server, when `health.enabled`, and the web console, when
+   `web.enabled` (bot/web/), if the command serves them;
 5. the channels, each built from the services, until the stop event, or until one ends
    by itself (the terminal at end of input) or fails (its error ends the run).
 At the stop, at once: the channels finish what is in flight (each its own drain) while
@@ -100,10 +101,13 @@ class Root:
             self._schedule(services)
             self.scheduler.start()
             if self.serve_health:
-                from bot.health import start_health_server
+                from bot.web.serve import start_http
 
-                self.health = await start_health_server(
-                    services.engine, self.settings.health, provider=self.settings.memory.provider
+                self.health = await start_http(
+                    self.settings,
+                    services.engine,
+                    services.provider,
+                    provider=self.settings.memory.provider,
                 )
             yield services
         finally:

@@ -31,6 +31,7 @@ from memory.duties import AppendOptions
 from memory.errors import NotFound, SessionArchived
 from memory.history_models import Conversation, MessageOriginRow, MessagePart, MessageRow
 from memory.sanitize import storable
+from memory.search_text import like_pattern
 from memory.tokens import message_tokens
 from memory.types import (
     ListOptions,
@@ -53,6 +54,9 @@ TITLE_CHARS = 80
 # Sessions whose conversation id a store remembers (most recently used kept); a
 # forgotten one costs a read by its unique session id on its next use.
 CONV_ID_CACHE_SIZE = 10_000
+# Message ids per query when reading their parts: a long backlog (simple compacting 70k
+# messages at once) must not exceed PostgreSQL's 65535 bound parameters.
+PARTS_CHUNK = 10_000
 
 
 class PartKind(enum.StrEnum):
@@ -68,6 +72,7 @@ class SessionCounts:
     info: SessionInfo
     message_count: int
     summary_count: int
+    token_count: int = 0  # of its stored messages
 
 
 @runtime_checkable
@@ -453,9 +458,11 @@ class HistoryStore:
     ) -> list[tuple[StoredMessage, Message]]:
         if not rows:
             return []
-        part_rows = (
-            (await conn.execute(_PARTS_OF, {"ids": [r["id"] for r in rows]})).mappings().all()
-        )
+        ids = [r["id"] for r in rows]
+        part_rows: list[sa.RowMapping] = []
+        for start in range(0, len(ids), PARTS_CHUNK):  # PostgreSQL binds at most 65535
+            chunk = ids[start : start + PARTS_CHUNK]
+            part_rows += (await conn.execute(_PARTS_OF, {"ids": chunk})).mappings().all()
         by_msg: dict[int, list[sa.RowMapping]] = {}
         for p in part_rows:
             by_msg.setdefault(p["message_id"], []).append(p)
@@ -551,6 +558,14 @@ class HistoryStore:
             query = query.where(conversations.c.agent_id == opts.agent_id)
         if opts.user_id is not None:
             query = query.where(conversations.c.user_id == opts.user_id)
+        if opts.text:
+            pattern = like_pattern(opts.text)
+            query = query.where(
+                sa.or_(
+                    conversations.c.session_id.ilike(pattern, escape="\\"),
+                    conversations.c.title.ilike(pattern, escape="\\"),
+                )
+            )
         if not opts.include_archived:
             query = query.where(conversations.c.archived.is_(False))
         if opts.limit:
@@ -568,30 +583,38 @@ class HistoryStore:
     async def list_counts(
         self, opts: ListOptions, summaries: sa.Table | None = None
     ) -> list[SessionCounts]:
-        """`list_info` with each session's message count and the count of its rows in
-        `summaries` (a provider's table with a `conversation_id` column; 0 when None),
-        in one query whatever the number of sessions: a listing of thousands of
-        sessions must not cost a query per session."""
-        counted = [(messages, "message_count")]
+        """`list_info` with each session's message count and tokens and the count of its
+        rows in `summaries` (a provider's table with a `conversation_id` column; 0 when
+        None), in one query whatever the number of sessions: a listing of thousands of
+        sessions must not cost a query per session. The page of conversations is chosen
+        first, so only its sessions' rows are counted (correlated, by index)."""
+        page = self._listing(sa.select(conversations), opts).subquery()
+        msg_of = messages.c.conversation_id == page.c.id
+        query = sa.select(
+            page,
+            sa.select(sa.func.count()).where(msg_of).scalar_subquery().label("message_count"),
+            sa.select(sa.func.coalesce(sa.func.sum(messages.c.token_count), 0))
+            .where(msg_of)
+            .scalar_subquery()
+            .label("token_count"),
+        )
         if summaries is not None:
-            counted.append((summaries, "summary_count"))
-        query = sa.select(conversations)
-        source: sa.FromClause = conversations
-        for table, label in counted:
-            # One GROUP BY per table, joined once: a join of the raw tables would
-            # multiply messages by summaries.
-            per_conv = (
-                sa.select(table.c.conversation_id, sa.func.count().label("n"))
-                .group_by(table.c.conversation_id)
-                .subquery()
+            query = query.add_columns(
+                sa.select(sa.func.count())
+                .where(summaries.c.conversation_id == page.c.id)
+                .scalar_subquery()
+                .label("summary_count")
             )
-            source = source.outerjoin(per_conv, per_conv.c.conversation_id == conversations.c.id)
-            query = query.add_columns(sa.func.coalesce(per_conv.c.n, 0).label(label))
-        query = self._listing(query.select_from(source), opts)
+        query = query.order_by(page.c.updated_at.desc(), page.c.id.desc())
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
         return [
-            SessionCounts(self._info(r), int(r["message_count"]), int(r.get("summary_count", 0)))
+            SessionCounts(
+                self._info(r),
+                int(r["message_count"]),
+                int(r.get("summary_count", 0)),
+                int(r["token_count"]),
+            )
             for r in rows
         ]
 

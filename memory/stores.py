@@ -196,7 +196,8 @@ async def _text_at(
     return text or ""
 
 
-def _entry(row: sa.Row[*tuple[Any, ...]]) -> ChangeEntry:
+def changelog_entry(row: sa.Row[*tuple[Any, ...]]) -> ChangeEntry:
+    """A changelog row as a `ChangeEntry` (the stores' reads and the web console's)."""
     return ChangeEntry(
         id=row.id,
         user_id=row.user_id,
@@ -433,7 +434,7 @@ class SharedStores:
             query = query.limit(limit)
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        return [_entry(r) for r in rows]
+        return [changelog_entry(r) for r in rows]
 
     async def write_changelog(self, entry: ChangeEntry) -> None:
         """Record an event that is not a store write (e.g. scope `compaction`).

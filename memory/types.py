@@ -308,6 +308,7 @@ class ListOptions:
     agent_id: str = ""  # empty = all
     user_id: int | None = None  # None = all
     include_archived: bool = False
+    text: str = ""  # part of the session id or title (case-insensitive); empty = all
     limit: int = 0  # 0 = no limit
     offset: int = 0
 
@@ -317,6 +318,7 @@ class ChangeSource(enum.StrEnum):
     AGENT = "agent"
     REFLECT = "reflect"
     SYSTEM = "system"
+    OPERATOR = "operator"  # a person at the web console (bot/web/)
 
 
 class Scope(enum.StrEnum):

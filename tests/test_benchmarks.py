@@ -212,6 +212,23 @@ def test_forget_bench_runs() -> None:
     assert len(rows) == 2 and all(row.endswith("| yes |") for row in rows), out
 
 
+def test_web_pages_runs() -> None:
+    out = run_bench(
+        "bench/web_pages.py",
+        "--sessions",
+        "12",
+        "--messages",
+        "600",
+        "--db",
+        "sqlite",
+        "--repeat",
+        "1",
+    )
+    for provider in ("lcm", "simple"):
+        assert f"| sqlite | {provider} | graph, a node open |" in out
+        assert f"| sqlite | {provider} | search full_text |" in out
+
+
 def test_import_bench_runs() -> None:
     out = run_bench(
         "bench/import_bench.py", "--messages", "600", "--chats", "2", "--provider", "lcm",

@@ -38,6 +38,8 @@ COMMANDS: list[list[str]] = [
     ["memory", "embed"],
     ["memory", "erase", "--user", "1", "--dry-run"],
     ["memory", "usage"],
+    ["web", "token", "--name", "ann"],
+    ["web", "hash-token"],
 ]
 
 
@@ -251,7 +253,7 @@ def _subcommands(
 
 
 def test_every_command_is_listed() -> None:
-    listed = {tuple(cmd[:2]) if cmd[0] == "memory" else (cmd[0],) for cmd in COMMANDS}
+    listed = {tuple(cmd[:2]) if cmd[0] in ("memory", "web") else (cmd[0],) for cmd in COMMANDS}
     assert _subcommands(build_parser()) == listed
 
 

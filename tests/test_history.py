@@ -144,3 +144,21 @@ async def test_live_session_only_refuses_an_archived_session_and_nothing_else(en
     await store.append(S2, Message("user", "new"), options=live)
     await store.append(S2, Message("assistant", "live"), options=live)
     assert [m.content for m in await store.load_history("s2")] == ["new", "live"]
+
+
+async def test_parts_of_many_messages_are_read_in_chunks(engine, monkeypatch) -> None:
+    """A backlog of more messages than PostgreSQL binds parameters (65535) is read: their
+    parts come in chunks (here of 3, over 7 messages with parts), none lost or doubled."""
+    from memory import history
+
+    monkeypatch.setattr(history, "PARTS_CHUNK", 3)
+    store = HistoryStore(engine)
+    msgs = []
+    for i in range(7):
+        call = ToolCall(f"call_{i}", "memory", f'{{"n": {i}}}')
+        msgs += [
+            Message("assistant", "", tool_calls=[call], reasoning=f"r{i}"),
+            Message("tool", f"result {i}", tool_call_id=call.id, name="memory"),
+        ]
+    await store.append(S1, *msgs)
+    assert await store.load_history("s1") == msgs

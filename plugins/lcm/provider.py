@@ -7,7 +7,7 @@ to be forgotten (plugins/lcm/forgetting.py rebuilds the summaries built on it), 
 expanding every summary recovers exactly the stored message sequence.
 
 Capabilities: Provider, Compactor, Searcher, Explorer, Reviewer, Forgetter,
-SessionManager (shared history) and, through `SharedStores`, ProfileStore, ConstraintStore, the versioned
+SessionManager (shared history), SummaryGraphReader (the DAG for the web console) and, through `SharedStores`, ProfileStore, ConstraintStore, the versioned
 stores, the changelog and session snapshots.
 
 Config: `memory.lcm` plus `compaction.keep_tail`, as `plugins.lcm.settings.LcmSettings`.
@@ -46,6 +46,7 @@ from plugins.lcm.assembler import assemble_window
 from plugins.lcm.compaction import Compaction
 from plugins.lcm.explorer import Explorer
 from plugins.lcm.forgetting import LcmForgetting
+from plugins.lcm.graph import LcmGraph
 from plugins.lcm.maintenance import LcmMaintenance
 from plugins.lcm.models import summaries
 from plugins.lcm.retrieval import INDEXES
@@ -55,7 +56,7 @@ from plugins.lcm.settings import LcmSettings
 log = logging.getLogger(__name__)
 
 
-class LcmProvider(SharedStores, SessionHistory, LcmMaintenance, LcmForgetting):
+class LcmProvider(SharedStores, SessionHistory, LcmMaintenance, LcmForgetting, LcmGraph):
     name = "lcm"
 
     def __init__(self, ctx: ProviderContext) -> None:

@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from memory.semantic.index import VectorHit
 from plugins.simple.embedding_source import note_key
 from plugins.simple.forgetting import SimpleForgetting
+from plugins.simple.graph import SimpleGraph
 from plugins.simple.maintenance import SimpleMaintenance
 from plugins.simple.markers import Marker
 from plugins.simple.notes_file import Add, Alias, Remove, Rename, Write
@@ -103,10 +104,12 @@ def _session_slug(session_id: str) -> str:
     return slug[:48].rstrip("-") or "session"
 
 
-class SimpleProvider(SimpleMaintenance, SharedStores, SessionHistory, SimpleForgetting):
+class SimpleProvider(
+    SimpleMaintenance, SharedStores, SessionHistory, SimpleForgetting, SimpleGraph
+):
     """Provider, Compactor, Searcher, NoteStore, SessionManager, Reviewer, the shared
     stores (profile, soul, constraints, versions, changelog, snapshots) and the operator's
-    Exporter/IntegrityChecker for the compact markers."""
+    Exporter/IntegrityChecker and SummaryGraphReader for the compact markers."""
 
     name = "simple"
 

@@ -1,0 +1,549 @@
+"""The console's aiohttp routes: login, sessions, a conversation, its summary graph,
+search, a user's profile/soul/constraints with versions and rollback, the changelog.
+
+Every page needs a login (bot/web/auth.py); `viewer`s read, `operator`s may also roll
+back. Every POST checks the CSRF token first. Responses carry a CSP without inline
+script or style, `nosniff`, no framing, no referrer, no caching. Pages are rendered by
+Jinja2 with autoescape on (bot/web/templates/), so stored text never becomes markup.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from aiohttp import web
+from markupsafe import Markup
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bot.config import Settings
+from bot.web import reads
+from bot.web.auth import PRE_COOKIE, SESSION_COOKIE, Gate, Login
+from bot.web.dag_svg import render as render_dag
+from memory.capabilities import Provider, Searcher
+from memory.errors import InvalidArgument, MemoryError_, NotFound
+from memory.forgetting import ERASURE_SCOPE, FORGET_SCOPE
+from memory.prices import format_cost
+from memory.summary_graph import SummaryGraphReader
+from memory.tokens import message_tokens
+from memory.tracing import unwrap
+from memory.types import (
+    ChangeSource,
+    ListOptions,
+    Message,
+    Scope,
+    SearchMode,
+    SearchQuery,
+    SearchScope,
+    utcnow,
+)
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).parent
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self'; script-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "Cross-Origin-Opener-Policy": "same-origin",
+}
+LOGIN: web.RequestKey[Login | None] = web.RequestKey("login")
+FORM: web.RequestKey[Any] = web.RequestKey("form")
+PUBLIC = {"/login", "/favicon.ico"}  # and /static/
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Console:
+    """The console over one engine and provider; `install(app)` adds its routes."""
+
+    def __init__(self, settings: Settings, engine: AsyncEngine, provider: Provider) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.provider = provider
+        self.gate = Gate(settings.web)
+        self.jinja = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self.jinja.filters["when"] = _when
+        self.jinja.filters["q"] = lambda v: _quote(str(v))
+
+    def install(self, app: web.Application) -> None:
+        app.middlewares.append(self._guard)
+        r = app.router
+        r.add_get("/", self.home)
+        r.add_get("/login", self.login_form)
+        r.add_post("/login", self.login)
+        r.add_post("/logout", self.logout)
+        r.add_get("/sessions", self.sessions)
+        r.add_get("/sessions/{sid}", self.conversation)
+        r.add_get("/sessions/{sid}/graph", self.graph)
+        r.add_get("/search", self.search)
+        r.add_get("/memory/{uid}", self.memory)
+        r.add_get("/memory/{uid}/rollback", self.rollback_confirm)
+        r.add_post("/memory/{uid}/rollback", self.rollback)
+        r.add_get("/changelog", self.changelog)
+        r.add_get("/usage", self.usage)
+        r.add_static("/static", HERE / "static", show_index=False)
+
+    # -- the guard: headers, login, CSRF ------------------------------------------
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in ("/healthz", "/metrics"):
+            return await handler(request)
+        started = time.perf_counter()
+        try:
+            response = await self._checked(request, handler)
+        except web.HTTPException as exc:  # redirects and refusals get the headers too
+            for key, value in HEADERS.items():
+                exc.headers.setdefault(key, value)
+            raise
+        for key, value in HEADERS.items():
+            response.headers.setdefault(key, value)
+        # The page's server time, for the browser's dev tools and bench/web_pages.py.
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.1f}"
+        return response
+
+    async def _checked(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        login = self.gate.read_session(request.cookies.get(SESSION_COOKIE))
+        request[LOGIN] = login
+        public = request.path in PUBLIC or request.path.startswith("/static/")
+        if login is None and not public:
+            if request.method == "GET":
+                raise web.HTTPSeeOther("/login")
+            raise web.HTTPForbidden(text="log in first")
+        if request.method == "POST":
+            form = await request.post()
+            nonce = login.nonce if login else request.cookies.get(PRE_COOKIE)
+            if not self.gate.csrf_ok(nonce, form.get("csrf")):
+                log.warning("web console: a POST to %s without a valid CSRF token", request.path)
+                return self._page(
+                    request,
+                    "error.html",
+                    status=403,
+                    message="Refused: the form's token is missing or stale. Reload the page and try again.",
+                )
+            request[FORM] = form
+        return await handler(request)
+
+    def _page(
+        self, request: web.Request, template: str, *, status: int = 200, **values: Any
+    ) -> web.Response:
+        login: Login | None = request.get(LOGIN)
+        nonce = login.nonce if login else values.pop("pre_nonce", "")
+        html = self.jinja.get_template(template).render(
+            login=login,
+            csrf=self.gate.csrf_token(nonce) if nonce else "",
+            provider=self.provider.name,
+            path=request.path,
+            **values,
+        )
+        return web.Response(text=html, content_type="text/html", charset="utf-8", status=status)
+
+    def _cookie(self, response: web.StreamResponse, name: str, value: str, max_age: int) -> None:
+        response.set_cookie(
+            name,
+            value,
+            max_age=max_age,
+            httponly=True,
+            samesite="Strict",
+            secure=self.settings.web.secure_cookies,
+            path="/",
+        )
+
+    # -- login ---------------------------------------------------------------------
+
+    async def home(self, _request: web.Request) -> web.StreamResponse:
+        raise web.HTTPSeeOther("/sessions")
+
+    async def login_form(
+        self, request: web.Request, *, error: str = "", status: int = 200
+    ) -> web.Response:
+        # Kept while the form is open: a second tab (or the browser's favicon request)
+        # must not make the first form's token stale.
+        nonce = request.cookies.get(PRE_COOKIE, "")
+        if not re.fullmatch(r"[0-9a-f]{32}", nonce):
+            nonce = secrets.token_hex(16)
+        response = self._page(
+            request,
+            "login.html",
+            status=status,
+            pre_nonce=nonce,
+            error=error,
+            configured=bool(self.settings.web.operators),
+        )
+        self._cookie(response, PRE_COOKIE, nonce, 3600)
+        return response
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        address = request.remote or "?"
+        if self.gate.throttled(address):
+            return await self.login_form(
+                request, error="Too many failed logins: wait a few minutes.", status=429
+            )
+        token = request[FORM].get("token")
+        op = self.gate.operator_for(token) if isinstance(token, str) and token.strip() else None
+        if op is None:
+            self.gate.failed(address)
+            log.warning("web console: failed login from %s", address)
+            return await self.login_form(request, error="Unknown token.", status=403)
+        log.info("web console: %s (%s) logged in from %s", op.name, op.role, address)
+        response = web.HTTPSeeOther("/sessions")
+        self._cookie(
+            response,
+            SESSION_COOKIE,
+            self.gate.session_cookie(op),
+            int(self.settings.web.session_ttl_s),
+        )
+        response.del_cookie(PRE_COOKIE, path="/")
+        raise response
+
+    async def logout(self, request: web.Request) -> web.StreamResponse:
+        response = web.HTTPSeeOther("/login")
+        response.del_cookie(SESSION_COOKIE, path="/")
+        raise response
+
+    # -- sessions and a conversation ------------------------------------------------
+
+    async def sessions(self, request: web.Request) -> web.Response:
+        q = request.query
+        page = _int(q.get("page"), 1, low=1)
+        user = _int(q.get("user"), None)
+        text = q.get("q", "").strip()[:200]
+        archived = q.get("archived") == "1"
+        rows = await reads.list_sessions(
+            self.provider,
+            self.engine,
+            ListOptions(
+                user_id=user,
+                include_archived=archived,
+                text=text,
+                limit=reads.PAGE + 1,
+                offset=(page - 1) * reads.PAGE,
+            ),
+        )
+        keep = {
+            "q": text,
+            "user": "" if user is None else str(user),
+            "archived": "1" if archived else "",
+        }
+        return self._page(
+            request,
+            "sessions.html",
+            rows=rows[: reads.PAGE],
+            page=page,
+            prev_url=_url("/sessions", keep, page=page - 1) if page > 1 else "",
+            next_url=_url("/sessions", keep, page=page + 1) if len(rows) > reads.PAGE else "",
+            q=text,
+            user=keep["user"],
+            archived=archived,
+        )
+
+    async def _session(self, request: web.Request) -> Any:
+        try:
+            return await reads.session_info(self.engine, request.match_info["sid"])
+        except NotFound:
+            raise web.HTTPNotFound(text="no such session") from None
+
+    async def conversation(self, request: web.Request) -> web.Response:
+        info = await self._session(request)
+        session = reads.as_session(info)
+        q = request.query
+        stats = await self.provider.stats(session)
+        context = await reads.assembled_context(self.provider, self.engine, self.settings, session)
+        history = await reads.history_page(
+            self.engine, info.id, _int(q.get("page"), None, low=1), _int(q.get("at"), None)
+        )
+        base = f"/sessions/{_quote(info.id)}"
+        return self._page(
+            request,
+            "conversation.html",
+            info=info,
+            stats=stats,
+            context=context,
+            context_rows=[(m, message_tokens(m), _summary_id(m)) for m in context.history],
+            history=history,
+            at=_int(q.get("at"), None),
+            base=base,
+            page_url=lambda n: _url(base, {}, page=n),
+            has_graph=isinstance(unwrap(self.provider), SummaryGraphReader),
+        )
+
+    async def graph(self, request: web.Request) -> web.Response:
+        info = await self._session(request)
+        inner = unwrap(self.provider)
+        base = f"/sessions/{_quote(info.id)}"
+        if not isinstance(inner, SummaryGraphReader):
+            return self._page(
+                request,
+                "graph.html",
+                info=info,
+                base=base,
+                graph=None,
+                svg="",
+                detail=None,
+            )
+        graph = await inner.summary_graph(info.id)
+        selected = request.query.get("node") or None
+        detail, sources = None, []
+        if selected:
+            try:
+                detail = await inner.summary_node(info.id, selected)
+            except NotFound:
+                raise web.HTTPNotFound(text="no such node in this session") from None
+            sources = detail.source_message_ids
+        svg = render_dag(graph, selected, f"{base}/graph?node=")
+        depths: dict[int, int] = {}
+        for n in graph.nodes:
+            depths[n.depth] = depths.get(n.depth, 0) + 1
+        return self._page(
+            request,
+            "graph.html",
+            info=info,
+            base=base,
+            graph=graph,
+            depths=sorted(depths.items(), reverse=True),
+            svg=Markup(svg),  # built from escaped parts (dag_svg)
+            detail=detail,
+            first_source=sources[0] if sources else None,
+        )
+
+    # -- search ----------------------------------------------------------------------
+
+    async def search(self, request: web.Request) -> web.Response:
+        q = request.query
+        sid = q.get("session", "").strip()
+        text = q.get("q", "").strip()[:500]
+        mode = q.get("mode", SearchMode.FULL_TEXT.value)
+        scope = q.get("scope", SearchScope.BOTH.value)
+        hits, error, info = [], "", None
+        if (
+            mode not in SearchMode.__members__.values()
+            or scope not in SearchScope.__members__.values()
+        ):
+            error = "Unknown mode or scope."
+        elif sid and text:
+            info = await reads.session_or_user(self.engine, sid)
+            if info is None:
+                error = f"No session {sid!r} (nor a user with that id)."
+            inner = unwrap(self.provider)
+            if info is not None and not isinstance(inner, Searcher):
+                error = f"The {self.provider.name} provider cannot search."
+            elif info is not None:
+                try:
+                    hits = await self.provider.search(  # type: ignore[attr-defined]
+                        reads.as_session(info),
+                        SearchQuery(
+                            text=text, scope=SearchScope(scope), limit=50, mode=SearchMode(mode)
+                        ),
+                    )
+                except MemoryError_ as exc:
+                    error = str(exc)
+        return self._page(
+            request,
+            "search.html",
+            session_id=sid,
+            q=text,
+            mode=mode,
+            scope=scope,
+            modes=[m.value for m in SearchMode],
+            scopes=[s.value for s in SearchScope],
+            hits=hits,
+            error=error,
+            info=info,
+            searched=bool(sid and text),
+        )
+
+    # -- memory: versions, diffs, rollback -------------------------------------------
+
+    def _owner(self, request: web.Request) -> tuple[int, str, str]:
+        uid = _int(request.match_info["uid"], None)
+        if uid is None:
+            raise web.HTTPNotFound(text="no such user")
+        agent = request.query.get("agent") or self.settings.agent.id
+        scope = request.query.get("scope", "profile")
+        if scope not in reads.SCOPES:
+            raise web.HTTPBadRequest(text="scope must be profile, soul or constraint")
+        return uid, agent[:128], scope
+
+    async def memory(self, request: web.Request) -> web.Response:
+        uid, agent, scope = self._owner(request)
+        hist = await reads.memory_history(self.provider, uid, agent, scope)
+        chosen = _int(request.query.get("v"), None)
+        selected = next((v for v in hist.versions if v.version == chosen), None) or (
+            hist.versions[0] if hist.versions else None
+        )
+        return self._page(
+            request,
+            "memory.html",
+            hist=hist,
+            selected=selected,
+            diff=_diff(selected.before, selected.after) if selected else [],
+            scopes=reads.SCOPES,
+            done=_int(request.query.get("done"), None),
+        )
+
+    async def rollback_confirm(self, request: web.Request) -> web.Response:
+        uid, agent, scope = self._owner(request)
+        version = _int(request.query.get("version"), None)
+        hist = await reads.memory_history(self.provider, uid, agent, scope)
+        target = next((v for v in hist.versions if v.version == version), None)
+        if target is None:
+            raise web.HTTPNotFound(text="no such version")
+        return self._page(
+            request,
+            "rollback.html",
+            hist=hist,
+            target=target,
+            diff=_diff(hist.current_text, target.after),
+        )
+
+    async def rollback(self, request: web.Request) -> web.StreamResponse:
+        login = request[LOGIN]
+        assert login is not None  # the guard lets no anonymous request reach a page
+        if not login.can_write:
+            log.warning("web console: viewer %s tried a rollback", login.name)
+            return self._page(
+                request,
+                "error.html",
+                status=403,
+                message="Refused: a viewer cannot roll back (the operator role can).",
+            )
+        uid, agent, _ = self._owner(request)
+        form = request[FORM]
+        scope = str(form.get("scope", ""))
+        version = _int(str(form.get("version", "")), None)
+        if scope not in reads.SCOPES or version is None or form.get("confirm") != "yes":
+            raise web.HTTPBadRequest(text="a rollback needs a scope, a version and a confirmation")
+        try:
+            new = await reads.rollback(
+                self.provider, self.engine, uid, agent, scope, version, login.name
+            )
+        except (InvalidArgument, NotFound) as exc:
+            return self._page(request, "error.html", status=400, message=f"Rollback refused: {exc}")
+        log.info(
+            "web console: %s rolled back %s of user %s (agent %s) to version %d as version %d",
+            login.name,
+            scope,
+            uid,
+            agent,
+            version,
+            new,
+        )
+        raise web.HTTPSeeOther(_url(f"/memory/{uid}", {"agent": agent, "scope": scope}, done=new))
+
+    # -- changelog -------------------------------------------------------------------
+
+    async def changelog(self, request: web.Request) -> web.Response:
+        q = request.query
+        f = reads.ChangelogFilter(
+            user_id=_int(q.get("user"), None),
+            scope=q.get("scope", "")[:32],
+            source=q.get("source", "")[:32],
+            page=_int(q.get("page"), 1, low=1),
+        )
+        rows, more = await reads.changelog_page(self.engine, f)
+        keep = {
+            "user": "" if f.user_id is None else str(f.user_id),
+            "scope": f.scope,
+            "source": f.source,
+        }
+        return self._page(
+            request,
+            "changelog.html",
+            rows=rows,
+            f=f,
+            keep=keep,
+            scopes=[s.value for s in Scope] + [FORGET_SCOPE, ERASURE_SCOPE],
+            sources=[s.value for s in ChangeSource],
+            prev_url=_url("/changelog", keep, page=f.page - 1) if f.page > 1 else "",
+            next_url=_url("/changelog", keep, page=f.page + 1) if more else "",
+        )
+
+    async def usage(self, request: web.Request) -> web.Response:
+        """What model calls cost (`mnemo memory usage`): by kind, user, day or model."""
+        from bot.operator_usage import GROUPINGS, has_usage_table
+        from memory.usage import UsageStore, day_start
+
+        by = request.query.get("by", "kind")
+        by = by if by in GROUPINGS else "kind"
+        days = min(max(_int(request.query.get("days"), 30, low=1), 1), 3660)
+        since = day_start(utcnow()) - timedelta(days=days - 1)
+        rows = []
+        if await has_usage_table(self.engine):
+            rows = await UsageStore(self.engine).report(by, since)  # type: ignore[arg-type]
+        prices = self.settings.llm.price_table()
+        return self._page(
+            request,
+            "usage.html",
+            rows=[
+                (r, format_cost(prices[r.model].cost(r.tokens)) if r.model in prices else "–")
+                for r in rows
+            ],
+            estimated=any(r.tokens.estimated for r in rows),
+            by=by,
+            days=days,
+            since=since,
+            groupings=GROUPINGS,
+            calls=sum(r.calls for r in rows),
+            total=sum(r.tokens.total for r in rows),
+        )
+
+
+_SUMMARY = re.compile(r'^<summary id="(sum_[0-9a-f]+)"')
+
+
+def _summary_id(message: Message) -> str | None:
+    """The id of a summary the assembler put in the context (lcm's XML user message)."""
+    m = _SUMMARY.match(message.content) if message.role == "user" else None
+    return m.group(1) if m else None
+
+
+def _int(value: str | None, default: Any, *, low: int | None = None) -> Any:
+    try:
+        n = int(value) if value not in (None, "") else default
+    except ValueError:
+        return default
+    if n is not None and low is not None and n < low:
+        return low
+    return n
+
+
+def _url(path: str, keep: dict[str, str], **more: Any) -> str:
+    params = {k: v for k, v in {**keep, **{k: str(v) for k, v in more.items()}}.items() if v}
+    return f"{path}?{urlencode(params)}" if params else path
+
+
+def _quote(sid: str) -> str:
+    from urllib.parse import quote
+
+    return quote(sid, safe="")
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "–"
+
+
+def _diff(before: str, after: str) -> list[tuple[str, str]]:
+    """(kind, line) of a line diff: kind ' ', '+' or '-'."""
+    out = []
+    for line in difflib.ndiff(before.splitlines(), after.splitlines()):
+        if line.startswith(("+ ", "- ", "  ")):
+            out.append((line[0], line[2:]))
+    return out

@@ -1,0 +1,285 @@
+"""What the console's pages show, read through the same parts the bot and `mnemo memory`
+use: the provider's listing counts, `assemble` and the system prompt (bot/prompt.py),
+the shared history, the stores' versions and changelog. Every read here is read-only: a
+page view never creates a snapshot or a session. The one write is `rollback`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bot.config import Settings
+from bot.prompt import build_system_prompt, read_memory
+from memory import snapshots
+from memory.capabilities import (
+    ChangelogReader,
+    ConstraintStore,
+    ProfileStore,
+    Provider,
+    SessionSnapshotStore,
+    VersionedProfileStore,
+)
+from memory.duties import WriteOptions
+from memory.errors import NotFound
+from memory.history import HistoryStore, SessionCounter, SessionCounts, messages
+from memory.stores import changelog_entry, changelog_table, parse_constraints, snapshot_table
+from memory.tokens import estimate_tokens, message_tokens
+from memory.tracing import unwrap
+from memory.types import (
+    ChangeEntry,
+    ChangeSource,
+    ConstraintEntry,
+    ListOptions,
+    Message,
+    Session,
+    SessionInfo,
+)
+
+PAGE = 50  # sessions, messages and changelog rows per page
+VERSIONS = 500  # versions of one scope shown
+
+
+async def list_sessions(
+    provider: Provider, engine: AsyncEngine, opts: ListOptions
+) -> list[SessionCounts]:
+    """One page of the listing, as `mnemo memory sessions` counts it."""
+    inner = unwrap(provider)
+    if isinstance(inner, SessionCounter):
+        return await inner.list_counts(opts)
+    rows = await HistoryStore(engine).list_counts(opts)
+    out = []
+    for row in rows:  # a provider that cannot count in bulk: its stats, page by page
+        i = row.info
+        stats = await provider.stats(Session(i.id, i.agent_id, i.user_id, i.channel))
+        out.append(replace(row, summary_count=stats.summary_count))
+    return out
+
+
+@dataclass
+class ContextView:
+    system: str
+    system_tokens: int
+    history: list[Message]
+    budget: int
+    snapshot_version: int | None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.system_tokens + sum(message_tokens(m) for m in self.history)
+
+
+async def snapshot_of(engine: AsyncEngine, session_id: str) -> int | None:
+    async with engine.connect() as conn:
+        version = await conn.scalar(
+            sa.select(snapshot_table.c.version).where(snapshot_table.c.session_id == session_id)
+        )
+    return None if version is None else int(version)
+
+
+async def assembled_context(
+    provider: Provider, engine: AsyncEngine, settings: Settings, session: Session
+) -> ContextView:
+    """The context the model would get next turn: the system prompt at the session's
+    snapshot (current memory when it has none yet) and `assemble` within what the
+    budget leaves after it (tools and calibration aside: the bot's own estimate)."""
+    inner = unwrap(provider)
+    version = await snapshot_of(engine, session.id)
+    if not isinstance(inner, SessionSnapshotStore):
+        version = None
+    view = await read_memory(inner, session, version)
+    system = build_system_prompt(settings.agent.system_prompt, view)
+    system_tokens = estimate_tokens(system)
+    budget = max(256, settings.memory.budget_tokens - system_tokens)
+    history = await provider.assemble(session, budget, settings.memory.fresh_tail)
+    return ContextView(system, system_tokens, history, budget, version)
+
+
+@dataclass
+class HistoryPage:
+    rows: list[tuple[int, int, int, Message]]  # (message id, seq, tokens, message)
+    page: int
+    pages: int
+
+
+async def history_page(
+    engine: AsyncEngine, session_id: str, page: int | None, at_message: int | None
+) -> HistoryPage:
+    """Page `page` (1-based; None = the last) of the stored messages, PAGE a page, or
+    the page holding message id `at_message`."""
+    history = HistoryStore(engine)
+    async with engine.connect() as conn:
+        conv_id = await history.conversation_id(session_id, conn)
+        if conv_id is None:
+            raise NotFound(f"session {session_id!r} not found")
+        last = int(
+            await conn.scalar(
+                sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0)).where(
+                    messages.c.conversation_id == conv_id
+                )
+            )
+            or 0
+        )
+        pages = max(1, -(-last // PAGE))
+        if at_message is not None:
+            seq = await conn.scalar(
+                sa.select(messages.c.seq).where(
+                    messages.c.id == at_message, messages.c.conversation_id == conv_id
+                )
+            )
+            if seq is not None:
+                page = (int(seq) - 1) // PAGE + 1
+        page = pages if page is None else min(max(1, page), pages)
+        low = (page - 1) * PAGE + 1
+        loaded = await history.load_messages(
+            conn,
+            sa.and_(
+                messages.c.conversation_id == conv_id,
+                messages.c.seq.between(low, low + PAGE - 1),
+            ),
+        )
+    return HistoryPage([(s.id, s.seq, s.token_count, m) for s, m in loaded], page=page, pages=pages)
+
+
+# --- profile, soul, constraints ---------------------------------------------------------
+
+SCOPES = ("profile", "soul", "constraint")
+
+
+@dataclass
+class Version:
+    version: int
+    source: str
+    action: str
+    created_at: datetime | None
+    session_id: str
+    before: str
+    after: str
+
+
+@dataclass
+class MemoryHistory:
+    user_id: int
+    agent_id: str
+    scope: str
+    current_version: int
+    current_text: str
+    versions: list[Version] = field(default_factory=list)  # newest first
+
+
+async def memory_history(
+    provider: Provider, user_id: int, agent_id: str, scope: str
+) -> MemoryHistory:
+    """`scope` of (user, agent) now and every version of it (newest first, the last
+    VERSIONS), through the provider's stores and changelog. Constraints are shown one
+    rule a line (`[id] text`), as the system prompt lists them."""
+    inner = unwrap(provider)
+    hist = MemoryHistory(user_id, agent_id, scope, 0, "")
+    if isinstance(inner, VersionedProfileStore):
+        hist.current_version = await inner.memory_version(user_id, agent_id)
+    if scope == "constraint" and isinstance(inner, ConstraintStore):
+        hist.current_text = _rules(await inner.get_constraints(user_id, agent_id))
+    elif scope in ("profile", "soul") and isinstance(inner, ProfileStore):
+        read = inner.get_profile if scope == "profile" else inner.get_soul
+        hist.current_text = await read(user_id, agent_id)
+    if isinstance(inner, ChangelogReader):
+        for e in await inner.read_changelog(user_id, agent_id, scope, VERSIONS):
+            before, after = e.before_text, e.after_text
+            if scope == "constraint":
+                before, after = _rules(parse_constraints(before)), _rules(parse_constraints(after))
+            hist.versions.append(
+                Version(
+                    version=e.version_after or 0,
+                    source=e.source,
+                    action=e.action,
+                    created_at=e.created_at,
+                    session_id=e.session_id,
+                    before=before,
+                    after=after,
+                )
+            )
+    return hist
+
+
+def _rules(entries: list[ConstraintEntry]) -> str:
+    return "\n".join(f"[{c.id}] {c.text}" for c in entries)
+
+
+async def rollback(
+    provider: Provider,
+    engine: AsyncEngine,
+    user_id: int,
+    agent_id: str,
+    scope: str,
+    version: int,
+    operator: str,
+) -> int:
+    """`scope` back to its text at `version`, as a new version whose changelog row has
+    source `operator` and the session column `web:<operator name>` (who did it). The
+    user's live sessions then read it at once (their snapshots move, as after a
+    person's own `/memory` write). Raises InvalidArgument for a version out of range."""
+    inner = unwrap(provider)
+    if not isinstance(inner, VersionedProfileStore):
+        raise NotFound(f"the {provider.name} provider keeps no versions")
+    new = await inner.rollback(
+        user_id, agent_id, scope, version, WriteOptions(ChangeSource.OPERATOR, f"web:{operator}")
+    )
+    if isinstance(inner, SessionSnapshotStore):
+        live = await HistoryStore(engine).list_info(ListOptions(agent_id=agent_id, user_id=user_id))
+        for info in live:
+            await inner.advance_snapshot(info.id, user_id, agent_id)
+        snapshots.moved()
+    return new
+
+
+# --- the changelog ----------------------------------------------------------------------
+
+
+@dataclass
+class ChangelogFilter:
+    user_id: int | None = None
+    scope: str = ""
+    source: str = ""
+    page: int = 1
+
+
+async def changelog_page(engine: AsyncEngine, f: ChangelogFilter) -> tuple[list[ChangeEntry], bool]:
+    """Newest first, PAGE rows from page `f.page`; and whether an older page exists."""
+    query = sa.select(changelog_table).order_by(changelog_table.c.id.desc())
+    if f.user_id is not None:
+        query = query.where(changelog_table.c.user_id == f.user_id)
+    if f.scope:
+        query = query.where(changelog_table.c.scope == f.scope)
+    if f.source:
+        query = query.where(changelog_table.c.source == f.source)
+    query = query.limit(PAGE + 1).offset((max(1, f.page) - 1) * PAGE)
+    async with engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    entries = [changelog_entry(r) for r in rows[:PAGE]]
+    return entries, len(rows) > PAGE
+
+
+async def session_info(engine: AsyncEngine, session_id: str) -> SessionInfo:
+    return await HistoryStore(engine).load_info(session_id)
+
+
+async def session_or_user(engine: AsyncEngine, key: str) -> SessionInfo | None:
+    """Session `key`, or else, when `key` is a number, that user's latest session (search
+    covers every conversation of the user anyway)."""
+    history = HistoryStore(engine)
+    try:
+        return await history.load_info(key)
+    except NotFound:
+        pass
+    try:
+        user_id = int(key)
+    except ValueError:
+        return None
+    latest = await history.list_info(ListOptions(user_id=user_id, include_archived=True, limit=1))
+    return latest[0] if latest else None
+
+
+def as_session(info: SessionInfo) -> Session:
+    return Session(info.id, info.agent_id, info.user_id, info.channel)

@@ -1,0 +1,250 @@
+"""The console in a real browser (Debian's Chromium driven by Playwright): log in, browse
+sessions, open a conversation, open the graph and click a node, search, roll back a
+profile version and see the changelog row; a viewer cannot roll back; a form without
+its CSRF token is refused; no secret on any page. One browser per module; each page's
+screenshot is saved under test-output/web-console/ for a person to look at.
+
+Runs on lcm over SQLite and simple over PostgreSQL (tests/web/test_console_http.py
+covers every page on all four combinations without a browser)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory.testing.databases import temp_database_url
+from tests.web.site import (
+    ALICE,
+    BOB,
+    HOSTILE,
+    OPERATOR_TOKEN,
+    SECRETS,
+    VIEWER_TOKEN,
+    open_provider,
+    populate,
+    serve,
+    settings_for,
+)
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SHOTS = Path(__file__).resolve().parents[2] / "test-output" / "web-console"
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a dev dependency")
+if not os.path.exists(CHROMIUM):
+    why = f"{CHROMIUM} is missing: `make test` installs it as root (apt-get install -y chromium)"
+    if os.geteuid() == 0:  # root: `make test` would have installed it; never pass silently
+        pytest.fail(why, pytrace=False)
+    pytest.skip(why, allow_module_level=True)
+
+
+class Site:
+    """The populated console served from a thread of its own (Playwright's sync API
+    must not run inside the test's event loop)."""
+
+    def __init__(self, provider: str, db: str) -> None:
+        self.provider, self.db = provider, db
+        self.base = ""
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        from memory.db import create_engine, migrate
+
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        tmp = Path(tempfile.mkdtemp(prefix="mnemo-web-"))
+        try:
+            async with temp_database_url(self.db, tmp) as url:
+                settings = settings_for(url, tmp, self.provider)
+                engine = create_engine(settings.database.url)
+                await migrate(engine)
+                provider = await open_provider(settings, engine, tmp)
+                try:
+                    await populate(provider)
+                    async with serve(settings, engine, provider) as base:
+                        self.base = base
+                        self._ready.set()
+                        await self._stop.wait()
+                finally:
+                    await provider.close()
+                    await engine.dispose()
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def __enter__(self) -> Site:
+        self._thread.start()
+        self._ready.wait(120)
+        if self._error is not None or not self.base:
+            raise RuntimeError(f"the console did not start: {self._error!r}")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(("lcm", "sqlite"), id="lcm-sqlite"),
+        pytest.param(("simple", "postgres"), id="simple-postgres", marks=pytest.mark.postgres),
+    ],
+)
+def site(request: pytest.FixtureRequest) -> Iterator[Site]:
+    with Site(*request.param) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Visit:
+    """One person's browser context: every page checked for secrets and screenshotted."""
+
+    def __init__(self, browser: Any, site: Site, who: str) -> None:
+        self.site = site
+        self.context = browser.new_context(viewport={"width": 1280, "height": 860})
+        self.page = self.context.new_page()
+        self.dir = SHOTS / f"{site.provider}-{site.db}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.who = who
+        self.dialogs: list[str] = []
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+
+    def go(self, path: str) -> Any:
+        self.page.goto(self.site.base + path)
+        return self.page
+
+    def shot(self, name: str) -> None:
+        html = self.page.content()
+        for secret in SECRETS:
+            assert secret not in html, f"a secret on {self.page.url}"
+        assert not self.dialogs, f"a script ran: {self.dialogs}"
+        self.page.screenshot(path=str(self.dir / f"{self.who}-{name}.png"), full_page=True)
+
+    def login(self, token: str) -> None:
+        page = self.go("/sessions")
+        assert page.url.endswith("/login")
+        self.shot("login")
+        page.fill("#token", token)
+        page.click("button[type=submit]")
+        page.wait_for_url("**/sessions")
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def test_an_operator_browses_and_rolls_back(site: Site, browser: Any) -> None:
+    v = Visit(browser, site, "operator")
+    try:
+        v.login(OPERATOR_TOKEN)
+        page = v.page
+        assert page.locator("#sessions tbody tr").count() == 2  # the archived one hidden
+        v.shot("sessions")
+        page.click(f"text={ALICE.id}")
+        page.wait_for_url("**/sessions/tg%3Aalice")
+        assert page.locator("ol.context li").count() > 1
+        assert "Likes coffee" in page.locator("ol.context li.system").inner_text()
+        v.shot("conversation")
+
+        page.click("text=Summary graph")
+        page.wait_for_selector("svg.dag")
+        nodes = page.locator("svg.dag a")
+        assert nodes.count() >= (3 if site.provider == "lcm" else 2)
+        v.shot("graph")
+        nodes.last.click()
+        page.wait_for_selector("#detail")
+        assert "time range" in page.locator("#detail").inner_text()
+        assert page.locator("rect.selected").count() == 1
+        v.shot("graph-node")
+
+        page.click("nav >> text=Search")
+        page.fill("input[name=session]", BOB.id)
+        page.fill("input[name=q]", "aquarium")
+        page.select_option("select[name=mode]", "substring")
+        page.click("form.filters button")
+        page.wait_for_selector("#hits li")
+        v.shot("search")
+        page.locator("#hits li", has_text="hostile text").locator("a").click()
+        page.wait_for_selector("tr.hit")
+        assert HOSTILE in page.locator("tr.hit").inner_text()  # shown as text, not run
+        v.shot("search-hit")
+
+        v.go("/memory/1001?scope=profile")
+        assert "Likes coffee (wrong)" in page.locator("#current").inner_text()
+        v.shot("memory")
+        page.locator("#versions tr", has_text="Works at night").count()  # rendered
+        page.click("#versions tbody tr:nth-child(2) >> text=roll back to this")
+        page.wait_for_selector("#confirm-rollback")
+        v.shot("rollback-confirm")
+        page.click("#confirm-rollback")
+        page.wait_for_selector("p.ok")
+        assert page.locator("#current").inner_text() == "Alice. Likes tea.\nWorks at night."
+        v.shot("rolled-back")
+
+        page.click("nav >> text=Changelog")
+        row = page.locator("#changelog tbody tr").first
+        assert "operator" in row.inner_text() and "web:ann" in row.inner_text()
+        v.shot("changelog")
+    finally:
+        v.close()
+
+
+def test_a_viewer_cannot_roll_back_nor_post_without_the_token(site: Site, browser: Any) -> None:
+    v = Visit(browser, site, "viewer")
+    try:
+        v.login(VIEWER_TOKEN)
+        page = v.go("/memory/1001?scope=soul")
+        assert page.locator("text=roll back to this").count() == 0
+        v.shot("memory")
+        page = v.go("/memory/1001/rollback?scope=profile&version=1")
+        assert page.locator("#confirm-rollback").count() == 0
+        v.shot("rollback-refused")
+        # Forms posted with the browser's own cookies (the page's CSP forbids a script
+        # from fetching): first without the token, then as the viewer with it.
+        page = v.go("/sessions")
+        csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+        form = {"scope": "profile", "version": "1", "confirm": "yes"}
+        for fields in ({}, {"csrf": csrf}):
+            r = v.context.request.post(
+                f"{site.base}/memory/1001/rollback", form={**form, **fields}, max_redirects=0
+            )
+            assert r.status == 403, r.text()
+        page = v.go("/changelog?source=operator")
+        assert "web:vic" not in page.content()  # nothing written by the viewer
+        v.shot("changelog")
+        page = v.go("/usage?by=kind")
+        assert page.locator("#usage tbody tr").count() == 2  # chat and reflect
+        v.shot("usage")
+    finally:
+        v.close()
