@@ -136,15 +136,11 @@ class Recall:
         if not text:
             return []
         terms = [] if mode == SearchMode.SUBSTRING else ranked_terms(text)
-        hybrid = mode == SearchMode.HYBRID and self.semantic is not None
-        pool = max(limit, HYBRID_POOL) if hybrid else limit
+        semantic = self.semantic if mode == SearchMode.HYBRID else None
+        pool = max(limit, HYBRID_POOL) if semantic is not None else limit
         # The question's vector is asked for first and made while the words are searched:
         # the embedding is the slow part of a hybrid search.
-        vector = (
-            asyncio.create_task(self.semantic.query_vector(text))
-            if hybrid and self.semantic is not None
-            else None
-        )
+        vector = asyncio.create_task(semantic.query_vector(text)) if semantic else None
         try:
             results: list[SearchResult] = []
             async with self.engine.connect() as conn:
