@@ -24,6 +24,7 @@ import sys
 import threading
 from collections import deque
 from pathlib import Path
+from typing import IO
 
 EXIT_CONFIG = 2  # bot/cli.py: a wrong or missing setting
 HOLD_FILE = Path(os.environ.get("MNEMO_HOLD_FILE", "/tmp/mnemo-config-error"))
@@ -36,7 +37,7 @@ def is_service(argv: list[str]) -> bool:
     return Path(argv[0]).name == "mnemo" and words[:1] == ["run"]
 
 
-def relay(stream, tail: deque[str]) -> None:  # type: ignore[no-untyped-def]
+def relay(stream: IO[str], tail: deque[str]) -> None:
     for line in stream:
         sys.stderr.write(line)
         sys.stderr.flush()
