@@ -12,7 +12,7 @@ corrected configuration. Any other exit (a crash, an outage) is passed on, and t
 policy restarts the bot as before. One-off commands (`docker compose run bot mnemo ...`)
 never wait: only `mnemo run` does.
 
-Signals (docker stop's SIGTERM, Ctrl-C's SIGINT) are passed to the command.
+Signals (docker stop's SIGTERM, `docker kill -s INT`) are passed to the command.
 """
 
 from __future__ import annotations
@@ -68,8 +68,13 @@ def main(argv: list[str]) -> int:
     except FileNotFoundError:
         print(f"mnemo-entrypoint: no such command: {argv[0]}", file=sys.stderr)
         return 127
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    signal.signal(signal.SIGTERM, lambda signum, _frame: child.send_signal(signum))
+    # Ctrl-C on a terminal (`docker run -it`) reaches the command itself (same process
+    # group); passing it on as well would make it a second Ctrl-C.
+    if sys.stdin.isatty():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGINT, lambda signum, _frame: child.send_signal(signum))
     tail: deque[str] = deque(maxlen=20)
     relaying = threading.Thread(target=relay, args=(child.stderr, tail), daemon=True)
     relaying.start()

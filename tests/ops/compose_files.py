@@ -28,7 +28,10 @@ def env_example() -> dict[str, tuple[str, bool, str]]:
     for line in (ROOT / ".env.example").read_text(encoding="utf-8").splitlines():
         match = ENV_LINE.match(line)
         if match:
-            found[match.group(2)] = (match.group(3), not match.group(1), " ".join(comment))
+            value = match.group(3)
+            if len(value) > 1 and value[0] == value[-1] == "'":  # literal, as Compose reads it
+                value = value[1:-1]
+            found[match.group(2)] = (value, not match.group(1), " ".join(comment))
             after_variable = True
         elif line.startswith("#") and not line.startswith("# ---"):
             if after_variable:

@@ -6,7 +6,6 @@ answered whichever replica gets them; a wrong or missing secret gets 403 from ei
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import signal
 import ssl
@@ -22,7 +21,7 @@ from bot.telegram.channel import derived_webhook_secret
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
-from tests.ops.test_replicas_e2e import free_port, mnemo, turns_served
+from tests.ops.test_replicas_e2e import free_port, mnemo, replica_configs, stop_all, turns_served
 
 REPO = Path(__file__).resolve().parents[2]
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -92,26 +91,6 @@ http {{
         proc.wait(60)
 
 
-def write_config(path: Path, *, db_url: str, tg: FakeTelegram, llm: FakeOpenAI, url: str,
-                 hook_port: int, health_port: int) -> Path:  # fmt: skip
-    # No secret_token: the rule under test is the one for an unset secret.
-    path.write_text(
-        f"""
-database: {{url: "{db_url}"}}
-data_dir: {path.parent}/data-{hook_port}
-llm: {{base_url: "{llm.base_url}", api_key: test-key, max_retries: 1}}
-telegram:
-  token: "{tg.token}"
-  base_url: "{tg.base_url}"
-  webhook: {{url: "{url}", listen: 127.0.0.1, port: {hook_port}}}
-reflect: {{enabled: false}}
-health: {{enabled: true, listen: 127.0.0.1, port: {health_port}}}
-""",
-        encoding="utf-8",
-    )
-    return path
-
-
 async def test_two_replicas_behind_the_tls_proxy_share_the_derived_secret(
     tmp_path: Path,
 ) -> None:
@@ -126,18 +105,11 @@ async def test_two_replicas_behind_the_tls_proxy_share_the_derived_secret(
             FakeTelegram(webhook_ca=str(cert)) as tg,
             FakeOpenAI() as llm,
         ):
-            configs = [
-                write_config(
-                    tmp_path / f"replica{i}.yaml",
-                    db_url=db_url,
-                    tg=tg,
-                    llm=llm,
-                    url=url,
-                    hook_port=hooks[i],
-                    health_port=health[i],
-                )
-                for i in range(2)
-            ]
+            # No secret_token: the rule under test is the one for an unset secret.
+            configs = replica_configs(
+                tmp_path, db_url=db_url, tg=tg, llm=llm, url=url, hooks=hooks, health=health,
+                secret=None,
+            )  # fmt: skip
             procs = [await mnemo("run", "--config", str(c)) for c in configs]
             try:
                 await tg.wait_for(lambda: len(tg.calls_to("setWebhook")) >= 2, within=120)
@@ -167,10 +139,7 @@ async def test_two_replicas_behind_the_tls_proxy_share_the_derived_secret(
                             async with http.post(url, json=forged, headers=headers) as resp:
                                 assert resp.status == 403
             finally:
-                for proc in procs:
-                    if proc.returncode is None:
-                        proc.send_signal(signal.SIGTERM)
-                outputs = [await asyncio.wait_for(p.communicate(), 60) for p in procs]
+                outputs = await stop_all(procs)
             for proc, (_, err) in zip(procs, outputs, strict=True):
                 assert proc.returncode == 0, err.decode()[-3000:]
                 assert tg.token not in err.decode()
