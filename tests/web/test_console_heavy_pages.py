@@ -219,12 +219,13 @@ async def test_a_page_past_the_time_limit_answers_503(
     site_with_console: tuple[str, Console], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     base, console = site_with_console
-    console.offload = Offload(workers=1, limit_s=0.5)
     held = Held(console_module.render_dag)
     monkeypatch.setattr(console_module, "render_dag", held)
     try:
         async with client() as http:
             await login(http, base, VIEWER_TOKEN)
+            # One worker, a short limit (set after the login: its page must not miss it).
+            console.offload = Offload(workers=1, limit_s=0.5)
             r = await http.get(f"{base}/sessions/{ALICE.id}/graph")
             page = await r.text()
             assert r.status == 503 and "took longer than 0.5 s to draw" in page, page
