@@ -105,6 +105,7 @@ from bot.telegram.delivery import Target
 from bot.telegram.handled import ReplyTo
 from bot.telegram.imports import PREFIX as IMPORT_BUTTONS
 from bot.telegram.imports import ChatImports, export_format, is_import_command
+from bot.telegram.imports import pressed as pressed_import
 from bot.telegram.inflight import Inflight, UpdateReceipt
 from bot.telegram.outbox import Outbox, finish_or_owe
 from bot.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
@@ -598,11 +599,12 @@ class TelegramChannel:
 
     async def on_import_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Import or Cancel under an import offer (bot/telegram/imports.py): the offer is
-        the presser's own, found by their user id (offers are made in private chats)."""
+        the presser's own, found by their user id (offers are made in private chats), and
+        only the one the button was shown with (its code)."""
         query = update.callback_query
         if query is None or not isinstance(query.message, Message):
             return
-        action = (query.data or "").removeprefix(IMPORT_BUTTONS)
+        action, code = pressed_import(query.data or "")
         message, user = query.message, query.from_user
         place = Place.of(message)
         await query.answer()
@@ -613,7 +615,9 @@ class TelegramChannel:
         with contextlib.suppress(TelegramError):  # pressed twice, or too old to edit
             await message.edit_reply_markup(reply_markup=None)
         target = self._target(message, place)
-        said = await self.imports.command(context.bot, target, user.id, f"import {action}")
+        said = await self.imports.command(
+            context.bot, target, user.id, f"import {action}", code=code
+        )
         if said is not None:
             await send_plain_reply(context.bot, target, said)
 
