@@ -18,6 +18,7 @@ the request before it forgets: a crash between the two forgets nothing (ask agai
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -34,6 +35,8 @@ CONFIRM_WITHIN_S = 600.0
 # `done` rows whose message nobody settled (a channel without buttons, a crash) go then.
 DONE_KEPT = timedelta(days=1)
 PENDING, DONE = "pending", "done"
+CODE_BYTES = 4  # 8 hex digits: short to type, and one request is live per conversation
+CODE = re.compile(r"[0-9a-f]{8}")  # what secrets.token_hex(CODE_BYTES) gives
 
 _metadata = sa.MetaData()
 forget_requests = sa.Table(
@@ -98,7 +101,7 @@ async def keep(
 ) -> str:
     """Keep a new request for the conversation `base_session_id`, superseding its older
     one (and ending every expired one); returns its code."""
-    code = secrets.token_hex(4)
+    code = secrets.token_hex(CODE_BYTES)
     async with write_transaction(engine) as conn:
         await conn.execute(
             forget_requests.update()
@@ -144,8 +147,11 @@ async def take(
 ) -> Request | None:
     """End request `code` of this conversation and owner, and return it, when it is live
     and nobody (no other replica) took it first; None otherwise."""
+    code = code.lower()
+    if not CODE.fullmatch(code):  # not one this module makes: no row has it
+        return None
     match = (
-        t.code == code.lower(),
+        t.code == code,
         t.base_session_id == base_session_id,
         t.state == PENDING,
         *_of(owner),

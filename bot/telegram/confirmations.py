@@ -55,7 +55,7 @@ def pressed(data: str) -> tuple[str, str] | None:
     """(code, the words after `/memory`) of a button's callback data; None for data this
     version does not make (a button from before codes: no longer valid)."""
     action, _, code = data.removeprefix(PREFIX).partition(":")
-    if not re.fullmatch(r"[0-9a-f]{1,16}", code) or action not in (_CONFIRM, _NOTES):
+    if not requests.CODE.fullmatch(code) or action not in (_CONFIRM, _NOTES):
         return None
     return code, f"forget confirm {code}" + (" notes" if action == _NOTES else "")
 

@@ -728,7 +728,7 @@ declare(
         command=Command(
             "forget",
             "<message id | summary id | text | everything> — forget it for good "
-            "(shows what would go; /memory forget confirm does it)",
+            "(shows what would go; /memory forget confirm <code> does it, cancel drops it)",
             parse=_forget_words,
             render=forgetting.preview_text,
             lacks=_FORGETTING,
