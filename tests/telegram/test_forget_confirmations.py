@@ -22,9 +22,10 @@ from tests.telegram.test_commands import ask
 from tests.telegram.test_forget import code_of
 
 
-async def _say(tg: FakeTelegram, text: str) -> None:
-    tg.private(42).send(text)
-    await tg.wait_for_message(42, contains=f"echo: {text}")
+async def _say(tg: FakeTelegram, *texts: str) -> None:
+    for text in texts:
+        tg.private(42).send(text)
+        await tg.wait_for_message(42, contains=f"echo: {text}")
 
 
 async def _preview(tg: FakeTelegram, command: str, expect: str) -> BotMessage:
@@ -32,6 +33,11 @@ async def _preview(tg: FakeTelegram, command: str, expect: str) -> BotMessage:
     message = tg.bot_messages(42)[-1]
     assert message.reply_markup is not None, message.text
     return message
+
+
+async def _forget(tg: FakeTelegram, what: str) -> BotMessage:
+    """The preview of forgetting `what`, said once by the user and echoed once."""
+    return await _preview(tg, f"/memory forget {what}", "This would forget 2 message(s)")
 
 
 def _button(preview: BotMessage) -> str:
@@ -56,7 +62,7 @@ async def test_the_issue_repro_a_stale_button_erases_nothing(
     async with running_bot(tg, llm, tmp_path, provider="simple", db=db_kind):
         await _say(tg, "I walk the dog")
         await _say(tg, "I like green tea")
-        a = await _preview(tg, "/memory forget green tea", "This would forget 2 message(s)")
+        a = await _forget(tg, "green tea")
         a_button = _button(a)
         await ask(tg, f"/memory forget confirm {code_of(a.text)}", "Forgot 2 message(s)")
         assert a.reply_markup is None  # confirmed by typing: its button is gone too
@@ -79,13 +85,12 @@ async def test_a_button_acts_once_and_only_on_its_own_preview(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
 ) -> None:
     async with running_bot(tg, llm, tmp_path, provider="simple", db=db_kind):
-        await _say(tg, "I like green tea")
-        await _say(tg, "I like black coffee")
-        a = await _preview(tg, "/memory forget green tea", "This would forget 2 message(s)")
+        await _say(tg, "I like green tea", "I like black coffee")
+        a = await _forget(tg, "green tea")
         a_button = _button(a)
         assert "Forgot 2 message(s)" in await _press(tg, a, a_button)
         assert a.reply_markup is None
-        b = await _preview(tg, "/memory forget black coffee", "This would forget 2 message(s)")
+        b = await _forget(tg, "black coffee")
         # A's button again, with B pending: it does nothing, and B stays.
         assert "no longer valid" in await _press(tg, a, a_button)
         await ask(tg, "/memory search black coffee", "black coffee")
@@ -99,11 +104,10 @@ async def test_a_superseded_preview_loses_its_button_and_does_nothing(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
 ) -> None:
     async with running_bot(tg, llm, tmp_path, provider="simple", db=db_kind):
-        await _say(tg, "I like green tea")
-        await _say(tg, "I like black coffee")
-        a = await _preview(tg, "/memory forget green tea", "This would forget 2 message(s)")
+        await _say(tg, "I like green tea", "I like black coffee")
+        a = await _forget(tg, "green tea")
         a_button = _button(a)
-        b = await _preview(tg, "/memory forget black coffee", "This would forget 2 message(s)")
+        b = await _forget(tg, "black coffee")
         assert a.reply_markup is None  # superseded: its button taken off
         assert "no longer valid" in await _press(tg, a, a_button)
         await ask(tg, f"/memory forget confirm {code_of(a.text)}", "no longer valid")
@@ -119,7 +123,7 @@ async def test_typed_confirm_needs_the_code_and_cancel_drops_the_request(
 ) -> None:
     async with running_bot(tg, llm, tmp_path, provider="simple", db=db_kind):
         await _say(tg, "I like green tea")
-        a = await _preview(tg, "/memory forget green tea", "This would forget 2 message(s)")
+        a = await _forget(tg, "green tea")
         code = code_of(a.text)
         # Without the code nothing happens: the answer says what is pending, and its code.
         which = await ask(tg, "/memory forget confirm", "Which request?")
@@ -135,7 +139,7 @@ async def test_typed_confirm_needs_the_code_and_cancel_drops_the_request(
         await ask(tg, "/memory forget confirm", "Nothing to confirm")
         await ask(tg, "/memory search green tea", "green tea")
 
-        b = await _preview(tg, "/memory forget green tea", "This would forget 2 message(s)")
+        b = await _forget(tg, "green tea")
         await ask(tg, f"/memory forget confirm {code_of(b.text)}", "Forgot 2 message(s)")
         assert b.reply_markup is None
         await ask(tg, "/memory search green tea", "No matches")
@@ -146,7 +150,7 @@ async def test_an_expired_request_is_not_confirmed(
 ) -> None:
     async with running_bot(tg, llm, tmp_path, provider="simple", db=db_kind) as bot:
         await _say(tg, "I like green tea")
-        a = await _preview(tg, "/memory forget green tea", "This would forget 2 message(s)")
+        a = await _forget(tg, "green tea")
         async with write_transaction(bot.provider.engine) as conn:
             await conn.execute(
                 forget_requests.update().values(created_at=utcnow() - timedelta(minutes=11))
@@ -168,16 +172,15 @@ async def test_a_preview_made_in_one_process_is_confirmed_in_another(
     async with temp_engine(db_kind, tmp_path) as engine:
         url = engine.url.render_as_string(hide_password=False)
         async with running_bot(tg, llm, tmp_path / "a", provider="lcm", url=url):
-            await _say(tg, "I like green tea")
-            await _say(tg, "I like black coffee")
-            a = await _preview(tg, "/memory forget green tea", "This would forget 2 message(s)")
+            await _say(tg, "I like green tea", "I like black coffee")
+            a = await _forget(tg, "green tea")
         config = run_config(tmp_path, tg, llm, url, memory={"provider": "lcm"})
         other = BotProcess(tmp_path, config, tg)
         await other.start()
         try:
             assert "Forgot 2 message(s)" in await _press(tg, a, _button(a))
             assert a.reply_markup is None
-            b = await _preview(tg, "/memory forget black coffee", "This would forget 2 message(s)")
+            b = await _forget(tg, "black coffee")
         finally:
             assert await other.stop() == 0
         async with running_bot(tg, llm, tmp_path / "c", provider="lcm", url=url):
