@@ -240,4 +240,6 @@ async def _erase_requests(conn: AsyncConnection, owner: Owner) -> dict[str, int]
     return {"pending forget request(s)": int(ended.rowcount)}
 
 
-fg.on_erase("forget_requests", _erase_requests)
+def register() -> None:
+    """Have erasures end the owner's pending requests (bot.app registers it)."""
+    fg.on_erase("forget_requests", _erase_requests)
