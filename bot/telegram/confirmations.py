@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message
 from telegram.error import BadRequest, TelegramError
@@ -77,11 +80,13 @@ async def reply(bot: Bot, pool: Any, target: Target, answer: str, memory_words: 
         return
     engine = _engine(pool)
     if engine is not None:
-        await settle(bot, engine, target.chat_id)
+        with _best_effort("take the buttons off ended previews"):
+            await settle(bot, engine, target.chat_id)
     asked = forget_buttons(answer)
     message_id = await send_plain_reply(bot, target, answer, asked[1] if asked else None)
     if engine is not None and asked is not None:
-        await requests.shown(engine, asked[0], target.chat_id, message_id)
+        with _best_effort("record where a forget preview was shown"):
+            await requests.shown(engine, asked[0], target.chat_id, message_id)
 
 
 async def after_press(bot: Bot, pool: Any, message: Message, code: str | None) -> None:
@@ -89,12 +94,22 @@ async def after_press(bot: Bot, pool: Any, message: Message, code: str | None) -
     before codes): take its buttons off unless the request is still live (a press by
     someone not allowed to confirm leaves it), and settle the chat."""
     engine = _engine(pool)
-    if engine is not None and code is not None and await requests.is_live(engine, code):
-        await settle(bot, engine, message.chat_id)
-        return
-    await _unbutton(bot, message.chat_id, message.message_id)
-    if engine is not None:
-        await settle(bot, engine, message.chat_id)
+    with _best_effort("take the buttons off ended previews"):
+        if engine is None or code is None or not await requests.is_live(engine, code):
+            await _unbutton(bot, message.chat_id, message.message_id)
+        if engine is not None:
+            await settle(bot, engine, message.chat_id)
+
+
+@contextmanager
+def _best_effort(what: str) -> Iterator[None]:
+    """The buttons' upkeep is extra to the answer: the database failing here is logged
+    (by its kind only), and the answer still goes; the buttons are then tidied later, or
+    answer "no longer valid" when pressed."""
+    try:
+        yield
+    except (SQLAlchemyError, OSError) as exc:
+        log.warning("could not %s: %s", what, type(exc).__name__)
 
 
 async def no_longer_valid(bot: Bot, target: Target) -> None:

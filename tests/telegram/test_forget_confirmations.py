@@ -7,8 +7,10 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
+from memory import forget_requests as requests
 from memory.db import write_transaction
 from memory.forget_requests import forget_requests
 from memory.testing.databases import temp_engine
@@ -187,3 +189,24 @@ async def test_a_preview_made_in_one_process_is_confirmed_in_another(
             await ask(tg, f"/memory forget confirm {code_of(b.text)}", "Forgot 2 message(s)")
             assert b.reply_markup is None
             await ask(tg, "/memory status", "Messages: 0")
+
+
+async def test_tidying_the_buttons_never_costs_the_answer(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The database failing while the bot takes ended previews' buttons off: the answer
+    # still goes (the tidying is extra), and the next command tidies.
+    async def down(*args: object) -> None:
+        raise sa.exc.OperationalError("SELECT", {}, ConnectionError("database down"))
+
+    async with running_bot(tg, llm, tmp_path, provider="simple"):
+        await _say(tg, "I like green tea")
+        a = await _forget(tg, "green tea")
+        with monkeypatch.context() as patched:
+            patched.setattr(requests, "unsettled", down)
+            await ask(tg, f"/memory forget confirm {code_of(a.text)}", "Forgot 2 message(s)")
+            assert a.reply_markup is not None  # left for later
+        a_button = _button(a)
+        await ask(tg, "/memory forget cancel", "Nothing to cancel")
+        assert a.reply_markup is None  # tidied by the next command
+        assert "no longer valid" in await _press(tg, a, a_button)
