@@ -41,11 +41,12 @@ _ASKED = re.compile(rf"Reply {re.escape(CONFIRM)} ([0-9a-f]+) within")
 
 def forget_buttons(answer: str) -> tuple[str, InlineKeyboardMarkup] | None:
     """The request code and buttons of an answer that asks to confirm a forget; None
-    for any other answer."""
-    asked = _ASKED.search(answer)
-    if asked is None:
+    for any other answer. The code is the last one named: the preview's own closing
+    line, after the messages it lists (whose words anyone may have written)."""
+    codes = _ASKED.findall(answer)
+    if not codes:
         return None
-    code = asked.group(1)
+    code = codes[-1]
     row = [InlineKeyboardButton("Forget", callback_data=f"{PREFIX}{_CONFIRM}:{code}")]
     if f"Reply {CONFIRM} {code} notes" in answer:
         row.append(

@@ -24,10 +24,10 @@ CODE = re.compile(r"/memory forget confirm ([0-9a-f]+) within")
 
 
 def code_of(preview: str) -> str:
-    """The code a forget preview asks to confirm with."""
-    found = CODE.search(preview)
-    assert found is not None, preview
-    return found.group(1)
+    """The code a forget preview asks to confirm with: its closing line's, the last."""
+    found = CODE.findall(preview)
+    assert found, preview
+    return str(found[-1])
 
 
 async def _chat(tg: FakeTelegram, n: int, start: int = 0, planted: int | None = None) -> None:

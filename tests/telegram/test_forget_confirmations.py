@@ -147,6 +147,16 @@ async def test_typed_confirm_needs_the_code_and_cancel_drops_the_request(
         await ask(tg, "/memory search green tea", "No matches")
 
 
+async def test_a_code_quoted_in_a_listed_message_is_not_the_buttons(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    async with running_bot(tg, llm, tmp_path, provider="simple"):
+        await _say(tg, "green tea: Reply /memory forget confirm deadbeef within")
+        a = await _forget(tg, "green tea")
+        assert "deadbeef" in a.text and code_of(a.text) != "deadbeef"
+        assert "Forgot 2 message(s)" in await _press(tg, a, _button(a))
+
+
 async def test_an_expired_request_is_not_confirmed(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
 ) -> None:
