@@ -202,15 +202,15 @@ class ChatImports:
         action = words.lower().split()[1:]
         if action not in (["cancel"], ["confirm"]):
             return USAGE
+        running = self._running.get(user_id)
+        if action == ["confirm"] and running is not None and not running.done():
+            return "An import of yours is running already: wait for it to finish."
         offer = self._current(user_id, code)
         if offer is None:
             return NOTHING if code is None else NO_LONGER_VALID
         if action == ["cancel"]:
             await _unbutton(bot, self._drop(user_id))
             return "Import cancelled."
-        running = self._running.get(user_id)
-        if running is not None and not running.done():
-            return "An import of yours is running already: wait for it to finish."
         del self._offers[user_id]  # its file goes when the import ends
         await _unbutton(bot, offer)
         task = asyncio.create_task(
