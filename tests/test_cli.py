@@ -37,7 +37,7 @@ def test_top_level_help_lists_every_command(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "cmd",
-    sorted({tuple(c[:2]) if c[0] in ("memory", "web") else (c[0],) for c in COMMANDS}),
+    sorted({tuple(c[:2]) if c[0] in ("memory", "web", "config") else (c[0],) for c in COMMANDS}),
     ids=" ".join,
 )
 def test_every_subcommand_has_help(
