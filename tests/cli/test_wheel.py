@@ -30,9 +30,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
     for package in ("bot", "memory", "plugins"):
-        shutil.copytree(
-            REPO / package, src / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
+        shutil.copytree(REPO / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(root), str(src)], check=True)
     [wheel] = root.glob("mnemo-*.whl")
@@ -61,14 +59,13 @@ async def test_the_installed_wheel_runs_on_two_variables_in_an_empty_directory(
     empty = tmp_path / "empty"
     empty.mkdir()
     # The package comes from the virtualenv, not from this tree.
-    where = subprocess.run(
+    where = await asyncio.to_thread(
+        subprocess.check_output,
         [str(installed.with_name("python")), "-c", "import bot; print(bot.__file__)"],
         cwd=empty,
         env=clean_env(),
-        capture_output=True,
         text=True,
-        check=True,
-    ).stdout
+    )
     assert where.startswith(str(installed.parents[1])) and "site-packages" in where
     async with FakeTelegram() as tg, FakeOpenAI() as llm:
         env = clean_env(
