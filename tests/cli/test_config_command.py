@@ -4,13 +4,12 @@ no config file needed, typos refused, commands that need no secret not asking fo
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import yaml
 
 from bot.config import Settings, anchor_paths, load_settings
-from tests.cli.conftest import MNEMO, mnemo
+from tests.cli.conftest import MNEMO, clean_env, mnemo
 from tests.fakes.openai_server import FakeOpenAI
 
 TOKEN = "424242:AAH-bot-secret-part"
@@ -142,11 +141,8 @@ def test_mnemo_run_without_a_config_file_names_what_is_missing(tmp_path: Path) -
 
 async def test_chat_in_an_empty_directory_with_the_key_in_the_environment(tmp_path: Path) -> None:
     # The README's `OPENAI_API_KEY=... mnemo chat`, with no config file anywhere.
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("MNEMO_", "OPENAI_", "TELEGRAM_"))
-    }
     async with FakeOpenAI() as llm:
-        env.update(OPENAI_API_KEY=API_KEY, OPENAI_BASE_URL=llm.base_url)
+        env = clean_env(OPENAI_API_KEY=API_KEY, OPENAI_BASE_URL=llm.base_url)
         proc = await asyncio.create_subprocess_exec(
             str(MNEMO),
             "chat",

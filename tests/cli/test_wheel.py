@@ -4,7 +4,6 @@ an empty directory with no config file, configured by the environment alone."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import signal
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.conftest import clean_env
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 
@@ -41,15 +41,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv / "bin" / "mnemo"
 
 
-def clean_env(**settings: str) -> dict[str, str]:
-    """This process's environment without anything that configures mnemo or points
-    Python at this tree."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("MNEMO_", "OPENAI_", "TELEGRAM_", "PYTHON")) and k != "DATABASE_URL"
-    }
-    return {**env, **settings}
+def outside_env(**settings: str) -> dict[str, str]:
+    """Nothing that configures mnemo, nor points Python at this tree."""
+    return {k: v for k, v in clean_env(**settings).items() if not k.startswith("PYTHON")}
 
 
 @pytest.mark.slow
@@ -63,12 +57,12 @@ async def test_the_installed_wheel_runs_on_two_variables_in_an_empty_directory(
         subprocess.check_output,
         [str(installed.with_name("python")), "-c", "import bot; print(bot.__file__)"],
         cwd=empty,
-        env=clean_env(),
+        env=outside_env(),
         text=True,
     )
     assert where.startswith(str(installed.parents[1])) and "site-packages" in where
     async with FakeTelegram() as tg, FakeOpenAI() as llm:
-        env = clean_env(
+        env = outside_env(
             TELEGRAM_BOT_TOKEN=tg.token,
             OPENAI_API_KEY="sk-test-wheel-key",
             # Where the fakes listen (the real servers are the defaults), and who may talk.
