@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bot.config import ConfigError, load_config, load_settings
+from tests.test_registry import third_party  # noqa: F401,F811  (a fixture)
 
 TOKEN = "424242:AAH-bot-secret-part"
 API_KEY = "sk-live-4f8a2c9e71d3"
@@ -343,3 +344,21 @@ def test_an_empty_variable_counts_as_unset(tmp_path: Path, monkeypatch: pytest.M
     path = write(tmp_path, "llm: {model: from-file}\n")
     s = load_settings(path)
     assert s.memory.budget_tokens == 13500 and s.llm.model == "from-file"
+
+
+def test_a_third_party_providers_section_from_the_environment(
+    third_party: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A plugin without a settings model of its own: its keys pass as JSON values (else text).
+    setenv(
+        monkeypatch,
+        MNEMO_MEMORY__PROVIDER="acme",
+        MNEMO_MEMORY__ACME__SHARDS="3",
+        MNEMO_MEMORY__ACME__LABEL="blue",
+    )
+    config = load_settings().provider_config()
+    assert (config["shards"], config["label"]) == (3, "blue")
+    setenv(monkeypatch, MNEMO_MEMORY__ACME='{"shards": 4, "zones": ["a"]}')
+    config = load_settings().provider_config()
+    assert (config["shards"], config["zones"], config["label"]) == (3, ["a"], "blue")
