@@ -108,12 +108,14 @@ def read_environment(
                 assert isinstance(target, _Target), key  # WELL_KNOWN names real keys
                 _apply(layer, target, given[name], name)
     for name in sorted(n for n in given if n.startswith(PREFIX) and n not in WELL_KNOWN):
-        if name in NOT_SETTINGS or name in referenced:
+        if name in NOT_SETTINGS:
             continue
         parts = tuple(p.lower() for p in name.removeprefix(PREFIX).split(NESTED))
         target = resolver.resolve(parts)
         if isinstance(target, _Target):
             _apply(layer, target, given[name], name)
+        elif name in referenced:  # the file's own variable, not a setting's name
+            continue
         elif NESTED in name or (hint := resolver.hint(name)):
             layer.errors.append(f"{name}: {target if NESTED in name else hint}")
     return layer
