@@ -60,7 +60,18 @@ WELL_KNOWN: dict[str, tuple[str, ...]] = {
 }
 # MNEMO_* names that are not settings: the config file's own name, and the host ports
 # docker-compose.yml publishes (read by compose, never by mnemo).
-NOT_SETTINGS = frozenset({"MNEMO_CONFIG", "MNEMO_HEALTH_PORT", "MNEMO_WEBHOOK_PORT"})
+# Names the deploy files use for themselves (compose interpolation, the entrypoint), which
+# reach the bot through `env_file: .env`: never settings, never refused.
+NOT_SETTINGS = frozenset(
+    {
+        "MNEMO_CONFIG",
+        "MNEMO_HEALTH_PORT",
+        "MNEMO_WEBHOOK_PORT",
+        "MNEMO_HOST_CONFIG",
+        "MNEMO_TLS_DIR",
+        "MNEMO_HOLD_FILE",
+    }
+)
 # Plain `postgres://` URLs (as hosting platforms give DATABASE_URL) name no driver.
 _PG_SCHEMES = ("postgres://", "postgresql://")
 

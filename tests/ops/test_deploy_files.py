@@ -352,11 +352,6 @@ def test_env_example_settings_name_real_config_keys() -> None:
     assert "MNEMO_LOG_LEVEL" in cf.env_example()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="MNEMO_<SECTION>__<KEY> settings come with branch r3-deploycfg: drop this mark "
-    "once merged (strict: it fails as soon as they work, to be noticed)",
-)
 def test_env_example_settings_reach_the_bot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -379,6 +374,24 @@ def test_env_example_settings_reach_the_bot(
     assert settings.web.enabled and not settings.reflect.enabled
     assert "gpt-4o-mini" in settings.llm.prices
     assert settings.log_level == "DEBUG"
+
+
+def test_every_env_example_variable_is_accepted_by_the_bot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bot gets all of .env (env_file) and refuses unknown MNEMO_* names: every name the
+    # deploy files use for themselves must pass, at the value .env.example shows.
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text(encoding="utf-8"))
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(interpolate(raw, {})), encoding="utf-8")
+    for name, (value, _on, _comment) in cf.env_example().items():
+        if name.endswith("_FILE"):
+            continue  # the secrets' files exist only inside the container
+        # A placeholder ("...") is for a person to fill in: its name must still pass.
+        monkeypatch.setenv(name, value.replace('"..."', '"' + "0" * 64 + '"'))
+    for name in ("MNEMO_HOST_CONFIG", "MNEMO_TLS_DIR", "MNEMO_HOLD_FILE"):
+        monkeypatch.setenv(name, "/somewhere")
+    load_settings(path)  # raises on any refused name or value
 
 
 # --- the lock, the license -------------------------------------------------------------
