@@ -310,7 +310,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
         "doctor": lambda: operator.doctor(settings),
         "embed": lambda: embed_command(settings, prune=args.prune),
         "usage": lambda: usage_command(settings, args.by, args.days),
-        "erase": lambda: erase(settings, args.user, args.agent, args.older_than, args.dry_run),
+        "erase": lambda: erase(
+            settings, args.user, args.agent, args.older_than, args.dry_run, scrub=args.scrub
+        ),
         "import-chat": lambda: import_chat(
             settings, args.file, args.format, args.user, args.agent, args.chat, args.dry_run
         ),
@@ -466,6 +468,12 @@ def build_parser() -> argparse.ArgumentParser:
     erase.add_argument("--agent", help="the agent (default: agent.id)")
     erase.add_argument("--older-than", metavar="DURATION", help="like 90d or 12h")
     erase.add_argument("--dry-run", action="store_true", help="only say what would go")
+    erase.add_argument(
+        "--scrub",
+        action="store_true",
+        help="then make every forget so far reach the disk (PostgreSQL: VACUUM FULL of "
+        "every table, locking each while it is rewritten, and the WAL); alone: only that",
+    )
     backup = madd("backup", "back up the SQLite database to PATH")
     backup.add_argument("path")
     imp = madd("import", "import a session exported with `mnemo memory export`")
