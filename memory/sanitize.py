@@ -26,6 +26,8 @@ REPLACEMENT = "\ufffd"
 def storable(text: str) -> str:
     if "\x00" in text:
         text = text.replace("\x00", REPLACEMENT)
+    if text.isascii():  # no surrogate either; the common case, without an encoded copy
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
