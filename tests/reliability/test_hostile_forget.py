@@ -14,6 +14,7 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.conftest import ask
 from tests.reliability.harness import live_bot, session_id, stored_history
+from tests.telegram.test_forget import code_of
 
 CASES = [
     pytest.param("sqlite", "lcm"),
@@ -49,7 +50,7 @@ async def test_forget_and_search_with_nul_and_lone_surrogate(
             preview = await ask(tg, chat, f"/memory forget {word}")
             # The user line and the echo that repeats it.
             assert "This would forget 2 message(s)" in preview, (label, preview)
-            done = await ask(tg, chat, "/memory forget confirm")
+            done = await ask(tg, chat, f"/memory forget confirm {code_of(preview)}")
             assert "Forgot 2 message(s)" in done, (label, done)
 
             after = await ask(tg, chat, f"/memory search {word}")

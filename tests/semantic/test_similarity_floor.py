@@ -22,6 +22,7 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.conftest import ask
 from tests.reliability.harness import live_bot, scripted
 from tests.semantic.conftest import EmbedderFactory, ProviderFactory
+from tests.telegram.test_forget import code_of
 
 ME = Session("floor:1", user_id=1)
 HYBRID, FULL_TEXT = SearchMode.HYBRID, SearchMode.FULL_TEXT
@@ -126,8 +127,9 @@ async def test_after_a_forget_search_says_no_close_matches(
 
         found = await ask(tg, chat, f"/memory search {token}")
         assert f"matches for “{token}”:\n• [message" in found and f"keep {token}" in found
-        await ask(tg, chat, f"/memory forget {token}")
-        assert "Forgot 2 message(s)" in await ask(tg, chat, "/memory forget confirm")
+        preview = await ask(tg, chat, f"/memory forget {token}")
+        done = await ask(tg, chat, f"/memory forget confirm {code_of(preview)}")
+        assert "Forgot 2 message(s)" in done, done
         await embed_backlog(bot.provider, bot.services.embedder)
 
         after = await ask(tg, chat, f"/memory search {token}")
