@@ -114,6 +114,7 @@ def build_embedder(settings: Settings, usage: UsageRecorder | None = None) -> An
         max_retries=settings.llm.max_retries,
         max_chars=cfg.max_chars,
         usage=usage,
+        min_similarity=cfg.min_similarity,
     )
 
 

@@ -312,7 +312,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
         "doctor": lambda: operator.doctor(settings),
         "embed": lambda: embed_command(settings, prune=args.prune),
         "usage": lambda: usage_command(settings, args.by, args.days),
-        "erase": lambda: erase(settings, args.user, args.agent, args.older_than, args.dry_run),
+        "erase": lambda: erase(
+            settings, args.user, args.agent, args.older_than, args.dry_run, scrub=args.scrub
+        ),
         "import-chat": lambda: import_chat(
             settings, args.file, args.format, args.user, args.agent, args.chat, args.dry_run
         ),
@@ -425,6 +427,7 @@ EXAMPLES: dict[str, list[str]] = {
     "memory erase": [
         "mnemo memory erase --user 42 --dry-run",
         "mnemo memory erase --older-than 90d",
+        "mnemo memory erase --user 42 --scrub",
     ],
     "memory backup": ["mnemo memory backup backups/mnemo-$(date +%F).db"],
     "memory import": [
@@ -630,6 +633,13 @@ def build_parser() -> argparse.ArgumentParser:
     erase.add_argument("--older-than", metavar="DURATION", help="like 90d or 12h")
     erase.add_argument(
         "--dry-run", action="store_true", help="only say what would go (default: erase)"
+    )
+    erase.add_argument(
+        "--scrub",
+        action="store_true",
+        help="then make every forget so far reach the disk (PostgreSQL: VACUUM FULL of "
+        "every table, locking each while it is rewritten, and the WAL); alone: only that "
+        "(default: off)",
     )
     backup = madd(
         "backup", "back up the SQLite database to PATH (PostgreSQL: prints pg_dump's line)"

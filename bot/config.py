@@ -34,6 +34,7 @@ from bot.config_yaml import ConfigYamlRefused, parse_config_yaml
 from bot.redact import MASK, config_secrets, mask, mask_database_url, secret_values
 from memory.prices import Price
 from memory.provider_settings import MAX_MESSAGES  # message counts: keep_tail, fresh_tail
+from memory.semantic import DEFAULT_MIN_SIMILARITY
 
 DEFAULT_CONFIG = "config.yaml"
 ENV_CONFIG = "MNEMO_CONFIG"
@@ -178,6 +179,8 @@ class EmbeddingsSettings(_Section):
     batch_size: int = Field(default=64, ge=1, le=2048)  # texts per request
     max_chars: int = Field(default=2000, ge=100, le=100_000)  # longer texts are cut
     cache_mb: int = Field(default=256, ge=16, le=65_536)  # cached vectors per process
+    # The cosine an item found by meaning alone needs to be listed (model-specific).
+    min_similarity: float = Field(default=DEFAULT_MIN_SIMILARITY, ge=-1.0, le=1.0)
 
 
 class WebhookSettings(_Section):
