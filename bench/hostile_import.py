@@ -64,7 +64,7 @@ def main() -> None:
     ap.add_argument("--cap-mb", type=int, default=2048)
     ap.add_argument("--append-results", action="store_true")
     args = ap.parse_args()
-    rows: list[tuple[str, float, str, float, float]] = []
+    rows: list[tuple[str, float, str, float, float, float]] = []
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         cases: list[tuple[str, str, Path]] = []
@@ -80,8 +80,8 @@ def main() -> None:
             cmd = [sys.executable, "-c", READ, fmt, str(path), str(args.cap_mb)]
             # One child per case: RUSAGE_CHILDREN's peak is the largest child's so far,
             # so the smallest cases run first and each reads its own peak via wait4.
-            line, wall, rss = _measured(cmd, args.cap_mb)
-            rows.append((name, path.stat().st_size / 2**20, line, wall, rss))
+            line, wall, cpu, rss = _measured(cmd, args.cap_mb)
+            rows.append((name, path.stat().st_size / 2**20, line, wall, cpu, rss))
         config = tmp / "config.yaml"
         config.write_text(
             f"database:\n  url: sqlite+aiosqlite:///{tmp}/m.db\ndata_dir: {tmp}/data\n",
@@ -89,8 +89,8 @@ def main() -> None:
         )
         cmd = [sys.executable, "-m", "bot.cli", "--config", str(config)]
         cmd += ["memory", "import", "/dev/zero"]
-        line, wall, rss = _measured(cmd, args.cap_mb)
-        rows.append(("`mnemo memory import /dev/zero`", 0.0, line, wall, rss))
+        line, wall, cpu, rss = _measured(cmd, args.cap_mb)
+        rows.append(("`mnemo memory import /dev/zero`", 0.0, line, wall, cpu, rss))
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
     ).stdout.strip()
@@ -102,19 +102,21 @@ def main() -> None:
         f"- command: `python -m bench.hostile_import --messages {args.messages}"
         f" --cap-mb {args.cap_mb}` (each case a child under RLIMIT_AS {args.cap_mb} MB)",
         "",
-        "| case | file MB | outcome | wall s | peak RSS MB |",
-        "| --- | ---: | --- | ---: | ---: |",
+        "| case | file MB | outcome | wall s | CPU s | peak RSS MB |",
+        "| --- | ---: | --- | ---: | ---: | ---: |",
     ]
-    for name, mb, line, wall, rss in rows:
-        out.append(f"| {name} | {mb:.1f} | {line.replace('|', '/')} | {wall:.2f} | {rss:.0f} |")
+    for name, mb, line, wall, cpu, rss in rows:
+        cells = f"{name} | {mb:.1f} | {line.replace('|', '/')} | {wall:.2f} | {cpu:.2f} | {rss:.0f}"
+        out.append(f"| {cells} |")
     text = "\n".join(out) + "\n"
     print(text)
     if args.append_results:
         append_results(text)
 
 
-def _measured(cmd: list[str], cap_mb: int) -> tuple[str, float, float]:
-    """`cmd`'s last line, wall time and its own peak RSS (os.wait4's rusage)."""
+def _measured(cmd: list[str], cap_mb: int) -> tuple[str, float, float, float]:
+    """`cmd`'s last line, wall time, CPU time (user + system: less swayed by a busy
+    machine) and its own peak RSS (os.wait4's rusage)."""
 
     def limit() -> None:
         cap = cap_mb * 2**20
@@ -133,7 +135,8 @@ def _measured(cmd: list[str], cap_mb: int) -> tuple[str, float, float]:
         out.seek(0)
         text = out.read().decode(errors="replace")
     lines = [line for line in text.splitlines() if line.strip()]
-    return (lines[-1][:160] if lines else "no output"), wall, usage.ru_maxrss / 1024
+    cpu = usage.ru_utime + usage.ru_stime
+    return (lines[-1][:160] if lines else "no output"), wall, cpu, usage.ru_maxrss / 1024
 
 
 if __name__ == "__main__":

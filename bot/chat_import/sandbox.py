@@ -78,7 +78,7 @@ async def scan(plan: Plan, done: dict[str, ledger.Progress], chat: str | None) -
         raise ImportRefused(
             f"{plan.path.name}: reading it needs more than {limits.memory_mb} MB of memory: refused"
         )
-    # An unforeseen failure of the reader: logged (its last line, never the file), and
+    # An unforeseen failure of the reader: logged (its last line, cut short), and
     # the file refused like any other, so the update is acknowledged.
     tail = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
     log.warning("the export reader failed on %s: %s", plan.path.name, tail[0][:200])
