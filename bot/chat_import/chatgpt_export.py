@@ -148,9 +148,7 @@ class ChatGPTExport:
 
     def read(self, stream: BinaryIO, name: str, limits: Limits) -> Iterator[SourceItem]:
         index = 0
-        # ijson's paths over events bounded first (bot.chat_import.limits says why)
-        events = ijson.parse(bounded_events(stream, name, limits))
-        for raw in ijson.items(events, "item"):
+        for raw in ijson.items(bounded_events(stream, name, limits), "item"):
             yield from self._conversation(index, raw, name)
             index += 1
         if index == 0:

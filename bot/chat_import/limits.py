@@ -1,13 +1,17 @@
 """How much an export may cost to read, enforced while it streams, before memory grows.
 
-ijson's prefixed events (`ijson.parse`, `ijson.items`) keep the path of every open
-container as a string, so a file nested n deep costs O(n^2): a 200 KB `result.json`
-nested 100,000 lists deep took 3 GB and more (bench/RESULTS.md, "Hostile imports").
-So a format reads `bounded_events`: ijson's *basic* events (no paths), depth counted
-as they pass, refused past `Limits.depth` before ijson's path-keeping parse sees them.
-The stream under it counts bytes: past `Limits.file_bytes` in all, or `Limits.gap_bytes`
-without a single event (one endless string, or whitespace), or past the deadline
-(`Limits.seconds`, checked at each read of 64 KB), the read stops with one line.
+ijson's prefixed events (`ijson.parse`, `ijson.items`) carry the path of every open
+container as a string, built anew for each event, so a file nested n deep costs O(n^2):
+a 200 KB `result.json` nested 100,000 lists deep took 3 GB and more (bench/RESULTS.md,
+"Hostile imports"). ijson builds the events of a whole buffer before yielding the first,
+so the stream is read `READ_BYTES` at a time: a buffer of that many `[` costs at most
+~40 MB of paths, and the depth, counted as the events pass, is refused past
+`Limits.depth` after the first such buffer. (ijson's basic events, their depth checked
+before `ijson.parse` built the paths from them, cost less memory still but made the
+whole read of a normal export 25% slower: bench/RESULTS.md.) The stream counts bytes: past
+`Limits.file_bytes` in all, or `Limits.gap_bytes` without a single event (one endless
+string, or whitespace), or past the deadline (`Limits.seconds`, checked at each read),
+the read stops with one line.
 
 The memory the reading process may take (`Limits.memory_mb`) is enforced around the
 dry run's read, in a child process (`bot.chat_import.sandbox`).
@@ -25,6 +29,7 @@ import ijson
 from bot.chat_import.sources import ImportRefused
 
 MB = 2**20
+READ_BYTES = 4096  # 4096 levels of paths at most before the depth is seen: ~40 MB
 
 
 @dataclass(frozen=True)
@@ -84,15 +89,16 @@ class _Metered:
         return chunk
 
 
-def bounded_events(stream: BinaryIO, name: str, limits: Limits) -> Iterator[tuple[str, Any]]:
-    """ijson's basic (event, value) pairs of `stream`, within `limits`; ImportRefused (one
-    line) past one of them, or for a file that is not JSON (ijson's syntax errors, a
-    string that is not UTF-8: a lone surrogate escape)."""
+def bounded_events(stream: BinaryIO, name: str, limits: Limits) -> Iterator[tuple[str, str, Any]]:
+    """ijson's (prefix, event, value) events of `stream`, within `limits`; ImportRefused
+    (one line) past one of them, or for a file that is not JSON (ijson's syntax errors,
+    a string that is not UTF-8: a lone surrogate escape)."""
     metered = _Metered(stream, name, limits)
     depth = 0
     try:
-        for event, value in ijson.basic_parse(metered, use_float=True):
+        for item in ijson.parse(metered, use_float=True, buf_size=READ_BYTES):
             metered.events += 1
+            event = item[1]
             if event == "start_map" or event == "start_array":
                 depth += 1
                 if depth > limits.depth:
@@ -102,7 +108,7 @@ def bounded_events(stream: BinaryIO, name: str, limits: Limits) -> Iterator[tupl
                     )
             elif event == "end_map" or event == "end_array":
                 depth -= 1
-            yield event, value
+            yield item
     except ijson.JSONError as exc:
         # ijson's messages quote the bytes it choked on: keep the line short.
         reason = str(exc).splitlines()[0][:160] if str(exc) else "not valid JSON"

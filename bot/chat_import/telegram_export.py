@@ -268,8 +268,7 @@ class TelegramExport:
 
     def read(self, stream: BinaryIO, name: str, limits: Limits) -> Iterator[SourceItem]:
         walk = _Walk(name)
-        # ijson's paths over events bounded first (bot.chat_import.limits says why)
-        for prefix, event, value in ijson.parse(bounded_events(stream, name, limits)):
+        for prefix, event, value in bounded_events(stream, name, limits):
             item = walk.feed(prefix, event, value)
             if item is not None:
                 yield item
