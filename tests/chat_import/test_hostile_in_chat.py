@@ -22,7 +22,7 @@ from tests.chat_import.hostile import deep_export, wide_conversation
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot
-from tests.telegram.test_polling import bot_on, offsets
+from tests.telegram.test_polling import bot_on, offsets, unacknowledged
 
 REFUSED = "I can't import that file: "
 
@@ -30,14 +30,7 @@ REFUSED = "I can't import that file: "
 async def test_a_deep_export_is_refused_once_and_not_read_again_after_a_restart(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
 ) -> None:
-    acknowledging = [True]
-    # As if the bot died after refusing, before Telegram heard of it: redelivered.
-    tg.fail(
-        "getUpdates",
-        502,
-        times=10_000,
-        when=lambda params: acknowledging[0] and bool(params.get("offset")),
-    )
+    acknowledging = unacknowledged(tg)  # as if the bot died after refusing: redelivered
     async with temp_database_url(db_kind, tmp_path) as url:
         async with bot_on(tg, llm, tmp_path, url):
             tg.private(42).send_document(
