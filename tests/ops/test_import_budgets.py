@@ -46,7 +46,11 @@ def _import(tmp: Path, path: str, stdin: int | IO[bytes] | None = None) -> subpr
 
 
 def _refusal(proc: subprocess.Popen[bytes]) -> str:
-    out, raw = proc.communicate(timeout=300)  # a bound for a hang, not a timing assertion
+    try:
+        out, raw = proc.communicate(timeout=300)  # a bound for a hang, not a timing assertion
+    except subprocess.TimeoutExpired:
+        proc.kill()  # (which also ends a feeding thread's write)
+        raise
     err = raw.decode()
     assert proc.returncode == 1, err
     assert not looks_like_traceback(err) and out == b"", err
