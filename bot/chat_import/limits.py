@@ -110,8 +110,11 @@ def bounded_events(stream: BinaryIO, name: str, limits: Limits) -> Iterator[tupl
                 depth -= 1
             yield item
     except ijson.JSONError as exc:
-        # ijson's messages quote the bytes it choked on: keep the line short.
-        reason = str(exc).splitlines()[0][:160] if str(exc) else "not valid JSON"
+        # ijson's messages (bytes, for some) quote what it choked on on their next
+        # lines: the first line only, short.
+        said = exc.args[0] if exc.args else ""
+        said = said.decode("utf-8", "replace") if isinstance(said, bytes) else str(said)
+        reason = said.strip().splitlines()[0][:160] if said.strip() else "not valid JSON"
         raise ImportRefused(f"{name} is not valid JSON: {reason}") from None
     except UnicodeDecodeError:
         raise ImportRefused(

@@ -69,12 +69,23 @@ def test_an_export_nested_100000_deep_is_refused_in_one_line_within_a_memory_cap
     assert out == ""
 
 
-def test_a_lone_surrogate_escape_is_refused_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (b'"broken \\udc00 text"', "a string in it is not UTF-8 text (a lone surrogate escape"),
+        (b'"broken \xff text"', "lexical error: invalid bytes in UTF8 string."),
+    ],
+    ids=["lone-surrogate", "invalid-utf8"],
+)
+def test_text_that_is_not_utf8_is_refused_in_one_line(
+    tmp_path: Path, text: bytes, reason: str
+) -> None:
     path = tmp_path / "result.json"
-    path.write_bytes(telegram_saying('"broken \\udc00 text"'))
+    path.write_bytes(telegram_saying("@@").replace(b"@@", text))
     code, _, err = _import_chat(tmp_path, str(path), "--format", "telegram", "--user", "42")
     line = _one_line(code, err)
-    assert line.startswith(f"{REFUSED}result.json is not valid JSON: a string in it is not UTF-8")
+    assert line.startswith(f"{REFUSED}result.json is not valid JSON: {reason}"), line
+    assert "\\x" not in line and "right here" not in line  # no quoted bytes
 
 
 def test_a_user_id_no_database_holds_is_refused_in_one_line(tmp_path: Path) -> None:
