@@ -68,8 +68,9 @@ INT32 = 2**31 - 1
 # Deeper than any export (the provider's data included) nests: a document nested past
 # this is refused as such, before Python's recursion limit is anywhere near.
 MAX_DEPTH = 64
-# An import reads the whole document into memory (about ten times its size once parsed):
-# a session of 100,000 messages with their parts exports to well under 100 MB.
+# An import reads the whole document into memory (several times its size once parsed).
+# An estimate, not a measurement: at a few hundred bytes a message (with its parts and
+# the provider's summaries), 256 MB holds several hundred thousand messages.
 MAX_DOCUMENT_BYTES = 256 * 2**20
 _READ_CHUNK = 2**20
 _WHITESPACE = b" \t\r\n"
