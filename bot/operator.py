@@ -335,21 +335,24 @@ async def export(settings: Settings, session_id: str, fmt: str, out: TextIO = sy
     return EXIT_OK
 
 
-def _read_text(path: str) -> str:
-    return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+def _read_document(path: str) -> Any:
+    from memory.export_schema import read_document  # bounded: a size cap, read in chunks
+
+    if path == "-":
+        return read_document(sys.stdin.buffer)
+    with Path(path).open("rb") as stream:
+        return read_document(stream)
 
 
 async def import_(settings: Settings, path: str) -> int:
-    from memory.export_schema import load_document
     from memory.session_export import import_session
 
     try:
-        raw = await asyncio.to_thread(_read_text, path)
-        doc = load_document(raw)
+        doc = await asyncio.to_thread(_read_document, path)
     except OSError as exc:
         _err(f"cannot read {path}: {exc.strerror or exc}")
         return EXIT_FAULT
-    except (InvalidArgument, UnicodeDecodeError) as exc:
+    except InvalidArgument as exc:
         _err(f"{path} is not a JSON export: {exc}")
         return EXIT_FAULT
     async with open_memory(settings, create=True) as m:

@@ -6,6 +6,10 @@
   API's download limit (a bigger export: the operator's `mnemo memory import-chat`).
   The bot downloads it, reads it whole (a malformed file: one line, nothing kept) and
   answers with what it would import, an Import button and `/memory import confirm`.
+  The read is bounded (`bot.chat_import.limits.IN_CHAT`: depth, size, time) and runs in
+  a child process with a memory cap (`bot.chat_import.sandbox`): a hostile file is
+  refused in one line and its update recorded as handled like any offer, so a restart
+  never reads it again.
 - The offer is kept `CONFIRM_WITHIN_S` per user, the newest only, its file in
   `<data_dir>/imports/` (deleted once imported, cancelled, expired, or at the next
   start); `/memory import cancel` drops it. Its buttons carry the offer's code, so they
@@ -41,6 +45,7 @@ from telegram import Bot, Document, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import TelegramError
 
 from bot.chat_import import importer, ledger
+from bot.chat_import.limits import IN_CHAT
 from bot.chat_import.sources import ImportRefused
 from bot.chat_import.summary import plan_lines, report_line
 from bot.commands import failure_reason
@@ -57,6 +62,7 @@ log = logging.getLogger(__name__)
 MAX_IMPORT_BYTES = 20 * 1024 * 1024  # what the Bot API lets a bot download
 CONFIRM_WITHIN_S = 600.0
 PROGRESS_EVERY_S = 2.0
+READING_AT_ONCE = 2
 EXPORT_NAMES = {"result.json": "telegram", "conversations.json": "chatgpt"}
 CONFIRM = "/memory import confirm"
 PREFIX = "mnemo:import:"
@@ -112,6 +118,9 @@ class ChatImports:
         self.dir = Path(settings.data_dir) / "imports"
         self._offers: dict[int, _Offer] = {}  # user id -> the newest offer
         self._running: dict[int, asyncio.Task[None]] = {}
+        # Files read at once (each in its own capped child, `bot.chat_import.sandbox`):
+        # the most memory imports may take is READING_AT_ONCE x IN_CHAT.memory_mb.
+        self._reading = asyncio.Semaphore(READING_AT_ONCE)
 
     # --- the offer ------------------------------------------------------------------
 
@@ -137,7 +146,10 @@ class ChatImports:
         await asyncio.to_thread(_write, path, body)
         del body
         try:
-            plan = await importer.plan(engine, importer.FORMATS[fmt], path, user_id, self.agent_id)
+            async with self._reading:
+                plan = await importer.plan(
+                    engine, importer.FORMATS[fmt], path, user_id, self.agent_id, IN_CHAT
+                )
         except ImportRefused as exc:
             _discard(path)
             await send_plain_reply(bot, target, f"I can't import that file: {exc}")
