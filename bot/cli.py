@@ -180,6 +180,17 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 SESSION_NAME_MAX = 100  # the id around it (agent, channel) must fit conversations' 255
 
 
+def user_id(value: str) -> int:
+    """A `--user` id: an integer the database's BIGINT columns hold (Telegram's ids do)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if not -(2**63) <= number < 2**63:
+        raise argparse.ArgumentTypeError(f"{value} is out of range (a user id is below 2^63)")
+    return number
+
+
 def session_name(value: str) -> str:
     """A `mnemo chat --session` name: printable, no '#' (it separates the generations
     `/new` starts: `main#2`), at most SESSION_NAME_MAX characters."""
@@ -557,7 +568,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     search.add_argument(
         "--user",
-        type=int,
+        type=user_id,
         metavar="ID",
         help="the user's id (a group's chat id) instead of a session",
     )
@@ -627,7 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
         "a duration (--older-than 90d), with what was built on them",
     )
     erase.add_argument(
-        "--user", type=int, metavar="ID", help="the memory's user id (a group's chat id)"
+        "--user", type=user_id, metavar="ID", help="the memory's user id (a group's chat id)"
     )
     erase.add_argument("--agent", metavar="ID", help="the agent (default: agent.id)")
     erase.add_argument("--older-than", metavar="DURATION", help="like 90d or 12h")
@@ -661,7 +672,9 @@ def build_parser() -> argparse.ArgumentParser:
     chats.add_argument(
         "--format", choices=["telegram", "chatgpt"], required=True, help="which export FILE is"
     )
-    chats.add_argument("--user", type=int, metavar="ID", required=True, help="the memory's user id")
+    chats.add_argument(
+        "--user", type=user_id, metavar="ID", required=True, help="the memory's user id"
+    )
     chats.add_argument("--agent", metavar="ID", help="the agent (default: agent.id)")
     chats.add_argument(
         "--chat", metavar="NAME", help="only this chat (its name or id; default: all)"

@@ -27,7 +27,7 @@ def _cap() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
 
 
-def _import_chat(tmp: Path, *args: str) -> tuple[int, str, str]:
+def _mnemo_memory(tmp: Path, *args: str) -> tuple[int, str, str]:
     config = write_config(
         tmp / "config.yaml",
         {"database": {"url": f"sqlite+aiosqlite:///{tmp}/m.db"}, "data_dir": str(tmp / "data")},
@@ -35,8 +35,7 @@ def _import_chat(tmp: Path, *args: str) -> tuple[int, str, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("MNEMO_CONFIG", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "--config", str(config), "memory", "import-chat"]
-        + list(args),
+        [sys.executable, "-m", "bot.cli", "--config", str(config), "memory", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -63,7 +62,9 @@ def test_an_export_nested_100000_deep_is_refused_in_one_line_within_a_memory_cap
     path = tmp_path / name
     path.write_bytes(deep_export(fmt, 100_000))
     assert path.stat().st_size < 250_000
-    code, out, err = _import_chat(tmp_path, str(path), "--format", fmt, "--user", "42")
+    code, out, err = _mnemo_memory(
+        tmp_path, "import-chat", str(path), "--format", fmt, "--user", "42"
+    )
     line = _one_line(code, err)
     assert line.startswith(f"{REFUSED}{name}: nested deeper than 64 levels"), line
     assert out == ""
@@ -82,23 +83,45 @@ def test_text_that_is_not_utf8_is_refused_in_one_line(
 ) -> None:
     path = tmp_path / "result.json"
     path.write_bytes(telegram_saying("@@").replace(b"@@", text))
-    code, _, err = _import_chat(tmp_path, str(path), "--format", "telegram", "--user", "42")
+    code, _, err = _mnemo_memory(
+        tmp_path, "import-chat", str(path), "--format", "telegram", "--user", "42"
+    )
     line = _one_line(code, err)
     assert line.startswith(f"{REFUSED}result.json is not valid JSON: {reason}"), line
     assert "\\x" not in line and "right here" not in line  # no quoted bytes
 
 
-def test_a_user_id_no_database_holds_is_refused_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["import-chat", "{file}", "--format", "telegram", "--user"],
+        ["erase", "--dry-run", "--user"],
+        ["search", "hi", "--user"],
+    ],
+    ids=["import-chat", "erase", "search"],
+)
+def test_a_user_id_no_database_holds_is_refused_in_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # One argparse type checks every --user (it was an OverflowError traceback).
     path = tmp_path / "result.json"
     path.write_bytes(telegram_saying('"hi"'))
-    code, _, err = _import_chat(
-        tmp_path, str(path), "--format", "telegram", "--user", "1" + "0" * 30
-    )
-    line = _one_line(code, err)
-    assert line == f"mnemo: --user 1{'0' * 30} is not a user id (a Telegram id is at most 2^63 - 1)"
+    huge = "1" + "0" * 30
+    args = [a.replace("{file}", str(path)) for a in command] + [huge]
+    code, out, err = _mnemo_memory(tmp_path, *args)
+    assert code == 2, err  # a usage error
+    assert not looks_like_traceback(err), err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .endswith(f"error: argument --user: {huge} is out of range (a user id is below 2^63)")
+    ), err
+    assert out == ""
 
 
 def test_a_device_is_refused_at_once_not_read(tmp_path: Path) -> None:
-    code, _, err = _import_chat(tmp_path, "/dev/zero", "--format", "chatgpt", "--user", "42")
+    code, _, err = _mnemo_memory(
+        tmp_path, "import-chat", "/dev/zero", "--format", "chatgpt", "--user", "42"
+    )
     line = _one_line(code, err)
     assert line == f"{REFUSED}/dev/zero is not a regular file (an export is read twice)"
