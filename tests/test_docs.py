@@ -25,7 +25,9 @@ def _anchors(path: Path) -> set[str]:
     repeated one numbered."""
     seen: dict[str, int] = {}
     out = set()
-    for heading in re.findall(r"^#{1,6} (.*)$", _FENCED.sub("", path.read_text()), re.M):
+    for heading in re.findall(
+        r"^#{1,6} (.*)$", _FENCED.sub("", path.read_text(encoding="utf-8")), re.M
+    ):
         slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
         n = seen.get(slug, 0)
         seen[slug] = n + 1

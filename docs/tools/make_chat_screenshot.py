@@ -73,6 +73,7 @@ async def converse(workdir: Path) -> list[Bubble]:
             for line in (PLANTED, "/new", QUESTION, "/memory why"):
                 await ask(tg, chat, line)
         sent: list[Bubble] = []
+        # The fake server keeps every message of the chat; the user's are the ones not from the bot.
         for (chat_id, message_id), msg in sorted(tg._messages.items()):
             if chat_id == USER_ID and "text" in msg and not msg.get("from", {}).get("is_bot"):
                 sent.append(Bubble(True, message_id, msg["text"], msg.get("entities", [])))
@@ -106,25 +107,19 @@ def render_entities(text_: str, entities: list[dict[str, Any]]) -> str:
     opens: dict[int, list[str]] = {}
     closes: dict[int, list[str]] = {}
     for e in sorted(entities, key=lambda e: (e["offset"], -e["length"])):
-        start, end = e["offset"], e["offset"] + e["length"]
         tag = _TAGS.get(e["type"])
         if tag:
-            opens.setdefault(start, []).append(tag[0])
-            closes.setdefault(end, []).insert(0, tag[1])
+            opens.setdefault(e["offset"], []).append(tag[0])
+            closes.setdefault(e["offset"] + e["length"], []).insert(0, tag[1])
+    # Cut the text only where an entity starts or ends (never inside a surrogate pair).
+    cuts = sorted({0, len(units) // 2, *opens, *closes})
     out: list[str] = []
-    for i in range(len(units) // 2 + 1):
-        out.extend(closes.get(i, []))
-        out.extend(opens.get(i, []))
-        if i < len(units) // 2:
-            out.append(units[2 * i : 2 * i + 2].decode("utf-16-le", "surrogatepass"))
-    # Surrogate pairs were split into halves above; join them back before escaping.
-    joined = "".join(out).encode("utf-16-le", "surrogatepass").decode("utf-16-le")
-    return _escape_outside_tags(joined).replace("\n", "<br>")
-
-
-def _escape_outside_tags(markup: str) -> str:
-    parts = re.split(r"(</?(?:b|i|u|s|code|pre|blockquote|a)(?: class=\"link\")?>)", markup)
-    return "".join(p if i % 2 else html.escape(p, quote=False) for i, p in enumerate(parts))
+    for at, nxt in zip(cuts, [*cuts[1:], None], strict=True):
+        out.extend(closes.get(at, []))
+        out.extend(opens.get(at, []))
+        if nxt is not None:
+            out.append(html.escape(units[2 * at : 2 * nxt].decode("utf-16-le"), quote=False))
+    return "".join(out).replace("\n", "<br>")
 
 
 def page(bubbles: list[Bubble]) -> str:
