@@ -1,4 +1,4 @@
-# The mnemo bot image: `docker compose up -d` (README "Docker", docs/OPERATIONS.md "Docker").
+# The mnemo bot image: `docker compose up -d` (docs/DEPLOY.md "Docker", docs/OPERATIONS.md "Docker").
 # Nothing here is configuration: config.yaml is mounted at /app/config.yaml (the copy baked
 # in is only the defaults) and every setting can also come from the environment.
 FROM python:3.11-slim

@@ -74,7 +74,7 @@ def _trace(event: Any) -> None:
 def _warn_on_sliding_window(settings: Settings) -> None:
     """A context allowed to grow past the budget before it is compacted is cut by the
     budget instead, its start moving every turn: the model server's prompt cache never
-    hits (README "Compaction and caching")."""
+    hits (docs/CHAT.md "Compaction and caching")."""
     threshold, budget = settings.compaction.max_tokens, settings.memory.budget_tokens
     if threshold >= 0 and threshold >= budget:
         log.warning(

@@ -248,7 +248,7 @@ class _Periodic(_Section):
 
 
 class RetentionSettings(_Periodic):
-    """`memory.retention`: messages older than `days` are forgotten (README "Forgetting");
+    """`memory.retention`: messages older than `days` are forgotten (docs/CHAT.md "Forgetting");
     empty keeps everything forever. The root's scheduler runs it every `interval`."""
 
     days: int | None = Field(default=None, ge=1, le=365_000)
@@ -263,7 +263,7 @@ class _MemoryBase(BaseModel):
     )
 
     provider: str = "lcm"
-    # Defaults chosen by bench/cost.py (issue 17): see README "Compaction and caching".
+    # Defaults chosen by bench/cost.py (issue 17): see docs/CHAT.md "Compaction and caching".
     budget_tokens: int = Field(default=13500, ge=256, le=MAX_TOKENS)
     fresh_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)

@@ -10,7 +10,7 @@ own rows; then `scrub` leaves no copy in the database's bytes (SQLite) and this
 process's cached vectors of the owner are dropped. `erase` deletes a whole memory,
 `expired` finds what retention forgets (bot/retention.py).
 
-Decisions (README "Forgetting" and docs/OPERATIONS.md say them to people):
+Decisions (docs/CHAT.md "Forgetting" and docs/OPERATIONS.md say them to people):
 - A tool call and its results are forgotten together: a call without its result (or a
   result without its call) is a transcript no model accepts, and a result repeats what
   it found. Forgetting either forgets the assistant message that made the call and every

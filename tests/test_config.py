@@ -318,11 +318,11 @@ def _settings_keys(model: type, prefix: str = "") -> set[str]:
 
 
 def _readme_keys() -> set[str]:
-    """The keys named in the first column of README's configuration table. A cell lists
+    """The keys named in the first column of docs/CONFIGURATION.md's table. A cell lists
     full keys (`llm.model`) and short ones relative to the previous full key's parent
     (`.listen`, `admin_ids`)."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    doc = Path(__file__).resolve().parents[1] / "docs" / "CONFIGURATION.md"
+    section = doc.read_text(encoding="utf-8").split("\n## Every key\n", 1)[1].split("\n## ", 1)[0]
     keys: set[str] = set()
     for row in section.splitlines():
         if not row.startswith("| `"):

@@ -1,6 +1,6 @@
 """What the bot does with each kind of update.
 
-Decisions (README "Telegram" repeats them for operators):
+Decisions (docs/CHAT.md "Telegram" repeats them for operators):
 - Text: one turn of the conversation (see `sessions` for which one). In a group the
   stored text is prefixed with the sender's name, `[Alice] ...`, so the model can tell
   members apart; the bot's @handle is removed.

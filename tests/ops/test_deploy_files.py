@@ -1,5 +1,5 @@
-"""docker-compose.yml (and its override files), the Dockerfile, .env.example and the
-README's Docker section, checked without a Docker engine: the files are valid Compose
+"""docker-compose.yml (and its override files), the Dockerfile, .env.example and the Docker
+section of docs/DEPLOY.md, checked without a Docker engine: the files are valid Compose
 (tests/ops/compose_files.py), hold what an operator relies on, and agree with each other
 and with mnemo's own config and CLI."""
 
@@ -54,9 +54,9 @@ def dockerfile() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def readme_docker() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs/DEPLOY.md").read_text(encoding="utf-8")
     match = re.search(r"^## Docker\n(.*?)(?=^## )", text, re.S | re.M)
-    assert match, "README.md has no '## Docker' section"
+    assert match, "docs/DEPLOY.md has no '## Docker' section"
     return match.group(1)
 
 
@@ -469,5 +469,5 @@ def test_deploy_compose_checks_the_version_the_compose_file_states(
     else:
         assert done.returncode == 2 and done.stdout == ""
         assert "2.24.0 or later" in done.stderr
-    for doc in ("README.md", "docs/OPERATIONS.md"):
+    for doc in ("docs/DEPLOY.md", "docs/OPERATIONS.md"):
         assert "Compose 2.24.0 or later" in (ROOT / doc).read_text(encoding="utf-8")
