@@ -78,6 +78,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -98,6 +99,7 @@ from bot.config import Settings
 from bot.images import Image
 from bot.pool import Pool, Reply
 from bot.session_binding import bind_session
+from bot.store_wait import DELAYED, StoreWait, transient
 from bot.telegram import sources
 from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
 from bot.telegram.confirmations import ACTIONS, forget_buttons
@@ -128,6 +130,7 @@ from bot.telegram.voice import (
     recording,
     transcribed,
 )
+from bot.turns import MEMORY_DOWN
 from memory.types import Origin, Session
 from memory.usage import UsageRecorder
 
@@ -429,11 +432,22 @@ class TelegramChannel:
             return
         if receipt is not None:  # a stop before the answer: the next start gives it
             receipt.reply_to = ReplyTo(place.chat_id, place.thread_id, message.message_id)
-        session = await self.pool.current_session(base)
-        stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
         # A chat under flood control (or owed earlier answers) gets no streaming and no
         # "typing…": Telegram takes nothing there now, and the answer queues behind.
         quiet = self.outbox.owes(place.chat_id)
+        # A store that is down holds the update, unacknowledged, while the turn waits
+        # for it (bot.store_wait); the user hears once that the answer is delayed.
+        wait = StoreWait(None if quiet else functools.partial(self._delayed, context.bot, target))
+        try:
+            session = await wait.run(
+                lambda: self.pool.current_session(base), f"the session of update {update.update_id}"
+            )
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            await send_plain_reply(context.bot, target, MEMORY_DOWN)  # past the bound
+            return
+        stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
         asked = Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id)
         async with contextlib.nullcontext() if quiet else typing(context.bot, target):
             try:
@@ -444,6 +458,7 @@ class TelegramChannel:
                     receipt=receipt,
                     images=images,
                     origin=asked,
+                    wait=wait,
                 )
                 answer, failed, cited = reply.text, reply.error, reply.sources
             except Exception:  # the pool reports its own failures; this is a bug
@@ -469,6 +484,12 @@ class TelegramChannel:
             asked=asked,
             session=session,
         )
+
+    @staticmethod
+    async def _delayed(bot: Bot, target: Target) -> None:
+        """Said once per held message: its answer waits for the store (bot.store_wait)."""
+        with contextlib.suppress(TelegramError):  # a notice: the hold goes on without it
+            await send_plain_reply(bot, target, DELAYED)
 
     async def _show(
         self,
@@ -636,5 +657,13 @@ class TelegramChannel:
         )
 
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A handler raised (a bug, or a failure nothing expected): logged, and the user
+        hears one plain apology (never the error's text) rather than silence. PTB calls
+        this once per failed update (one handler group)."""
         update_id = update.update_id if isinstance(update, Update) else None
         log.error("update %s failed: %s", update_id, context.error, exc_info=context.error)
+        message = update.effective_message if isinstance(update, Update) else None
+        if message is None:
+            return
+        with contextlib.suppress(TelegramError):  # nothing more to say if this fails too
+            await send_plain_reply(context.bot, self._target(message, Place.of(message)), FAILED)
