@@ -32,6 +32,7 @@ from telegram import Update
 from telegram.ext import Application
 
 from bot.pool import AlreadyStored
+from bot.store_wait import transient
 from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.handled import HandledUpdates, ReplyTo
 from bot.telegram.inbox import PARK_AT, Inbox, instance_id
@@ -260,7 +261,12 @@ class Inflight:
         try:
             claimed = await self.inbox.claim()
         except Exception as exc:  # they stay parked for the next try
-            log.error("could not read the parked updates: %s", exc)
+            # Every 5 s while the database is away (bot.store_wait): not an error each time.
+            log.log(
+                logging.WARNING if transient(exc) else logging.ERROR,
+                "could not read the parked updates: %s",
+                exc,
+            )
             return 0
         taken = 0
         for update_id, payload in claimed:

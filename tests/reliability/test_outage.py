@@ -29,7 +29,7 @@ from bot import store_wait
 from bot.store_wait import DELAYED
 from bot.turns import MEMORY_DOWN
 from tests.fakes.openai_server import FakeOpenAI, gated, text
-from tests.fakes.telegram_server import Chat, FakeTelegram
+from tests.fakes.telegram_server import Chat, FakeTelegram, free_port
 from tests.reliability import pgcluster
 from tests.reliability.conftest import ask
 from tests.reliability.harness import LiveBot, live_bot, session_id, stored_history
@@ -249,3 +249,47 @@ async def test_outage_past_the_bound(
             ("user", "back"),
             ("assistant", "echo: back"),
         ]
+
+
+async def test_outage_in_webhook_mode(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, cluster: pgcluster.OwnCluster
+) -> None:
+    """Webhook mode: the POST of a held update is answered only once its message is
+    stored (200), so Telegram would send it again if the bot died meanwhile."""
+    port = free_port()
+    webhook = {
+        "url": f"http://127.0.0.1:{port}/hook",
+        "listen": "127.0.0.1",
+        "port": port,
+        "secret_token": "s3cret",
+    }
+    async with live_bot(
+        tmp_path,
+        tg,
+        llm,
+        db_url=cluster.url,
+        provider="lcm",
+        record_updates=True,
+        telegram={"webhook": webhook},
+    ) as bot:
+        assert tg.webhook is not None
+        assert "echo: warm" in await ask(tg, tg.private(51), "warm", within=WAIT_S)
+        answered_posts = len(tg.webhook["responses"])
+        await cluster.stop()
+        for uid in (51, 52):  # warm, and a new user
+            tg.private(uid).send(f"held {uid}")
+        for uid in (51, 52):
+            await tg.wait_for_message(uid, contains=DELAYED, within=WAIT_S)
+        await asyncio.sleep(2)
+        assert len(tg.webhook["responses"]) == answered_posts  # both POSTs still open
+        await cluster.start()
+        for uid in (51, 52):
+            await tg.wait_for_message(uid, contains=f"echo: held {uid}", within=WAIT_S)
+        await tg.wait_for(lambda: len(tg.webhook["responses"]) == answered_posts + 2, WAIT_S)
+        assert tg.webhook["responses"][answered_posts:] == [200, 200]
+        for uid in (51, 52):
+            history = await stored_history(bot.engine, session_id(uid))
+            assert history.count(("user", f"held {uid}")) == 1
+            assert history.count(("assistant", f"echo: held {uid}")) == 1
+            assert _count(tg, uid, f"echo: held {uid}") == 1
+            assert _count(tg, uid, DELAYED) == 1
