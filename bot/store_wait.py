@@ -44,6 +44,11 @@ DELAYED = (
     "My memory store can't be reached right now, so my answer is delayed: I'm holding "
     "your message and will answer as soon as it's back (I keep trying for up to 10 minutes)."
 )
+# The same, when the answer was shown (streamed) before its save failed.
+NOT_SAVED_YET = (
+    "My memory store can't be reached right now, so the answer above is not saved yet: "
+    "I keep trying for up to 10 minutes."
+)
 
 
 def transient(exc: BaseException) -> bool:

@@ -60,6 +60,11 @@ Decisions (README "Telegram" repeats them for operators):
   the other; different conversations are answered in parallel. The updates of a chat
   (or forum topic) reach these handlers one at a time, in order
   (`bot.telegram.chat_queues`), so no handler orders turns itself.
+- The database away (PostgreSQL down, SQLite's file locked): a turn is held, its update
+  unacknowledged, and tried again with backoff for up to 10 minutes (`bot.store_wait`);
+  one line says the answer is delayed (or, when part of it was streamed, that it is not
+  saved yet). Past that: "NOT saved, please send it again", acknowledged.
+- An unexpected error in any handler: one plain apology line (`FAILED`), never its text.
 - Redelivered updates (the bot died after storing a message, before Telegram heard so):
   a turn (text, text document, captioned media, voice, photo) or command recorded as
   handled is skipped silently (the record is written with the user's message, or right
@@ -99,7 +104,7 @@ from bot.config import Settings
 from bot.images import Image
 from bot.pool import Pool, Reply
 from bot.session_binding import bind_session
-from bot.store_wait import DELAYED, StoreWait, transient
+from bot.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
 from bot.telegram import sources
 from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
 from bot.telegram.confirmations import ACTIONS, forget_buttons
@@ -435,9 +440,10 @@ class TelegramChannel:
         # A chat under flood control (or owed earlier answers) gets no streaming and no
         # "typing…": Telegram takes nothing there now, and the answer queues behind.
         quiet = self.outbox.owes(place.chat_id)
+        stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
         # A store that is down holds the update, unacknowledged, while the turn waits
         # for it (bot.store_wait); the user hears once that the answer is delayed.
-        wait = StoreWait(None if quiet else functools.partial(self._delayed, context.bot, target))
+        wait = StoreWait(None if quiet else functools.partial(self._delayed, stream))
         try:
             session = await wait.run(
                 lambda: self.pool.current_session(base), f"the session of update {update.update_id}"
@@ -447,7 +453,6 @@ class TelegramChannel:
                 raise
             await send_plain_reply(context.bot, target, MEMORY_DOWN)  # past the bound
             return
-        stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
         asked = Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id)
         async with contextlib.nullcontext() if quiet else typing(context.bot, target):
             try:
@@ -486,10 +491,12 @@ class TelegramChannel:
         )
 
     @staticmethod
-    async def _delayed(bot: Bot, target: Target) -> None:
-        """Said once per held message: its answer waits for the store (bot.store_wait)."""
+    async def _delayed(stream: ReplyStream) -> None:
+        """Said once per held message: its answer waits for the store (bot.store_wait).
+        An answer streamed already (its save failing) is said to be not saved yet."""
+        line = NOT_SAVED_YET if stream.message_ids else DELAYED
         with contextlib.suppress(TelegramError):  # a notice: the hold goes on without it
-            await send_plain_reply(bot, target, DELAYED)
+            await send_plain_reply(stream.bot, stream.target, line)
 
     async def _show(
         self,

@@ -6,6 +6,8 @@ its append committed (the pool calls `UpdateReceipt.stored`), a command once it 
 was recorded; and in any case when its handling ended, however it ended (a `finally`:
 a handler that raised must not pin the acknowledgement forever). Only cancellation at
 shutdown leaves an update undurable, so Telegram sends it again to the next process.
+A turn waiting for a database that is away (`bot.store_wait`) has not ended: its update
+stays undurable, unacknowledged, until its message is stored (or the wait's bound passes).
 
 Redeliveries: `UpdateReceipt.seen_before()` asks `HandledUpdates` whether a previous
 process handled the update already; `write` records it in the user message's own

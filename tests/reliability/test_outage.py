@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from bot import store_wait
-from bot.store_wait import DELAYED
+from bot.store_wait import DELAYED, NOT_SAVED_YET
 from bot.turns import MEMORY_DOWN
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.fakes.telegram_server import Chat, FakeTelegram, free_port
@@ -78,6 +78,11 @@ def _count(tg: FakeTelegram, uid: int, contains: str) -> int:
     return sum(contains in m.text for m in tg.bot_messages(uid))
 
 
+def _notices(tg: FakeTelegram, uid: int) -> int:
+    """Lines saying the answer is delayed (or, streamed already, not saved yet)."""
+    return sum(m.text in (DELAYED, NOT_SAVED_YET) for m in tg.bot_messages(uid))
+
+
 async def _tally(bot: LiveBot, tg: FakeTelegram, cases: list[Case]) -> Tally:
     tally = Tally()
     for case in cases:
@@ -85,15 +90,17 @@ async def _tally(bot: LiveBot, tg: FakeTelegram, cases: list[Case]) -> Tally:
         stored = history.count(("user", case.text))
         answers_stored = history.count(("assistant", case.answer))
         answered = _count(tg, case.uid, case.answer)
-        notices = _count(tg, case.uid, DELAYED)
+        notices = _notices(tg, case.uid)
         tally.sent += 1
         tally.stored += stored == 1 and answers_stored == 1
         tally.answered += answered >= 1
         tally.duplicated += stored > 1 or answers_stored > 1 or answered > 1
         tally.notices += notices
+        said = [m.text for m in tg.bot_messages(case.uid)]
+        kind = "streamed-not-saved" if NOT_SAVED_YET in said else "delayed"
         tally.rows.append(
             f"{case.when:8} {case.chat:5} stored={stored} answer_stored={answers_stored} "
-            f"answered={answered} notices={notices}"
+            f"answered={answered} notices={notices} ({kind})"
         )
     return tally
 
@@ -120,7 +127,7 @@ async def _down_for(
     Messages not stored yet (between turns): their updates not acknowledged meanwhile
     (mid-turn ones were stored before the outage, so acknowledged already)."""
     for case in held:
-        await tg.wait_for(lambda c=case: _count(tg, c.uid, DELAYED) >= 1, within=WAIT_S)
+        await tg.wait_for(lambda c=case: _notices(tg, c.uid) >= 1, within=WAIT_S)
     left = since + down_s - time.monotonic()
     if left > 0:
         await asyncio.sleep(left)
@@ -227,7 +234,8 @@ async def test_outage_past_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Down longer than an update may wait: told once it is delayed, then "NOT saved",
-    acknowledged, nothing of it stored; the chat goes on once the database is back."""
+    acknowledged, nothing of it stored; the chat goes on once the database is back. A
+    warm chat (held at the turn lock) and a new user (held finding the session)."""
     monkeypatch.setattr(store_wait, "HOLD_S", 2.0)
     async with live_bot(
         tmp_path, tg, llm, db_url=cluster.url, provider="lcm", record_updates=True
@@ -236,19 +244,27 @@ async def test_outage_past_the_bound(
         assert "echo: before" in await ask(tg, chat, "before", within=WAIT_S)
         await cluster.stop()
         chat.send("too late")
+        tg.private(42).send("too late")
         held = tg.last_update_id
-        await tg.wait_for_message(41, contains="NOT saved", within=WAIT_S)
+        for uid in (41, 42):
+            await tg.wait_for_message(uid, contains="NOT saved", within=WAIT_S)
         await tg.wait_for(lambda: _acknowledged_before(tg, float("inf")) > held, within=WAIT_S)
         await cluster.start()
         assert "echo: back" in await ask(tg, chat, "back", within=WAIT_S)
-        said = [m.text for m in tg.bot_messages(41)]
-        assert said == ["echo: before", DELAYED, MEMORY_DOWN, "echo: back"]
+        assert [m.text for m in tg.bot_messages(41)] == [
+            "echo: before",
+            DELAYED,
+            MEMORY_DOWN,
+            "echo: back",
+        ]
+        assert [m.text for m in tg.bot_messages(42)] == [DELAYED, MEMORY_DOWN]
         assert await stored_history(bot.engine, session_id(41)) == [
             ("user", "before"),
             ("assistant", "echo: before"),
             ("user", "back"),
             ("assistant", "echo: back"),
         ]
+        assert await stored_history(bot.engine, session_id(42)) == []
 
 
 async def test_outage_in_webhook_mode(
@@ -257,12 +273,7 @@ async def test_outage_in_webhook_mode(
     """Webhook mode: the POST of a held update is answered only once its message is
     stored (200), so Telegram would send it again if the bot died meanwhile."""
     port = free_port()
-    webhook = {
-        "url": f"http://127.0.0.1:{port}/hook",
-        "listen": "127.0.0.1",
-        "port": port,
-        "secret_token": "s3cret",
-    }
+    hook = {"url": f"http://127.0.0.1:{port}/hook", "listen": "127.0.0.1", "port": port}
     async with live_bot(
         tmp_path,
         tg,
@@ -270,7 +281,7 @@ async def test_outage_in_webhook_mode(
         db_url=cluster.url,
         provider="lcm",
         record_updates=True,
-        telegram={"webhook": webhook},
+        telegram={"webhook": hook},
     ) as bot:
         assert tg.webhook is not None
         assert "echo: warm" in await ask(tg, tg.private(51), "warm", within=WAIT_S)
