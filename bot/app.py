@@ -121,11 +121,13 @@ def register_erasure_hooks() -> None:
     """The rows outside memory's tables an erasure must reach (memory/forgetting.py)."""
     from bot.chat_import.ledger import register as chat_imports
     from bot.telegram.erasure import register as telegram
+    from memory.forget_requests import register as forget_requests
     from plugins.reflect.state import register_erasure as reflect
 
     telegram()
     reflect()
     chat_imports()
+    forget_requests()
 
 
 async def build_services(

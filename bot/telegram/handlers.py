@@ -17,8 +17,8 @@ Decisions (README "Telegram" repeats them for operators):
   unknown command gets a short help line (in a group only when addressed to this bot by
   `/cmd@bot`, since plain `/cmd` may be meant for another bot).
 - A `/memory forget` preview carries a Forget button (bot.telegram.confirmations): a
-  press runs `/memory forget confirm` for the presser, with their rights, and takes the
-  buttons off the preview.
+  press runs `/memory forget confirm <its preview's code>` for the presser, with their
+  rights; a preview whose request ended (confirmed, cancelled, superseded) loses it.
 - Not allowed (`telegram.allowed_ids`): one polite line, and nothing of the message is
   stored (the pool is never called).
 - Text documents (a text MIME type or file name, `attachments.TEXT_EXTENSIONS`; at
@@ -105,14 +105,14 @@ from bot.images import Image
 from bot.pool import Pool, Reply
 from bot.session_binding import bind_session
 from bot.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
-from bot.telegram import sources
+from bot.telegram import confirmations, sources
 from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
-from bot.telegram.confirmations import ACTIONS, forget_buttons
 from bot.telegram.confirmations import PREFIX as BUTTONS
 from bot.telegram.delivery import Target
 from bot.telegram.handled import ReplyTo
 from bot.telegram.imports import PREFIX as IMPORT_BUTTONS
 from bot.telegram.imports import ChatImports, export_format, is_import_command
+from bot.telegram.imports import pressed as pressed_import
 from bot.telegram.inflight import Inflight, UpdateReceipt
 from bot.telegram.outbox import Outbox, finish_or_owe
 from bot.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
@@ -592,23 +592,27 @@ class TelegramChannel:
             )
         if receipt is not None:
             await receipt.record()  # its effect happened: never run it twice
-        buttons = forget_buttons(answer) if name == "memory" else None
-        await send_plain_reply(context.bot, target, answer, buttons)
+        words = args if name == "memory" else None  # a forget preview gets its buttons
+        await confirmations.reply(context.bot, self.pool, target, answer, words)
 
     async def on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """A button under a forget preview (bot/telegram/confirmations.py): the command
-        it stands for, run for the person who pressed it."""
+        it stands for, with its preview's code, run for the person who pressed it."""
         query = update.callback_query
         if query is None or not isinstance(query.message, Message):
             return
-        words = ACTIONS.get(query.data or "")
+        button = confirmations.pressed(query.data or "")
         message, user = query.message, query.from_user
         place = Place.of(message)
         await query.answer()
-        if words is None or not is_allowed(self.tg, user.id, place.chat_id):
+        if not is_allowed(self.tg, user.id, place.chat_id):
             return
-        with contextlib.suppress(TelegramError):  # pressed twice, or too old to edit
-            await message.edit_reply_markup(reply_markup=None)
+        target = self._target(message, place)
+        if button is None:  # a button from before codes: its preview is unknown
+            await confirmations.after_press(context.bot, self.pool, message, None)
+            await confirmations.no_longer_valid(context.bot, target)
+            return
+        code, words = button
         base = base_session(self.settings.agent.id, place, user.id)
         answer = await handle_command(
             self.pool,
@@ -618,15 +622,17 @@ class TelegramChannel:
             is_admin=is_admin(self.tg, user.id),
             limit=self.reply_limit,
         )
-        await send_plain_reply(context.bot, self._target(message, place), answer)
+        await confirmations.after_press(context.bot, self.pool, message, code)
+        await send_plain_reply(context.bot, target, answer)
 
     async def on_import_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Import or Cancel under an import offer (bot/telegram/imports.py): the offer is
-        the presser's own, found by their user id (offers are made in private chats)."""
+        the presser's own, found by their user id (offers are made in private chats), and
+        only the one the button was shown with (its code)."""
         query = update.callback_query
         if query is None or not isinstance(query.message, Message):
             return
-        action = (query.data or "").removeprefix(IMPORT_BUTTONS)
+        action, code = pressed_import(query.data or "")
         message, user = query.message, query.from_user
         place = Place.of(message)
         await query.answer()
@@ -637,7 +643,9 @@ class TelegramChannel:
         with contextlib.suppress(TelegramError):  # pressed twice, or too old to edit
             await message.edit_reply_markup(reply_markup=None)
         target = self._target(message, place)
-        said = await self.imports.command(context.bot, target, user.id, f"import {action}")
+        said = await self.imports.command(
+            context.bot, target, user.id, f"import {action}", code=code
+        )
         if said is not None:
             await send_plain_reply(context.bot, target, said)
 

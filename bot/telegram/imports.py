@@ -8,7 +8,13 @@
   answers with what it would import, an Import button and `/memory import confirm`.
 - The offer is kept `CONFIRM_WITHIN_S` per user, the newest only, its file in
   `<data_dir>/imports/` (deleted once imported, cancelled, expired, or at the next
-  start); `/memory import cancel` drops it. A confirmation imports into the confirming user's own memory only
+  start); `/memory import cancel` drops it. Its buttons carry the offer's code, so they
+  act only on their own offer, once: a button of an offer that was imported, cancelled
+  or replaced by a newer one answers that it is no longer valid. An offer that ends
+  (a newer offer, typed confirm or cancel) loses its buttons. The typed
+  `/memory import confirm` takes the newest offer: only the chat's user makes offers,
+  and an import is undone by `/memory forget`. Offers live in the process that
+  downloaded the file (it is on that replica's disk). A confirmation imports into the confirming user's own memory only
   (the offer is theirs: a private chat's user), in the background (the chat stays
   free meanwhile), editing one message with its progress, then the outcome. One
   import per user at a time.
@@ -24,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import shutil
 import time
 from dataclasses import dataclass
@@ -82,6 +89,20 @@ def is_import_command(words: str) -> bool:
 class _Offer:
     plan: importer.Plan
     at: float
+    code: str  # what its buttons carry
+    shown: tuple[int, int] | None = None  # (chat id, message id) of the offer's buttons
+
+
+NO_LONGER_VALID = (
+    "That button is no longer valid: its export was imported, cancelled or replaced by a newer one."
+)
+
+
+def pressed(data: str) -> tuple[str, str]:
+    """(action, code) of an Import or Cancel button's callback data ("" code: a button
+    from before codes, which matches no offer)."""
+    action, _, code = data.removeprefix(PREFIX).partition(":")
+    return action, code
 
 
 class ChatImports:
@@ -107,8 +128,8 @@ class ChatImports:
         except Unreadable as refused:
             await send_plain_reply(bot, target, refused.line)
             return
-        self._drop(user_id)  # the newest offer only
-        self._expire()
+        for ended in [self._drop(user_id), *self._expire()]:  # the newest offer only
+            await _unbutton(bot, ended)
         # A directory per offer (the same file sent again, while the first is imported,
         # is another), the file under the export's own name, which refusals quote.
         offer_dir = f"{user_id}-{doc.file_unique_id}-{time.monotonic_ns()}"
@@ -129,7 +150,7 @@ class ChatImports:
             _discard(path)
             await send_plain_reply(bot, target, "\n".join(lines))
             return
-        self._offers[user_id] = _Offer(plan, time.monotonic())
+        offer = self._offers[user_id] = _Offer(plan, time.monotonic(), secrets.token_hex(4))
         lines.append(
             f"Reply {CONFIRM} within {int(CONFIRM_WITHIN_S // 60)} minutes to import it "
             "into your memory (only yours)."
@@ -137,12 +158,13 @@ class ChatImports:
         buttons = InlineKeyboardMarkup(
             [
                 [
-                    InlineKeyboardButton("Import", callback_data=f"{PREFIX}confirm"),
-                    InlineKeyboardButton("Cancel", callback_data=f"{PREFIX}cancel"),
+                    InlineKeyboardButton("Import", callback_data=f"{PREFIX}confirm:{offer.code}"),
+                    InlineKeyboardButton("Cancel", callback_data=f"{PREFIX}cancel:{offer.code}"),
                 ]
             ]
         )
-        await send_plain_reply(bot, target, "\n".join(lines), buttons)
+        message_id = await send_plain_reply(bot, target, "\n".join(lines), buttons)
+        offer.shown = (target.chat_id, message_id)
 
     def _drop(self, user_id: int) -> _Offer | None:
         offer = self._offers.pop(user_id, None)
@@ -150,38 +172,47 @@ class ChatImports:
             _discard(offer.plan.path)
         return offer
 
-    def _expire(self) -> None:
+    def _expire(self) -> list[_Offer]:
         """Drop the offers (and their files) nobody confirmed in time."""
         now = time.monotonic()
-        for user_id, offer in list(self._offers.items()):
-            if now - offer.at > CONFIRM_WITHIN_S:
-                self._drop(user_id)
+        return [
+            self._drop(user_id) or offer
+            for user_id, offer in list(self._offers.items())
+            if now - offer.at > CONFIRM_WITHIN_S
+        ]
 
-    def _take(self, user_id: int) -> _Offer | None:
+    def _current(self, user_id: int, code: str | None) -> _Offer | None:
+        """The user's offer, when it is live and, for a button (`code`), that button's."""
         offer = self._offers.get(user_id)
-        if offer is None:
+        if offer is None or (code is not None and offer.code != code):
             return None
         if time.monotonic() - offer.at > CONFIRM_WITHIN_S:
             self._drop(user_id)
             return None
-        return self._offers.pop(user_id)
+        return offer
 
     # --- confirm / cancel -----------------------------------------------------------
 
-    async def command(self, bot: Bot, target: Target, user_id: int, words: str) -> str | None:
+    async def command(
+        self, bot: Bot, target: Target, user_id: int, words: str, *, code: str | None = None
+    ) -> str | None:
         """`/memory import <confirm|cancel>`: the answer, or None when it answered itself
-        (the progress message)."""
+        (the progress message). `code`: pressed on that offer's button, which acts on
+        that offer only."""
         action = words.lower().split()[1:]
-        if action == ["cancel"]:
-            return "Import cancelled." if self._drop(user_id) else NOTHING
-        if action != ["confirm"]:
+        if action not in (["cancel"], ["confirm"]):
             return USAGE
         running = self._running.get(user_id)
-        if running is not None and not running.done():
+        if action == ["confirm"] and running is not None and not running.done():
             return "An import of yours is running already: wait for it to finish."
-        offer = self._take(user_id)
+        offer = self._current(user_id, code)
         if offer is None:
-            return NOTHING
+            return NOTHING if code is None else NO_LONGER_VALID
+        if action == ["cancel"]:
+            await _unbutton(bot, self._drop(user_id))
+            return "Import cancelled."
+        del self._offers[user_id]  # its file goes when the import ends
+        await _unbutton(bot, offer)
         task = asyncio.create_task(
             self._import(bot, target, user_id, offer.plan), name=f"import:{user_id}"
         )
@@ -266,6 +297,14 @@ def _discard(path: Path) -> None:
     path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         path.parent.rmdir()
+
+
+async def _unbutton(bot: Bot, offer: _Offer | None) -> None:
+    if offer is None or offer.shown is None:
+        return
+    chat_id, message_id = offer.shown
+    with contextlib.suppress(TelegramError):  # gone, or its buttons off already
+        await bot.edit_message_reply_markup(chat_id=chat_id, message_id=message_id)
 
 
 async def _edit(bot: Bot, target: Target, message_id: int, text: str) -> None:

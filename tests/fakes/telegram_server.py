@@ -79,12 +79,13 @@ import json
 import math
 import re
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import ClientSession, web
+from aiohttp import ClientSession, TCPConnector, web
 
 __all__ = ["ApiCall", "BotMessage", "Chat", "FakeTelegram", "User", "free_port"]
 
@@ -439,8 +440,11 @@ class FakeTelegram:
         bot_id: int = 777000,
         username: str = "mnemo_test_bot",
         port: int = 0,
+        webhook_ca: str | None = None,
     ) -> None:
         self.token = token
+        # A CA file (PEM) trusted for an https webhook, as Telegram trusts public CAs.
+        self.webhook_ca = webhook_ca
         self.bot_id = bot_id
         self.username = username
         self.calls: list[ApiCall] = []
@@ -543,7 +547,8 @@ class FakeTelegram:
     async def _deliver(self, update: dict[str, Any]) -> None:
         assert self.webhook is not None
         if self._client is None:
-            self._client = ClientSession()
+            ssl_context = ssl.create_default_context(cafile=self.webhook_ca)
+            self._client = ClientSession(connector=TCPConnector(ssl=ssl_context))
         headers = {}
         if self.webhook.get("secret_token"):
             headers["X-Telegram-Bot-Api-Secret-Token"] = self.webhook["secret_token"]
