@@ -60,6 +60,11 @@ Decisions (docs/CHAT.md "Telegram" repeats them for operators):
   the other; different conversations are answered in parallel. The updates of a chat
   (or forum topic) reach these handlers one at a time, in order
   (`bot.telegram.chat_queues`), so no handler orders turns itself.
+- The database away (PostgreSQL down, SQLite's file locked): a turn is held, its update
+  unacknowledged, and tried again with backoff for up to 10 minutes (`bot.store_wait`);
+  one line says the answer is delayed (or, when part of it was streamed, that it is not
+  saved yet). Past that: "NOT saved, please send it again", acknowledged.
+- An unexpected error in any handler: one plain apology line (`FAILED`), never its text.
 - Redelivered updates (the bot died after storing a message, before Telegram heard so):
   a turn (text, text document, captioned media, voice, photo) or command recorded as
   handled is skipped silently (the record is written with the user's message, or right
@@ -78,6 +83,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -98,6 +104,7 @@ from bot.config import Settings
 from bot.images import Image
 from bot.pool import Pool, Reply
 from bot.session_binding import bind_session
+from bot.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
 from bot.telegram import confirmations, sources
 from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
 from bot.telegram.confirmations import PREFIX as BUTTONS
@@ -128,6 +135,7 @@ from bot.telegram.voice import (
     recording,
     transcribed,
 )
+from bot.turns import MEMORY_DOWN
 from memory.types import Origin, Session
 from memory.usage import UsageRecorder
 
@@ -429,11 +437,22 @@ class TelegramChannel:
             return
         if receipt is not None:  # a stop before the answer: the next start gives it
             receipt.reply_to = ReplyTo(place.chat_id, place.thread_id, message.message_id)
-        session = await self.pool.current_session(base)
-        stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
         # A chat under flood control (or owed earlier answers) gets no streaming and no
         # "typing…": Telegram takes nothing there now, and the answer queues behind.
         quiet = self.outbox.owes(place.chat_id)
+        stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
+        # A store that is down holds the update, unacknowledged, while the turn waits
+        # for it (bot.store_wait); the user hears once that the answer is delayed.
+        wait = StoreWait(None if quiet else functools.partial(self._delayed, stream))
+        try:
+            session = await wait.run(
+                lambda: self.pool.current_session(base), f"the session of update {update.update_id}"
+            )
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            await send_plain_reply(context.bot, target, MEMORY_DOWN)  # past the bound
+            return
         asked = Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id)
         async with contextlib.nullcontext() if quiet else typing(context.bot, target):
             try:
@@ -444,6 +463,7 @@ class TelegramChannel:
                     receipt=receipt,
                     images=images,
                     origin=asked,
+                    wait=wait,
                 )
                 answer, failed, cited = reply.text, reply.error, reply.sources
             except Exception:  # the pool reports its own failures; this is a bug
@@ -469,6 +489,14 @@ class TelegramChannel:
             asked=asked,
             session=session,
         )
+
+    @staticmethod
+    async def _delayed(stream: ReplyStream) -> None:
+        """Said once per held message: its answer waits for the store (bot.store_wait).
+        An answer streamed already (its save failing) is said to be not saved yet."""
+        line = NOT_SAVED_YET if stream.message_ids else DELAYED
+        with contextlib.suppress(TelegramError):  # a notice: the hold goes on without it
+            await send_plain_reply(stream.bot, stream.target, line)
 
     async def _show(
         self,
@@ -644,5 +672,13 @@ class TelegramChannel:
         )
 
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A handler raised (a bug, or a failure nothing expected): logged, and the user
+        hears one plain apology (never the error's text) rather than silence. PTB calls
+        this once per failed update (one handler group)."""
         update_id = update.update_id if isinstance(update, Update) else None
         log.error("update %s failed: %s", update_id, context.error, exc_info=context.error)
+        message = update.effective_message if isinstance(update, Update) else None
+        if message is None:
+            return
+        with contextlib.suppress(TelegramError):  # nothing more to say if this fails too
+            await send_plain_reply(context.bot, self._target(message, Place.of(message)), FAILED)

@@ -452,6 +452,7 @@ class FakeTelegram:
         self.webhook: dict[str, Any] | None = None
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1)
+        self.last_update_id = 0  # the newest update injected
         self._message_ids: dict[int, itertools.count[int]] = {}
         self._query_ids = itertools.count(1)
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}
@@ -529,6 +530,7 @@ class FakeTelegram:
     def inject(self, update: dict[str, Any]) -> dict[str, Any]:
         """Queue an update (or POST it to the webhook, when one is set)."""
         update = {"update_id": next(self._update_ids), **update}
+        self.last_update_id = update["update_id"]
         msg = update.get("message") or update.get("edited_message")
         if msg:
             self._messages[(msg["chat"]["id"], msg["message_id"])] = msg
