@@ -235,6 +235,21 @@ class Pool:
             found = await provenance.answered(self.provider, session, asked)
         return None if found is None else Reply(found.text, sources=found.sources)
 
+    async def unshown(self, session: Session, asked: Origin) -> Reply | None:
+        """The stored answer to the message from `asked` when no channel has reported it
+        sent (memory.origins' `answer_shown`), its sources found again as in `answered`:
+        an answer a crash cut off between storing and sending. None when it was sent,
+        is not stored, or the provider cannot tell. Call it holding `turn_lock`."""
+        with bind_session(session):
+            if await origins.answer_shown(self.provider, session, asked) is not False:
+                return None
+        return await self.answered(session, asked)
+
+    def turn_lock(self, session: Session) -> AbstractAsyncContextManager[None]:
+        """The session's turn lock (across replicas on PostgreSQL), for a channel that
+        sends a stored answer once: a second process waits, then finds it sent."""
+        return self._hold(session.id)
+
     async def answer_sent(self, session: Session, asked: Origin, sent: Origin) -> bool:
         """The stored answer to the message from `asked` went out as `sent`: recorded as
         its origin (memory.origins' `answer_sent`); False when nothing was recorded."""

@@ -128,7 +128,7 @@ from bot.telegram.voice import (
     recording,
     transcribed,
 )
-from memory.types import Origin, Session
+from memory.types import Origin, Session, utcnow
 from memory.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -201,6 +201,7 @@ class TelegramChannel:
         self.outbox = Outbox()  # answers Telegram could not take yet
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
         self.imports = ChatImports(pool, settings)  # exports sent in private chats
+        self.started = utcnow()  # turns handled since are this run's (bot.telegram.resume)
 
     async def answer_owed(self, bot: Bot) -> int:
         """Answer messages a previous run stored but did not answer (`bot.telegram.resume`)."""
@@ -214,6 +215,7 @@ class TelegramChannel:
             self.pacer,
             self.stream_interval,
             self.outbox,
+            self.started,
         ).answer()
 
     def register(self, app: Application) -> None:
@@ -522,6 +524,7 @@ class TelegramChannel:
             quote=asked.message_id,
             mark=receipt.undelivered if marks and receipt else None,
             late=late,
+            dropped=receipt.gave_up if marks and receipt else None,
         )
         if shown:
             if receipt is not None:
