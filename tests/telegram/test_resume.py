@@ -7,6 +7,7 @@ The real bot in-process against the fake Bot API, as in test_polling."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -278,3 +279,32 @@ async def test_a_row_marked_before_answers_were_kept_reads_the_history(
         ("echo: hello", sent["message_id"]),
     ]
     assert len(llm.requests) == 1
+
+
+async def test_an_answer_telegram_refused_is_not_sent_again_at_the_next_start(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 400 on the send (the chat is gone, the bot was blocked) is not worth another
+    try: its row is cleared at once, so the restart does not take the stored answer,
+    which has no origin, for one a crash kept from Telegram."""
+    alice = tg.private(41)
+    tg.fail(
+        "sendMessage",
+        400,
+        description="Bad Request: chat not found",
+        when=lambda params: "echo: hello" in str(params.get("text", "")),
+    )
+    async with temp_database_url("sqlite", tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            alice.send("hello")
+            await llm.wait_for_requests(1)
+            await until_empty(lambda: owed(services))  # cleared at once, not in a batch
+        caplog.set_level(logging.INFO, logger="bot.telegram.resume")
+        async with bot_on(tg, llm, tmp_path, url):
+            for _ in range(200):  # until the start has looked at what was owed
+                if "owed answers looked at" in caplog.text:
+                    break
+                await asyncio.sleep(0.05)
+            assert "owed answers looked at: 0 session(s)" in caplog.text
+    assert tg.bot_messages(41) == []
+    assert sum("echo: hello" in str(c.params.get("text")) for c in tg.calls_to("sendMessage")) == 1
