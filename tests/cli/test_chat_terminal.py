@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bot.terminal import LEFT_UNANSWERED
-from tests.bot.test_terminal import mnemo_chat, write_config
+from tests.bot.test_terminal import mnemo_chat, start_chat, write_config
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,6 +83,13 @@ class Screen:
         return code
 
 
+def chat_screen(cfg: Path) -> Screen:
+    """`mnemo chat` on a pseudo-terminal, with no MNEMO_/OPENAI_ setting of ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MNEMO_", "OPENAI_"))}
+    env.update(OPENAI_API_KEY="test-key", TERM="xterm", INPUTRC="/dev/null")
+    return Screen([sys.executable, "-m", "bot.cli", "chat", "--config", str(cfg)], env)
+
+
 @pytest.fixture
 async def server():
     async with FakeOpenAI() as srv:
@@ -97,10 +104,7 @@ async def test_chat_edits_lines_keeps_history_and_keeps_logs_out(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:
     cfg = write_config(tmp_path, server.base_url)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MNEMO_", "OPENAI_"))}
-    env.update(OPENAI_API_KEY="test-key", TERM="xterm", INPUTRC="/dev/null")
-    argv = [sys.executable, "-m", "bot.cli", "chat", "--config", str(cfg)]
-    screen = Screen(argv, env)
+    screen = chat_screen(cfg)
     try:
         intro = await screen.wait_for("you> ")
         assert f"Database: {tmp_path / 'mnemo.db'}" in intro
@@ -147,7 +151,7 @@ async def test_chat_edits_lines_keeps_history_and_keeps_logs_out(
         "hello out there" in history
         and oct((tmp_path / "data" / "chat_history").stat().st_mode)[-3:] == "600"
     )
-    screen = Screen(argv, env)
+    screen = chat_screen(cfg)
     try:
         await screen.wait_for("you> ")
         screen.keys("\x12out")
@@ -173,11 +177,8 @@ async def test_ctrl_c_during_an_answer_is_answered_at_the_next_start(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:
     cfg = write_config(tmp_path, server.base_url)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MNEMO_", "OPENAI_"))}
-    env.update(OPENAI_API_KEY="test-key", TERM="xterm", INPUTRC="/dev/null")
-    argv = [sys.executable, "-m", "bot.cli", "chat", "--config", str(cfg)]
     server.push(gated(asyncio.Event(), text("never")))  # the model never answers
-    screen = Screen(argv, env)
+    screen = chat_screen(cfg)
     try:
         await screen.wait_for("you> ")
         screen.keys("what is two plus two?\r")
@@ -191,7 +192,7 @@ async def test_ctrl_c_during_an_answer_is_answered_at_the_next_start(
 
     # The next start says so and answers it (on a terminal, streamed); then the chat
     # goes on as usual.
-    screen = Screen(argv, env)
+    screen = chat_screen(cfg)
     try:
         said = await screen.wait_for("echo: what is two plus two?")
         assert LEFT_UNANSWERED in said
@@ -214,19 +215,7 @@ async def test_ctrl_c_during_an_answer_is_answered_at_the_next_start(
 async def test_an_answer_left_that_fails_again_says_so(server: FakeOpenAI, tmp_path: Path) -> None:
     cfg = write_config(tmp_path, server.base_url)
     server.push(gated(asyncio.Event(), text("never")))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot.cli",
-        "chat",
-        "--config",
-        str(cfg),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-        cwd=REPO,
-        env={**os.environ, "OPENAI_API_KEY": "test-key"},
-    )
+    proc = await start_chat(cfg, output=asyncio.subprocess.DEVNULL)
     assert proc.stdin is not None
     proc.stdin.write(b"is anyone there?\n")
     await proc.stdin.drain()
