@@ -168,7 +168,8 @@ async def check_after_kill(config_path: Path, tg: FakeTelegram, ledger: Ledger, 
                 c for r, c in await stored_history(opened.engine, session_id(chat)) if r == "user"
             ]
             assert len(stored) == len(set(stored)), f"{where}: duplicates in {stored}"
-        assert await lossless(opened.provider, opened.engine) == [], where
+        if PROVIDER == "lcm":  # the summary DAG is lcm's
+            assert await lossless(opened.provider, opened.engine) == [], where
 
 
 @dataclass
