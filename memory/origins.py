@@ -49,14 +49,28 @@ def same_chat(origin: Origin | None, channel: str, chat_id: int) -> bool:
     return origin is not None and origin.channel == channel and origin.chat_id == chat_id
 
 
-async def answer_sent(provider: Any, session: Session, asked: Origin, sent: Origin) -> bool:
-    """Record that the stored answer to the message received from `asked` went out as
-    `sent` (module doc); False when the provider keeps no origins, the answer is not
-    stored in `session`, or it has its origin already."""
+async def answer_id(provider: Any, session: Session, asked: Origin) -> str | None:
+    """The id of the stored answer to the message received from `asked` in `session`;
+    None when the provider keeps no origins or no answer to it is stored. A channel
+    looks it up while the answer is being sent, so that recording where it went
+    (`answer_sent`) is a single insert once the answer is out."""
+    if not isinstance(unwrap(provider), AnswerOrigins):
+        return None
+    turn = await provider.answered_turn(session, asked)
+    return None if turn is None else turn.answer_id
+
+
+async def answer_sent(
+    provider: Any, session: Session, asked: Origin, sent: Origin, answer: str | None = None
+) -> bool:
+    """Record that the stored answer to the message received from `asked` (its id
+    `answer`, when already looked up) went out as `sent` (module doc); False when the
+    provider keeps no origins, the answer is not stored in `session`, or it has its
+    origin already."""
     if not isinstance(unwrap(provider), AnswerOrigins):
         return False
-    turn = await provider.answered_turn(session, asked)
-    return turn is not None and await provider.add_origin(session, turn.answer_id, sent)
+    found = answer if answer is not None else await answer_id(provider, session, asked)
+    return found is not None and await provider.add_origin(session, found, sent)
 
 
 async def answer_shown(provider: Any, session: Session, asked: Origin) -> bool | None:

@@ -501,20 +501,21 @@ class TelegramChannel:
         # Stored, so never lost: what Telegram does not take now is owed, marked so a
         # restart sends it, and shown later by the outbox (bot.telegram.outbox).
         marks = receipt is not None and not failed
+        stored = None if failed else sources.look_up(self.pool, session, asked)
 
-        async def after() -> None:  # the answer is shown: its sources apart, its origin
+        async def after() -> None:  # the answer is shown: its origin, its sources apart
+            if not failed:  # first: until it is recorded, a crash means a resend
+                await sources.record_sent(self.pool, session, asked, stream, stored)
             if apart and quote is not None:
                 with contextlib.suppress(TelegramError):  # the answer is shown; this is extra
                     await send_plain_reply(
                         bot, dataclasses.replace(target, reply_to=quote), footer.strip()
                     )
-            if not failed:
-                await sources.record_sent(self.pool, session, asked, stream)
 
         async def late() -> None:  # the outbox delivered it
+            await after()
             if marks and receipt is not None:
                 await receipt.delivered()
-            await after()
 
         shown = await finish_or_owe(
             self.outbox,

@@ -125,7 +125,10 @@ class OwedAnswers:
             # Answers stored and owed, oldest first, each quoting its own message.
             settled: list[int] = []
             for row in rows:
-                if row.undelivered and row.answer is not None:
+                # Owed, but its origin says it went: a crash before the mark was cleared.
+                if row.undelivered and await self.pool.answer_shown(session, _asked(row)):
+                    settled.append(row.update_id)
+                elif row.undelivered and row.answer is not None:
                     sent |= await self._send(
                         session,
                         row,
@@ -208,9 +211,11 @@ class OwedAnswers:
         """Show `answer` to `row`'s message now or through the outbox; its row is
         settled once it went, and the stored answer linked to where it went."""
 
+        stored = sources.look_up(self.pool, session, _asked(row))
+
         async def settle() -> None:
+            await sources.record_sent(self.pool, session, _asked(row), stream, stored)
             await self.handled.settle([row.update_id])
-            await sources.record_sent(self.pool, session, _asked(row), stream)
 
         async def dropped() -> None:  # a 400 or a timeout: not worth another start's try
             await self.handled.settle([row.update_id])
