@@ -34,9 +34,11 @@ like an undelivered one, under the session's turn lock (`Pool.turn_lock`): two
 processes starting together send it once, the second finding the origin the first
 recorded. Only rows handled before this run started are looked at: a turn of this run
 is still being sent by its handler. One window remains: Telegram took the answer and
-the process died before its origin was committed (a few milliseconds after the send);
-that answer is sent again, a duplicate rather than a loss (docs/RELIABILITY.md). A
-provider that keeps no origins cannot tell: its rows are settled as before.
+the process died before its origin was committed (one insert after the send,
+`sources.look_up`); that answer is sent again, a duplicate rather than a loss
+(docs/RELIABILITY.md). A provider that keeps no origins cannot tell: its rows are
+settled as before. The origin is the truth for `undelivered` rows too: one whose
+answer has an origin went (the crash came before its mark was cleared) and is settled.
 
 Rows marked before revision bot_0006 carry no text: the latest answer is read back
 (`Pool.stored_answer`) and sent only while its message is still the conversation's
