@@ -309,3 +309,29 @@ async def test_an_answer_telegram_refused_is_not_sent_again_at_the_next_start(
             assert "owed answers looked at: 0 session(s)" in caplog.text
     assert tg.bot_messages(41) == []
     assert sum("echo: hello" in str(c.params.get("text")) for c in tg.calls_to("sendMessage")) == 1
+
+
+async def test_an_owed_answer_the_outbox_sent_before_a_crash_is_not_sent_again(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
+) -> None:
+    """The outbox sent an answer marked undelivered and recorded its origin; the crash
+    came before the mark was cleared. The origin says it went: nothing is resent."""
+    alice = tg.private(41)
+    async with temp_database_url(db_kind, tmp_path) as url:
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            alice.send("hello")
+            await tg.wait_for_message(41, contains="echo: hello")
+            await answer_origins(services.engine, 41)
+        engine = create_engine(url)
+        try:
+            async with write_transaction(engine) as conn:
+                await conn.execute(
+                    sa.update(telegram_updates).values(
+                        resume=True, undelivered=True, answer="echo: hello"
+                    )
+                )
+        finally:
+            await engine.dispose()
+        async with bot_on(tg, llm, tmp_path, url) as services:
+            await until_empty(lambda: owed(services))
+    assert [m.text for m in tg.bot_messages(41)] == ["echo: hello"]
