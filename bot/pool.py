@@ -246,11 +246,40 @@ class Pool:
             found = await provenance.answered(self.provider, session, asked)
         return None if found is None else Reply(found.text, sources=found.sources)
 
-    async def answer_sent(self, session: Session, asked: Origin, sent: Origin) -> bool:
-        """The stored answer to the message from `asked` went out as `sent`: recorded as
-        its origin (memory.origins' `answer_sent`); False when nothing was recorded."""
+    async def unshown(self, session: Session, asked: Origin) -> Reply | None:
+        """The stored answer to the message from `asked` when no channel has reported it
+        sent (memory.origins' `answer_shown`), its sources found again as in `answered`:
+        an answer a crash cut off between storing and sending. None when it was sent,
+        is not stored, or the provider cannot tell. Call it holding `turn_lock`."""
+        if await self.answer_shown(session, asked) is not False:
+            return None
+        return await self.answered(session, asked)
+
+    async def answer_shown(self, session: Session, asked: Origin) -> bool | None:
+        """Whether the stored answer to the message from `asked` was reported sent
+        (memory.origins' `answer_shown`); None when that cannot be told."""
         with bind_session(session):
-            return await origins.answer_sent(self.provider, session, asked, sent)
+            return await origins.answer_shown(self.provider, session, asked)
+
+    def turn_lock(self, session: Session) -> AbstractAsyncContextManager[None]:
+        """The session's turn lock (across replicas on PostgreSQL), for a channel that
+        sends a stored answer once: a second process waits, then finds it sent."""
+        return self._hold(session.id)
+
+    async def answer_id(self, session: Session, asked: Origin) -> str | None:
+        """The id of the stored answer to the message from `asked` (memory.origins'
+        `answer_id`), looked up while it is being sent; None when there is none."""
+        with bind_session(session):
+            return await origins.answer_id(self.provider, session, asked)
+
+    async def answer_sent(
+        self, session: Session, asked: Origin, sent: Origin, answer: str | None = None
+    ) -> bool:
+        """The stored answer to the message from `asked` (id `answer`, when looked up
+        already) went out as `sent`: recorded as its origin (memory.origins'
+        `answer_sent`); False when nothing was recorded."""
+        with bind_session(session):
+            return await origins.answer_sent(self.provider, session, asked, sent, answer)
 
     # --- compaction ------------------------------------------------------------------
 

@@ -136,7 +136,7 @@ from bot.telegram.voice import (
     transcribed,
 )
 from bot.turns import MEMORY_DOWN
-from memory.types import Origin, Session
+from memory.types import Origin, Session, utcnow
 from memory.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -209,6 +209,7 @@ class TelegramChannel:
         self.outbox = Outbox()  # answers Telegram could not take yet
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
         self.imports = ChatImports(pool, settings)  # exports sent in private chats
+        self.started = utcnow()  # turns handled since are this run's (bot.telegram.resume)
 
     async def answer_owed(self, bot: Bot) -> int:
         """Answer messages a previous run stored but did not answer (`bot.telegram.resume`)."""
@@ -222,6 +223,7 @@ class TelegramChannel:
             self.pacer,
             self.stream_interval,
             self.outbox,
+            self.started,
         ).answer()
 
     def register(self, app: Application) -> None:
@@ -527,20 +529,21 @@ class TelegramChannel:
         # Stored, so never lost: what Telegram does not take now is owed, marked so a
         # restart sends it, and shown later by the outbox (bot.telegram.outbox).
         marks = receipt is not None and not failed
+        stored = None if failed else sources.look_up(self.pool, session, asked)
 
-        async def after() -> None:  # the answer is shown: its sources apart, its origin
+        async def after() -> None:  # the answer is shown: its origin, its sources apart
+            if not failed:  # first: until it is recorded, a crash means a resend
+                await sources.record_sent(self.pool, session, asked, stream, stored)
             if apart and quote is not None:
                 with contextlib.suppress(TelegramError):  # the answer is shown; this is extra
                     await send_plain_reply(
                         bot, dataclasses.replace(target, reply_to=quote), footer.strip()
                     )
-            if not failed:
-                await sources.record_sent(self.pool, session, asked, stream)
 
         async def late() -> None:  # the outbox delivered it
+            await after()
             if marks and receipt is not None:
                 await receipt.delivered()
-            await after()
 
         shown = await finish_or_owe(
             self.outbox,
@@ -550,6 +553,7 @@ class TelegramChannel:
             quote=asked.message_id,
             mark=receipt.undelivered if marks and receipt else None,
             late=late,
+            dropped=receipt.gave_up if marks and receipt else None,
         )
         if shown:
             if receipt is not None:
