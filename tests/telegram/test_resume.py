@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from bot.app import Services
 from bot.telegram.handled import telegram_updates
+from bot.telegram.handlers import FAILED
 from memory.db import create_engine, write_transaction
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text
@@ -307,7 +308,9 @@ async def test_an_answer_telegram_refused_is_not_sent_again_at_the_next_start(
                     break
                 await asyncio.sleep(0.05)
             assert "owed answers looked at: 0 session(s)" in caplog.text
-    assert tg.bot_messages(41) == []
+    # The refused answer is never shown (nor tried again); the user heard one apology,
+    # from the handler that failed, not from the restart.
+    assert [m.text for m in tg.bot_messages(41)] == [FAILED]
     assert sum("echo: hello" in str(c.params.get("text")) for c in tg.calls_to("sendMessage")) == 1
 
 
