@@ -91,7 +91,6 @@ class Item:
         who = f" {self.role}:" if self.role else f" ({self.kind})"
         return f"[{self.id}]{date}{who} {self.text}"
 
-
     def glimpse(self) -> str:
         """One line offering the item: its kind, id, date and first words."""
         date = f" ({self.at:%Y-%m-%d})" if self.at else ""
