@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from bot.images import Image, with_images
 from bot.llm import AssistantTurn, LLMError, OnDelta, TokenUsage
+from memory.provenance import shown_answer
 from memory.types import Message, ToolCall
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,7 @@ async def run_turn(
                     )
                 raise LLMError("the language model returned an empty answer")
             result.messages.append(message)
-            result.text = _joined(said, message.content)
+            result.text = shown_answer(result.messages)
             return result
         result.messages.append(message)
         result.tool_calls.extend(turn.tool_calls)
@@ -186,13 +187,6 @@ async def run_turn(
                 out.content += LAST_ROUND_NOTE
         result.messages.extend(outputs)
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _joined(said: list[str], final: str) -> str:
-    """The answer the user sees: what the model said beside its calls, then its final
-    text; a part the final text repeats is left out, so nothing shows twice."""
-    earlier = [part for part in said if part not in final]
-    return "\n\n".join([*earlier, final]) if earlier else final
 
 
 def _after(said: list[str], on_delta: OnDelta | None) -> OnDelta | None:

@@ -141,5 +141,7 @@ async def test_an_owed_answer_is_not_lost_when_the_flood_outlasts_the_run(
         tg.end_flood()
         async with bot_on(tg, llm, tmp_path, url) as services:
             want = "the final answer" if method == "editMessageText" else "echo: question"
-            await tg.wait_for_message(41, contains=want)
+            sent = await tg.wait_for_message(41, contains=want)
+            if method == "editMessageText":  # read back whole: what was said beside the call
+                assert sent.text == ("Thinking… " * 30).strip() + "\n\n" + want, sent.text
             await until_empty(lambda: owed(services))
