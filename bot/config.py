@@ -326,7 +326,9 @@ class RecallSettings(_Section):
     """Bounds of the delegated recall sub-call (`recall` action, `/memory ask`)."""
 
     max_tokens: int = Field(default=3000, ge=200, le=100_000)  # material it reads
-    timeout_s: float = Field(default=30, gt=0, le=600)
+    # A model on CPU took ~240 s for one recall (issue #35); a fast server answers in
+    # seconds and never waits for the limit, so the default suits the slow one.
+    timeout_s: float = Field(default=300, gt=0, le=600)
     max_rounds: int = Field(default=2, ge=1, le=5)  # searches, each with one model call
 
 

@@ -12,8 +12,17 @@ caller's session, so a guessed id (another user's message) can never reach the a
 An answer left citing nothing is not shown: an unsourced claim about the past is what
 this action exists to avoid.
 
+Three outcomes besides a cited answer, each worded apart, because each asks for
+something else of the user: the search found nothing (`NOTHING_FOUND`: ask otherwise);
+material was read but the model cited none of it (`cited_nothing`: the closest items
+are offered, ids, dates and first words, so the user can open them); the time limit
+passed (`too_slow`: the model, or the search, was slow, which narrowing the question
+does not fix; the items read so far are offered, unchecked).
+
 The model call is the caller's `ask` (the bot's LLM client, usage kind `recall`, so it
-is counted like any other call); the whole sub-call stops at `Bounds.timeout_s` (its answer then says so).
+is counted like any other call); the whole sub-call stops at `Bounds.timeout_s`. Its
+default suits a model on CPU (one recall measured ~240 s there); a fast server answers in
+seconds and never waits for it.
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ HITS_PER_SEARCH = 8
 NOTHING = "NOTHING"
 SEARCH = "SEARCH:"
 NOTHING_FOUND = "I found nothing about that in my memory."
+OFFERED = 3  # items offered when the model cited nothing or was too slow
+FIRST_WORDS = 12
 # Recognisable by the fake model in tests; says what the model may answer.
 SYSTEM_PROMPT = (
     "You answer a question about the past from the stored memory of a conversation "
@@ -60,7 +71,7 @@ class RecallModelFailed(MemoryError_):
 @dataclass(frozen=True)
 class Bounds:
     max_tokens: int = 3000  # of material given to the model, over all rounds
-    timeout_s: float = 30.0
+    timeout_s: float = 300.0
     max_rounds: int = 2  # searches (each followed by one model call)
 
 
@@ -80,25 +91,53 @@ class Item:
         who = f" {self.role}:" if self.role else f" ({self.kind})"
         return f"[{self.id}]{date}{who} {self.text}"
 
+    def glimpse(self) -> str:
+        """One line offering the item: its kind, id, date and first words."""
+        date = f" ({self.at:%Y-%m-%d})" if self.at else ""
+        words = self.text.split()
+        more = "…" if len(words) > FIRST_WORDS else ""
+        return f"- {self.kind} {self.id}{date}: {' '.join(words[:FIRST_WORDS])}{more}"
+
 
 @dataclass
 class Answer:
-    text: str  # the model's answer, foreign ids dropped; NOTHING_FOUND when none
+    text: str  # the model's answer, foreign ids dropped; else what happened (module doc)
     cited: list[Item] = field(default_factory=list)
     searches: list[str] = field(default_factory=list)
     read: int = 0  # items of material given to the model
+    offered: list[Item] = field(default_factory=list)  # when nothing is cited
 
     @property
     def found(self) -> bool:
         return bool(self.cited)
 
     def render(self) -> str:
+        if self.offered:
+            return "\n".join([self.text, *(i.glimpse() for i in self.offered)])
         if not self.cited:
             return self.text
         sources = ", ".join(
             f"{i.kind} {i.id}" + (f" ({i.at:%Y-%m-%d})" if i.at else "") for i in self.cited
         )
         return f"{self.text}\nSources: {sources}"
+
+
+def cited_nothing(read: int) -> str:
+    return (
+        f"I read {read} item(s) of my memory about that, but the recall model cited none "
+        "of them as an answer. The closest ones (/memory show <id> opens a message):"
+    )
+
+
+def too_slow(seconds: float, asking: bool, read: int) -> str:
+    slow = (
+        f"The recall model was too slow: no answer within {seconds:g} s"
+        if asking
+        else f"Searching my memory took longer than {seconds:g} s"
+    )
+    if not read:
+        return f"{slow} (recall.timeout_s)."
+    return f"{slow} (recall.timeout_s). The closest items I had read, unchecked:"
 
 
 class Material:
@@ -194,26 +233,55 @@ async def recall(
 ) -> Answer:
     """Answer `question` from `session`'s memory scope (module doc); past the time limit,
     an answer saying so (nothing cited: the material was not read to the end)."""
+    material = Material(bounds.max_tokens)
+    out = Answer(NOTHING_FOUND)
+    asking = False
+
+    async def timed_ask(system: str, prompt: str) -> str:
+        nonlocal asking
+        asking = True  # left set when the limit cancels the call: the model was slow
+        reply = await ask(system, prompt)
+        asking = False
+        return reply
+
     try:
         async with asyncio.timeout(bounds.timeout_s):
-            return await _rounds(provider, session, question, ask, bounds)
+            await _rounds(provider, session, question, timed_ask, bounds, material, out)
     except TimeoutError:
+        read = len(material.items)
         return Answer(
-            f"I could not finish looking within {bounds.timeout_s:g} s; ask more narrowly."
+            too_slow(bounds.timeout_s, asking, read),
+            searches=out.searches,
+            read=read,
+            offered=_closest(material),
         )
+    if not out.cited and material.items:
+        out.text, out.offered = cited_nothing(len(material.items)), _closest(material)
+    return out
+
+
+def _closest(material: Material) -> list[Item]:
+    """The first items read: the search ranks its hits, and material keeps their order."""
+    return list(material.items.values())[:OFFERED]
 
 
 async def _rounds(
-    provider: Any, session: Session, question: str, ask: Ask, bounds: Bounds
-) -> Answer:
-    material = Material(bounds.max_tokens)
-    out = Answer(NOTHING_FOUND)
+    provider: Any,
+    session: Session,
+    question: str,
+    ask: Ask,
+    bounds: Bounds,
+    material: Material,
+    out: Answer,
+) -> None:
+    """Search and ask until the model answers, fills `out` (cited stays empty when the
+    model cited nothing it was given)."""
     words = question
     for round_no in range(1, bounds.max_rounds + 1):
         out.searches.append(words)
         await _gather(provider, session, words, material)
         if not material.items:  # nothing to read: no model call to pay for
-            return out
+            return
         last = round_no == bounds.max_rounds or material.full
         system = SYSTEM_PROMPT + ("" if last else _MORE)
         prompt = f"Question: {question}\n\nMaterial:\n{material.text()}"
@@ -223,12 +291,11 @@ async def _rounds(
             words = reply[len(SEARCH) :].strip() or question
             continue
         if not reply or reply.upper().startswith(NOTHING):
-            return out
+            return
         text, cited = _clean(reply, material)
         if cited:
             out.text, out.cited = text, cited
-        return out
-    return out
+        return
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,20 @@ def last_turn(history: Sequence[Message]) -> list[Message]:
     return []
 
 
+def shown_answer(turn: Sequence[Message]) -> str:
+    """The answer a turn showed (bot/runner.py): what the model wrote beside its tool
+    calls, then its final text (the turn's last message); a part the final text repeats
+    is left out, so nothing shows twice."""
+    final = turn[-1].content if turn else ""
+    said = [
+        m.content.strip()
+        for m in turn[:-1]
+        if m.role == "assistant" and m.tool_calls and m.content.strip()
+    ]
+    earlier = [part for part in said if part not in final]
+    return "\n\n".join([*earlier, final]) if earlier else final
+
+
 def uses(turn: Sequence[Message]) -> list[Use]:
     """The memory tool calls in `turn`, in order, with what each returned."""
     results = {m.tool_call_id: m.content for m in turn if m.role == "tool" and m.tool_call_id}
@@ -188,7 +202,7 @@ async def answered(provider: Any, session: Session, asked: Origin) -> Cited | No
     turn = await provider.answered_turn(session, asked)
     if turn is None:
         return None
-    return await cited(provider, session, turn.messages, turn.messages[-1].content)
+    return await cited(provider, session, turn.messages, shown_answer(turn.messages))
 
 
 def plain_sources(sources: Sequence[Source]) -> str:

@@ -135,6 +135,43 @@ async def test_rounds_are_bounded_and_the_last_round_has_no_tools(
     assert [("tools" in r) for r in server.requests] == [True, True, False]
 
 
+async def test_a_repeat_in_the_same_message_is_not_run_and_other_calls_go_on(
+    server: FakeOpenAI, client: LLMClient
+):
+    calls: list[dict[str, Any]] = []
+    server.push(
+        tool_calls(
+            [("weather", '{"city": "Oslo"}'), ("weather", '{ "city":"Oslo" }'), ("nope", "{")]
+        ),
+        tool_calls([("nope", "{"), ("weather", {"city": "Rome"})]),
+        text("done"),
+    )
+    result = await run_turn(client, PROMPT, [echo_tool(calls)], max_rounds=4)
+    outputs = [m.content for m in result.messages if m.role == "tool"]
+    assert calls == [{"city": "Oslo"}, {"city": "Rome"}] and result.text == "done"
+    assert outputs[1].startswith("error: you already called weather with exactly these")
+    assert outputs[2].startswith("error: unknown tool 'nope'")
+    # The same malformed call again is a repeat too (compared as its raw text); a round
+    # that also ran something new is not the last.
+    assert outputs[3].startswith("error: you already called nope")
+    assert [("tools" in r) for r in server.requests] == [True, True, True]
+
+
+async def test_text_beside_calls_streams_before_the_next_round(
+    server: FakeOpenAI, client: LLMClient
+):
+    seen: list[str] = []
+
+    async def on_delta(so_far: str) -> None:
+        seen.append(so_far)
+
+    server.push(tool_calls([("weather", {"city": "Oslo"})], content="Looking. "), text("Sunny."))
+    result = await run_turn(client, PROMPT, [echo_tool([])], max_rounds=4, on_delta=on_delta)
+    assert result.text == "Looking.\n\nSunny."
+    assert seen[-1] == result.text and all(s.startswith("Looking.") for s in seen), seen
+    assert [m.content for m in result.messages if m.role == "assistant"] == ["Looking. ", "Sunny."]
+
+
 async def test_retries_429_and_500_then_succeeds(server: FakeOpenAI, client: LLMClient):
     server.push(error(429, retry_after=0), error(500), error(503), text("finally"))
     turn = await client.complete(PROMPT)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from memory.delegated_recall import NOTHING_FOUND, SYSTEM_PROMPT
+from memory.delegated_recall import NOTHING_FOUND, SYSTEM_PROMPT, cited_nothing
 from memory.usage import usage_records
 from tests.fakes.openai_server import FakeOpenAI, Response, error, hang, text
 from tests.fakes.telegram_server import FakeTelegram, User
@@ -59,6 +59,11 @@ class RecallModel:
 
 def message_ids(answer: str) -> list[str]:
     return re.findall(r"\[message (\d+)\]", answer)
+
+
+def offered(answer: str) -> list[str]:
+    """The ids of the items an answer that cites nothing offers instead."""
+    return re.findall(r"^- (?:message|summary|archive|note) (\S+?)[: ]", answer, re.M)
 
 
 def cited(answer: str) -> list[str]:
@@ -123,10 +128,12 @@ async def test_ask_cites_the_planted_message_and_never_another_users(
         assert await ask(tg, alice, "/memory ask zebra migration?") == NOTHING_FOUND
         assert len(model.requests) == before
 
-        # Bob's message id guessed by the recall model: dropped, so nothing is left.
+        # Bob's message id guessed by the recall model: dropped, so nothing is cited;
+        # what it read (Alice's own) is offered, never Bob's.
         model.needle, model.guesses = "WOMBAT", bob_ids
         answer = await ask(tg, alice, "/memory ask what is the locker code at the gym?")
-        assert answer == NOTHING_FOUND, answer
+        assert answer.startswith("I read ") and "cited none" in answer, answer
+        assert "WOMBAT" not in answer and not set(bob_ids) & set(offered(answer)), answer
         assert all("WOMBAT" not in r for r in model.requests)
         # ...and guessed next to a real citation, it is cut out of the answer.
         model.needle = "PLATYPUS"
@@ -180,12 +187,20 @@ async def test_ask_searches_again_within_its_rounds_and_stops_at_its_time_limit(
         # SEARCH reply there is not followed.
         model.script = [text("SEARCH: locker"), text("SEARCH: again")]
         answer = await ask(tg, alice, "/memory ask what did I say about the garden?")
-        assert answer == NOTHING_FOUND, answer
         assert "SEARCH:" in model.systems[-2] and "SEARCH:" not in model.systems[-1]
+        # Material read, nothing cited: said so (not "found nothing"), the top hits offered
+        # with their ids, dates and first words.
+        read = re.match(r"I read (\d+) ", answer)
+        assert read and answer.startswith(cited_nothing(int(read[1]))), answer
+        assert planted[0] in offered(answer), answer
+        assert re.search(rf"^- message {planted[0]} \(\d{{4}}-\d\d-\d\d\): my locker", answer, re.M)
 
+        # Too slow: the model is named (narrowing the question would not help), with what
+        # was read so far offered.
         model.script = [hang()]
         answer = await ask(tg, alice, "/memory ask what is my locker code?")
-        assert answer.startswith("I could not finish looking within 0.5 s"), answer
+        assert answer.startswith("The recall model was too slow: no answer within 0.5 s"), answer
+        assert "ask more narrowly" not in answer and planted[0] in offered(answer), answer
 
         # The recall model failing (retries spent): said plainly, to people and the model.
         model.script = [error(400)]

@@ -78,8 +78,9 @@ async def test_the_final_edit_of_a_streamed_answer_under_flood_control(
     """A streamed answer whose final edits keep getting 429: the streamed message is
     completed later, not left cut."""
     gate = asyncio.Event()
-    partial = "Let me look that up. " + "x" * 700
-    final = "The whole answer: " + " ".join(f"word{i}" for i in range(450))  # ~3,000
+    partial = "Let me look that up. " + "x" * 200
+    final = "The whole answer: " + " ".join(f"word{i}" for i in range(450))  # ~3,500
+    shown_whole = partial + "\n\n" + final  # what was said beside the call, kept
     llm.push(
         tool_calls([("memory", {"action": "status"})], content=partial),
         gated(gate, text(final, chunk_size=400)),
@@ -99,9 +100,11 @@ async def test_the_final_edit_of_a_streamed_answer_under_flood_control(
             when=lambda params: "whole answer" in str(params.get("text", "")),
         )
         gate.set()
-        await tg.wait_for(lambda: any(m.text == final for m in tg.bot_messages(41)), within=30)
+        await tg.wait_for(
+            lambda: any(m.text == shown_whole for m in tg.bot_messages(41)), within=30
+        )
         await until_empty(lambda: undelivered(services))
-    assert [m.text for m in tg.bot_messages(41)] == [final]
+    assert [m.text for m in tg.bot_messages(41)] == [shown_whole]
     assert tg.bot_messages(41)[0].message_id == shown.message_id  # completed in place
 
 
@@ -138,5 +141,7 @@ async def test_an_owed_answer_is_not_lost_when_the_flood_outlasts_the_run(
         tg.end_flood()
         async with bot_on(tg, llm, tmp_path, url) as services:
             want = "the final answer" if method == "editMessageText" else "echo: question"
-            await tg.wait_for_message(41, contains=want)
+            sent = await tg.wait_for_message(41, contains=want)
+            if method == "editMessageText":  # read back whole: what was said beside the call
+                assert sent.text == ("Thinking… " * 30).strip() + "\n\n" + want, sent.text
             await until_empty(lambda: owed(services))
