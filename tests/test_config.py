@@ -15,6 +15,7 @@ import yaml
 
 from bot.cli import EXIT_CONFIG, build_parser, main
 from bot.config import ConfigError, interpolate, load_settings, parse_duration
+from tests.waits import scaled
 
 MNEMO = Path(sys.executable).with_name("mnemo")
 
@@ -281,7 +282,7 @@ def test_bad_config_exits_nonzero_with_one_line(cmd: list[str], tmp_path: Path) 
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert proc.returncode == EXIT_CONFIG, proc.stderr
     lines = proc.stderr.strip().splitlines()

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAI, Response, echo, error, text, tool_call
+from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,7 +55,7 @@ async def mnemo_chat(
         cwd=REPO,
         env=env,
     )
-    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout=60)
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout=scaled(60))
     return proc.returncode or 0, out.decode(), err.decode()
 
 

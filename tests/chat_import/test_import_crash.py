@@ -22,6 +22,7 @@ from memory.history import conversations, messages
 from memory.testing.databases import temp_database_url
 from tests.chat_import.generate import telegram_export
 from tests.reliability.process import REPO, write_config
+from tests.waits import scaled
 
 MESSAGES = 8_000
 
@@ -74,10 +75,10 @@ async def test_kill_nine_mid_import_then_again_stores_one_copy(
             },
         )
         first = await _start(config, export, tmp_path)
-        deadline = asyncio.get_running_loop().time() + 60
+        deadline = asyncio.get_running_loop().time() + scaled(60)
         while await _stored(url) < BATCH:
             assert first.returncode is None, (await first.communicate())[1].decode()[-2000:]
-            assert asyncio.get_running_loop().time() < deadline, "no batch stored in 60 s"
+            assert asyncio.get_running_loop().time() < deadline, "no batch stored in 60 s (scaled)"
             await asyncio.sleep(0.01)
         first.send_signal(signal.SIGKILL)
         await first.wait()

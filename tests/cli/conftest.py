@@ -7,12 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.waits import scaled
+
 MNEMO = Path(sys.executable).with_name("mnemo")
 
 
 def mnemo(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60):
     """`mnemo ARGS` in `cwd`, with no MNEMO_* or API variables from the test's own
-    environment unless given in `env`."""
+    environment unless given in `env`; `timeout` (a hang guard) is scaled to the
+    machine's load (tests/waits.py)."""
     base = {
         k: v for k, v in os.environ.items() if not k.startswith(("MNEMO_", "OPENAI_", "TELEGRAM_"))
     }
@@ -21,6 +24,6 @@ def mnemo(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: flo
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=scaled(timeout),
         env={**base, **(env or {})},
     )

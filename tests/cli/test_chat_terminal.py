@@ -18,6 +18,7 @@ import pytest
 
 from tests.bot.test_terminal import write_config
 from tests.fakes.openai_server import FakeOpenAI
+from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 20  # a loaded machine starts the chat in a few seconds
@@ -64,7 +65,7 @@ class Screen:
 
     async def wait_for(self, needle: str) -> str:
         """The output after the previous wait, up to and including `needle`."""
-        async with asyncio.timeout(WAIT_S):
+        async with asyncio.timeout(scaled(WAIT_S)):
             while (at := self.text.find(needle, self.seen)) < 0:
                 self.grew.clear()
                 await self.grew.wait()
@@ -75,7 +76,7 @@ class Screen:
         os.write(self.master, text.encode())
 
     async def close(self) -> int:
-        code = await asyncio.to_thread(self.proc.wait, 20)
+        code = await asyncio.to_thread(self.proc.wait, scaled(20))
         self.left = termios.tcgetattr(self.master)  # the terminal's settings it left
         asyncio.get_running_loop().remove_reader(self.master)
         os.close(self.master)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import mnemo
+from tests.waits import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +46,7 @@ def test_make_run_names_everything_missing_at_once_and_honours_mnemo_config(
         env={**env, "MNEMO_CONFIG": str(config)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     # The config named by MNEMO_CONFIG was read (nothing was created: it stopped
     # before), and both missing secrets are named in the same run.
@@ -62,7 +63,7 @@ def test_make_run_names_everything_missing_at_once_and_honours_mnemo_config(
         env={**env, "MNEMO_CONFIG": str(tmp_path / "absent.yaml")},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert f"{tmp_path}/absent.yaml: no such config file (given by MNEMO_CONFIG)" in (
         missing.stderr

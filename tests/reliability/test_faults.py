@@ -37,6 +37,7 @@ from tests.reliability.corpus import looks_like_traceback
 from tests.reliability.faultproxy import FaultProxy
 from tests.reliability.harness import LiveBot, live_bot, session_id, stored_history, tool_text
 from tests.reliability.process import REPO, write_config
+from tests.waits import scaled
 
 
 async def assert_consistent(bot: LiveBot) -> None:
@@ -195,7 +196,7 @@ def test_database_unavailable_at_start(url: str, tmp_path: Path) -> None:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert done.returncode == 3, done.stderr[-2000:]

@@ -10,6 +10,7 @@ from memory.types import Session
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot
+from tests.waits import scaled
 
 
 def private_session(user_id: int, generation: int = 0) -> Session:
@@ -66,7 +67,7 @@ async def test_two_chats_are_answered_in_parallel(
         tg.private(1).send("one")
         tg.private(2).send("two")
         # both turns reach the model before either is answered: they run side by side
-        await asyncio.wait_for(llm.wait_for_requests(2), 10)
+        await asyncio.wait_for(llm.wait_for_requests(2), scaled(10))
         assert tg.bot_messages(1) == [] and tg.bot_messages(2) == []
         gate.set()
         answers = {
