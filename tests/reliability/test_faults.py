@@ -35,7 +35,14 @@ from tests.reliability import pgcluster
 from tests.reliability.conftest import ask
 from tests.reliability.corpus import looks_like_traceback
 from tests.reliability.faultproxy import FaultProxy
-from tests.reliability.harness import LiveBot, live_bot, session_id, stored_history, tool_text
+from tests.reliability.harness import (
+    LiveBot,
+    answered_history,
+    live_bot,
+    session_id,
+    stored_history,
+    tool_text,
+)
 from tests.reliability.process import REPO, write_config
 from tests.waits import scaled
 
@@ -98,7 +105,7 @@ async def test_a_stuck_model_call_does_not_hold_other_chats(
         assert "echo: quick too" in await ask(tg, tg.private(3), "quick too")
         gate.set()
         await tg.wait_for_message(1, contains="the slow answer")
-        assert await stored_history(bot.engine, session_id(1)) == [
+        assert await answered_history(bot.engine, session_id(1), "the slow answer") == [
             ("user", "slow question"),
             ("assistant", "the slow answer"),
         ]
@@ -164,7 +171,7 @@ async def test_dropped_connections(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: 
         gate.set()
         await tg.wait_for_message(1, contains="echo: three", within=20)
         assert tgp.dropped and llmp.dropped
-        assert await stored_history(bot.engine, session_id(1)) == [
+        assert await answered_history(bot.engine, session_id(1), "echo: three") == [
             ("user", "one"),
             ("assistant", "echo: one"),
             ("user", "two"),
@@ -233,7 +240,7 @@ async def test_database_down_between_and_during_turns(
             # Other chats and this one go on.
             assert "echo: other chat" in await ask(tg, tg.private(2), "other chat", within=20)
             assert "echo: final" in await ask(tg, chat, "final", within=20)
-            assert await stored_history(bot.engine, session_id(1)) == [
+            assert await answered_history(bot.engine, session_id(1), "echo: final") == [
                 ("user", "before"),
                 ("assistant", "echo: before"),
                 ("user", "after restart"),
