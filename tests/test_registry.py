@@ -86,17 +86,22 @@ def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
         sys.modules.pop(name, None)
 
 
-def test_mnemo_providers_lists_a_third_party_provider(third_party: Path, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "MNEMO_CONFIG"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(third_party), env.get("PYTHONPATH")]))
-    proc = subprocess.run(
+def _providers(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`mnemo providers`, as run from a shell."""
+    return subprocess.run(
         [str(MNEMO), "providers"],
-        cwd=tmp_path,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
         timeout=scaled(60),
     )
+
+
+def test_mnemo_providers_lists_a_third_party_provider(third_party: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MNEMO_CONFIG"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(third_party), env.get("PYTHONPATH")]))
+    proc = _providers(env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = {
         line.split()[1] if line.startswith("*") else line.split()[0]: line
@@ -216,14 +221,7 @@ def test_mnemo_providers_marks_a_conflicting_name(
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(rival), str(third_party), env.get("PYTHONPATH")])
     )
-    proc = subprocess.run(
-        [str(MNEMO), "providers"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=scaled(60),
-    )
+    proc = _providers(env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     acme = [line for line in proc.stdout.splitlines() if line.split()[0] == "acme"]
     why = (
