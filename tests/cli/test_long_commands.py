@@ -11,11 +11,16 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from bot import operator
 from bot.config import load_settings
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.ops.conftest import ALICE, populate
 from tests.waits import scaled
+
+# Each test starts `mnemo` subprocesses: `make test`, not the inner loop (`make test-fast`).
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -26,6 +26,9 @@ from tests.reliability.process import REPO, BotProcess, write_config
 from tests.reliability.test_logs import run_config
 from tests.waits import scaled
 
+# Each test starts `mnemo` subprocesses: `make test`, not the inner loop (`make test-fast`).
+pytestmark = pytest.mark.slow
+
 RETRY_LINE = "Telegram Bot API unreachable"
 SECRET_PART = SECRET_TOKEN.split(":", 1)[1]
 
