@@ -8,20 +8,33 @@ CONFIG ?=
 # The web console's browser tests (tests/web/) drive Debian's Chromium through Playwright
 # (Playwright's own browser download is not used).
 CHROMIUM := /usr/bin/chromium
+# The webhook-behind-TLS test (tests/ops/test_webhook_tls.py) runs Debian's nginx.
+NGINX := /usr/sbin/nginx
+# Every dependency at the version of the lock (`make lock` writes it; the Dockerfile uses it too).
+LOCK := constraints.txt
+UV_VERSION := 0.13.8
 
-.PHONY: run test test-fast lint bench clean chromium
+.PHONY: run test test-fast lint bench clean chromium nginx lock
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e ".[postgres,webhooks]"
+$(VENV)/.installed: pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/pip install -q -c $(LOCK) -e ".[postgres,webhooks]"
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e ".[dev,postgres,webhooks]"
+$(VENV)/.installed-dev: pyproject.toml $(LOCK) | $(BIN)/python
+	$(BIN)/pip install -q -c $(LOCK) -e ".[dev,postgres,webhooks]"
 	touch $@ $(VENV)/.installed
+
+# The lock: uv resolves once for every platform and Python >= 3.11 (--universal, where
+# pip-compile resolves for the machine it runs on only); pip installs from it as
+# constraints, so neither CI nor the image needs uv. Run after changing a dependency.
+lock: | $(BIN)/python
+	$(BIN)/pip install -q uv==$(UV_VERSION)
+	$(BIN)/uv pip compile --universal --python-version 3.11 --extra dev --extra postgres \
+		--extra webhooks --custom-compile-command "make lock" pyproject.toml -o $(LOCK)
 
 run: $(VENV)/.installed
 	$(BIN)/mnemo $(if $(CONFIG),--config $(CONFIG)) run
@@ -37,15 +50,25 @@ chromium:
 		     "tests will be SKIPPED; install it with: sudo apt-get install -y chromium" >&2; \
 	fi
 
-test: $(VENV)/.installed-dev chromium
+nginx:
+	@if [ -x $(NGINX) ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nginx-light; \
+	else \
+		echo "make: $(NGINX) is missing and this is not root: the webhook TLS test will be" \
+		     "SKIPPED; install it with: sudo apt-get install -y nginx-light" >&2; \
+	fi
+
+test: $(VENV)/.installed-dev chromium nginx
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict memory
 	$(BIN)/pytest -q -n auto --maxprocesses 4
 
-# The inner loop: the suite without the `slow` marks, 2 to 3 minutes on 2 idle cores (README).
+# The inner loop: the suite without the `slow` marks, 2 to 3 minutes on 2 idle cores
+# (docs/DEVELOPMENT.md).
 # Every wait scales with the load; MNEMO_TEST_TIME_SCALE=N multiplies them by N instead.
-test-fast: $(VENV)/.installed-dev chromium
+test-fast: $(VENV)/.installed-dev chromium nginx
 	$(BIN)/pytest -q -n auto --maxprocesses 4 -m "not slow"
 
 lint: $(VENV)/.installed-dev

@@ -670,6 +670,7 @@ async def run_provider(
     embed_url: str | None,
     semantic: tuple[Any, Any] | str,
     tmp: Path,
+    min_similarity: float | None = None,
 ) -> list[Outcome]:
     rows = {m: Outcome(name, db, m) for m in modes}
     hybrid_note = (
@@ -680,7 +681,8 @@ async def run_provider(
     embedder = None
     if "hybrid" in modes and not hybrid_note:
         embedder_class, _ = semantic
-        embedder = embedder_class(EMBED_MODEL, base_url=embed_url, api_key="bench")
+        floor = {} if min_similarity is None else {"min_similarity": min_similarity}
+        embedder = embedder_class(EMBED_MODEL, base_url=embed_url, api_key="bench", **floor)
     try:
         async with fresh_provider(name, db, tmp, embedder) as (provider, engine):
             t0 = time.perf_counter()
@@ -903,7 +905,9 @@ async def run(
             for db in args.db:
                 print(f"# {name} on {db}...", file=sys.stderr, flush=True)
                 try:
-                    rows += await run_provider(name, db, args.modes, convs, url, semantic, tmp)
+                    rows += await run_provider(
+                        name, db, args.modes, convs, url, semantic, tmp, args.min_similarity
+                    )
                 except Exception as exc:  # one broken combination must not hide the others
                     failures.append(f"{name} on {db}: {type(exc).__name__}: {exc}"[:300])
     return rows, failures
@@ -929,6 +933,13 @@ def main(argv: list[str] | None = None) -> int:
         help="LoCoMo JSON (default: ../shared/data/locomo-dev.json)",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument(
+        "--min-similarity",
+        type=float,
+        default=None,
+        help="hybrid: the floor of hits found by meaning alone (default: the product's, "
+        "embeddings.min_similarity; -1 lists every neighbour, as before the floor)",
+    )
     parser.add_argument(
         "--embed-cache",
         default=str(DEFAULT_EMBED_CACHE),

@@ -74,7 +74,7 @@ def _trace(event: Any) -> None:
 def _warn_on_sliding_window(settings: Settings) -> None:
     """A context allowed to grow past the budget before it is compacted is cut by the
     budget instead, its start moving every turn: the model server's prompt cache never
-    hits (README "Compaction and caching")."""
+    hits (docs/CHAT.md "Compaction and caching")."""
     threshold, budget = settings.compaction.max_tokens, settings.memory.budget_tokens
     if threshold >= 0 and threshold >= budget:
         log.warning(
@@ -114,6 +114,7 @@ def build_embedder(settings: Settings, usage: UsageRecorder | None = None) -> An
         max_retries=settings.llm.max_retries,
         max_chars=cfg.max_chars,
         usage=usage,
+        min_similarity=cfg.min_similarity,
     )
 
 
@@ -121,11 +122,13 @@ def register_erasure_hooks() -> None:
     """The rows outside memory's tables an erasure must reach (memory/forgetting.py)."""
     from bot.chat_import.ledger import register as chat_imports
     from bot.telegram.erasure import register as telegram
+    from memory.forget_requests import register as forget_requests
     from plugins.reflect.state import register_erasure as reflect
 
     telegram()
     reflect()
     chat_imports()
+    forget_requests()
 
 
 async def build_services(

@@ -12,12 +12,13 @@ import sys
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from bot.config import ConfigError, Settings, load_settings
 from bot.database_file import DatabaseMissing
 from memory.display import terminal_safe
-from memory.types import GENERATION_SEP
+from memory.recall import MAX_LIMIT as SEARCH_MAX_LIMIT
+from memory.types import GENERATION_SEP, SearchMode
 
 if TYPE_CHECKING:
     from bot.terminal import Terminal
@@ -54,28 +55,17 @@ def _error(line: str) -> None:
     print(f"mnemo: {scrub(terminal_safe(line))}", file=sys.stderr)
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    from bot.redact import config_secrets, install_redaction
+def _settings(args: argparse.Namespace, secrets: tuple[str, ...] = ()) -> Settings:
+    """The settings (file and environment); `secrets`: the secret keys this command uses
+    (a `${VAR}` with VAR unset stops it only there, `run` naming all of them)."""
+    from bot.config import SECRET_KEYS, settings_secrets
+    from bot.redact import install_redaction
 
     # An unknown memory.provider stops every command, `providers` included: its error
     # line lists the installed ones.
-    settings = load_settings(getattr(args, "config", None))
-    install_redaction(
-        *config_secrets(
-            token=settings.telegram.token.get_secret_value(),
-            api_key=settings.llm.api_key.get_secret_value(),
-            webhook_secret=settings.telegram.webhook.secret_token.get_secret_value(),
-            database_url=settings.database.url,
-            urls=(
-                settings.llm.base_url,
-                settings.telegram.base_url,
-                settings.telegram.webhook.url,
-                settings.embeddings.base_url,
-            ),
-        ),
-        settings.embeddings.api_key.get_secret_value(),
-        settings.web.session_secret.get_secret_value(),
-    )
+    needed = SECRET_KEYS if args.func is cmd_run else secrets
+    settings = load_settings(getattr(args, "config", None), secrets=needed)
+    install_redaction(*settings_secrets(settings))
     logging.getLogger().setLevel(settings.log_level)  # the config's `log_level`
     return settings
 
@@ -190,6 +180,17 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 SESSION_NAME_MAX = 100  # the id around it (agent, channel) must fit conversations' 255
 
 
+def user_id(value: str) -> int:
+    """A `--user` id: an integer the database's BIGINT columns hold (Telegram's ids do)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if not -(2**63) <= number < 2**63:
+        raise argparse.ArgumentTypeError(f"{value} is out of range (a user id is below 2^63)")
+    return number
+
+
 def session_name(value: str) -> str:
     """A `mnemo chat --session` name: printable, no '#' (it separates the generations
     `/new` starts: `main#2`), at most SESSION_NAME_MAX characters."""
@@ -211,7 +212,7 @@ def session_name(value: str) -> str:
 def cmd_chat(args: argparse.Namespace) -> int:
     from bot.llm import MissingApiKey, require_api_key
 
-    settings = _settings(args)
+    settings = _settings(args, ("llm.api_key",))
     try:
         require_api_key(settings.llm)
     except MissingApiKey as exc:
@@ -288,6 +289,10 @@ def _terminal_restored() -> Iterator[None]:
                 termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
+# The secrets each `mnemo memory` action uses (the others need none).
+MEMORY_SECRETS = {"compact": ("llm.api_key",), "embed": ("llm.api_key", "embeddings.api_key")}
+
+
 def cmd_memory(args: argparse.Namespace) -> int:
     """`mnemo memory ACTION`: the operator commands live in bot/operator.py."""
     from bot import operator
@@ -296,26 +301,61 @@ def cmd_memory(args: argparse.Namespace) -> int:
     from bot.operator_import import import_chat
     from bot.operator_usage import usage_command
 
-    settings = _settings(args)
     action = args.memory_command
+    settings = _settings(args, MEMORY_SECRETS.get(action, ()))
     if action == "backup":
         return operator.backup(settings, args.path)
     runs = {
         "status": lambda: operator.status(settings, args.session),
         "sessions": lambda: operator.sessions(settings),
-        "search": lambda: operator.search(settings, args.session, args.text),
+        "search": lambda: operator.search(
+            settings,
+            args.session,
+            args.text,
+            user=args.user,
+            agent=args.agent,
+            mode=args.mode,
+            limit=args.limit,
+        ),
         "export": lambda: operator.export(settings, args.session, args.format),
         "import": lambda: operator.import_(settings, args.path),
         "compact": lambda: operator.compact(settings, args.session, args.all),
         "doctor": lambda: operator.doctor(settings),
         "embed": lambda: embed_command(settings, prune=args.prune),
         "usage": lambda: usage_command(settings, args.by, args.days),
-        "erase": lambda: erase(settings, args.user, args.agent, args.older_than, args.dry_run),
+        "erase": lambda: erase(
+            settings, args.user, args.agent, args.older_than, args.dry_run, scrub=args.scrub
+        ),
         "import-chat": lambda: import_chat(
             settings, args.file, args.format, args.user, args.agent, args.chat, args.dry_run
         ),
     }
     return _run_async(runs[action]())
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """`mnemo config show`: every setting in effect and its source; `mnemo config init`:
+    a starter file (bot.config_show)."""
+    from bot.config import load_config, resolve_path
+    from bot.config_show import show_lines, write_starter
+
+    if args.config_command == "init":
+        target = Path(args.path) if args.path else resolve_path(getattr(args, "config", None))
+        try:
+            write_starter(target)
+        except FileExistsError:
+            _error(f"{target} exists; not overwritten (give another PATH, or remove it first)")
+            return EXIT_FAULT
+        print(f"wrote {target}: every key at its default, commented out; uncomment what you change")
+        return 0
+    loaded = load_config(getattr(args, "config", None), secrets=())
+    from bot.config import settings_secrets
+    from bot.redact import install_redaction
+
+    install_redaction(*settings_secrets(loaded.settings))
+    for line in show_lines(loaded):
+        print(line)
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -349,7 +389,7 @@ def cmd_reflect(args: argparse.Namespace) -> int:
     from bot.llm import MissingApiKey, require_api_key
     from bot.reflect import reflect_command
 
-    settings = _settings(args)
+    settings = _settings(args, ("llm.api_key",))
     try:
         require_api_key(settings.llm)
     except MissingApiKey as exc:
@@ -369,6 +409,67 @@ async def _checked(check: Coroutine[Any, Any, None]) -> int:
 
 # --- parser -------------------------------------------------------------------------
 
+# Examples shown at the end of each command's --help (`mnemo memory search --help`).
+EXAMPLES: dict[str, list[str]] = {
+    "run": [
+        "TELEGRAM_BOT_TOKEN=123456:ABC OPENAI_API_KEY=sk-... mnemo run",
+        "mnemo --config /etc/mnemo/config.yaml run",
+    ],
+    "chat": ["OPENAI_API_KEY=sk-... mnemo chat", "mnemo chat --session work"],
+    "providers": ["mnemo providers"],
+    "migrate": ["MNEMO_DATABASE_URL=postgresql+psycopg://mnemo@db/mnemo mnemo migrate"],
+    "reflect": ["mnemo reflect --once", "mnemo reflect"],
+    "memory": ["mnemo memory sessions", "mnemo memory search --user 42 'tea'"],
+    "memory status": ["mnemo memory status default:telegram:42"],
+    "memory sessions": ["mnemo memory sessions"],
+    "memory search": [
+        "mnemo memory search --user 42 'green tea'",
+        "mnemo memory search --user 42 --mode substring --limit 5 'tea'",
+        "mnemo memory search default:telegram:42 'tea'",
+    ],
+    "memory export": [
+        "mnemo memory export default:telegram:42 > session.json",
+        "mnemo memory export --format markdown default:telegram:42 > session.md",
+    ],
+    "memory compact": ["mnemo memory compact default:telegram:42", "mnemo memory compact --all"],
+    "memory doctor": ["mnemo memory doctor"],
+    "memory embed": ["mnemo memory embed", "mnemo memory embed --prune"],
+    "memory usage": ["mnemo memory usage --by user --days 7"],
+    "memory erase": [
+        "mnemo memory erase --user 42 --dry-run",
+        "mnemo memory erase --older-than 90d",
+        "mnemo memory erase --user 42 --scrub",
+    ],
+    "memory backup": ["mnemo memory backup backups/mnemo-$(date +%F).db"],
+    "memory import": [
+        "mnemo memory import session.json",
+        "cat session.json | mnemo memory import -",
+    ],
+    "memory import-chat": [
+        "mnemo memory import-chat result.json --format telegram --user 42 --dry-run",
+        "mnemo memory import-chat conversations.json --format chatgpt --user 42",
+    ],
+    "web": ["mnemo web token --name ann --role operator"],
+    "web token": ["mnemo web token --name ann", "mnemo web token --name bob --role operator"],
+    "web hash-token": ["mnemo web hash-token < token.txt"],
+    "config": ["mnemo config show", "mnemo config init"],
+    "config show": ["mnemo config show", "MNEMO_LLM__MODEL=gpt-4o mnemo config show"],
+    "config init": ["mnemo config init", "mnemo config init /etc/mnemo/config.yaml"],
+}
+
+
+def _epilog(name: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name])
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mnemo")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
@@ -376,21 +477,39 @@ def build_parser() -> argparse.ArgumentParser:
         "--config",
         metavar="PATH",
         default=argparse.SUPPRESS,  # so a sub-command's copy never hides the top one
-        help="config file (default: $MNEMO_CONFIG or ./config.yaml)",
+        help="config file (default: $MNEMO_CONFIG or ./config.yaml; optional: the "
+        "environment can set every key, see `mnemo config show`)",
     )
+    raw = argparse.RawDescriptionHelpFormatter  # the examples keep their lines
     parser = argparse.ArgumentParser(
         prog="mnemo",
         description="A Telegram bot whose conversations never forget.",
+        epilog="examples:\n  TELEGRAM_BOT_TOKEN=123456:ABC OPENAI_API_KEY=sk-... mnemo run\n"
+        "  mnemo memory search --user 42 'tea'\n  mnemo COMMAND --help",
+        formatter_class=raw,
         parents=[common],
     )
+    parser.add_argument("--version", action="version", version=f"mnemo {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(
+        subs: Any, name: str, full: str, helptext: str, func: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
+        p = subs.add_parser(
+            name,
+            help=helptext,
+            description=helptext,
+            epilog=_epilog(full),
+            formatter_class=raw,
+            parents=[common],
+        )
+        p.set_defaults(func=func)
+        return cast(argparse.ArgumentParser, p)
 
     def add(
         name: str, helptext: str, func: Callable[[argparse.Namespace], int]
     ) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=helptext, description=helptext, parents=[common])
-        p.set_defaults(func=func)
-        return p
+        return command(sub, name, name, helptext, func)
 
     add(
         "run",
@@ -399,7 +518,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat = add("chat", "chat with the bot from this terminal (same memory as Telegram)", cmd_chat)
     chat.add_argument(
-        "--session", default="main", type=session_name, help="session name (default: main)"
+        "--session",
+        default="main",
+        type=session_name,
+        metavar="NAME",
+        help="the conversation to continue or start (default: main)",
     )
     add("providers", "list installed memory providers and their capabilities", cmd_providers)
     add("migrate", "apply database migrations", cmd_migrate)
@@ -409,7 +532,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(a worker on the reflect.interval schedule; --once: one cycle now)",
         cmd_reflect,
     )
-    reflect.add_argument("--once", action="store_true", help="run one cycle and exit")
+    reflect.add_argument(
+        "--once", action="store_true", help="run one cycle and exit (default: run on schedule)"
+    )
 
     def memory_usage(_args: argparse.Namespace) -> int:
         memory.print_help()
@@ -419,22 +544,65 @@ def build_parser() -> argparse.ArgumentParser:
     msub = memory.add_subparsers(dest="memory_command", metavar="ACTION")
 
     def madd(name: str, helptext: str) -> argparse.ArgumentParser:
-        p = msub.add_parser(name, help=helptext, description=helptext, parents=[common])
-        p.set_defaults(func=cmd_memory)
-        return p
+        return command(msub, name, f"memory {name}", helptext, cmd_memory)
 
+    session_help = "session id, as `mnemo memory sessions` lists it (e.g. default:telegram:42)"
     status = madd("status", "memory statistics of one session")
-    status.add_argument("session", help="session id")
+    status.add_argument("session", help=session_help)
     madd("sessions", "list sessions with message and summary counts")
-    search = madd("search", "search a session's history")
-    search.add_argument("session")
-    search.add_argument("text")
-    export = madd("export", "export a session's full history and summary DAG")
-    export.add_argument("session")
-    export.add_argument("--format", choices=["json", "markdown"], default="json")
-    compact = madd("compact", "compact one session or all of them")
-    compact.add_argument("session", nargs="?")
-    compact.add_argument("--all", action="store_true")
+    search = madd(
+        "search",
+        "search one user's memory (every conversation of theirs): by --user, or by one "
+        "of their sessions",
+    )
+    search.add_argument(
+        "session",
+        nargs="?",
+        metavar="SESSION",
+        help="a session of the user to search (optional with --user); " + session_help,
+    )
+    search.add_argument(
+        "text",
+        metavar="TEXT",
+        help="what to look for (words, or the text itself with --mode substring)",
+    )
+    search.add_argument(
+        "--user",
+        type=user_id,
+        metavar="ID",
+        help="the user's id (a group's chat id) instead of a session",
+    )
+    search.add_argument(
+        "--agent", metavar="ID", help="with --user: the agent whose memory (default: agent.id)"
+    )
+    search.add_argument(
+        "--mode",
+        choices=[m.value for m in SearchMode],
+        default=SearchMode.FULL_TEXT.value,
+        help="full_text: ranked words; substring: the text literally, newest first; hybrid: "
+        "words and meaning (needs embeddings.model) (default: full_text)",
+    )
+    search.add_argument(
+        "--limit",
+        type=int,
+        default=20,
+        choices=range(1, SEARCH_MAX_LIMIT + 1),
+        metavar="N",
+        help=f"at most N results, 1-{SEARCH_MAX_LIMIT} (default: 20)",
+    )
+    export = madd("export", "export a session's full history and summary DAG to stdout")
+    export.add_argument("session", help=session_help)
+    export.add_argument(
+        "--format",
+        choices=["json", "markdown"],
+        default="json",
+        help="json: lossless, for `mnemo memory import`; markdown: for reading (default: json)",
+    )
+    compact = madd("compact", "compact one session or all of them (needs the LLM)")
+    compact.add_argument("session", nargs="?", help=session_help + "; or give --all")
+    compact.add_argument(
+        "--all", action="store_true", help="every session instead of one (default: off)"
+    )
     madd("doctor", "check stored memory for integrity faults")
     embed = madd(
         "embed",
@@ -442,19 +610,26 @@ def build_parser() -> argparse.ArgumentParser:
         "embeddings.model (safe to re-run, or to run on two replicas at once)",
     )
     embed.add_argument(
-        "--prune", action="store_true", help="then delete the vectors of every other model"
+        "--prune",
+        action="store_true",
+        help="then delete the vectors of every other model (default: keep them)",
     )
     usage = madd(
         "usage", "model calls and tokens (and costs, with llm.prices) per user, kind, day or model"
     )
-    usage.add_argument("--by", choices=["user", "kind", "day", "model"], default="kind")
+    usage.add_argument(
+        "--by",
+        choices=["user", "kind", "day", "model"],
+        default="kind",
+        help="one row per user, kind of call, UTC day or model (default: kind)",
+    )
     usage.add_argument(
         "--days",
         type=int,
         default=30,
         choices=range(1, 3661),
         metavar="N",
-        help="the last N days, today included (default 30)",
+        help="the last N days, today included, 1-3660 (default: 30)",
     )
 
     erase = madd(
@@ -462,35 +637,95 @@ def build_parser() -> argparse.ArgumentParser:
         "forget for good: one user's whole memory (--user), or every message older than "
         "a duration (--older-than 90d), with what was built on them",
     )
-    erase.add_argument("--user", type=int, help="the memory's user id (a group's chat id)")
-    erase.add_argument("--agent", help="the agent (default: agent.id)")
+    erase.add_argument(
+        "--user", type=user_id, metavar="ID", help="the memory's user id (a group's chat id)"
+    )
+    erase.add_argument("--agent", metavar="ID", help="the agent (default: agent.id)")
     erase.add_argument("--older-than", metavar="DURATION", help="like 90d or 12h")
-    erase.add_argument("--dry-run", action="store_true", help="only say what would go")
-    backup = madd("backup", "back up the SQLite database to PATH")
-    backup.add_argument("path")
+    erase.add_argument(
+        "--dry-run", action="store_true", help="only say what would go (default: erase)"
+    )
+    erase.add_argument(
+        "--scrub",
+        action="store_true",
+        help="then make every forget so far reach the disk (PostgreSQL: VACUUM FULL of "
+        "every table, locking each while it is rewritten, and the WAL); alone: only that "
+        "(default: off)",
+    )
+    backup = madd(
+        "backup", "back up the SQLite database to PATH (PostgreSQL: prints pg_dump's line)"
+    )
+    backup.add_argument(
+        "path", help="the new backup file (never overwritten; its directory is created)"
+    )
     imp = madd("import", "import a session exported with `mnemo memory export`")
-    imp.add_argument("path")
+    imp.add_argument("path", help="the JSON export, or - to read it from stdin")
     chats = madd(
         "import-chat",
         "import a Telegram Desktop export (result.json) or a ChatGPT export "
         "(conversations.json) into one user's memory, each chat as an archived "
         "conversation (safe to re-run: adds only what is new)",
     )
-    chats.add_argument("file")
-    chats.add_argument("--format", choices=["telegram", "chatgpt"], required=True)
-    chats.add_argument("--user", type=int, required=True, help="the memory's user id")
-    chats.add_argument("--agent", help="the agent (default: agent.id)")
-    chats.add_argument("--chat", metavar="NAME", help="only this chat (its name or id)")
-    chats.add_argument("--dry-run", action="store_true", help="only say what would be imported")
+    chats.add_argument(
+        "file", help="result.json (Telegram Desktop) or conversations.json (ChatGPT)"
+    )
+    chats.add_argument(
+        "--format", choices=["telegram", "chatgpt"], required=True, help="which export FILE is"
+    )
+    chats.add_argument(
+        "--user", type=user_id, metavar="ID", required=True, help="the memory's user id"
+    )
+    chats.add_argument("--agent", metavar="ID", help="the agent (default: agent.id)")
+    chats.add_argument(
+        "--chat", metavar="NAME", help="only this chat (its name or id; default: all)"
+    )
+    chats.add_argument(
+        "--dry-run", action="store_true", help="only say what would be imported (default: import)"
+    )
 
     webp = add("web", "the web console's operator tokens (docs/OPERATIONS.md)", cmd_web)
     wsub = webp.add_subparsers(dest="web_command", metavar="ACTION", required=True)
-    helptext = "make a new token and print its web.operators line"
-    tok = wsub.add_parser("token", help=helptext, description=helptext, parents=[common])
-    tok.add_argument("--name", required=True, help="the operator's name")
-    tok.add_argument("--role", choices=["viewer", "operator"], default="viewer")
-    helptext = "print the SHA-256 of a token read from stdin"
-    wsub.add_parser("hash-token", help=helptext, description=helptext, parents=[common])
+    tok = command(
+        wsub, "token", "web token", "make a new token and print its web.operators line", cmd_web
+    )
+    tok.add_argument("--name", required=True, help="the operator's name (letters, digits, _.@-)")
+    tok.add_argument(
+        "--role",
+        choices=["viewer", "operator"],
+        default="viewer",
+        help="viewer: reads only; operator: may also change memory (default: viewer)",
+    )
+    command(
+        wsub,
+        "hash-token",
+        "web hash-token",
+        "print the SHA-256 of a token read from stdin",
+        cmd_web,
+    )
+
+    cfg = add("config", "the configuration: what is in effect, and a starter file", cmd_config)
+    csub = cfg.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    command(
+        csub,
+        "show",
+        "config show",
+        "print every setting in effect, secrets masked, and where each came from "
+        "(default, file, environment)",
+        cmd_config,
+    )
+    init = command(
+        csub,
+        "init",
+        "config init",
+        "write a commented starter config file (every key at its default)",
+        cmd_config,
+    )
+    init.add_argument(
+        "path",
+        nargs="?",
+        help="the file to write, never overwritten (default: --config, $MNEMO_CONFIG or "
+        "./config.yaml)",
+    )
     return parser
 
 

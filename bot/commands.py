@@ -229,7 +229,7 @@ async def _memory(pool: Pool, session: Session, args: str, *, is_admin: bool) ->
 
 
 def command_table() -> str:
-    """The chat's commands as a Markdown table (the README's), /memory's from the registry."""
+    """The chat's commands as a Markdown table (docs/CHAT.md's), /memory's from the registry."""
     rows = [(f"/{name}", what) for name, what in COMMANDS if name != "memory"]
     rows += table_rows()
     lines = ["| command | what it does |", "| --- | --- |"]

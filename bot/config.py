@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -33,6 +34,7 @@ from bot.config_yaml import ConfigYamlRefused, parse_config_yaml
 from bot.redact import MASK, config_secrets, mask, mask_database_url, secret_values
 from memory.prices import Price
 from memory.provider_settings import MAX_MESSAGES  # message counts: keep_tail, fresh_tail
+from memory.semantic import DEFAULT_MIN_SIMILARITY
 
 DEFAULT_CONFIG = "config.yaml"
 ENV_CONFIG = "MNEMO_CONFIG"
@@ -177,6 +179,8 @@ class EmbeddingsSettings(_Section):
     batch_size: int = Field(default=64, ge=1, le=2048)  # texts per request
     max_chars: int = Field(default=2000, ge=100, le=100_000)  # longer texts are cut
     cache_mb: int = Field(default=256, ge=16, le=65_536)  # cached vectors per process
+    # The cosine an item found by meaning alone needs to be listed (model-specific).
+    min_similarity: float = Field(default=DEFAULT_MIN_SIMILARITY, ge=-1.0, le=1.0)
 
 
 class WebhookSettings(_Section):
@@ -244,7 +248,7 @@ class _Periodic(_Section):
 
 
 class RetentionSettings(_Periodic):
-    """`memory.retention`: messages older than `days` are forgotten (README "Forgetting");
+    """`memory.retention`: messages older than `days` are forgotten (docs/CHAT.md "Forgetting");
     empty keeps everything forever. The root's scheduler runs it every `interval`."""
 
     days: int | None = Field(default=None, ge=1, le=365_000)
@@ -259,7 +263,7 @@ class _MemoryBase(BaseModel):
     )
 
     provider: str = "lcm"
-    # Defaults chosen by bench/cost.py (issue 17): see README "Compaction and caching".
+    # Defaults chosen by bench/cost.py (issue 17): see docs/CHAT.md "Compaction and caching".
     budget_tokens: int = Field(default=13500, ge=256, le=MAX_TOKENS)
     fresh_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
@@ -479,11 +483,18 @@ def parse_duration(value: str | int | float) -> float:
     return seconds
 
 
-def interpolate(value: Any, env: Mapping[str, str] | None = None, key: str = "") -> Any:
+def interpolate(
+    value: Any,
+    env: Mapping[str, str] | None = None,
+    key: str = "",
+    *,
+    unset: dict[str, str] | None = None,
+) -> Any:
     """Replace `${VAR}` and `${VAR:-default}` in every string of a parsed YAML tree.
 
     `${VAR:-default}` takes the default when VAR is unset or empty (as in the shell);
-    `${VAR}` with VAR unset is a ConfigError naming the key that uses it."""
+    `${VAR}` with VAR unset is a ConfigError naming the key that uses it, or, given
+    `unset`, an empty value noted there (key -> VAR) for the caller to judge."""
     env = os.environ if env is None else env
     if isinstance(value, str):
 
@@ -492,29 +503,50 @@ def interpolate(value: Any, env: Mapping[str, str] | None = None, key: str = "")
             got = env.get(name)
             if got is None or (got == "" and default is not None):
                 if default is None:
-                    where = f"{key}: " if key else ""
-                    raise ConfigError(
-                        f"{where}environment variable {name} is not set (used as ${{{name}}})"
-                    )
+                    if unset is not None:
+                        unset.setdefault(key, name)
+                        return ""
+                    raise ConfigError(_unset_line(key, name))
                 return default
             return got
 
         return _VAR.sub(sub, value)
     if isinstance(value, dict):
-        return {k: interpolate(v, env, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+        return {
+            k: interpolate(v, env, f"{key}.{k}" if key else str(k), unset=unset)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
-        return [interpolate(v, env, f"{key}.{i}" if key else str(i)) for i, v in enumerate(value)]
+        return [
+            interpolate(v, env, f"{key}.{i}" if key else str(i), unset=unset)
+            for i, v in enumerate(value)
+        ]
     return value
+
+
+def _unset_line(key: str, name: str) -> str:
+    where = f"{key}: " if key else ""
+    return f"{where}environment variable {name} is not set (used as ${{{name}}})"
+
+
+def referenced_variables(value: Any) -> set[str]:
+    """Every variable the parsed YAML tree uses as `${VAR}`."""
+    if isinstance(value, str):
+        return {m.group(1) for m in _VAR.finditer(value)}
+    children = value.values() if isinstance(value, dict) else value
+    if isinstance(value, dict | list):
+        return set().union(*(referenced_variables(v) for v in children))
+    return set()
 
 
 def _where(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc)
 
 
-def _explain(err: ValidationError, secrets: tuple[str, ...]) -> list[str]:
-    """One line per wrong key, all of them: a config with several mistakes is fixed in
-    one go, not one run per mistake."""
-    return [_explain_one(e, secrets) for e in err.errors()]
+def _explain(err: ValidationError, secrets: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(key, its line) per wrong key, all of them: a config with several mistakes is
+    fixed in one go, not one run per mistake."""
+    return [(_where(e["loc"]), _explain_one(e, secrets)) for e in err.errors()]
 
 
 def _explain_one(error: Any, secrets: tuple[str, ...]) -> str:
@@ -564,6 +596,25 @@ def _secrets_in(data: Mapping[str, Any]) -> tuple[str, ...]:
     ) + secret_values(at("embeddings.api_key"), at("web.session_secret"))
 
 
+def settings_secrets(settings: Settings) -> tuple[str, ...]:
+    """Every secret the loaded settings hold, in every form a message may carry it."""
+    return config_secrets(
+        token=settings.telegram.token.get_secret_value(),
+        api_key=settings.llm.api_key.get_secret_value(),
+        webhook_secret=settings.telegram.webhook.secret_token.get_secret_value(),
+        database_url=settings.database.url,
+        urls=(
+            settings.llm.base_url,
+            settings.telegram.base_url,
+            settings.telegram.webhook.url,
+            settings.embeddings.base_url,
+        ),
+    ) + secret_values(
+        settings.embeddings.api_key.get_secret_value(),
+        settings.web.session_secret.get_secret_value(),
+    )
+
+
 def _shown(key: str, given: Any, secrets: tuple[str, ...]) -> str:
     if isinstance(given, dict | list):
         return type(given).__name__
@@ -599,67 +650,186 @@ def resolve_path(path: str | os.PathLike[str] | None) -> Path:
     return Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
 
 
+@dataclass
+class Loaded:
+    """Settings and where they came from (`mnemo config show`)."""
+
+    settings: Settings
+    path: Path  # the config file, read when `from_file`
+    from_file: bool
+    file_keys: set[str]  # every key (and section) the file gives
+    env_sources: dict[str, str]  # key -> the variable that set it
+    file_variables: dict[str, str]  # key -> the variable the file's `${VAR}` reads
+    unset: dict[str, str]  # key -> a `${VAR}` left empty because VAR is not set
+
+    def source(self, key: str) -> str:
+        """Where `key`'s value came from: `env NAME`, `file`, `file ${VAR}` or `default`."""
+        for prefix in _prefixes(key):
+            if prefix in self.env_sources:
+                return f"env {self.env_sources[prefix]}"
+        for prefix in _prefixes(key):
+            if prefix in self.unset:
+                return f"file, ${{{self.unset[prefix]}}} not set"
+            if prefix in self.file_variables:
+                return f"file ${{{self.file_variables[prefix]}}}"
+            if prefix in self.file_keys:
+                return "file"
+        return "default"
+
+
+def _prefixes(key: str) -> list[str]:
+    """`a.b.c`, `a.b`, `a`: the key and the sections holding it, innermost first."""
+    parts = key.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
 def load_settings(
-    path: str | os.PathLike[str] | None = None, *, check_provider: bool = True
+    path: str | os.PathLike[str] | None = None,
+    *,
+    check_provider: bool = True,
+    secrets: Collection[str] | None = None,
 ) -> Settings:
-    """Read, interpolate and validate a config file. Raises ConfigError.
+    """Read, interpolate and validate a config file, with the environment applied over
+    it (bot.config_env). Raises ConfigError.
 
     Without `--config` and MNEMO_CONFIG a missing ./config.yaml means "all defaults"; a
-    file named explicitly (either way) must exist."""
+    file named explicitly (either way) must exist. `secrets`: the secret keys the caller
+    needs (None: all); a `${VAR}` in another secret key whose VAR is unset leaves it
+    empty instead of stopping a command that does not use it (database.url always
+    stops: nearly every command opens the database)."""
+    return load_config(path, check_provider=check_provider, secrets=secrets).settings
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    check_provider: bool = True,
+    secrets: Collection[str] | None = None,
+) -> Loaded:
+    """`load_settings`, with where each value came from."""
+    from bot.config_env import read_environment
+    from memory.registry import provider_names
+
     p = resolve_path(path)
-    explicit = path is not None or bool(os.environ.get(ENV_CONFIG))
-    if not p.exists():
-        if explicit:
-            source = "--config" if path is not None else ENV_CONFIG
-            raise ConfigError(f"{p}: no such config file (given by {source})")
-        raw = None
-    else:
-        try:
-            raw = parse_config_yaml(p.read_text(encoding="utf-8"))
-        except ConfigYamlRefused as exc:
-            raise ConfigError(f"{p}: {exc}") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ConfigError(f"{p}: not valid YAML{where}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{p}: cannot read ({exc})") from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{p}: expected a mapping of sections at the top level")
+    raw = _read_file(p, explicit=path is not None or bool(os.environ.get(ENV_CONFIG)), flag=path)
+    layer = read_environment(
+        Settings,
+        referenced=frozenset(referenced_variables(raw)),
+        providers=tuple(provider_names()),
+    )
+    if layer.errors:  # names and paths only, never a value
+        raise ConfigError("\n".join(f"environment: {line}" for line in layer.errors))
+    used: dict[str, str] = {}
+    _note_variables(raw, "", used)
+    unset: dict[str, str] = {}
+    data = interpolate(raw, unset=unset)
+    for key_path, value in layer.values.items():
+        _put(data, key_path, value)
+    given_by_env = layer.sources
+    unset = {k: v for k, v in unset.items() if not any(p in given_by_env for p in _prefixes(k))}
+    deferred = (
+        set(SECRET_KEYS) - {"database.url"} - set(SECRET_KEYS if secrets is None else secrets)
+    )
+    if lines := [_unset_line(k, v) for k, v in unset.items() if k not in deferred]:
+        raise ConfigError("\n".join(f"{p}: {line}" for line in lines))
+
+    def origin(key: str) -> str:
+        """What an error line about `key` starts with: the variable that set it, or the file."""
+        var = next((given_by_env[k] for k in _prefixes(key) if k in given_by_env), None)
+        return str(p) if var is None else f"environment: {var}"
+
+    secret_list = _secrets_in(data)
     try:
-        data = interpolate(raw)
-    except ConfigError as exc:  # names the key and the variable, never a value
-        raise ConfigError(f"{p}: {exc}") from None
-    secrets = _secrets_in(data)
-    try:
-        return _validated(p, data, secrets, check_provider=check_provider)
+        settings = _validated(p, data, secret_list, origin, check_provider=check_provider)
     except ConfigError as exc:
         # Whichever key echoed it (`memory.provider: unknown provider 'sk-...'`), a secret
         # this config sets never leaves in an error line.
-        raise ConfigError(mask(str(exc), secrets)) from None
+        raise ConfigError(mask(str(exc), secret_list)) from None
+    return Loaded(settings, p, p.exists(), _keys_of(raw), dict(given_by_env), used, unset)
 
 
-def _validated(p: Path, data: Any, secrets: tuple[str, ...], *, check_provider: bool) -> Settings:
+def _read_file(p: Path, *, explicit: bool, flag: object) -> dict[str, Any]:
+    if not p.exists():
+        if explicit:
+            source = "--config" if flag is not None else ENV_CONFIG
+            raise ConfigError(f"{p}: no such config file (given by {source})")
+        return {}
+    try:
+        raw = parse_config_yaml(p.read_text(encoding="utf-8"))
+    except ConfigYamlRefused as exc:
+        raise ConfigError(f"{p}: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{p}: not valid YAML{where}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read ({exc})") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: expected a mapping of sections at the top level")
+    return raw
+
+
+def _keys_of(tree: Any, prefix: str = "") -> set[str]:
+    keys: set[str] = set()
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            key = f"{prefix}{k}"
+            keys |= {key} | _keys_of(v, key + ".")
+    return keys
+
+
+def _note_variables(tree: Any, key: str, out: dict[str, str]) -> None:
+    """key -> the first variable its `${VAR}` reads, for every key of the file that has one."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            _note_variables(v, f"{key}.{k}" if key else str(k), out)
+    elif isinstance(tree, str) and (m := _VAR.search(tree)):
+        out[key] = m.group(1)
+
+
+def _put(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Set `path` in the file's tree: a mapping is merged over what the file has there."""
+    *sections, last = path
+    for part in sections:
+        if not isinstance(data.get(part), dict):
+            data[part] = {}
+        data = data[part]
+    if isinstance(value, dict) and isinstance(data.get(last), dict):
+        for k, v in value.items():
+            _put(data[last], (k,), v)
+    else:
+        data[last] = value
+
+
+def _validated(
+    p: Path,
+    data: Any,
+    secrets: tuple[str, ...],
+    origin: Callable[[str], str],
+    *,
+    check_provider: bool,
+) -> Settings:
     from memory.registry import provider_names
 
     names = provider_names()
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
-        lines = _explain(exc, secrets)
+        lines = [f"{origin(key)}: {line}" for key, line in _explain(exc, secrets)]
         # An unknown provider is named beside the other mistakes, not on the next run.
         memory = data.get("memory") if isinstance(data, dict) else None
         chosen = memory.get("provider") if isinstance(memory, dict) else None
         if check_provider and isinstance(chosen, str) and chosen not in names:
-            lines.append(_unknown_provider(chosen, names))
-        lines += _provider_section_errors(data, names)
-        raise ConfigError("\n".join(f"{p}: {line}" for line in lines)) from None
+            lines.append(f"{origin('memory.provider')}: {_unknown_provider(chosen, names)}")
+        lines += [f"{p}: {line}" for line in _provider_section_errors(data, names)]
+        raise ConfigError("\n".join(lines)) from None
     if lines := _provider_section_errors(data, names):
         raise ConfigError("\n".join(f"{p}: {line}" for line in lines))
     if check_provider and settings.memory.provider not in names:
-        raise ConfigError(f"{p}: {_unknown_provider(settings.memory.provider, names)}")
+        where = origin("memory.provider")
+        raise ConfigError(f"{where}: {_unknown_provider(settings.memory.provider, names)}")
     if p.exists():
         anchor_paths(settings, p.resolve().parent)
     return settings

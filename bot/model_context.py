@@ -67,7 +67,7 @@ def fit_budget(settings: Settings, n_ctx: int) -> bool:
     )
     memory.budget_tokens = fitted
     # Compaction must start below the budget by about a turn, or the budget cuts the
-    # context's start every turn and the server's prompt cache never hits (README
+    # context's start every turn and the server's prompt cache never hits (docs/CHAT.md
     # "Compaction and caching"): keep about the defaults' ratio (10,000 of 13,500).
     threshold = fitted - fitted // REPLY_SHARE
     if compaction.max_tokens > threshold:

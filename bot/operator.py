@@ -47,6 +47,7 @@ from memory.types import (
     CompactionMode,
     CompactionResult,
     ListOptions,
+    SearchMode,
     SearchQuery,
     Session,
     SummarizeOptions,
@@ -246,30 +247,72 @@ async def sessions(settings: Settings, out: TextIO = sys.stdout) -> int:
     return EXIT_OK
 
 
-async def search(settings: Settings, session_id: str, text: str, out: TextIO = sys.stdout) -> int:
+async def search(
+    settings: Settings,
+    session_id: str | None,
+    text: str,
+    out: TextIO = sys.stdout,
+    *,
+    user: int | None = None,
+    agent: str | None = None,
+    mode: str = SearchMode.FULL_TEXT.value,
+    limit: int = 20,
+) -> int:
+    """One user's memory, every conversation of theirs (the provider's search covers the
+    user): given by `user` (and `agent`), or by one of their sessions."""
     from memory.tracing import unwrap
 
+    if (session_id is None) == (user is None):
+        _err("give a SESSION or --user ID (not both)")
+        return EXIT_USAGE
+    if agent is not None and user is None:
+        _err("--agent goes with --user (a session names its agent)")
+        return EXIT_USAGE
     async with open_memory(settings) as m:
         if not isinstance(unwrap(m.provider), Searcher):
             _err(f"the {m.provider.name} provider cannot search")
             return EXIT_FAULT
-        session = await _session(m.engine, session_id)
-        if session is None:
-            _err(f"no session {session_id!r}")
-            return EXIT_FAULT
+        if user is not None:
+            agent_id = agent or settings.agent.id
+            session = await _latest_session(m.engine, user, agent_id)
+            if session is None:
+                _err(f"no memory of user {user} (agent {agent_id!r}) in {m.where}")
+                return EXIT_FAULT
+        else:
+            session = await _session(m.engine, session_id or "")
+            if session is None:
+                _err(f"no session {session_id!r} (see `mnemo memory sessions`)")
+                return EXIT_FAULT
+        query = SearchQuery(text=text, limit=limit, mode=SearchMode(mode))
         try:
-            hits = await cast(Searcher, m.provider).search(session, SearchQuery(text=text))
+            hits = await cast(Searcher, m.provider).search(session, query)
         except MemoryError_ as exc:
             _err(str(exc))
             return EXIT_FAULT
     for hit in hits:
         snippet = " ".join(hit.content.split())
+        where = f" in {hit.session_id}" if hit.session_id else ""
         print(
-            terminal_safe(f"[{hit.source_type} {hit.source_id}] {_when(hit.timestamp)}  {snippet}"),
+            terminal_safe(
+                f"[{hit.source_type} {hit.source_id}{where}] {_when(hit.timestamp)}  {snippet}"
+            ),
             file=out,
         )
-    print(f"{len(hits)} result(s) in {m.where}", file=sys.stderr)
+    whose = f"user {session.user_id} (agent {session.agent_id})"
+    print(f"{len(hits)} result(s) for {terminal_safe(whose)} in {m.where}", file=sys.stderr)
     return EXIT_OK
+
+
+async def _latest_session(engine: AsyncEngine, user_id: int, agent_id: str) -> Session | None:
+    """The user's most recent session: a handle on their memory for the provider."""
+    from memory.history import HistoryStore
+
+    options = ListOptions(agent_id=agent_id, user_id=user_id, include_archived=True, limit=1)
+    infos = await HistoryStore(engine).list_info(options)
+    if not infos:
+        return None
+    info = infos[0]
+    return Session(info.id, info.agent_id, info.user_id, info.channel)
 
 
 # --- export / import ------------------------------------------------------------------
@@ -292,21 +335,24 @@ async def export(settings: Settings, session_id: str, fmt: str, out: TextIO = sy
     return EXIT_OK
 
 
-def _read_text(path: str) -> str:
-    return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+def _read_document(path: str) -> Any:
+    from memory.export_schema import read_document  # bounded: a size cap, read in chunks
+
+    if path == "-":
+        return read_document(sys.stdin.buffer)
+    with Path(path).open("rb") as stream:
+        return read_document(stream)
 
 
 async def import_(settings: Settings, path: str) -> int:
-    from memory.export_schema import load_document
     from memory.session_export import import_session
 
     try:
-        raw = await asyncio.to_thread(_read_text, path)
-        doc = load_document(raw)
+        doc = await asyncio.to_thread(_read_document, path)
     except OSError as exc:
         _err(f"cannot read {path}: {exc.strerror or exc}")
         return EXIT_FAULT
-    except (InvalidArgument, UnicodeDecodeError) as exc:
+    except InvalidArgument as exc:
         _err(f"{path} is not a JSON export: {exc}")
         return EXIT_FAULT
     async with open_memory(settings, create=True) as m:

@@ -1,6 +1,8 @@
 """`mnemo memory erase`: an operator's erasure of one user's memory (`--user ID
 [--agent ID]`) or retention by hand (`--older-than 90d`), each with `--dry-run` to see
-what would go. Both run the path `/memory forget` runs (memory/forgetting.py)."""
+what would go. Both run the path `/memory forget` runs (memory/forgetting.py).
+`--scrub` (alone, or after either) makes every forget so far reach the disk now
+(memory/disk_scrub.py: VACUUM FULL and the WAL on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -28,19 +30,55 @@ async def erase(
     older_than: str | None,
     dry_run: bool,
     out: TextIO = sys.stdout,
+    scrub: bool = False,
 ) -> int:
-    if (user is None) == (older_than is None):
-        _err("give --user ID or --older-than DURATION (like 90d)")
+    if (user is None) == (older_than is None) and (user is not None or not scrub):
+        _err("give --user ID or --older-than DURATION (like 90d), and/or --scrub")
         return EXIT_USAGE
+    code = EXIT_OK
     if older_than is not None:
         try:
             age_s = parse_duration(older_than)
         except ValueError as exc:
             _err(f"--older-than: {exc}")
             return EXIT_USAGE
-        return await _older_than(settings, age_s, dry_run, out)
-    assert user is not None
-    return await _user(settings, Owner(user, agent or settings.agent.id), dry_run, out)
+        code = await _older_than(settings, age_s, dry_run, out)
+    elif user is not None:
+        code = await _user(settings, Owner(user, agent or settings.agent.id), dry_run, out)
+    if scrub and code == EXIT_OK:
+        code = await _scrub(settings, dry_run, out)
+    return code
+
+
+async def _scrub(settings: Settings, dry_run: bool, out: TextIO) -> int:
+    from memory.disk_scrub import scrub_disk, scrub_tables
+
+    async with open_memory(settings) as m:
+        if m.engine.dialect.name != "postgresql":
+            if not dry_run:
+                await scrub_disk(m.engine)
+            verb = "would merge" if dry_run else "merged"
+            print(
+                f"SQLite: {verb} the search indexes and checkpoint the WAL (every forget "
+                "does it too; deleted content is zeroed as it is freed)",
+                file=out,
+            )
+            return EXIT_OK
+        if dry_run:
+            tables = await scrub_tables(m.engine)
+            print(
+                f"would rewrite {len(tables)} table(s) with VACUUM FULL, each locked while "
+                "it is rewritten, then switch and checkpoint the WAL twice: " + ", ".join(tables),
+                file=out,
+            )
+            return EXIT_OK
+        done = await scrub_disk(m.engine)
+    print(f"rewrote {len(done.tables)} table(s) with VACUUM FULL", file=out)
+    if done.wal_left:
+        _err(done.wal_left)
+    else:
+        print("switched and checkpointed the WAL: every older segment is deleted", file=out)
+    return EXIT_OK
 
 
 async def _user(settings: Settings, owner: Owner, dry_run: bool, out: TextIO) -> int:

@@ -9,12 +9,14 @@ batches stored so far; the same command continues after them.
 
 from __future__ import annotations
 
+import stat
 import sys
 import time
 from pathlib import Path
 
 from bot.chat_import import importer
 from bot.chat_import.ledger import ImportConflict
+from bot.chat_import.limits import operator_limits
 from bot.chat_import.sources import ImportRefused
 from bot.chat_import.summary import plan_lines, report_line
 from bot.config import Settings
@@ -40,10 +42,21 @@ async def import_chat(
 ) -> int:
     agent = agent_id or settings.agent.id
     source = Path(path)
+    try:
+        size = _regular_size(source)
+    except ImportRefused as exc:
+        _err(f"import refused, nothing was written: {exc}")
+        return EXIT_FAULT
     async with open_memory(settings, create=True) as m:
         try:
             plan = await importer.plan(
-                m.engine, importer.FORMATS[fmt], source, user_id, agent, chat
+                m.engine,
+                importer.FORMATS[fmt],
+                source,
+                user_id,
+                agent,
+                operator_limits(size),
+                chat,
             )
         except ImportRefused as exc:
             _err(f"import refused, nothing was written: {exc}")
@@ -76,3 +89,15 @@ async def import_chat(
     print(report_line(report, time.monotonic() - started))
     print("The running bot compacts them in the background; search and /memory ask reach them now.")
     return EXIT_OK
+
+
+def _regular_size(path: Path) -> int:
+    """The size of the export at `path`, which the import reads twice (the plan, then
+    the import): a regular file, not a pipe or a device (`/dev/zero` has no end)."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise ImportRefused(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ImportRefused(f"{path} is not a regular file (an export is read twice)")
+    return st.st_size

@@ -34,6 +34,7 @@ from bot.prompt import MemoryReader
 from bot.rotation import SessionRotation
 from bot.runner import Completer
 from bot.session_binding import bind_session
+from bot.store_wait import StoreWait, no_wait
 from bot.turn_locks import DEFAULT_IDLE_S, LocalTurnLocks, TurnLocks
 from bot.turns import (
     MEMORY_DOWN,
@@ -135,47 +136,57 @@ class Pool:
         receipt: Receipt | None = None,
         images: Sequence[Image] = (),
         origin: Origin | None = None,
+        wait: StoreWait | None = None,
     ) -> Reply:
         """One user message in, one reply out. Never raises for model or memory failures:
         those become `Reply(error=True)` with a plain line naming the problem. `receipt`
         is written with the user's message (see `Receipt`); a message it finds stored
         already gives `Reply(skipped=True)`, to be shown nothing. `images` go to the
         model with this message, in this turn only (see `bot.turns`). `origin`: where the
-        channel received it, stored with it (memory/origins.py)."""
+        channel received it, stored with it (memory/origins.py). `wait`: how long the
+        turn may wait for a memory store that is down (`bot.store_wait`; none by
+        default)."""
         if self._closed:
             raise RuntimeError("the pool is closed")
         if not text.strip():
             return Reply("There is nothing to answer: the message is empty.", error=True)
+        wait = wait or no_wait()
         started = time.monotonic()
-        entered = False
         moves = 0
-        try:
-            while True:
-                try:
-                    async with self._hold(session.id):
-                        entered = True
-                        with bind_session(session):
-                            reply = await self._turns.run(
-                                session,
-                                text,
-                                on_delta,
-                                receipt,
-                                live_only=moves < SESSION_MOVES,
-                                images=images,
-                                origin=origin,
-                            )
-                    break
-                except SessionArchived:  # nothing stored: follow it to the live session
-                    entered = False
-                    moves += 1
-                    session = await self._rotation.live_after_archive(session)
-        except Exception:
-            if entered:
-                raise
-            # The turn lock lives in the database on PostgreSQL: a database that is down
-            # fails here, before anything was stored.
-            log.exception("could not take the turn lock of session %s", session.id)
-            reply = Reply(MEMORY_DOWN, error=True)
+        archived: Session | None = None  # to follow to its live session
+        while True:
+            entered = False
+            try:
+                if archived is not None:
+                    session = await self._rotation.live_after_archive(archived)
+                    archived = None
+                async with self._hold(session.id):
+                    entered = True
+                    with bind_session(session):
+                        reply = await self._turns.run(
+                            session,
+                            text,
+                            on_delta,
+                            receipt,
+                            live_only=moves < SESSION_MOVES,
+                            images=images,
+                            origin=origin,
+                            wait=wait,
+                        )
+                break
+            except SessionArchived:  # nothing stored: follow it to the live session
+                moves += 1
+                archived = session
+            except Exception as exc:
+                if entered:
+                    raise
+                # The turn lock lives in the database on PostgreSQL: a database that is
+                # down fails here (or finding the live session), before anything was stored.
+                if await wait.pause(exc, f"the turn lock of session {session.id}"):
+                    continue
+                log.exception("could not take the turn lock of session %s", session.id)
+                reply = Reply(MEMORY_DOWN, error=True)
+                break
         if reply.skipped:
             return reply  # no turn happened here
         return self._turn_done(session, reply, started)
@@ -235,11 +246,40 @@ class Pool:
             found = await provenance.answered(self.provider, session, asked)
         return None if found is None else Reply(found.text, sources=found.sources)
 
-    async def answer_sent(self, session: Session, asked: Origin, sent: Origin) -> bool:
-        """The stored answer to the message from `asked` went out as `sent`: recorded as
-        its origin (memory.origins' `answer_sent`); False when nothing was recorded."""
+    async def unshown(self, session: Session, asked: Origin) -> Reply | None:
+        """The stored answer to the message from `asked` when no channel has reported it
+        sent (memory.origins' `answer_shown`), its sources found again as in `answered`:
+        an answer a crash cut off between storing and sending. None when it was sent,
+        is not stored, or the provider cannot tell. Call it holding `turn_lock`."""
+        if await self.answer_shown(session, asked) is not False:
+            return None
+        return await self.answered(session, asked)
+
+    async def answer_shown(self, session: Session, asked: Origin) -> bool | None:
+        """Whether the stored answer to the message from `asked` was reported sent
+        (memory.origins' `answer_shown`); None when that cannot be told."""
         with bind_session(session):
-            return await origins.answer_sent(self.provider, session, asked, sent)
+            return await origins.answer_shown(self.provider, session, asked)
+
+    def turn_lock(self, session: Session) -> AbstractAsyncContextManager[None]:
+        """The session's turn lock (across replicas on PostgreSQL), for a channel that
+        sends a stored answer once: a second process waits, then finds it sent."""
+        return self._hold(session.id)
+
+    async def answer_id(self, session: Session, asked: Origin) -> str | None:
+        """The id of the stored answer to the message from `asked` (memory.origins'
+        `answer_id`), looked up while it is being sent; None when there is none."""
+        with bind_session(session):
+            return await origins.answer_id(self.provider, session, asked)
+
+    async def answer_sent(
+        self, session: Session, asked: Origin, sent: Origin, answer: str | None = None
+    ) -> bool:
+        """The stored answer to the message from `asked` (id `answer`, when looked up
+        already) went out as `sent`: recorded as its origin (memory.origins'
+        `answer_sent`); False when nothing was recorded."""
+        with bind_session(session):
+            return await origins.answer_sent(self.provider, session, asked, sent, answer)
 
     # --- compaction ------------------------------------------------------------------
 

@@ -7,6 +7,10 @@ easy to script. Every reply and command answer is shown through
 `memory.display.terminal_safe` (as streamed, piece by piece): a model or a stored
 message can never send control or bidi characters to the terminal.
 
+A message whose answer was cut off (Ctrl-C or a kill during the answer: the message is
+stored before the model answers) is answered when the conversation is opened again,
+after a line saying so (`answer_left`); if that answer fails too, its apology says so.
+
 `Terminal` is the channel (`bot.channel.Channel`) the application root runs for
 `mnemo chat`: a stop (SIGINT, SIGTERM) ends the conversation at once, like end of input.
 
@@ -32,7 +36,7 @@ from typing import TextIO
 
 from bot.channel import Limits, unless_stopped
 from bot.commands import handle_command
-from bot.pool import Pool
+from bot.pool import Pool, Reply
 from memory.display import terminal_safe
 from memory.provenance import plain_sources
 from memory.types import Session
@@ -40,6 +44,7 @@ from memory.types import Session
 CLI_CHANNEL = "cli"
 CLI_USER_ID = 0
 QUIT = frozenset({"/quit", "/exit"})
+LEFT_UNANSWERED = "Your last message was not answered before the chat stopped; answering it now:"
 # A terminal takes any length; command listings stay about a screenful, as they were.
 LIMITS = Limits(max_message=3900, markdown=False)
 
@@ -189,6 +194,7 @@ async def run_terminal(
             + (banner + "\n" if banner else "")
         )
         stdout.flush()
+    await answer_left(pool, base, stdout, interactive=interactive)
     while True:
         if editor is not None and interactive:
             line = await _in_thread(loop, editor.read)
@@ -211,21 +217,51 @@ async def run_terminal(
             stdout.flush()
             continue
         session = await pool.current_session(base)
-        if interactive:
-            printer = _Printer(stdout)
+        printer = _Printer(stdout) if interactive else None
+        if printer is not None:
             stdout.write("mnemo> ")
-            reply = await pool.chat(session, text, on_delta=printer)
-            if reply.error or reply.text != printer.shown:
-                _show(stdout, ("\n" if printer.shown else "") + reply.text)
-            if reply.sources:
-                _show(stdout, "\n" + plain_sources(reply.sources))
-            stdout.write("\n\n")
-        else:
-            reply = await pool.chat(session, text)
-            sources = plain_sources(reply.sources)
-            _show(stdout, reply.text + (f"\n{sources}" if sources else "") + "\n\n")
-        stdout.flush()
+        _print_reply(stdout, await pool.chat(session, text, on_delta=printer), printer)
     return 0
+
+
+def _print_reply(out: TextIO, reply: Reply, printer: _Printer | None) -> None:
+    """A reply after it streamed through `printer` (on a terminal), or whole (piped)."""
+    sources = plain_sources(reply.sources)
+    if printer is None:
+        _show(out, reply.text + (f"\n{sources}" if sources else "") + "\n\n")
+    else:
+        if reply.error or reply.text != printer.shown:
+            _show(out, ("\n" if printer.shown else "") + reply.text)
+        _show(out, (f"\n{sources}" if sources else "") + "\n\n")
+    out.flush()
+
+
+async def answer_left(pool: Pool, base: Session, out: TextIO, *, interactive: bool) -> bool:
+    """Answer the conversation's last message if it was left unanswered (the chat stopped
+    during its answer: Ctrl-C, a kill), saying so first; True if it was. `Pool.resume`
+    answers only a conversation that ends with a user message."""
+    printer = _Printer(out) if interactive else None
+    said = False
+
+    def say() -> None:
+        nonlocal said
+        if not said:
+            said = True
+            out.write(LEFT_UNANSWERED + ("\nmnemo> " if printer is not None else "\n"))
+
+    async def on_delta(text: str) -> None:  # the notice goes before the first words
+        say()
+        assert printer is not None
+        await printer(text)
+
+    reply = await pool.resume(
+        await pool.current_session(base), on_delta=on_delta if printer is not None else None
+    )
+    if reply is None:
+        return False
+    say()
+    _print_reply(out, reply, printer)
+    return True
 
 
 class Terminal:

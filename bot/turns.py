@@ -16,7 +16,9 @@ turn like any model failure: the text is kept, the user gets the apology.
 
 Every memory step is run again whole on a new connection when the database server
 dropped the old one (`retry_on_disconnect`); an append whose COMMIT answer was lost is
-checked before it is repeated (`Turns.append`).
+checked before it is repeated (`Turns.append`). A channel that can hold its message
+(Telegram) passes a `StoreWait`: each step is then tried again with backoff while the
+store is unreachable, up to its bound (`bot.store_wait`), instead of failing the turn.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from bot.llm import LLMError, OnDelta
 from bot.prompt import MemoryReader, build_system_prompt
 from bot.runner import Completer, Tool, run_turn
 from bot.session_binding import bind_session
+from bot.store_wait import StoreWait, no_wait
 from memory import provenance
 from memory.append_hook import AppendHook
 from memory.capabilities import ChangelogReader, ProfileStore, SessionManager
@@ -197,15 +200,19 @@ class Turns:
         live_only: bool = False,
         images: Sequence[Image] = (),
         origin: Origin | None = None,
+        wait: StoreWait | None = None,
     ) -> Reply:
         """One user message in, one reply out (see the module doc). Raises
-        `SessionArchived` only under `live_only`, with nothing stored."""
+        `SessionArchived` only under `live_only`, with nothing stored. `wait`: how long
+        each memory step may wait for a store that is down (none by default)."""
+        wait = wait or no_wait()
         kept = False
         what = f"turn of session {session.id}"
         try:
             # Bootstrap, identity seeding and the snapshot read may all run twice.
-            version = await retry_on_disconnect(
-                lambda: self._prepare(session), what, idempotent=True
+            version = await wait.run(
+                lambda: retry_on_disconnect(lambda: self._prepare(session), what, idempotent=True),
+                what,
             )
             hook = await self.append(
                 session,
@@ -213,12 +220,16 @@ class Turns:
                 receipt=receipt,
                 live_only=live_only,
                 ledger=current_ledger(),  # a transcription's usage, with its message
+                wait=wait,
             )
             kept = True
             if receipt is not None and hook is not None:
                 await receipt.stored(atomic=hook.ran)
-            context = await retry_on_disconnect(
-                lambda: self._context(session, version, images=len(images)), what
+            context = await wait.run(
+                lambda: retry_on_disconnect(
+                    lambda: self._context(session, version, images=len(images)), what
+                ),
+                what,
             )
         except AlreadyStored as exc:
             log.info(
@@ -232,7 +243,7 @@ class Turns:
         except Exception:
             log.exception("memory failed before the model was called (session %s)", session.id)
             return Reply(MEMORY_FAILED_KEPT if kept else MEMORY_DOWN, error=True)
-        return await self.answer(session, context, on_delta, images)
+        return await self.answer(session, context, on_delta, images, wait=wait)
 
     async def owed(self, session: Session) -> Context | None:
         """What the model gets to answer the session's last stored message, if that is
@@ -270,12 +281,16 @@ class Turns:
         receipt: Receipt | None = None,
         live_only: bool = False,
         ledger: Ledger | None = None,
+        wait: StoreWait | None = None,
     ) -> AppendHook | None:
         """Append `msgs` (with `receipt` and the usage rows of `ledger`, in their
         transaction) in one transaction, run again whole on a new connection when the
-        server dropped the old one (`retry_on_disconnect`). A COMMIT whose answer was
-        lost is not repeated blindly: the session's newest stored message tells whether
-        it went through. Returns the hook of the attempt that stored them."""
+        server dropped the old one (`retry_on_disconnect`), and after each of `wait`'s
+        pauses while the store is down. A COMMIT whose answer was lost is not repeated
+        blindly: the session's newest stored message tells whether it went through
+        (asked again, under `wait`, while the store is down). Returns the hook of the
+        attempt that stored them."""
+        wait = wait or no_wait()
         what = f"append to session {session.id}"
         hooks: list[AppendHook | None] = []
         writes: list[Callable[[AsyncConnection], Any]] = []
@@ -296,18 +311,26 @@ class Turns:
                 self.provider, session, msgs, AppendOptions(live_only=live_only, hook=hook)
             )
 
-        for attempt in range(1, RECONNECT_ATTEMPTS + 1):
+        lost = 0  # COMMITs whose answer was lost and that did not go through
+        while True:
             try:
                 await retry_on_disconnect(once, what)
                 return _settled(hooks[-1], ledger)
             except CommitUncertain:
-                if await retry_on_disconnect(lambda: self._stored_last(session, msgs[-1]), what):
+                went = await wait.run(
+                    lambda: retry_on_disconnect(lambda: self._stored_last(session, msgs[-1]), what),
+                    what,
+                )
+                if went:
                     log.info("%s: the lost COMMIT went through", what)
                     return _settled(hooks[-1], ledger)
-                if attempt == RECONNECT_ATTEMPTS:
+                lost += 1
+                if lost == RECONNECT_ATTEMPTS:
                     raise
                 log.warning("%s: the lost COMMIT did not go through; appending again", what)
-        raise AssertionError("unreachable")
+            except Exception as exc:
+                if not await wait.pause(exc, what):
+                    raise
 
     async def _stored_last(self, session: Session, msg: Message) -> bool:
         """Whether `msg` is the session's newest stored message (same role and creation
@@ -345,10 +368,12 @@ class Turns:
         images: Sequence[Image] = (),
         *,
         live_only: bool = False,
+        wait: StoreWait | None = None,
     ) -> Reply:
         """Call the model on `context` (its history's last user message with `images`)
-        and append what it said. Raises `SessionArchived` only when `live_only` and the
-        session was archived, with the answer dropped. A user over a token limit gets
+        and append what it said (under `wait` while the store is down). Raises
+        `SessionArchived` only when `live_only` and the session was archived, with the
+        answer dropped. A user over a token limit gets
         the budgets' line instead, with no model call (their message stays stored)."""
         if self.budgets is not None:
             refusal = await self.budgets.refusal(session.user_id)
@@ -357,7 +382,9 @@ class Turns:
                 return Reply(refusal, error=True, limited=True)
         # The model calls' usage rows are stored with the answer (or alone if it is not).
         async with self.usage.collecting(join=True) as ledger:
-            return await self._answer(session, context, on_delta, images, live_only, ledger)
+            return await self._answer(
+                session, context, on_delta, images, live_only, ledger, wait or no_wait()
+            )
 
     async def _answer(
         self,
@@ -367,6 +394,7 @@ class Turns:
         images: Sequence[Image],
         live_only: bool,
         ledger: Ledger,
+        wait: StoreWait,
     ) -> Reply:
         system, tools, history = context
         try:
@@ -388,7 +416,9 @@ class Turns:
             return Reply(apology(exc.reason), error=True)
         try:
             # (memory.tool advanced the snapshot after each of its writes already)
-            await self.append(session, result.messages, live_only=live_only, ledger=ledger)
+            await self.append(
+                session, result.messages, live_only=live_only, ledger=ledger, wait=wait
+            )
         except SessionArchived:
             raise  # only when live_only: the pool's resume() drops the answer
         except Exception:

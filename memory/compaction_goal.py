@@ -1,5 +1,5 @@
 """When an automatic compaction is worth running and how far it goes: the hysteresis
-every provider applies alike (README "Compaction and caching").
+every provider applies alike (docs/CHAT.md "Compaction and caching").
 
 A model server caches a prompt's unchanged beginning (OpenAI, Anthropic-compatible
 servers, llama.cpp's KV cache); a compaction rewrites the context's beginning, so the

@@ -29,6 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from memory import sqlite_inline
+from memory.sanitize import clean_parameters, storable
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -67,8 +68,13 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
         )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         event.listen(engine.sync_engine, "begin", _sqlite_begin)
-        return engine
-    return create_async_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    else:
+        engine = create_async_engine(
+            url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20
+        )
+    # No NUL or lone surrogate reaches either database, whatever path a text took.
+    event.listen(engine.sync_engine, "before_cursor_execute", clean_parameters, retval=True)
+    return engine
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
@@ -204,9 +210,10 @@ def conflict_insert(conn: AsyncConnection, table: Table) -> postgresql.Insert | 
 
 
 def advisory_key(name: str) -> int:
-    """A stable signed 64-bit key for PostgreSQL advisory locks."""
+    """A stable signed 64-bit key for PostgreSQL advisory locks. The name is cleaned as
+    its rows are (a lone surrogate cannot be encoded, and names the same row as U+FFFD)."""
     return int.from_bytes(
-        hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True
+        hashlib.blake2b(storable(name).encode(), digest_size=8).digest(), "big", signed=True
     )
 
 

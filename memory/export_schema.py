@@ -28,7 +28,16 @@ import json
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    BinaryIO,
+    Literal,
+    Protocol,
+    TypeVar,
+    runtime_checkable,
+)
 
 import sqlalchemy as sa
 from pydantic import (
@@ -59,6 +68,13 @@ INT32 = 2**31 - 1
 # Deeper than any export (the provider's data included) nests: a document nested past
 # this is refused as such, before Python's recursion limit is anywhere near.
 MAX_DEPTH = 64
+# An import reads the whole document into memory (several times its size once parsed).
+# An estimate, not a measurement: at a few hundred bytes a message (with its parts and
+# the provider's summaries), 256 MB holds several hundred thousand messages.
+MAX_DOCUMENT_BYTES = 256 * 2**20
+_READ_CHUNK = 2**20
+_WHITESPACE = b" \t\r\n"
+_JSON_STARTS = [bytes([c]) for c in b'{["-0123456789tfn']  # how a JSON text can begin
 
 
 # --- field types ----------------------------------------------------------------------
@@ -297,6 +313,29 @@ def message_seqs(info: ValidationInfo) -> set[int]:
 
 
 # --- entry points ---------------------------------------------------------------------
+
+
+def read_document(stream: BinaryIO, limit: int = MAX_DOCUMENT_BYTES) -> Any:
+    """The export `stream` holds, parsed (`load_document`); InvalidArgument (one line)
+    for one over `limit` bytes, read no further (`/dev/zero` has no end), one that
+    cannot be JSON (refused at its first byte), or is not UTF-8."""
+    chunks: list[bytes] = []
+    total, started = 0, False
+    while chunk := stream.read(_READ_CHUNK):
+        total += len(chunk)
+        if total > limit:
+            raise InvalidArgument(f"larger than {limit // 2**20} MB, more than an export holds")
+        if not started and (head := chunk.lstrip(_WHITESPACE)):
+            started = True
+            if head[:1] not in _JSON_STARTS:
+                raise InvalidArgument(f"not JSON: it starts with {head[:1]!r}")
+        chunks.append(chunk)
+    try:
+        raw = b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"not UTF-8 text: byte {exc.start:,} ({exc.reason})") from None
+    del chunks
+    return load_document(raw)
 
 
 def load_document(raw: str) -> Any:

@@ -10,7 +10,7 @@ own rows; then `scrub` leaves no copy in the database's bytes (SQLite) and this
 process's cached vectors of the owner are dropped. `erase` deletes a whole memory,
 `expired` finds what retention forgets (bot/retention.py).
 
-Decisions (README "Forgetting" and docs/OPERATIONS.md say them to people):
+Decisions (docs/CHAT.md "Forgetting" and docs/OPERATIONS.md say them to people):
 - A tool call and its results are forgotten together: a call without its result (or a
   result without its call) is a transcript no model accepts, and a result repeats what
   it found. Forgetting either forgets the assistant message that made the call and every
@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memory.db import lock_for_transaction, write_transaction
 from memory.errors import InvalidArgument
 from memory.history import TITLE_CHARS, PartKind, conversations, messages, origins, parts
+from memory.sanitize import storable
 from memory.search_text import like_pattern
 from memory.tracing import unwrap
 from memory.types import ChangeEntry, as_utc
@@ -569,7 +570,9 @@ class SelectorError(InvalidArgument):
 async def preview(provider: Any, owner: Owner, selector: str) -> ForgetPreview:
     """The messages `selector` (a message id, a summary id, or text) names in `owner`'s
     memory, with their tool partners, and what depends on them. Nothing changes."""
-    selector = selector.strip()
+    # Cleaned as stored text was (U+FFFD for NUL and lone surrogates): the needle is also
+    # compared in Python, with notes, summaries and the profile.
+    selector = storable(selector).strip()
     needles: tuple[str, ...] = ()
     ids: list[int]
     if selector.isdigit() and len(selector) <= 18:

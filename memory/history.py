@@ -30,7 +30,7 @@ from memory.db import conflict_insert, lock_for_transaction, write_transaction
 from memory.duties import AppendOptions
 from memory.errors import NotFound, SessionArchived
 from memory.history_models import Conversation, MessageOriginRow, MessagePart, MessageRow
-from memory.sanitize import storable
+from memory.sanitize import storable, storable_message
 from memory.search_text import like_pattern
 from memory.tokens import message_tokens
 from memory.types import (
@@ -138,21 +138,6 @@ class _MessageValues(TypedDict):
 # A row read by column name: a plain dict or SQLAlchemy's RowMapping (whose keys are
 # typed str | Column, so it is no Mapping[str, Any] to a type checker).
 RowLike = Mapping[str, Any] | sa.RowMapping
-
-
-def _clean(msg: Message) -> Message:
-    return Message(
-        role=msg.role,
-        content=storable(msg.content or ""),
-        tool_calls=[
-            ToolCall(storable(c.id), storable(c.name), storable(c.arguments))
-            for c in msg.tool_calls
-        ],
-        tool_call_id=storable(msg.tool_call_id) if msg.tool_call_id is not None else None,
-        name=storable(msg.name) if msg.name is not None else None,
-        reasoning=storable(msg.reasoning) if msg.reasoning is not None else None,
-        created_at=msg.created_at,
-    )
 
 
 def _parts_of(msg: Message) -> list[dict[str, Any]]:
@@ -359,7 +344,7 @@ class HistoryStore:
         """
         if not msgs:
             return []
-        cleaned = [_clean(raw) for raw in msgs]
+        cleaned = [storable_message(raw) for raw in msgs]
         rows: list[_MessageValues] = [
             {
                 "role": msg.role,

@@ -15,14 +15,16 @@ the first message of an answer split in several), so a cited answer of the bot a
 `/memory show` of it link like a user's message. The answer is stored before it is
 sent, so the channel names the message it answered and the stored turn is read back
 from that (`AnswerOrigins.answered_turn`): no id travels with the answer, and an answer
-sent late (after flood control, after a restart) is linked the same way.
+sent late (after flood control, after a restart) is linked the same way. So a final
+answer stored without an origin is one no channel has reported sent (`answer_shown`
+reads that): a crash between storing and sending leaves exactly that.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from memory.capabilities import AnswerOrigins
+from memory.capabilities import AnswerOrigins, MessageReader
 from memory.tracing import unwrap
 from memory.types import Origin, Session
 
@@ -47,11 +49,39 @@ def same_chat(origin: Origin | None, channel: str, chat_id: int) -> bool:
     return origin is not None and origin.channel == channel and origin.chat_id == chat_id
 
 
-async def answer_sent(provider: Any, session: Session, asked: Origin, sent: Origin) -> bool:
-    """Record that the stored answer to the message received from `asked` went out as
-    `sent` (module doc); False when the provider keeps no origins, the answer is not
-    stored in `session`, or it has its origin already."""
+async def answer_id(provider: Any, session: Session, asked: Origin) -> str | None:
+    """The id of the stored answer to the message received from `asked` in `session`;
+    None when the provider keeps no origins or no answer to it is stored. A channel
+    looks it up while the answer is being sent, so that recording where it went
+    (`answer_sent`) is a single insert once the answer is out."""
+    if not isinstance(unwrap(provider), AnswerOrigins):
+        return None
+    turn = await provider.answered_turn(session, asked)
+    return None if turn is None else turn.answer_id
+
+
+async def answer_sent(
+    provider: Any, session: Session, asked: Origin, sent: Origin, answer: str | None = None
+) -> bool:
+    """Record that the stored answer to the message received from `asked` (its id
+    `answer`, when already looked up) went out as `sent` (module doc); False when the
+    provider keeps no origins, the answer is not stored in `session`, or it has its
+    origin already."""
     if not isinstance(unwrap(provider), AnswerOrigins):
         return False
+    found = answer if answer is not None else await answer_id(provider, session, asked)
+    return found is not None and await provider.add_origin(session, found, sent)
+
+
+async def answer_shown(provider: Any, session: Session, asked: Origin) -> bool | None:
+    """Whether the stored answer to the message received from `asked` has gone out (it
+    has an origin, module doc); None when that cannot be told: the provider keeps no
+    origins, or no answer to that message is stored in `session`."""
+    inner = unwrap(provider)
+    if not isinstance(inner, AnswerOrigins) or not isinstance(inner, MessageReader):
+        return None
     turn = await provider.answered_turn(session, asked)
-    return turn is not None and await provider.add_origin(session, turn.answer_id, sent)
+    if turn is None:
+        return None
+    found = await provider.read_message(session, turn.answer_id)
+    return found.origin is not None

@@ -9,8 +9,9 @@ archives, an `ExtraSource`). `Recall` decides what a query means and merges the 
   searched literally instead, so anything stored can be found.
 - `hybrid`: `full_text` fused with embedding similarity when the provider has embeddings
   (memory/fusion.py): the best HYBRID_POOL of each, so a hit found by meaning alone,
-  sharing no word with the query, can rank; without embeddings it is `full_text`, and
-  an item not embedded yet is still found by its words.
+  sharing no word with the query, can rank (if its cosine reaches the model's
+  `min_similarity`: a far neighbour is no match); without embeddings it is `full_text`,
+  and an item not embedded yet is still found by its words.
 - `substring`: the text literally, case-insensitive, newest first.
 
 Scope: the memory belongs to the user (the group, in a group), so it is every
@@ -190,15 +191,21 @@ class Recall:
             also=list(words),
         )
         nearest = [h for h in vector_hits if h.nearest]
-        similarity = [h for h in vector_hits if not h.nearest]
+        similarity = {(h.source, h.key): h.score for h in vector_hits if not h.nearest}
         meaning = await self._resolve_vectors(session, conv_ids, nearest, needles)
+        # Far neighbours without a word of the question are no match (the floor's reason:
+        # memory/semantic/__init__.py). They stay in the meaning scale, so no other item's
+        # fused score moves: the floor only takes items off the list.
+        floor = self.semantic.min_similarity
+        far = {_key(r): r.score for r in meaning if r.score < floor and _key(r) not in words}
+        meaning = [r for r in meaning if _key(r) not in far]
         found = {_key(r): r for r in meaning}
         found.update(words)  # their snippets centre on a word
         out = []
         for item in fuse(
             [(_key(r), r.score) for r in lexical_hits],
             [(_key(r), r.score) for r in meaning],
-            similarity={(h.source, h.key): h.score for h in similarity},
+            similarity={**similarity, **far},
         ):
             result = found[item.key]
             result.score, result.signals = item.score, item.signals

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +12,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.testing.databases import temp_database_url, temp_engine
 from tests.waits import factor
+
+
+def _clear_setting_variables() -> None:
+    """A developer's shell may configure mnemo (TELEGRAM_BOT_TOKEN, MNEMO_LLM__MODEL...),
+    and the environment overrides config files: the tests' bots are set up by the tests."""
+    from bot.config import Settings
+    from bot.config_env import setting_variables
+
+    for name in setting_variables(Settings, os.environ):
+        del os.environ[name]
+
+
+_clear_setting_variables()
 
 DB_KINDS = [
     pytest.param("sqlite", id="sqlite"),

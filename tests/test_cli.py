@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import main
+from bot.cli import build_parser, main
 from tests.test_config import COMMANDS
 from tests.waits import scaled
 
@@ -38,7 +39,7 @@ def test_top_level_help_lists_every_command(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "cmd",
-    sorted({tuple(c[:2]) if c[0] in ("memory", "web") else (c[0],) for c in COMMANDS}),
+    sorted({tuple(c[:2]) if c[0] in ("memory", "web", "config") else (c[0],) for c in COMMANDS}),
     ids=" ".join,
 )
 def test_every_subcommand_has_help(
@@ -102,3 +103,45 @@ def test_an_unexpected_error_prints_its_traceback_without_secrets(
     assert "Traceback (most recent call last)" in err and "RuntimeError: the server said no" in err
     for secret in (token, token.split(":")[1], key):
         assert secret not in err, err
+
+
+def _parsers(
+    parser: argparse.ArgumentParser, name: str = "mnemo"
+) -> list[tuple[str, argparse.ArgumentParser]]:
+    found = [(name, parser)]
+    for action in parser._actions:  # argparse offers no public walk of sub-parsers
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                found += _parsers(sub, f"{name} {sub_name}")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("name", "parser"), _parsers(build_parser()), ids=[n for n, _ in _parsers(build_parser())]
+)
+def test_every_argument_has_help_its_default_and_the_command_examples(
+    name: str, parser: argparse.ArgumentParser
+) -> None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction | argparse._HelpAction):
+            continue
+        what = f"{name} {action.dest}"
+        assert action.help and action.help.strip(), f"{what}: no help"
+        if action.option_strings and action.default not in (None, argparse.SUPPRESS):
+            assert "default" in action.help, f"{what}: default {action.default!r} not said"
+    help_text = parser.format_help()
+    assert "\nexamples:\n  " in help_text, name
+    examples = help_text.split("\nexamples:\n", 1)[1].splitlines()
+    assert examples and all("mnemo " in line for line in examples), name
+    words = name.split()[1:]
+    for line in examples:  # each runs this very command
+        assert all(word in line.split() for word in words), (name, line)
+
+
+def test_version_is_the_installed_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"mnemo {version('mnemo')}\n"

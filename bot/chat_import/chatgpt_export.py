@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 import ijson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from bot.chat_import.limits import Limits, bounded_events
 from bot.chat_import.sources import (
     ImportRefused,
     SourceChat,
@@ -30,7 +31,6 @@ from bot.chat_import.sources import (
     SourceMessage,
     clipped,
     first_error,
-    json_syntax,
     plain_id,
     timestamp,
 )
@@ -146,12 +146,11 @@ class ChatGPTExport:
     file_name = "conversations.json"
     stable_seq = False
 
-    def read(self, stream: BinaryIO, name: str) -> Iterator[SourceItem]:
+    def read(self, stream: BinaryIO, name: str, limits: Limits) -> Iterator[SourceItem]:
         index = 0
-        with json_syntax(name):
-            for raw in ijson.items(stream, "item", use_float=True):
-                yield from self._conversation(index, raw, name)
-                index += 1
+        for raw in ijson.items(bounded_events(stream, name, limits), "item"):
+            yield from self._conversation(index, raw, name)
+            index += 1
         if index == 0:
             raise ImportRefused(
                 f"{name}: no conversation in it: is it the conversations.json "

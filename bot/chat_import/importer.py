@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.chat_import import ledger
+from bot.chat_import import ledger, sandbox
 from bot.chat_import.chatgpt_export import ChatGPTExport
+from bot.chat_import.limits import Limits
 from bot.chat_import.sources import (
     ExportFormat,
     ImportRefused,
@@ -102,6 +104,7 @@ class Plan:
     path: Path
     user_id: int
     agent_id: str
+    limits: Limits
     chats: list[ChatPlan] = field(default_factory=list)
     others: int = 0  # chats in the file left out by --chat
 
@@ -131,13 +134,13 @@ def _matches(chat: SourceChat, wanted: str) -> bool:
     return w in (chat.title.casefold(), chat.key.casefold(), chat.key.split(":", 1)[1].casefold())
 
 
-def _items(fmt: ExportFormat, path: Path) -> Iterator[SourceItem]:
+def _items(p: Plan) -> Iterator[SourceItem]:
     try:
-        stream = path.open("rb")
+        stream = p.path.open("rb")
     except OSError as exc:
-        raise ImportRefused(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise ImportRefused(f"cannot read {p.path}: {exc.strerror or exc}") from None
     with stream:
-        yield from fmt.read(stream, path.name)
+        yield from p.format.read(stream, p.path.name, p.limits)
 
 
 async def plan(
@@ -146,18 +149,20 @@ async def plan(
     path: Path,
     user_id: int,
     agent_id: str,
+    limits: Limits,
     chat: str | None = None,
 ) -> Plan:
     """What importing `path` would add (see the module doc). Raises ImportRefused. The
-    file is read in a thread: a big export does not hold up the bot's other chats."""
+    file is read within `limits`, in a child process (`sandbox`): however hostile the
+    file, the bot's memory and its other chats are not what pays."""
     done = await ledger.progress_of(engine, user_id, agent_id)
-    return await asyncio.to_thread(_scan, Plan(fmt, path, user_id, agent_id), done, chat)
+    return await sandbox.scan(Plan(fmt, path, user_id, agent_id, limits), done, chat)
 
 
 def _scan(out: Plan, done: dict[str, ledger.Progress], chat: str | None) -> Plan:
     current: ChatPlan | None = None
     titles: list[str] = []
-    for item in _items(out.format, out.path):
+    for item in _items(out):
         if isinstance(item, SourceChat):
             if current is not None:
                 current.close()
@@ -231,19 +236,27 @@ async def run(
         if on_progress is not None:
             on_progress(report.messages)
 
-    for item in _items(p.format, p.path):
+    async def store(item: SourceItem) -> None:
+        nonlocal current
         if isinstance(item, SourceChat):
             await flush()
             current = todo.get(item.index)
             if current is not None:
                 await _open_archived(manager, current)
                 report.sessions.append(current.session)
-            continue
+            return
         if current is None or item.seq <= current.done.last_seq:
-            continue
+            return
         batch.append((item.seq, item.key, Message(item.role, item.text, created_at=item.at)))
         if len(batch) >= BATCH:
             await flush()
+
+    # The file the plan read (within its limits, in the sandbox) read again here, off
+    # the event loop, a batch at a time; no deadline: the writes take what they take.
+    items = _items(replace(p, limits=replace(p.limits, seconds=None)))
+    while chunk := await asyncio.to_thread(list, islice(items, BATCH)):
+        for item in chunk:
+            await store(item)
     await flush()
     return report
 

@@ -1,20 +1,22 @@
 """What every export format yields, in file order: a `SourceChat`, then its
-`SourceMessage`s, then the next chat. A format reads its file as a stream (ijson), one
-item at a time, validated by a pydantic model; the first problem stops it with
-`ImportRefused`, one line naming the file, where in it, and what is wrong."""
+`SourceMessage`s, then the next chat. A format reads its file as a stream (ijson's
+events, within `limits.Limits`), one item at a time, validated by a pydantic model; the
+first problem stops it with `ImportRefused`, one line naming the file, where in it, and
+what is wrong."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
-import ijson
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from bot.chat_import.limits import Limits
 
 # Text of one imported message, at most (the bot refuses longer turns too): a longer one
 # is cut, saying so, rather than refusing a whole export for one pasted log.
@@ -62,8 +64,9 @@ class ExportFormat(Protocol):
     # position on ChatGPT's branch moves when an earlier message is edited).
     stable_seq: bool
 
-    def read(self, stream: BinaryIO, name: str) -> Iterator[SourceItem]:
-        """The items of `stream`; refusals name the file `name`."""
+    def read(self, stream: BinaryIO, name: str, limits: Limits) -> Iterator[SourceItem]:
+        """The items of `stream`, read within `limits` (`bot.chat_import.limits`);
+        refusals name the file `name`."""
         ...
 
 
@@ -96,20 +99,3 @@ def first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"])
     return f"{where}: {err['msg']}" if where else str(err["msg"])
-
-
-@contextmanager
-def json_syntax(file_name: str) -> Iterator[None]:
-    """A JSON syntax error of ijson's within the block as ImportRefused."""
-    try:
-        yield
-    except ijson.JSONError as exc:
-        # ijson's messages quote the bytes it choked on: keep the line short.
-        reason = str(exc).splitlines()[0][:160] if str(exc) else "not valid JSON"
-        raise ImportRefused(f"{file_name} is not valid JSON: {reason}") from None
-
-
-def json_events(stream: BinaryIO, file_name: str) -> Iterator[tuple[str, str, Any]]:
-    """ijson's (prefix, event, value) events."""
-    with json_syntax(file_name):
-        yield from ijson.parse(stream, use_float=True)

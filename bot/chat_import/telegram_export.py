@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 import ijson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bot.chat_import.limits import Limits, bounded_events
 from bot.chat_import.sources import (
     ImportRefused,
     SourceChat,
@@ -34,7 +35,6 @@ from bot.chat_import.sources import (
     SourceMessage,
     clipped,
     first_error,
-    json_events,
     timestamp,
 )
 
@@ -266,9 +266,9 @@ class TelegramExport:
     file_name = "result.json"
     stable_seq = True
 
-    def read(self, stream: BinaryIO, name: str) -> Iterator[SourceItem]:
+    def read(self, stream: BinaryIO, name: str, limits: Limits) -> Iterator[SourceItem]:
         walk = _Walk(name)
-        for prefix, event, value in json_events(stream, name):
+        for prefix, event, value in bounded_events(stream, name, limits):
             item = walk.feed(prefix, event, value)
             if item is not None:
                 yield item

@@ -26,9 +26,11 @@ registered with Telegram, so the endpoint is never open.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import hmac
 import logging
-import secrets
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -80,6 +82,16 @@ def require_token(settings: Settings) -> str:
             "no Telegram bot token: set TELEGRAM_BOT_TOKEN (or telegram.token in the config)"
         )
     return token
+
+
+def derived_webhook_secret(token: str) -> str:
+    """The webhook secret when none is configured: HMAC-SHA256 of a fixed label keyed with
+    the bot token. Every replica of one bot derives the same secret, so any of them accepts
+    what Telegram sends (a random secret per process made all but the last replica to call
+    setWebhook answer 403); the token cannot be recovered from it. 43 characters of
+    [A-Za-z0-9_-], as Telegram allows."""
+    digest = hmac.new(token.encode(), b"mnemo telegram webhook secret v1", hashlib.sha256)
+    return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 
 
 def build_application(
@@ -170,9 +182,14 @@ async def running(
         await inflight.replay()  # updates parked by a previous run (bot.telegram.inbox)
         try:
             if webhook.url:
-                secret = webhook.secret_token.get_secret_value() or secrets.token_urlsafe(32)
+                secret = webhook.secret_token.get_secret_value() or derived_webhook_secret(
+                    require_token(settings)
+                )
                 if not webhook.secret_token:
-                    log.info("telegram.webhook.secret_token is empty: using a random one")
+                    log.info(
+                        "telegram.webhook.secret_token is empty: using one derived from the "
+                        "bot token (the same on every replica)"
+                    )
                 await app.updater.start_webhook(
                     listen=webhook.listen,
                     port=webhook.port,

@@ -15,8 +15,10 @@ so after a crash the last few seconds' answered rows are still marked: harmless,
 
 An answer stored but not taken by Telegram (flood control, or Telegram unreachable past
 the delivery retries) is marked `undelivered` at once, with its text
-(`HandledUpdates.undelivered`), not in the batch: only that mark tells a restart to
-send it, since a row merely not cleared yet may have had its answer sent.
+(`HandledUpdates.undelivered`), not in the batch. A crash between storing an answer and
+sending it marks nothing: a row still marked whose stored answer has no origin
+(`memory.origins.answer_shown`; the origin is recorded once Telegram took it) is sent
+by the restart too, while one whose answer has an origin was shown and is cleared.
 """
 
 from __future__ import annotations
@@ -166,9 +168,11 @@ class HandledUpdates:
         async with write_transaction(self.engine) as conn:
             return await self.insert(conn, update_id)
 
-    async def pending(self, since: datetime) -> list[PendingReply]:
-        """Text updates handled since `since` whose answer may still be due, oldest first."""
+    async def pending(self, since: datetime, before: datetime | None = None) -> list[PendingReply]:
+        """Text updates handled since `since` (and before `before`) whose answer may
+        still be due, oldest first."""
         t = telegram_updates.c
+        until = sa.true() if before is None else t.handled_at < before
         query = (
             sa.select(
                 t.update_id,
@@ -181,7 +185,7 @@ class HandledUpdates:
                 t.undelivered,
                 t.answer,
             )
-            .where(t.bot_id == self.bot_id, owed_since(since))
+            .where(t.bot_id == self.bot_id, owed_since(since), until)
             .order_by(t.update_id)
         )
         async with self.engine.connect() as conn:

@@ -1,6 +1,6 @@
 """What the bot does with each kind of update.
 
-Decisions (README "Telegram" repeats them for operators):
+Decisions (docs/CHAT.md "Telegram" repeats them for operators):
 - Text: one turn of the conversation (see `sessions` for which one). In a group the
   stored text is prefixed with the sender's name, `[Alice] ...`, so the model can tell
   members apart; the bot's @handle is removed.
@@ -17,8 +17,8 @@ Decisions (README "Telegram" repeats them for operators):
   unknown command gets a short help line (in a group only when addressed to this bot by
   `/cmd@bot`, since plain `/cmd` may be meant for another bot).
 - A `/memory forget` preview carries a Forget button (bot.telegram.confirmations): a
-  press runs `/memory forget confirm` for the presser, with their rights, and takes the
-  buttons off the preview.
+  press runs `/memory forget confirm <its preview's code>` for the presser, with their
+  rights; a preview whose request ended (confirmed, cancelled, superseded) loses it.
 - Not allowed (`telegram.allowed_ids`): one polite line, and nothing of the message is
   stored (the pool is never called).
 - Text documents (a text MIME type or file name, `attachments.TEXT_EXTENSIONS`; at
@@ -60,6 +60,11 @@ Decisions (README "Telegram" repeats them for operators):
   the other; different conversations are answered in parallel. The updates of a chat
   (or forum topic) reach these handlers one at a time, in order
   (`bot.telegram.chat_queues`), so no handler orders turns itself.
+- The database away (PostgreSQL down, SQLite's file locked): a turn is held, its update
+  unacknowledged, and tried again with backoff for up to 10 minutes (`bot.store_wait`);
+  one line says the answer is delayed (or, when part of it was streamed, that it is not
+  saved yet). Past that: "NOT saved, please send it again", acknowledged.
+- An unexpected error in any handler: one plain apology line (`FAILED`), never its text.
 - Redelivered updates (the bot died after storing a message, before Telegram heard so):
   a turn (text, text document, captioned media, voice, photo) or command recorded as
   handled is skipped silently (the record is written with the user's message, or right
@@ -78,6 +83,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -98,14 +104,15 @@ from bot.config import Settings
 from bot.images import Image
 from bot.pool import Pool, Reply
 from bot.session_binding import bind_session
-from bot.telegram import sources
+from bot.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
+from bot.telegram import confirmations, sources
 from bot.telegram.attachments import Unreadable, media_note, read_text, text_document, with_file
-from bot.telegram.confirmations import ACTIONS, forget_buttons
 from bot.telegram.confirmations import PREFIX as BUTTONS
 from bot.telegram.delivery import Target
 from bot.telegram.handled import ReplyTo
 from bot.telegram.imports import PREFIX as IMPORT_BUTTONS
 from bot.telegram.imports import ChatImports, export_format, is_import_command
+from bot.telegram.imports import pressed as pressed_import
 from bot.telegram.inflight import Inflight, UpdateReceipt
 from bot.telegram.outbox import Outbox, finish_or_owe
 from bot.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
@@ -128,7 +135,8 @@ from bot.telegram.voice import (
     recording,
     transcribed,
 )
-from memory.types import Origin, Session
+from bot.turns import MEMORY_DOWN
+from memory.types import Origin, Session, utcnow
 from memory.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -201,6 +209,7 @@ class TelegramChannel:
         self.outbox = Outbox()  # answers Telegram could not take yet
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
         self.imports = ChatImports(pool, settings)  # exports sent in private chats
+        self.started = utcnow()  # turns handled since are this run's (bot.telegram.resume)
 
     async def answer_owed(self, bot: Bot) -> int:
         """Answer messages a previous run stored but did not answer (`bot.telegram.resume`)."""
@@ -214,6 +223,7 @@ class TelegramChannel:
             self.pacer,
             self.stream_interval,
             self.outbox,
+            self.started,
         ).answer()
 
     def register(self, app: Application) -> None:
@@ -429,11 +439,22 @@ class TelegramChannel:
             return
         if receipt is not None:  # a stop before the answer: the next start gives it
             receipt.reply_to = ReplyTo(place.chat_id, place.thread_id, message.message_id)
-        session = await self.pool.current_session(base)
-        stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
         # A chat under flood control (or owed earlier answers) gets no streaming and no
         # "typing…": Telegram takes nothing there now, and the answer queues behind.
         quiet = self.outbox.owes(place.chat_id)
+        stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
+        # A store that is down holds the update, unacknowledged, while the turn waits
+        # for it (bot.store_wait); the user hears once that the answer is delayed.
+        wait = StoreWait(None if quiet else functools.partial(self._delayed, stream))
+        try:
+            session = await wait.run(
+                lambda: self.pool.current_session(base), f"the session of update {update.update_id}"
+            )
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            await send_plain_reply(context.bot, target, MEMORY_DOWN)  # past the bound
+            return
         asked = Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id)
         async with contextlib.nullcontext() if quiet else typing(context.bot, target):
             try:
@@ -444,6 +465,7 @@ class TelegramChannel:
                     receipt=receipt,
                     images=images,
                     origin=asked,
+                    wait=wait,
                 )
                 answer, failed, cited = reply.text, reply.error, reply.sources
             except Exception:  # the pool reports its own failures; this is a bug
@@ -469,6 +491,14 @@ class TelegramChannel:
             asked=asked,
             session=session,
         )
+
+    @staticmethod
+    async def _delayed(stream: ReplyStream) -> None:
+        """Said once per held message: its answer waits for the store (bot.store_wait).
+        An answer streamed already (its save failing) is said to be not saved yet."""
+        line = NOT_SAVED_YET if stream.message_ids else DELAYED
+        with contextlib.suppress(TelegramError):  # a notice: the hold goes on without it
+            await send_plain_reply(stream.bot, stream.target, line)
 
     async def _show(
         self,
@@ -499,20 +529,21 @@ class TelegramChannel:
         # Stored, so never lost: what Telegram does not take now is owed, marked so a
         # restart sends it, and shown later by the outbox (bot.telegram.outbox).
         marks = receipt is not None and not failed
+        stored = None if failed else sources.look_up(self.pool, session, asked)
 
-        async def after() -> None:  # the answer is shown: its sources apart, its origin
+        async def after() -> None:  # the answer is shown: its origin, its sources apart
+            if not failed:  # first: until it is recorded, a crash means a resend
+                await sources.record_sent(self.pool, session, asked, stream, stored)
             if apart and quote is not None:
                 with contextlib.suppress(TelegramError):  # the answer is shown; this is extra
                     await send_plain_reply(
                         bot, dataclasses.replace(target, reply_to=quote), footer.strip()
                     )
-            if not failed:
-                await sources.record_sent(self.pool, session, asked, stream)
 
         async def late() -> None:  # the outbox delivered it
+            await after()
             if marks and receipt is not None:
                 await receipt.delivered()
-            await after()
 
         shown = await finish_or_owe(
             self.outbox,
@@ -522,6 +553,7 @@ class TelegramChannel:
             quote=asked.message_id,
             mark=receipt.undelivered if marks and receipt else None,
             late=late,
+            dropped=receipt.gave_up if marks and receipt else None,
         )
         if shown:
             if receipt is not None:
@@ -564,23 +596,27 @@ class TelegramChannel:
             )
         if receipt is not None:
             await receipt.record()  # its effect happened: never run it twice
-        buttons = forget_buttons(answer) if name == "memory" else None
-        await send_plain_reply(context.bot, target, answer, buttons)
+        words = args if name == "memory" else None  # a forget preview gets its buttons
+        await confirmations.reply(context.bot, self.pool, target, answer, words)
 
     async def on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """A button under a forget preview (bot/telegram/confirmations.py): the command
-        it stands for, run for the person who pressed it."""
+        it stands for, with its preview's code, run for the person who pressed it."""
         query = update.callback_query
         if query is None or not isinstance(query.message, Message):
             return
-        words = ACTIONS.get(query.data or "")
+        button = confirmations.pressed(query.data or "")
         message, user = query.message, query.from_user
         place = Place.of(message)
         await query.answer()
-        if words is None or not is_allowed(self.tg, user.id, place.chat_id):
+        if not is_allowed(self.tg, user.id, place.chat_id):
             return
-        with contextlib.suppress(TelegramError):  # pressed twice, or too old to edit
-            await message.edit_reply_markup(reply_markup=None)
+        target = self._target(message, place)
+        if button is None:  # a button from before codes: its preview is unknown
+            await confirmations.after_press(context.bot, self.pool, message, None)
+            await confirmations.no_longer_valid(context.bot, target)
+            return
+        code, words = button
         base = base_session(self.settings.agent.id, place, user.id)
         answer = await handle_command(
             self.pool,
@@ -590,15 +626,17 @@ class TelegramChannel:
             is_admin=is_admin(self.tg, user.id),
             limit=self.reply_limit,
         )
-        await send_plain_reply(context.bot, self._target(message, place), answer)
+        await confirmations.after_press(context.bot, self.pool, message, code)
+        await send_plain_reply(context.bot, target, answer)
 
     async def on_import_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Import or Cancel under an import offer (bot/telegram/imports.py): the offer is
-        the presser's own, found by their user id (offers are made in private chats)."""
+        the presser's own, found by their user id (offers are made in private chats), and
+        only the one the button was shown with (its code)."""
         query = update.callback_query
         if query is None or not isinstance(query.message, Message):
             return
-        action = (query.data or "").removeprefix(IMPORT_BUTTONS)
+        action, code = pressed_import(query.data or "")
         message, user = query.message, query.from_user
         place = Place.of(message)
         await query.answer()
@@ -609,7 +647,9 @@ class TelegramChannel:
         with contextlib.suppress(TelegramError):  # pressed twice, or too old to edit
             await message.edit_reply_markup(reply_markup=None)
         target = self._target(message, place)
-        said = await self.imports.command(context.bot, target, user.id, f"import {action}")
+        said = await self.imports.command(
+            context.bot, target, user.id, f"import {action}", code=code
+        )
         if said is not None:
             await send_plain_reply(context.bot, target, said)
 
@@ -636,5 +676,13 @@ class TelegramChannel:
         )
 
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A handler raised (a bug, or a failure nothing expected): logged, and the user
+        hears one plain apology (never the error's text) rather than silence. PTB calls
+        this once per failed update (one handler group)."""
         update_id = update.update_id if isinstance(update, Update) else None
         log.error("update %s failed: %s", update_id, context.error, exc_info=context.error)
+        message = update.effective_message if isinstance(update, Update) else None
+        if message is None:
+            return
+        with contextlib.suppress(TelegramError):  # nothing more to say if this fails too
+            await send_plain_reply(context.bot, self._target(message, Place.of(message)), FAILED)

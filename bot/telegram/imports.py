@@ -6,9 +6,19 @@
   API's download limit (a bigger export: the operator's `mnemo memory import-chat`).
   The bot downloads it, reads it whole (a malformed file: one line, nothing kept) and
   answers with what it would import, an Import button and `/memory import confirm`.
+  The read is bounded (`bot.chat_import.limits.IN_CHAT`: depth, size, time) and runs in
+  a child process with a memory cap (`bot.chat_import.sandbox`): a hostile file is
+  refused in one line and its update recorded as handled like any offer, so a restart
+  never reads it again.
 - The offer is kept `CONFIRM_WITHIN_S` per user, the newest only, its file in
   `<data_dir>/imports/` (deleted once imported, cancelled, expired, or at the next
-  start); `/memory import cancel` drops it. A confirmation imports into the confirming user's own memory only
+  start); `/memory import cancel` drops it. Its buttons carry the offer's code, so they
+  act only on their own offer, once: a button of an offer that was imported, cancelled
+  or replaced by a newer one answers that it is no longer valid. An offer that ends
+  (a newer offer, typed confirm or cancel) loses its buttons. The typed
+  `/memory import confirm` takes the newest offer: only the chat's user makes offers,
+  and an import is undone by `/memory forget`. Offers live in the process that
+  downloaded the file (it is on that replica's disk). A confirmation imports into the confirming user's own memory only
   (the offer is theirs: a private chat's user), in the background (the chat stays
   free meanwhile), editing one message with its progress, then the outcome. One
   import per user at a time.
@@ -24,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import shutil
 import time
 from dataclasses import dataclass
@@ -34,6 +45,7 @@ from telegram import Bot, Document, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import TelegramError
 
 from bot.chat_import import importer, ledger
+from bot.chat_import.limits import IN_CHAT
 from bot.chat_import.sources import ImportRefused
 from bot.chat_import.summary import plan_lines, report_line
 from bot.commands import failure_reason
@@ -50,6 +62,7 @@ log = logging.getLogger(__name__)
 MAX_IMPORT_BYTES = 20 * 1024 * 1024  # what the Bot API lets a bot download
 CONFIRM_WITHIN_S = 600.0
 PROGRESS_EVERY_S = 2.0
+READING_AT_ONCE = 2
 EXPORT_NAMES = {"result.json": "telegram", "conversations.json": "chatgpt"}
 CONFIRM = "/memory import confirm"
 PREFIX = "mnemo:import:"
@@ -82,6 +95,20 @@ def is_import_command(words: str) -> bool:
 class _Offer:
     plan: importer.Plan
     at: float
+    code: str  # what its buttons carry
+    shown: tuple[int, int] | None = None  # (chat id, message id) of the offer's buttons
+
+
+NO_LONGER_VALID = (
+    "That button is no longer valid: its export was imported, cancelled or replaced by a newer one."
+)
+
+
+def pressed(data: str) -> tuple[str, str]:
+    """(action, code) of an Import or Cancel button's callback data ("" code: a button
+    from before codes, which matches no offer)."""
+    action, _, code = data.removeprefix(PREFIX).partition(":")
+    return action, code
 
 
 class ChatImports:
@@ -91,6 +118,9 @@ class ChatImports:
         self.dir = Path(settings.data_dir) / "imports"
         self._offers: dict[int, _Offer] = {}  # user id -> the newest offer
         self._running: dict[int, asyncio.Task[None]] = {}
+        # Files read at once (each in its own capped child, `bot.chat_import.sandbox`):
+        # the most memory imports may take is READING_AT_ONCE x IN_CHAT.memory_mb.
+        self._reading = asyncio.Semaphore(READING_AT_ONCE)
 
     # --- the offer ------------------------------------------------------------------
 
@@ -107,8 +137,8 @@ class ChatImports:
         except Unreadable as refused:
             await send_plain_reply(bot, target, refused.line)
             return
-        self._drop(user_id)  # the newest offer only
-        self._expire()
+        for ended in [self._drop(user_id), *self._expire()]:  # the newest offer only
+            await _unbutton(bot, ended)
         # A directory per offer (the same file sent again, while the first is imported,
         # is another), the file under the export's own name, which refusals quote.
         offer_dir = f"{user_id}-{doc.file_unique_id}-{time.monotonic_ns()}"
@@ -116,7 +146,10 @@ class ChatImports:
         await asyncio.to_thread(_write, path, body)
         del body
         try:
-            plan = await importer.plan(engine, importer.FORMATS[fmt], path, user_id, self.agent_id)
+            async with self._reading:
+                plan = await importer.plan(
+                    engine, importer.FORMATS[fmt], path, user_id, self.agent_id, IN_CHAT
+                )
         except ImportRefused as exc:
             _discard(path)
             await send_plain_reply(bot, target, f"I can't import that file: {exc}")
@@ -129,7 +162,7 @@ class ChatImports:
             _discard(path)
             await send_plain_reply(bot, target, "\n".join(lines))
             return
-        self._offers[user_id] = _Offer(plan, time.monotonic())
+        offer = self._offers[user_id] = _Offer(plan, time.monotonic(), secrets.token_hex(4))
         lines.append(
             f"Reply {CONFIRM} within {int(CONFIRM_WITHIN_S // 60)} minutes to import it "
             "into your memory (only yours)."
@@ -137,12 +170,13 @@ class ChatImports:
         buttons = InlineKeyboardMarkup(
             [
                 [
-                    InlineKeyboardButton("Import", callback_data=f"{PREFIX}confirm"),
-                    InlineKeyboardButton("Cancel", callback_data=f"{PREFIX}cancel"),
+                    InlineKeyboardButton("Import", callback_data=f"{PREFIX}confirm:{offer.code}"),
+                    InlineKeyboardButton("Cancel", callback_data=f"{PREFIX}cancel:{offer.code}"),
                 ]
             ]
         )
-        await send_plain_reply(bot, target, "\n".join(lines), buttons)
+        message_id = await send_plain_reply(bot, target, "\n".join(lines), buttons)
+        offer.shown = (target.chat_id, message_id)
 
     def _drop(self, user_id: int) -> _Offer | None:
         offer = self._offers.pop(user_id, None)
@@ -150,38 +184,47 @@ class ChatImports:
             _discard(offer.plan.path)
         return offer
 
-    def _expire(self) -> None:
+    def _expire(self) -> list[_Offer]:
         """Drop the offers (and their files) nobody confirmed in time."""
         now = time.monotonic()
-        for user_id, offer in list(self._offers.items()):
-            if now - offer.at > CONFIRM_WITHIN_S:
-                self._drop(user_id)
+        return [
+            self._drop(user_id) or offer
+            for user_id, offer in list(self._offers.items())
+            if now - offer.at > CONFIRM_WITHIN_S
+        ]
 
-    def _take(self, user_id: int) -> _Offer | None:
+    def _current(self, user_id: int, code: str | None) -> _Offer | None:
+        """The user's offer, when it is live and, for a button (`code`), that button's."""
         offer = self._offers.get(user_id)
-        if offer is None:
+        if offer is None or (code is not None and offer.code != code):
             return None
         if time.monotonic() - offer.at > CONFIRM_WITHIN_S:
             self._drop(user_id)
             return None
-        return self._offers.pop(user_id)
+        return offer
 
     # --- confirm / cancel -----------------------------------------------------------
 
-    async def command(self, bot: Bot, target: Target, user_id: int, words: str) -> str | None:
+    async def command(
+        self, bot: Bot, target: Target, user_id: int, words: str, *, code: str | None = None
+    ) -> str | None:
         """`/memory import <confirm|cancel>`: the answer, or None when it answered itself
-        (the progress message)."""
+        (the progress message). `code`: pressed on that offer's button, which acts on
+        that offer only."""
         action = words.lower().split()[1:]
-        if action == ["cancel"]:
-            return "Import cancelled." if self._drop(user_id) else NOTHING
-        if action != ["confirm"]:
+        if action not in (["cancel"], ["confirm"]):
             return USAGE
         running = self._running.get(user_id)
-        if running is not None and not running.done():
+        if action == ["confirm"] and running is not None and not running.done():
             return "An import of yours is running already: wait for it to finish."
-        offer = self._take(user_id)
+        offer = self._current(user_id, code)
         if offer is None:
-            return NOTHING
+            return NOTHING if code is None else NO_LONGER_VALID
+        if action == ["cancel"]:
+            await _unbutton(bot, self._drop(user_id))
+            return "Import cancelled."
+        del self._offers[user_id]  # its file goes when the import ends
+        await _unbutton(bot, offer)
         task = asyncio.create_task(
             self._import(bot, target, user_id, offer.plan), name=f"import:{user_id}"
         )
@@ -266,6 +309,14 @@ def _discard(path: Path) -> None:
     path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         path.parent.rmdir()
+
+
+async def _unbutton(bot: Bot, offer: _Offer | None) -> None:
+    if offer is None or offer.shown is None:
+        return
+    chat_id, message_id = offer.shown
+    with contextlib.suppress(TelegramError):  # gone, or its buttons off already
+        await bot.edit_message_reply_markup(chat_id=chat_id, message_id=message_id)
 
 
 async def _edit(bot: Bot, target: Target, message_id: int, text: str) -> None:

@@ -6,6 +6,8 @@ its append committed (the pool calls `UpdateReceipt.stored`), a command once it 
 was recorded; and in any case when its handling ended, however it ended (a `finally`:
 a handler that raised must not pin the acknowledgement forever). Only cancellation at
 shutdown leaves an update undurable, so Telegram sends it again to the next process.
+A turn waiting for a database that is away (`bot.store_wait`) has not ended: its update
+stays undurable, unacknowledged, until its message is stored (or the wait's bound passes).
 
 Redeliveries: `UpdateReceipt.seen_before()` asks `HandledUpdates` whether a previous
 process handled the update already; `write` records it in the user message's own
@@ -32,6 +34,7 @@ from telegram import Update
 from telegram.ext import Application
 
 from bot.pool import AlreadyStored
+from bot.store_wait import transient
 from bot.telegram.chat_queues import ChatQueueProcessor
 from bot.telegram.handled import HandledUpdates, ReplyTo
 from bot.telegram.inbox import PARK_AT, Inbox, instance_id
@@ -260,7 +263,12 @@ class Inflight:
         try:
             claimed = await self.inbox.claim()
         except Exception as exc:  # they stay parked for the next try
-            log.error("could not read the parked updates: %s", exc)
+            # Every 5 s while the database is away (bot.store_wait): not an error each time.
+            log.log(
+                logging.WARNING if transient(exc) else logging.ERROR,
+                "could not read the parked updates: %s",
+                exc,
+            )
             return 0
         taken = 0
         for update_id, payload in claimed:

@@ -164,13 +164,15 @@ async def finish_or_owe(
     quote: int | None = None,
     mark: Callable[[str], Awaitable[None]] | None = None,
     late: Callable[[], Awaitable[None]] | None = None,
+    dropped: Callable[[], Awaitable[None]] | None = None,
 ) -> bool:
     """Show `answer` through `stream` now; True once shown. When Telegram cannot take it
     now (flood control, 5xx or no connection past the retries), or the chat already owes
     earlier answers, `mark(answer)` records it as owed (awaited before handing over, so a stop
     loses nothing), and the outbox shows it later, quoting message `quote` if nothing of
     it is in the chat yet, then runs `late`. A 400 or a timeout (which may have
-    delivered it) is raised as before: neither is worth another try."""
+    delivered it) is raised as before, after `dropped()`: neither is worth another try,
+    so the answer's row must not make the next start send it again."""
     chat_id = stream.target.chat_id
 
     async def deliver() -> None:
@@ -184,6 +186,8 @@ async def finish_or_owe(
             await stream.finish(answer)
             return True
         except (BadRequest, TimedOut):
+            if dropped is not None:
+                await dropped()
             raise
         except (RetryAfter, NetworkError) as exc:
             failure = exc

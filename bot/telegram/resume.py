@@ -26,6 +26,20 @@ again from its stored turn, read back by where its question came from
 whose sources followed on their own, or a row with no text). Each answer sent is
 linked to its first Telegram message (`sources.record_sent`).
 
+An answer a crash kept from Telegram is sent too: stored, then the process died before
+Telegram took it, so nothing marked it `undelivered`. Its row is still marked as owed
+(it is cleared only once the answer went), and the stored answer has no origin (one is
+recorded as soon as Telegram took it, `sources.record_sent`). Each such answer is sent
+like an undelivered one, under the session's turn lock (`Pool.turn_lock`): two
+processes starting together send it once, the second finding the origin the first
+recorded. Only rows handled before this run started are looked at: a turn of this run
+is still being sent by its handler. One window remains: Telegram took the answer and
+the process died before its origin was committed (one insert after the send,
+`sources.look_up`); that answer is sent again, a duplicate rather than a loss
+(docs/RELIABILITY.md). A provider that keeps no origins cannot tell: its rows are
+settled as before. The origin is the truth for `undelivered` rows too: one whose
+answer has an origin went (the crash came before its mark was cleared) and is settled.
+
 Rows marked before revision bot_0006 carry no text: the latest answer is read back
 (`Pool.stored_answer`) and sent only while its message is still the conversation's
 latest (not after the user wrote again, nor after a /new).
@@ -41,7 +55,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from telegram import Bot
 
@@ -75,8 +89,10 @@ class OwedAnswers:
         pacer: EditPacer,
         stream_interval: float,
         outbox: Outbox,
+        started: datetime | None = None,
     ) -> None:
         self.bot = bot
+        self.started = started  # rows handled since are this run's own turns
         self.pool = pool
         self.handled = handled
         self.agent_id = settings.agent.id
@@ -87,7 +103,7 @@ class OwedAnswers:
     async def answer(self) -> int:
         """Answer every session still owed an answer; returns how many were sent."""
         owed: dict[str, list[PendingReply]] = {}
-        for row in await self.handled.pending(utcnow() - RESUME_WITHIN):
+        for row in await self.handled.pending(utcnow() - RESUME_WITHIN, self.started):
             owed.setdefault(row.session_id, []).append(row)
         slots = asyncio.Semaphore(RESUME_AT_ONCE)
 
@@ -95,7 +111,9 @@ class OwedAnswers:
             async with slots:
                 return await self._resume(session_id, rows)
 
-        return sum(await asyncio.gather(*(one(sid, rows) for sid, rows in owed.items())))
+        sent = sum(await asyncio.gather(*(one(sid, rows) for sid, rows in owed.items())))
+        log.info("owed answers looked at: %d session(s), %d answer(s) sent", len(owed), sent)
+        return sent
 
     async def _resume(self, session_id: str, rows: list[PendingReply]) -> bool:
         """Answer one session's owed message(s), if still owed; True if an answer went
@@ -109,7 +127,10 @@ class OwedAnswers:
             # Answers stored and owed, oldest first, each quoting its own message.
             settled: list[int] = []
             for row in rows:
-                if row.undelivered and row.answer is not None:
+                # Owed, but its origin says it went: a crash before the mark was cleared.
+                if row.undelivered and await self.pool.answer_shown(session, _asked(row)):
+                    settled.append(row.update_id)
+                elif row.undelivered and row.answer is not None:
                     sent |= await self._send(
                         session,
                         row,
@@ -118,6 +139,8 @@ class OwedAnswers:
                         mark=None,
                         what="a stored answer Telegram did not take",
                     )
+                elif await self._unshown(session, row):
+                    sent = True
                 else:
                     settled.append(row.update_id)
             stream = self._stream(last)
@@ -151,6 +174,22 @@ class OwedAnswers:
             log.warning("could not answer the owed message of session %s: %s", session_id, exc)
         return sent
 
+    async def _unshown(self, session: Session, row: PendingReply) -> bool:
+        """Send the stored answer to `row`'s message if Telegram never took it (module
+        doc); True if it went, or is owed through the outbox."""
+        async with self.pool.turn_lock(session):
+            reply = await self.pool.unshown(session, _asked(row))
+            if reply is None:
+                return False
+            return await self._send(
+                session,
+                row,
+                reply.text + sources.footer(reply.sources),
+                self._stream(row),
+                what="a stored answer a crash kept from Telegram",
+                mark=self._mark(row),
+            )
+
     def _stream(self, row: PendingReply) -> ReplyStream:
         target = Target(row.chat_id, row.thread_id, row.message_id)
         return ReplyStream(self.bot, target, self.pacer, self.stream_interval)
@@ -174,11 +213,18 @@ class OwedAnswers:
         """Show `answer` to `row`'s message now or through the outbox; its row is
         settled once it went, and the stored answer linked to where it went."""
 
-        async def settle() -> None:
-            await self.handled.settle([row.update_id])
-            await sources.record_sent(self.pool, session, _asked(row), stream)
+        stored = sources.look_up(self.pool, session, _asked(row))
 
-        if await finish_or_owe(self.outbox, stream, answer, what=what, mark=mark, late=settle):
+        async def settle() -> None:
+            await sources.record_sent(self.pool, session, _asked(row), stream, stored)
+            await self.handled.settle([row.update_id])
+
+        async def dropped() -> None:  # a 400 or a timeout: not worth another start's try
+            await self.handled.settle([row.update_id])
+
+        if await finish_or_owe(
+            self.outbox, stream, answer, what=what, mark=mark, late=settle, dropped=dropped
+        ):
             await settle()
             log.info("sent %s (session %s)", what, row.session_id)
         return True

@@ -15,9 +15,10 @@ own answer, cited later or opened with `/memory show`, links like a user's messa
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
 from bot.telegram.replies import ReplyStream
@@ -67,15 +68,38 @@ def quoted(sources: Sequence[Source], chat_id: int) -> int | None:
     return None
 
 
-async def record_sent(pool: Pool, session: Session, asked: Origin, stream: ReplyStream) -> None:
+def look_up(pool: Pool, session: Session, asked: Origin) -> asyncio.Task[str | None]:
+    """The stored answer's id, looked up in the background while the answer is sent:
+    once Telegram took it, `record_sent` then writes its origin in one insert. Until
+    that commits, a crash makes the next start send the answer again
+    (bot.telegram.resume), so that window is kept as short as it can be."""
+
+    async def find() -> str | None:
+        try:
+            return await pool.answer_id(session, asked)
+        except Exception as exc:  # record_sent looks again
+            log.warning("could not look up the stored answer of %s: %s", session.id, exc)
+            return None
+
+    return asyncio.ensure_future(find())
+
+
+async def record_sent(
+    pool: Pool,
+    session: Session,
+    asked: Origin,
+    stream: ReplyStream,
+    answer: Awaitable[str | None] | None = None,
+) -> None:
     """The answer to the message from `asked`, shown through `stream`, went out as the
-    stream's first message: recorded as its origin (module doc). Best effort: the
-    answer is shown; a failure only leaves it without a link."""
+    stream's first message: recorded as its origin (module doc); `answer`: its stored
+    id, from `look_up`. Best effort: the answer is shown; a failure only leaves it
+    without a link."""
     if not stream.message_ids:
         return
     target = stream.target
     sent = Origin(CHANNEL, target.chat_id, stream.message_ids[0], target.thread_id)
     try:
-        await pool.answer_sent(session, asked, sent)
+        await pool.answer_sent(session, asked, sent, None if answer is None else await answer)
     except Exception as exc:
         log.warning("could not record where the answer of %s was sent: %s", session.id, exc)

@@ -19,16 +19,12 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections import deque
 from dataclasses import dataclass
 
 from bot.config import WebOperator, WebSettings
 
 SESSION_COOKIE = "mnemo_session"
 PRE_COOKIE = "mnemo_pre"  # the CSRF nonce of the login form
-# Failed logins from one address within the window before it must wait (a token has 256
-# bits; this keeps the log quiet and a guessing script slow).
-MAX_FAILURES, FAILURE_WINDOW_S = 10, 300.0
 
 
 def hash_token(token: str) -> str:
@@ -57,7 +53,6 @@ class Gate:
         self.settings = settings
         configured = settings.session_secret.get_secret_value()
         self._key = configured.encode() if configured else secrets.token_bytes(32)
-        self._failures: dict[str, deque[float]] = {}
 
     # -- tokens ---------------------------------------------------------------------
 
@@ -68,19 +63,6 @@ class Gate:
             if hmac.compare_digest(op.token_sha256, digest):
                 found = op
         return found
-
-    def throttled(self, address: str) -> bool:
-        seen = self._failures.get(address)
-        if not seen:
-            return False
-        while seen and seen[0] < time.monotonic() - FAILURE_WINDOW_S:
-            seen.popleft()
-        return len(seen) >= MAX_FAILURES
-
-    def failed(self, address: str) -> None:
-        if len(self._failures) > 10_000:  # bounded: a scan from many addresses
-            self._failures.clear()
-        self._failures.setdefault(address, deque()).append(time.monotonic())
 
     # -- session cookies ------------------------------------------------------------
 

@@ -9,7 +9,6 @@ Jinja2 with autoescape on (bot/web/templates/), so stored text never becomes mar
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
 import secrets
@@ -29,6 +28,10 @@ from bot.config import Settings
 from bot.web import reads
 from bot.web.auth import PRE_COOKIE, SESSION_COOKIE, Gate, Login
 from bot.web.dag_svg import render as render_dag
+from bot.web.diff import line_diff
+from bot.web.offload import Offload, TooSlow
+from bot.web.params import BadInput, check_request, whole
+from bot.web.throttle import LoginThrottle
 from memory.capabilities import Provider, Searcher
 from memory.errors import InvalidArgument, MemoryError_, NotFound
 from memory.forgetting import ERASURE_SCOPE, FORGET_SCOPE
@@ -64,6 +67,8 @@ HEADERS = {
 LOGIN: web.RequestKey[Login | None] = web.RequestKey("login")
 FORM: web.RequestKey[Any] = web.RequestKey("form")
 PUBLIC = {"/login", "/favicon.ico"}  # and /static/
+# Past it the OFFSET would overflow BIGINT (and no listing has a billion pages).
+MAX_PAGE = 1_000_000_000
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -75,6 +80,8 @@ class Console:
         self.engine = engine
         self.provider = provider
         self.gate = Gate(settings.web)
+        self.throttle = LoginThrottle()
+        self.offload = Offload()  # templates, the SVG and diffs: off the bot's event loop
         self.jinja = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
@@ -110,6 +117,17 @@ class Console:
         started = time.perf_counter()
         try:
             response = await self._checked(request, handler)
+        except BadInput as exc:
+            response = self._error(request, 400, str(exc))
+        except TooSlow:
+            log.warning("web console: %s took too long to draw, abandoned", request.path)
+            response = self._error(
+                request,
+                503,
+                f"This page took longer than {self.offload.limit_s:g} s to draw and was "
+                "abandoned; the bot was not held up. Try again later, or a smaller page.",
+                title="Too slow",
+            )
         except web.HTTPException as exc:  # redirects and refusals get the headers too
             for key, value in HEADERS.items():
                 exc.headers.setdefault(key, value)
@@ -128,33 +146,46 @@ class Console:
             if request.method == "GET":
                 raise web.HTTPSeeOther("/login")
             raise web.HTTPForbidden(text="log in first")
+        check_request(request.path, request.query)
         if request.method == "POST":
             form = await request.post()
+            check_request("", form)
             nonce = login.nonce if login else request.cookies.get(PRE_COOKIE)
             if not self.gate.csrf_ok(nonce, form.get("csrf")):
                 log.warning("web console: a POST to %s without a valid CSRF token", request.path)
-                return self._page(
+                return self._error(
                     request,
-                    "error.html",
-                    status=403,
-                    message="Refused: the form's token is missing or stale. Reload the page and try again.",
+                    403,
+                    "Refused: the form's token is missing or stale. Reload the page and try again.",
                 )
             request[FORM] = form
         return await handler(request)
 
-    def _page(
+    async def _page(
         self, request: web.Request, template: str, *, status: int = 200, **values: Any
     ) -> web.Response:
+        """`template` rendered off the event loop, within the time limit (TooSlow)."""
+        html = await self.offload.run(self._html, request, template, values)
+        return web.Response(text=html, content_type="text/html", charset="utf-8", status=status)
+
+    def _error(
+        self, request: web.Request, status: int, message: str, *, title: str = "Refused"
+    ) -> web.Response:
+        """The (small) error page, drawn on the loop: it must answer when the workers
+        are busy, a slow page being one reason for it."""
+        html = self._html(request, "error.html", {"message": message, "title": title})
+        return web.Response(text=html, content_type="text/html", charset="utf-8", status=status)
+
+    def _html(self, request: web.Request, template: str, values: dict[str, Any]) -> str:
         login: Login | None = request.get(LOGIN)
         nonce = login.nonce if login else values.pop("pre_nonce", "")
-        html = self.jinja.get_template(template).render(
+        return self.jinja.get_template(template).render(
             login=login,
             csrf=self.gate.csrf_token(nonce) if nonce else "",
             provider=self.provider.name,
             path=request.path,
             **values,
         )
-        return web.Response(text=html, content_type="text/html", charset="utf-8", status=status)
 
     def _cookie(self, response: web.StreamResponse, name: str, value: str, max_age: int) -> None:
         response.set_cookie(
@@ -180,7 +211,7 @@ class Console:
         nonce = request.cookies.get(PRE_COOKIE, "")
         if not re.fullmatch(r"[0-9a-f]{32}", nonce):
             nonce = secrets.token_hex(16)
-        response = self._page(
+        response = await self._page(
             request,
             "login.html",
             status=status,
@@ -193,14 +224,14 @@ class Console:
 
     async def login(self, request: web.Request) -> web.StreamResponse:
         address = request.remote or "?"
-        if self.gate.throttled(address):
+        if self.throttle.throttled(address):
             return await self.login_form(
                 request, error="Too many failed logins: wait a few minutes.", status=429
             )
         token = request[FORM].get("token")
         op = self.gate.operator_for(token) if isinstance(token, str) and token.strip() else None
         if op is None:
-            self.gate.failed(address)
+            self.throttle.failed(address)
             log.warning("web console: failed login from %s", address)
             return await self.login_form(request, error="Unknown token.", status=403)
         log.info("web console: %s (%s) logged in from %s", op.name, op.role, address)
@@ -223,8 +254,8 @@ class Console:
 
     async def sessions(self, request: web.Request) -> web.Response:
         q = request.query
-        page = _int(q.get("page"), 1, low=1)
-        user = _int(q.get("user"), None)
+        page = whole("page", q.get("page"), 1, low=1, high=MAX_PAGE)
+        user = whole("user", q.get("user"), None)
         text = q.get("q", "").strip()[:200]
         archived = q.get("archived") == "1"
         rows = await reads.list_sessions(
@@ -243,7 +274,7 @@ class Console:
             "user": "" if user is None else str(user),
             "archived": "1" if archived else "",
         }
-        return self._page(
+        return await self._page(
             request,
             "sessions.html",
             rows=rows[: reads.PAGE],
@@ -267,11 +298,12 @@ class Console:
         q = request.query
         stats = await self.provider.stats(session)
         context = await reads.assembled_context(self.provider, self.engine, self.settings, session)
+        at = whole("at", q.get("at"), None)
         history = await reads.history_page(
-            self.engine, info.id, _int(q.get("page"), None, low=1), _int(q.get("at"), None)
+            self.engine, info.id, whole("page", q.get("page"), None, low=1, high=MAX_PAGE), at
         )
         base = f"/sessions/{_quote(info.id)}"
-        return self._page(
+        return await self._page(
             request,
             "conversation.html",
             info=info,
@@ -279,7 +311,7 @@ class Console:
             context=context,
             context_rows=[(m, message_tokens(m), _summary_id(m)) for m in context.history],
             history=history,
-            at=_int(q.get("at"), None),
+            at=at,
             base=base,
             page_url=lambda n: _url(base, {}, page=n),
             has_graph=isinstance(unwrap(self.provider), SummaryGraphReader),
@@ -290,7 +322,7 @@ class Console:
         inner = unwrap(self.provider)
         base = f"/sessions/{_quote(info.id)}"
         if not isinstance(inner, SummaryGraphReader):
-            return self._page(
+            return await self._page(
                 request,
                 "graph.html",
                 info=info,
@@ -308,11 +340,13 @@ class Console:
             except NotFound:
                 raise web.HTTPNotFound(text="no such node in this session") from None
             sources = detail.source_message_ids
-        svg = render_dag(graph, selected, f"{base}/graph?node=")
+        svg = ""  # the page shows no drawing of an empty graph
+        if graph.nodes:
+            svg = await self.offload.run(render_dag, graph, selected, f"{base}/graph?node=")
         depths: dict[int, int] = {}
         for n in graph.nodes:
             depths[n.depth] = depths.get(n.depth, 0) + 1
-        return self._page(
+        return await self._page(
             request,
             "graph.html",
             info=info,
@@ -355,7 +389,7 @@ class Console:
                     )
                 except MemoryError_ as exc:
                     error = str(exc)
-        return self._page(
+        return await self._page(
             request,
             "search.html",
             session_id=sid,
@@ -373,7 +407,7 @@ class Console:
     # -- memory: versions, diffs, rollback -------------------------------------------
 
     def _owner(self, request: web.Request) -> tuple[int, str, str]:
-        uid = _int(request.match_info["uid"], None)
+        uid = whole("user id", request.match_info["uid"], None)
         if uid is None:
             raise web.HTTPNotFound(text="no such user")
         agent = request.query.get("agent") or self.settings.agent.id
@@ -385,33 +419,36 @@ class Console:
     async def memory(self, request: web.Request) -> web.Response:
         uid, agent, scope = self._owner(request)
         hist = await reads.memory_history(self.provider, uid, agent, scope)
-        chosen = _int(request.query.get("v"), None)
+        chosen = whole("v", request.query.get("v"), None)
+        done = whole("done", request.query.get("done"), None)
         selected = next((v for v in hist.versions if v.version == chosen), None) or (
             hist.versions[0] if hist.versions else None
         )
-        return self._page(
+        return await self._page(
             request,
             "memory.html",
             hist=hist,
             selected=selected,
-            diff=_diff(selected.before, selected.after) if selected else [],
+            diff=await self.offload.run(line_diff, selected.before, selected.after)
+            if selected
+            else [],
             scopes=reads.SCOPES,
-            done=_int(request.query.get("done"), None),
+            done=done,
         )
 
     async def rollback_confirm(self, request: web.Request) -> web.Response:
         uid, agent, scope = self._owner(request)
-        version = _int(request.query.get("version"), None)
+        version = whole("version", request.query.get("version"), None)
         hist = await reads.memory_history(self.provider, uid, agent, scope)
         target = next((v for v in hist.versions if v.version == version), None)
         if target is None:
             raise web.HTTPNotFound(text="no such version")
-        return self._page(
+        return await self._page(
             request,
             "rollback.html",
             hist=hist,
             target=target,
-            diff=_diff(hist.current_text, target.after),
+            diff=await self.offload.run(line_diff, hist.current_text, target.after),
         )
 
     async def rollback(self, request: web.Request) -> web.StreamResponse:
@@ -419,16 +456,13 @@ class Console:
         assert login is not None  # the guard lets no anonymous request reach a page
         if not login.can_write:
             log.warning("web console: viewer %s tried a rollback", login.name)
-            return self._page(
-                request,
-                "error.html",
-                status=403,
-                message="Refused: a viewer cannot roll back (the operator role can).",
+            return self._error(
+                request, 403, "Refused: a viewer cannot roll back (the operator role can)."
             )
         uid, agent, _ = self._owner(request)
         form = request[FORM]
         scope = str(form.get("scope", ""))
-        version = _int(str(form.get("version", "")), None)
+        version = whole("version", str(form.get("version", "")), None)
         if scope not in reads.SCOPES or version is None or form.get("confirm") != "yes":
             raise web.HTTPBadRequest(text="a rollback needs a scope, a version and a confirmation")
         try:
@@ -436,7 +470,7 @@ class Console:
                 self.provider, self.engine, uid, agent, scope, version, login.name
             )
         except (InvalidArgument, NotFound) as exc:
-            return self._page(request, "error.html", status=400, message=f"Rollback refused: {exc}")
+            return self._error(request, 400, f"Rollback refused: {exc}")
         log.info(
             "web console: %s rolled back %s of user %s (agent %s) to version %d as version %d",
             login.name,
@@ -453,10 +487,10 @@ class Console:
     async def changelog(self, request: web.Request) -> web.Response:
         q = request.query
         f = reads.ChangelogFilter(
-            user_id=_int(q.get("user"), None),
+            user_id=whole("user", q.get("user"), None),
             scope=q.get("scope", "")[:32],
             source=q.get("source", "")[:32],
-            page=_int(q.get("page"), 1, low=1),
+            page=whole("page", q.get("page"), 1, low=1, high=MAX_PAGE),
         )
         rows, more = await reads.changelog_page(self.engine, f)
         keep = {
@@ -464,7 +498,7 @@ class Console:
             "scope": f.scope,
             "source": f.source,
         }
-        return self._page(
+        return await self._page(
             request,
             "changelog.html",
             rows=rows,
@@ -483,13 +517,13 @@ class Console:
 
         by = request.query.get("by", "kind")
         by = by if by in GROUPINGS else "kind"
-        days = min(max(_int(request.query.get("days"), 30, low=1), 1), 3660)
+        days = whole("days", request.query.get("days"), 30, low=1, high=3660)
         since = day_start(utcnow()) - timedelta(days=days - 1)
         rows = []
         if await has_usage_table(self.engine):
             rows = await UsageStore(self.engine).report(by, since)  # type: ignore[arg-type]
         prices = self.settings.llm.price_table()
-        return self._page(
+        return await self._page(
             request,
             "usage.html",
             rows=[
@@ -515,16 +549,6 @@ def _summary_id(message: Message) -> str | None:
     return m.group(1) if m else None
 
 
-def _int(value: str | None, default: Any, *, low: int | None = None) -> Any:
-    try:
-        n = int(value) if value not in (None, "") else default
-    except ValueError:
-        return default
-    if n is not None and low is not None and n < low:
-        return low
-    return n
-
-
 def _url(path: str, keep: dict[str, str], **more: Any) -> str:
     params = {k: v for k, v in {**keep, **{k: str(v) for k, v in more.items()}}.items() if v}
     return f"{path}?{urlencode(params)}" if params else path
@@ -538,12 +562,3 @@ def _quote(sid: str) -> str:
 
 def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "–"
-
-
-def _diff(before: str, after: str) -> list[tuple[str, str]]:
-    """(kind, line) of a line diff: kind ' ', '+' or '-'."""
-    out = []
-    for line in difflib.ndiff(before.splitlines(), after.splitlines()):
-        if line.startswith(("+ ", "- ", "  ")):
-            out.append((line[0], line[2:]))
-    return out

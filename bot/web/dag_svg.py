@@ -125,15 +125,12 @@ def _neighbours(graph: SummaryGraph, selected: str | None) -> set[str]:
 def _axis(count: int, width: float, y: float, scale: float) -> str:
     parts = [f'<g class="axis"><line x1="{PAD}" y1="{y:.1f}" x2="{width - PAD:.1f}" y2="{y:.1f}"/>']
     if count:
-        step = _tick_step(count, width)
-        seq = 1
-        while seq <= count:
+        for seq in _ticks(count, width):
             x = PAD + (seq - 1) * scale
             parts.append(
                 f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x:.1f}" y2="{y + 5:.1f}"/>'
                 f'<text x="{x:.1f}" y="{y + 18:.1f}">{seq}</text>'
             )
-            seq = step if seq == 1 else seq + step
         parts.append(
             f'<text class="caption" x="{width - PAD:.1f}" y="{y - 6:.1f}" '
             f'text-anchor="end">messages (seq 1–{count})</text>'
@@ -142,8 +139,18 @@ def _axis(count: int, width: float, y: float, scale: float) -> str:
     return "".join(parts)
 
 
+def _ticks(count: int, width: float) -> list[int]:
+    """Seq 1, then every multiple of a round step giving a tick every ~120 px: at most
+    width / 120 + 2 of them. A range, not a hand-advanced counter: the `while` this
+    replaces never moved past 1 when the step was 1 (fewer than 16 messages), hanging
+    the bot (issue #32)."""
+    step = _tick_step(count, width)
+    return [1, *range(max(step, 2), count + 1, step)]
+
+
 def _tick_step(count: int, width: float) -> int:
-    """A round step giving a tick every ~120 px."""
+    """A round step (1, 2, 5, 10, 20, ...) giving a tick every ~120 px. Ends: `step`
+    grows tenfold a turn up to `want`."""
     want = max(1, int(count * 120 / width))
     step = 1
     while step < want:

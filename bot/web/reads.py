@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import Settings
 from bot.prompt import build_system_prompt, read_memory
+from bot.web.params import as_int64
 from memory import snapshots
 from memory.capabilities import (
     ChangelogReader,
@@ -273,9 +274,8 @@ async def session_or_user(engine: AsyncEngine, key: str) -> SessionInfo | None:
         return await history.load_info(key)
     except NotFound:
         pass
-    try:
-        user_id = int(key)
-    except ValueError:
+    user_id = as_int64(key)  # a longer number is no user id (and would overflow BIGINT)
+    if user_id is None:
         return None
     latest = await history.list_info(ListOptions(user_id=user_id, include_archived=True, limit=1))
     return latest[0] if latest else None

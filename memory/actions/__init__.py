@@ -2,7 +2,7 @@
 model (memory/tool.py) and for people (`/memory`, memory/actions/commands.py).
 
 A new action is one `ACTIONS.declare(Action(...))` with its handler: the memory tool's
-schema, the `/memory` dispatch, its usage lines and the README's command table follow."""
+schema, the `/memory` dispatch, its usage lines and docs/CHAT.md's command table follow."""
 
 from memory.actions.arguments import Arguments
 from memory.actions.declarations import ACTIONS

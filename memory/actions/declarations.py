@@ -693,22 +693,26 @@ class ForgetArgs(Arguments):
 
 
 class ConfirmArgs(Arguments):
+    code: str = ""  # the preview's; without it, nothing is done (memory/actions/forgetting.py)
     notes: bool = False
 
 
 def _forget_words(words: str) -> dict[str, Any] | None:
-    if not words or words.lower().split()[0] in ("confirm", "everything"):
+    if not words or words.lower().split()[0] in ("confirm", "cancel", "everything"):
         return None
     return {"target": words}
 
 
 def _confirm_words(words: str) -> dict[str, Any] | None:
-    parts = words.lower().split()
-    if parts == ["confirm"]:
-        return {"notes": False}
-    if parts == ["confirm", "notes"]:
-        return {"notes": True}
-    return None
+    """`confirm [<code>] [notes]`, the code and `notes` in either order."""
+    first, *rest = words.lower().split() or [""]
+    if first != "confirm":
+        return None
+    notes = "notes" in rest
+    codes = [w for w in rest if w != "notes"]
+    if len(codes) > 1 or rest.count("notes") > 1:
+        return None
+    return {"code": codes[0] if codes else "", "notes": notes}
 
 
 _FORGETTING = "forgetting"
@@ -724,7 +728,7 @@ declare(
         command=Command(
             "forget",
             "<message id | summary id | text | everything> — forget it for good "
-            "(shows what would go; /memory forget confirm does it)",
+            "(shows what would go; /memory forget confirm <code> does it, cancel drops it)",
             parse=_forget_words,
             render=forgetting.preview_text,
             lacks=_FORGETTING,
@@ -754,7 +758,7 @@ declare(
         "forget_confirm",
         ConfirmArgs,
         Forgetter,
-        "forget what the last /memory forget showed",
+        "forget what a /memory forget preview showed",
         forgetting.confirm,
         audience=Audience.OWNER,
         tool=False,
@@ -763,6 +767,23 @@ declare(
             "forget",
             parse=_confirm_words,
             render=forgetting.confirmed_text,
+            lacks=_FORGETTING,
+        ),
+    )
+)
+declare(
+    Action(
+        "forget_cancel",
+        NoArgs,
+        Forgetter,
+        "drop the pending /memory forget request",
+        forgetting.cancel,
+        audience=Audience.OWNER,
+        tool=False,
+        command=Command(
+            "forget",
+            parse=lambda words: {} if words.lower().split() == ["cancel"] else None,
+            render=forgetting.cancelled_text,
             lacks=_FORGETTING,
         ),
     )

@@ -2,11 +2,16 @@
 memory/forgetting.py and the provider's `Forgetter`).
 
 A forget is two steps: `/memory forget <message id | summary id | text>` (or
-`everything`) shows what would go and keeps the request; `/memory forget confirm` does
-it (`confirm notes` also drops the notes that quote it). A request is kept in this
-process for CONFIRM_WITHIN_S, per conversation, and only the newest one: a confirmation
-always does what the last preview in that chat showed. The ids shown are resolved at the
-preview; a message stored after it is never forgotten by its confirmation.
+`everything`) shows what would go and keeps the request under a short code;
+`/memory forget confirm <code>` does it (`confirm <code> notes` also drops the notes
+that quote it), and `/memory forget cancel` drops it. Requests are kept in the database
+(memory/forget_requests.py) for CONFIRM_WITHIN_S, so any replica confirms them; per
+conversation only the newest is live (a newer preview supersedes it), and each is done
+at most once. A confirmation without the code does nothing: it says what is pending
+and asks for the code, so a confirmation never does something other than what the
+person saw (another preview, made meanwhile in the chat, by someone else in a group).
+The ids shown are resolved at the preview; a message stored after it is never forgotten
+by its confirmation.
 
 Scope: the caller's own memory only (`Call.owner`); ids of anyone else's messages or
 summaries are "not found", exactly like ids that do not exist. In a group the memory is
@@ -16,51 +21,48 @@ the group's, which every member shares: forgetting there is for the bot's operat
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from memory import forget_requests as requests
 from memory import forgetting as fg
 from memory.actions.fitting import listing, one_line
 from memory.actions.spec import Call
 from memory.capabilities import NoteStore
 from memory.errors import NotFound
+from memory.forget_requests import CONFIRM_WITHIN_S
 from memory.forgetting import ErasureReport, ForgetPreview, ForgetReport, Owner
 from memory.tracing import unwrap
 from memory.types import minute_utc
 
-CONFIRM_WITHIN_S = 600.0
-MAX_PENDING = 10_000
 SHOWN_ITEMS = 10
 CONFIRM = "/memory forget confirm"
+CANCEL = "/memory forget cancel"
+
+__all__ = ["CONFIRM", "CONFIRM_WITHIN_S"]
 
 
-@dataclass
-class _Pending:
-    owner: Owner
-    preview: ForgetPreview | None  # None: everything
-    at: float
+@dataclass(frozen=True)
+class Asked:
+    """A preview and the code of the request it keeps ("" when nothing matched)."""
+
+    preview: ForgetPreview
+    code: str = ""
 
 
-# session id -> its pending request, oldest first
-_pending: OrderedDict[str, _Pending] = OrderedDict()
+@dataclass(frozen=True)
+class AskedEverything:
+    sessions: int
+    messages: int
+    code: str
 
 
-def _keep(session_id: str, request: _Pending) -> None:
-    _pending.pop(session_id, None)
-    _pending[session_id] = request
-    while len(_pending) > MAX_PENDING:
-        _pending.popitem(last=False)
+@dataclass(frozen=True)
+class Unconfirmed:
+    """A confirmation that did nothing: why, and the request still pending, if any."""
 
-
-def _take(session_id: str, owner: Owner) -> _Pending | None:
-    request = _pending.pop(session_id, None)
-    if request is None or request.owner != owner:
-        return None
-    if time.monotonic() - request.at > CONFIRM_WITHIN_S:
-        return None
-    return request
+    code_given: bool
+    pending: requests.Request | None = None
 
 
 def by_whom(c: Call) -> str:
@@ -72,35 +74,53 @@ def owner_of(c: Call) -> Owner:
     return Owner(*c.owner)
 
 
+def _conversation(c: Call) -> str:
+    """The conversation a request belongs to: its base session, so `/new` in between
+    does not lose it."""
+    return c.session.base_id
+
+
 # -- handlers ----------------------------------------------------------------------------
 
 
-async def ask(c: Call, args: Any) -> ForgetPreview:
+async def ask(c: Call, args: Any) -> Asked:
     """The preview of forgetting `args.target`; kept for the confirmation when not empty."""
     preview = await fg.preview(c.provider, owner_of(c), args.target)
-    if preview.items:
-        _keep(c.session.id, _Pending(preview.owner, preview, time.monotonic()))
-    return preview
+    if not preview.items:
+        return Asked(preview)
+    code = await requests.keep(
+        fg.engine_of(c.provider),
+        _conversation(c),
+        preview.owner,
+        ids=tuple(preview.ids),
+        needles=preview.needles,
+    )
+    return Asked(preview, code)
 
 
-async def ask_everything(c: Call, args: Any) -> tuple[int, int]:
-    """(sessions, messages) an erasure of the caller's memory would delete."""
+async def ask_everything(c: Call, args: Any) -> AskedEverything:
+    """What an erasure of the caller's memory would delete, kept for the confirmation."""
     owner = owner_of(c)
-    counts = await fg.owner_counts(fg.engine_of(c.provider), owner)
-    _keep(c.session.id, _Pending(owner, None, time.monotonic()))
-    return counts
+    engine = fg.engine_of(c.provider)
+    sessions, messages = await fg.owner_counts(engine, owner)
+    code = await requests.keep(engine, _conversation(c), owner, everything=True)
+    return AskedEverything(sessions, messages, code)
 
 
-async def confirm(c: Call, args: Any) -> ForgetReport | ErasureReport | None:
-    """Do what the chat's last preview showed; None when there is none (or it expired)."""
+async def confirm(c: Call, args: Any) -> ForgetReport | ErasureReport | Unconfirmed:
+    """Do what request `args.code` of this conversation showed, once (module doc)."""
     owner = owner_of(c)
-    request = _take(c.session.id, owner)
+    engine = fg.engine_of(c.provider)
+    if not args.code:
+        pending = await requests.live(engine, _conversation(c), owner)
+        return Unconfirmed(False, pending[0] if pending else None)
+    request = await requests.take(engine, _conversation(c), owner, args.code)
     if request is None:
-        return None
-    if request.preview is None:
+        pending = await requests.live(engine, _conversation(c), owner)
+        return Unconfirmed(True, pending[0] if pending else None)
+    if request.everything:
         return await fg.erase(c.provider, owner, by_whom(c))
-    preview = request.preview
-    report = await fg.forget(c.provider, owner, preview.ids, preview.needles)
+    report = await fg.forget(c.provider, owner, request.ids, request.needles)
     if args.notes and isinstance(unwrap(c.provider), NoteStore):
         for name in report.quoting_notes:
             try:
@@ -111,10 +131,16 @@ async def confirm(c: Call, args: Any) -> ForgetReport | ErasureReport | None:
     return report
 
 
+async def cancel(c: Call, args: Any) -> int:
+    """Drop this conversation's pending request; how many there were."""
+    return await requests.cancel(fg.engine_of(c.provider), _conversation(c), owner_of(c))
+
+
 # -- what people read ----------------------------------------------------------------------
 
 
-async def preview_text(c: Call, args: Any, preview: ForgetPreview) -> str:
+async def preview_text(c: Call, args: Any, asked: Asked) -> str:
+    preview, confirm = asked.preview, f"{CONFIRM} {asked.code}"
     if not preview.items:
         return f"Nothing in your memory matches {one_line(args.target, 60)!r}."
     n = len(preview.items)
@@ -142,30 +168,54 @@ async def preview_text(c: Call, args: Any, preview: ForgetPreview) -> str:
         tail.append(
             "Notes quoting them (kept unless you say so): "
             + ", ".join(deps.quoting_notes)
-            + f". Reply {CONFIRM} notes to forget those notes too."
+            + f". Reply {confirm} notes to forget those notes too."
         )
     tail.append(
-        f"Reply {CONFIRM} within {int(CONFIRM_WITHIN_S // 60)} minutes to forget "
-        f"{'it' if n == 1 else 'them'} for good (search, summaries, exports and vectors included)."
+        f"Reply {confirm} within {int(CONFIRM_WITHIN_S // 60)} minutes to forget "
+        f"{'it' if n == 1 else 'them'} for good (search, summaries, exports and vectors "
+        f"included), or {CANCEL}."
     )
     body = listing(lines, f"This would forget {n} message(s):", max(500, c.limit - 600))
     return body + "\n" + "\n".join(tail)
 
 
-async def everything_text(c: Call, args: Any, counts: tuple[int, int]) -> str:
-    sessions, messages = counts
+async def everything_text(c: Call, args: Any, asked: AskedEverything) -> str:
     return (
-        f"This would erase ALL of this memory: {sessions} conversation(s), {messages} "
-        "message(s), every summary, the profile, soul and rules with their history, notes "
-        "and archives. The change history keeps one line saying that an erasure happened, "
-        f"when and how much, nothing of what was said.\nReply {CONFIRM} within "
-        f"{int(CONFIRM_WITHIN_S // 60)} minutes to erase it for good."
+        f"This would erase ALL of this memory: {asked.sessions} conversation(s), "
+        f"{asked.messages} message(s), every summary, the profile, soul and rules with their "
+        "history, notes and archives. The change history keeps one line saying that an "
+        "erasure happened, when and how much, nothing of what was said.\nReply "
+        f"{CONFIRM} {asked.code} within {int(CONFIRM_WITHIN_S // 60)} minutes to erase it "
+        f"for good, or {CANCEL}."
     )
 
 
-async def confirmed_text(c: Call, args: Any, report: ForgetReport | ErasureReport | None) -> str:
-    if report is None:
-        return "Nothing to confirm: ask with /memory forget <message id | summary id | text> first."
+NOTHING = "Nothing to confirm: ask with /memory forget <message id | summary id | text> first."
+NO_LONGER_VALID = (
+    "That confirmation is no longer valid (done, cancelled, replaced by a newer preview, or "
+    "expired): nothing was forgotten."
+)
+
+
+def _which(request: requests.Request) -> str:
+    what = (
+        "erase ALL of this memory"
+        if request.everything
+        else f"forget {len(request.ids)} message(s)"
+    )
+    return (
+        f"Which request? The one pending here would {what}: reply {CONFIRM} {request.code} "
+        f"to do it, or {CANCEL}."
+    )
+
+
+async def confirmed_text(
+    c: Call, args: Any, report: ForgetReport | ErasureReport | Unconfirmed
+) -> str:
+    if isinstance(report, Unconfirmed):
+        if report.code_given:
+            return NO_LONGER_VALID
+        return NOTHING if report.pending is None else _which(report.pending)
     if isinstance(report, ErasureReport):
         return f"Erased: {report.describe()}."
     text = (
@@ -177,3 +227,7 @@ async def confirmed_text(c: Call, args: Any, report: ForgetReport | ErasureRepor
             report.quoting_notes
         )
     return text
+
+
+async def cancelled_text(c: Call, args: Any, count: int) -> str:
+    return "Cancelled: nothing was forgotten." if count else "Nothing to cancel."

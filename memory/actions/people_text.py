@@ -25,6 +25,7 @@ from memory.types import (
     ExpandResult,
     NoteEntry,
     Scope,
+    SearchMode,
     SearchResult,
     SessionStats,
     minute_utc,
@@ -83,6 +84,9 @@ async def search(c: Call, args: Any, hits: list[SearchResult]) -> str:
     # More hits were asked for than are shown, to say how many there are.
     asked = one_line(storable(args.text), 100)  # echoed: no lone surrogate, no NUL, one line
     if not hits:
+        if args.mode == SearchMode.HYBRID and getattr(unwrap(c.provider), "semantic", None):
+            # Meaning was asked too: nothing near it either (far neighbours are no match).
+            return f"No close matches for “{asked}”."
         return f"No matches for “{asked}”."
     shown = hits[:SHOWN_HITS]
     origins = await _origins(c, shown)

@@ -4,7 +4,7 @@ An action is declared once (`Action`): its name, its arguments as a pydantic mod
 capability the provider needs, who may use it, its handler and its two renderings: the
 text the model reads (memory tool) and, when people may ask for it, a `/memory`
 sub-command (`Command`: usage line, how its words become arguments, the reply). The
-memory tool's schema, the `/memory` dispatch, its usage lines and the README's command
+memory tool's schema, the `/memory` dispatch, its usage lines and docs/CHAT.md's command
 table are all read from the registry, so a new action is one declaration and its handler.
 """
 

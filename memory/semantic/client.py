@@ -29,6 +29,7 @@ import numpy as np
 import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from memory.semantic import DEFAULT_MIN_SIMILARITY
 from memory.tokens import estimate_tokens
 from memory.usage import TokenUsage, UsageRecorder, split_by_scope
 
@@ -121,10 +122,13 @@ class Embedder:
         backoff_s: float = 0.5,
         backoff_cap_s: float = 8.0,
         usage: UsageRecorder | None = None,
+        min_similarity: float = DEFAULT_MIN_SIMILARITY,
     ) -> None:
         if not model:
             raise ValueError("an Embedder needs a model name")
         self.model = model
+        # Where this model's cosines stop meaning "related" (memory/semantic/__init__.py).
+        self.min_similarity = float(min_similarity)
         self.batch_size = max(1, int(batch_size))
         self.max_retries = max(0, int(max_retries))
         self.max_chars = max(1, int(max_chars))

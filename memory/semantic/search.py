@@ -29,6 +29,11 @@ class SemanticSearch:
         self.index = VectorIndex(engine, embedder.model, max_bytes=max_bytes)
         self._warned_at: float | None = None
 
+    @property
+    def min_similarity(self) -> float:
+        """The cosine a hit found by meaning alone needs to be a match (the model's)."""
+        return self.embedder.min_similarity
+
     async def search(
         self,
         user_id: int,

@@ -65,6 +65,7 @@ from memory.capabilities import (
 from memory.context import with_change_source, with_session_id
 from memory.duties import AppendOptions, WriteOptions
 from memory.errors import Conflict, InvalidArgument, NotFound, SessionArchived
+from memory.sanitize import storable
 from memory.summarizer import TruncatingSummarizer
 from memory.tokens import message_tokens
 from memory.tracing import unwrap
@@ -894,3 +895,39 @@ class ProviderConformance:
             rows = await provider.read_changelog(s.user_id, s.agent_id)  # type: ignore[attr-defined]
             assert [r.scope for r in rows] == [fg.ERASURE_SCOPE]
             assert "narwhal" not in rows[0].after_text + rows[0].before_text
+
+    # == Text no database can hold ==============================================
+
+    async def test_nul_and_lone_surrogates_are_cleaned_on_every_path(
+        self, provider: Provider
+    ) -> None:
+        """NUL and a lone surrogate in any text handed to the provider (a session id, an
+        agent id, a message, a search, a note's name) never fail as a database error:
+        stored text reads back with U+FFFD, and a lookup by the same text finds it."""
+        for bad in ("Nulword\x00zeta", "Loneword\ud800kappa"):
+            clean = storable(bad)
+            s = dataclasses.replace(self.session(), id=f"id-{bad}-{uuid.uuid4().hex[:6]}")
+            await provider.bootstrap(s)
+            await provider.append(s, Message("user", f"say {bad} please"))
+            assert [m.content for m in await self.everything(provider, s)] == [
+                f"say {clean} please"
+            ]
+            assert (await provider.stats(s)).message_count == 1
+            inner = unwrap(provider)
+            if isinstance(inner, Searcher):
+                for mode in SearchMode:
+                    hits = await provider.search(s, SearchQuery(bad, mode=mode))  # type: ignore[attr-defined]
+                    assert any(clean in h.content for h in hits), (bad, mode)
+            if isinstance(inner, SessionManager):
+                assert (await provider.load_info(s.id)).user_id == s.user_id  # type: ignore[attr-defined]
+                assert len(await provider.load_history(s.id)) == 1  # type: ignore[attr-defined]
+            if isinstance(inner, ProfileStore):
+                assert await provider.get_profile(s.user_id, bad) == ""  # type: ignore[attr-defined]
+            if isinstance(inner, ChangelogReader):
+                assert await provider.read_changelog(s.user_id, bad) == []  # type: ignore[attr-defined]
+            if isinstance(inner, NoteStore):
+                name = f"note {len(bad)}"  # names refuse control characters
+                await provider.note_add(s, name, f"body {bad}")  # type: ignore[attr-defined]
+                assert (await provider.note_get(s, name)).content == f"body {clean}"  # type: ignore[attr-defined]
+                hits = await provider.note_search(s, bad)  # type: ignore[attr-defined]
+                assert [h.entry.name for h in hits] == [name], bad

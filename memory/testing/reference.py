@@ -33,6 +33,7 @@ from memory.context import change_source_from_context
 from memory.db import write_transaction
 from memory.duties import AppendOptions
 from memory.errors import Conflict, InvalidArgument, NotFound, SessionArchived
+from memory.sanitize import storable, storable_message
 from memory.search_text import ranked_terms, snippet
 from memory.stores import SharedStores
 from memory.summarizer import leaf_target, truncate_to_tokens
@@ -185,7 +186,8 @@ class ReferenceProvider(SharedStores):
         # No await below: the whole call lands at once, in order.
         for msg in msgs:
             conv.items.append(len(conv.messages))
-            conv.messages.append(copy.deepcopy(msg))
+            # Cleaned as the SQL providers store it, so the kit holds them all alike.
+            conv.messages.append(storable_message(copy.deepcopy(msg)))
             if not conv.info.title and msg.role == Role.USER and msg.content.strip():
                 conv.info.title = " ".join(msg.content.split())[:TITLE_CHARS]
         if msgs:
@@ -254,9 +256,10 @@ class ReferenceProvider(SharedStores):
 
         hits: list[SearchResult] = []
         # Ranked modes look for any non-stop word; with none, the text literally.
-        terms = set() if query.mode == SearchMode.SUBSTRING else set(ranked_terms(query.text))
+        text = storable(query.text)  # as the history it searches was stored
+        terms = set() if query.mode == SearchMode.SUBSTRING else set(ranked_terms(text))
         if not terms:
-            needle = query.text.casefold()
+            needle = text.casefold()
             if not needle.strip():
                 return []
             for kind, sid, text, at in candidates:
@@ -485,7 +488,7 @@ class NotesReference(ReferenceProvider):
         if not isinstance(content, str) or not content.strip():
             raise InvalidArgument("note content must not be empty")
         entry = NoteEntry(
-            id=book["next"], name=" ".join(name.split()), content=content,
+            id=book["next"], name=" ".join(name.split()), content=storable(content),
             kind=NoteKind(kind), created_at=utcnow(),
         )  # fmt: skip
         book["next"] += 1
@@ -518,7 +521,7 @@ class NotesReference(ReferenceProvider):
         entry = self._find(book, name)
         if not isinstance(content, str) or not content.strip():
             raise InvalidArgument("note content must not be empty")
-        entry.content = content
+        entry.content = storable(content)
         return copy.deepcopy(entry)
 
     async def note_remove(self, session: Session, name: str) -> None:

@@ -34,14 +34,15 @@ reflect: {{enabled: false}}
     return cfg
 
 
-async def mnemo_chat(
-    cfg: Path, stdin: str, *args: str, api_key: str | None = "test-key"
-) -> tuple[int, str, str]:
+async def start_chat(
+    cfg: Path, *args: str, api_key: str | None = "test-key", output: int = asyncio.subprocess.PIPE
+) -> asyncio.subprocess.Process:
+    """`mnemo chat` reading a pipe, its stdout and stderr to `output`."""
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "MNEMO_CONFIG")}
     if api_key is not None:
         env["OPENAI_API_KEY"] = api_key
     # asyncio's subprocess keeps this loop (and the fake server on it) running meanwhile.
-    proc = await asyncio.create_subprocess_exec(
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bot.cli",
@@ -50,11 +51,17 @@ async def mnemo_chat(
         str(cfg),
         *args,
         stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stdout=output,
+        stderr=output,
         cwd=REPO,
         env=env,
     )
+
+
+async def mnemo_chat(
+    cfg: Path, stdin: str, *args: str, api_key: str | None = "test-key"
+) -> tuple[int, str, str]:
+    proc = await start_chat(cfg, *args, api_key=api_key)
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout=scaled(60))
     return proc.returncode or 0, out.decode(), err.decode()
 

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.chat_import import importer
 from bot.chat_import.ledger import chat_imports, uncompacted
+from bot.chat_import.limits import IN_CHAT
 from bot.config import Settings
 from bot.llm import LLMClient
 from bot.pool import Pool
@@ -48,7 +49,7 @@ async def test_imported_sessions_are_compacted_in_the_background_once(
         export = tmp_path / "result.json"
         telegram_export(export, 400, chats=2)
         fmt = importer.FORMATS["telegram"]
-        plan = await importer.plan(engine, fmt, export, 42, "default")
+        plan = await importer.plan(engine, fmt, export, 42, "default", IN_CHAT)
         report = await importer.run(provider, engine, plan)
         assert len(await uncompacted(engine)) == 2
 

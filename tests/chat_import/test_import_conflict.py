@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.chat_import import importer
 from bot.chat_import.ledger import ImportConflict
+from bot.chat_import.limits import IN_CHAT
 from memory.capabilities import ProviderContext
 from memory.history import messages
 from memory.registry import create_provider
@@ -29,7 +30,7 @@ async def test_two_imports_at_once_store_each_message_once(
         export = tmp_path / "result.json"
         expected = telegram_export(export, 3 * importer.BATCH, chats=1)
         fmt = importer.FORMATS["telegram"]
-        plans = [await importer.plan(engine, fmt, export, 42, "default") for _ in range(2)]
+        plans = [await importer.plan(engine, fmt, export, 42, "default", IN_CHAT) for _ in range(2)]
         results = await asyncio.gather(
             *(importer.run(provider, engine, p) for p in plans), return_exceptions=True
         )
@@ -41,7 +42,7 @@ async def test_two_imports_at_once_store_each_message_once(
         assert stored == done  # the stopped one stored nothing: no batch twice
         # Run again: the rest, once.
         again = await importer.run(
-            provider, engine, await importer.plan(engine, fmt, export, 42, "default")
+            provider, engine, await importer.plan(engine, fmt, export, 42, "default", IN_CHAT)
         )
         assert stored + again.messages == expected
         async with engine.connect() as conn:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot.test_terminal import write_config
-from tests.fakes.openai_server import FakeOpenAI
+from bot.terminal import LEFT_UNANSWERED
+from tests.bot.test_terminal import mnemo_chat, start_chat, write_config
+from tests.fakes.openai_server import FakeOpenAI, error, gated, text
 from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,6 +84,13 @@ class Screen:
         return code
 
 
+def chat_screen(cfg: Path) -> Screen:
+    """`mnemo chat` on a pseudo-terminal, with no MNEMO_/OPENAI_ setting of ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MNEMO_", "OPENAI_"))}
+    env.update(OPENAI_API_KEY="test-key", TERM="xterm", INPUTRC="/dev/null")
+    return Screen([sys.executable, "-m", "bot.cli", "chat", "--config", str(cfg)], env)
+
+
 @pytest.fixture
 async def server():
     async with FakeOpenAI() as srv:
@@ -98,10 +106,7 @@ async def test_chat_edits_lines_keeps_history_and_keeps_logs_out(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:
     cfg = write_config(tmp_path, server.base_url)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MNEMO_", "OPENAI_"))}
-    env.update(OPENAI_API_KEY="test-key", TERM="xterm", INPUTRC="/dev/null")
-    argv = [sys.executable, "-m", "bot.cli", "chat", "--config", str(cfg)]
-    screen = Screen(argv, env)
+    screen = chat_screen(cfg)
     try:
         intro = await screen.wait_for("you> ")
         assert f"Database: {tmp_path / 'mnemo.db'}" in intro
@@ -148,7 +153,7 @@ async def test_chat_edits_lines_keeps_history_and_keeps_logs_out(
         "hello out there" in history
         and oct((tmp_path / "data" / "chat_history").stat().st_mode)[-3:] == "600"
     )
-    screen = Screen(argv, env)
+    screen = chat_screen(cfg)
     try:
         await screen.wait_for("you> ")
         screen.keys("\x12out")
@@ -168,3 +173,61 @@ async def test_chat_edits_lines_keeps_history_and_keeps_logs_out(
         if screen.proc.poll() is None:
             screen.proc.kill()
     assert _user_messages(server)[-1] == "hello out there"
+
+
+async def test_ctrl_c_during_an_answer_is_answered_at_the_next_start(
+    server: FakeOpenAI, tmp_path: Path
+) -> None:
+    cfg = write_config(tmp_path, server.base_url)
+    server.push(gated(asyncio.Event(), text("never")))  # the model never answers
+    screen = chat_screen(cfg)
+    try:
+        await screen.wait_for("you> ")
+        screen.keys("what is two plus two?\r")
+        await server.wait_for_requests(1)  # stored; the model is answering
+        screen.keys("\x03")
+        assert await screen.close() == 130
+    finally:
+        if screen.proc.poll() is None:
+            screen.proc.kill()
+    assert "echo:" not in screen.text
+
+    # The next start says so and answers it (on a terminal, streamed); then the chat
+    # goes on as usual.
+    screen = chat_screen(cfg)
+    try:
+        said = await screen.wait_for("echo: what is two plus two?")
+        assert LEFT_UNANSWERED in said
+        await screen.wait_for("you> ")
+        screen.keys("and three?\r")
+        await screen.wait_for("echo: and three?")
+        await screen.wait_for("you> ")
+        screen.keys("\x04")
+        assert await screen.close() == 0
+    finally:
+        if screen.proc.poll() is None:
+            screen.proc.kill()
+    # Answered once: a third start (piped) has nothing left to answer.
+    rc, out, _ = await mnemo_chat(cfg, "")
+    assert rc == 0
+    assert LEFT_UNANSWERED not in out and "echo:" not in out
+    assert _user_messages(server) == ["what is two plus two?"] * 2 + ["and three?"]
+
+
+async def test_an_answer_left_that_fails_again_says_so(server: FakeOpenAI, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, server.base_url)
+    server.push(gated(asyncio.Event(), text("never")))
+    proc = await start_chat(cfg, output=asyncio.subprocess.DEVNULL)
+    assert proc.stdin is not None
+    proc.stdin.write(b"is anyone there?\n")
+    await proc.stdin.drain()
+    await server.wait_for_requests(1)
+    proc.kill()  # as a kill -9 during the answer
+    await proc.wait()
+
+    server.push(error(500), error(500))  # the model fails the resumed answer (max_retries 1)
+    rc, out, _ = await mnemo_chat(cfg, "")
+    assert rc == 0
+    assert LEFT_UNANSWERED in out and "Sorry" in out and "echo:" not in out
+    rc, out, _ = await mnemo_chat(cfg, "")  # still owed: answered at the next start
+    assert LEFT_UNANSWERED in out and "echo: is anyone there?" in out

@@ -1,5 +1,5 @@
 """Config errors as a newcomer meets them: every wrong key at once, each said once, an
-unknown provider stopping every command, the README's sample the real line."""
+unknown provider stopping every command, docs/CONFIGURATION.md's sample the real line."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from bot.config import ConfigError, load_settings
 from tests.cli.conftest import mnemo
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "CONFIGURATION.md"
 
 
 def test_every_wrong_key_is_reported_one_line_each(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_an_unknown_provider_stops_every_command(tmp_path: Path) -> None:
 
 
 def test_stream_edit_interval_below_a_second_is_refused(tmp_path: Path) -> None:
-    # The README says "at least 1" (Telegram takes about one edit a second per chat).
+    # docs/CONFIGURATION.md says "at least 1" (Telegram takes about one edit a second per chat).
     config = tmp_path / "config.yaml"
     config.write_text("telegram: {stream_edit_interval_s: 0.2}\n")
     with pytest.raises(
@@ -65,7 +65,7 @@ def test_stream_edit_interval_below_a_second_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_readmes_sample_config_error_is_the_real_one(tmp_path: Path) -> None:
-    block = re.search(r"```\n(mnemo: config error: .*?)```", README.read_text(), re.S)
+    block = re.search(r"```\n(mnemo: config error: .*?)```", CONFIGURATION.read_text(), re.S)
     assert block is not None
     sample = block.group(1).splitlines()
     config = tmp_path / "config.yaml"

@@ -1,5 +1,5 @@
 """Set-up as a newcomer meets it: `make run` honours MNEMO_CONFIG, names everything
-missing at once, and the README lists every variable config.yaml reads."""
+missing at once, and docs/CONFIGURATION.md lists every variable config.yaml reads."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def test_the_readme_lists_every_variable_config_yaml_reads() -> None:
     config = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
     variables = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", config))
     assert {"OPENAI_BASE_URL", "MNEMO_BUDGET_TOKENS"} <= variables
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    table = re.search(r"reads these environment variables.*?\n\n(\|.*?)\n\n", readme, re.S)
+    doc = (ROOT / "docs" / "CONFIGURATION.md").read_text(encoding="utf-8")
+    table = re.search(r"reads these environment variables.*?\n\n(\|.*?)\n\n", doc, re.S)
     assert table is not None
     listed = set(re.findall(r"`([A-Z_][A-Z0-9_]*)`", table.group(1)))
     assert variables <= listed, variables - listed

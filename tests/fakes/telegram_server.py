@@ -80,12 +80,13 @@ import json
 import math
 import re
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import ClientSession, web
+from aiohttp import ClientSession, TCPConnector, web
 
 from tests.waits import scaled
 
@@ -442,8 +443,11 @@ class FakeTelegram:
         bot_id: int = 777000,
         username: str = "mnemo_test_bot",
         port: int = 0,
+        webhook_ca: str | None = None,
     ) -> None:
         self.token = token
+        # A CA file (PEM) trusted for an https webhook, as Telegram trusts public CAs.
+        self.webhook_ca = webhook_ca
         self.bot_id = bot_id
         self.username = username
         self.calls: list[ApiCall] = []
@@ -451,6 +455,7 @@ class FakeTelegram:
         self.webhook: dict[str, Any] | None = None
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1)
+        self.last_update_id = 0  # the newest update injected
         self._message_ids: dict[int, itertools.count[int]] = {}
         self._query_ids = itertools.count(1)
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}
@@ -528,6 +533,7 @@ class FakeTelegram:
     def inject(self, update: dict[str, Any]) -> dict[str, Any]:
         """Queue an update (or POST it to the webhook, when one is set)."""
         update = {"update_id": next(self._update_ids), **update}
+        self.last_update_id = update["update_id"]
         msg = update.get("message") or update.get("edited_message")
         if msg:
             self._messages[(msg["chat"]["id"], msg["message_id"])] = msg
@@ -544,7 +550,8 @@ class FakeTelegram:
     async def _deliver(self, update: dict[str, Any]) -> None:
         assert self.webhook is not None
         if self._client is None:
-            self._client = ClientSession()
+            ssl_context = ssl.create_default_context(cafile=self.webhook_ca)
+            self._client = ClientSession(connector=TCPConnector(ssl=ssl_context))
         headers = {}
         if self.webhook.get("secret_token"):
             headers["X-Telegram-Bot-Api-Secret-Token"] = self.webhook["secret_token"]

@@ -88,7 +88,10 @@ def write_config(
     lb_url: str,
     hook_port: int,
     health_port: int,
+    secret: str | None = SECRET,
 ) -> Path:
+    """None: no secret_token (each replica derives the same one from the token)."""
+    secret_line = "" if secret is None else f", secret_token: {secret}"
     path.write_text(
         f"""
 database: {{url: "{db_url}"}}
@@ -98,7 +101,7 @@ telegram:
   token: "{tg.token}"
   base_url: "{tg.base_url}"
   stream_edit_interval_s: 1
-  webhook: {{url: "{lb_url}", listen: 127.0.0.1, port: {hook_port}, secret_token: {SECRET}}}
+  webhook: {{url: "{lb_url}", listen: 127.0.0.1, port: {hook_port}{secret_line}}}
 memory: {{provider: lcm, fresh_tail: 4, lcm: {{leaf_chunk_size: 4}}}}
 compaction: {{max_tokens: 60, keep_tail: 4}}
 reflect: {{enabled: false}}
@@ -107,6 +110,33 @@ health: {{enabled: true, listen: 127.0.0.1, port: {health_port}}}
         encoding="utf-8",
     )
     return path
+
+
+def replica_configs(
+    tmp_path: Path,
+    *,
+    db_url: str,
+    tg: FakeTelegram,
+    llm: FakeOpenAI,
+    url: str,
+    hooks: list[int],
+    health: list[int],
+    secret: str | None = SECRET,
+) -> list[Path]:
+    """One config per replica: the same webhook url, each its own ports."""
+    return [
+        write_config(
+            tmp_path / f"replica{i}.yaml",
+            db_url=db_url,
+            tg=tg,
+            llm=llm,
+            lb_url=url,
+            hook_port=hook,
+            health_port=port,
+            secret=secret,
+        )
+        for i, (hook, port) in enumerate(zip(hooks, health, strict=True))
+    ]
 
 
 async def mnemo(*args: str) -> asyncio.subprocess.Process:
@@ -119,6 +149,14 @@ async def mnemo(*args: str) -> asyncio.subprocess.Process:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+async def stop_all(procs: list[asyncio.subprocess.Process]) -> list[tuple[bytes, bytes]]:
+    """SIGTERM to the replicas still running; their (stdout, stderr) once they exit."""
+    for proc in procs:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+    return [await asyncio.wait_for(p.communicate(), scaled(60)) for p in procs]
 
 
 async def turns_served(http: ClientSession, health_port: int) -> float:
@@ -147,18 +185,9 @@ async def test_two_webhook_replicas_on_postgres(tmp_path: Path) -> None:
         FakeOpenAI() as llm,
         load_balancer([f"http://127.0.0.1:{p}/hook" for p in hooks]) as lb_url,
     ):
-        configs = [
-            write_config(
-                tmp_path / f"replica{i}.yaml",
-                db_url=db_url,
-                tg=tg,
-                llm=llm,
-                lb_url=lb_url,
-                hook_port=hooks[i],
-                health_port=health[i],
-            )
-            for i in range(2)
-        ]
+        configs = replica_configs(
+            tmp_path, db_url=db_url, tg=tg, llm=llm, url=lb_url, hooks=hooks, health=health
+        )
         procs = [await mnemo("run", "--config", str(c)) for c in configs]
         try:
             await tg.wait_for(lambda: len(tg.calls_to("setWebhook")) >= 2, within=120)
@@ -169,10 +198,7 @@ async def test_two_webhook_replicas_on_postgres(tmp_path: Path) -> None:
             async with ClientSession() as http:
                 served = [await turns_served(http, port) for port in health]
         finally:
-            for proc in procs:
-                if proc.returncode is None:
-                    proc.send_signal(signal.SIGTERM)
-            outputs = [await asyncio.wait_for(p.communicate(), scaled(60)) for p in procs]
+            outputs = await stop_all(procs)
         for proc, (_, err) in zip(procs, outputs, strict=True):
             assert proc.returncode == 0, err.decode()[-3000:]
 

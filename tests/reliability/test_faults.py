@@ -31,7 +31,6 @@ from tests.fakes.openai_server import (
     text,
 )
 from tests.fakes.telegram_server import FakeTelegram
-from tests.reliability import pgcluster
 from tests.reliability.conftest import ask
 from tests.reliability.corpus import looks_like_traceback
 from tests.reliability.faultproxy import FaultProxy
@@ -209,49 +208,6 @@ def test_database_unavailable_at_start(url: str, tmp_path: Path) -> None:
     assert done.returncode == 3, done.stderr[-2000:]
     assert not looks_like_traceback(done.stderr), done.stderr[-2000:]
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-
-
-@pytest.mark.postgres
-@pytest.mark.skipif(not pgcluster.available(), reason="needs initdb and runuser")
-async def test_database_down_between_and_during_turns(
-    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
-) -> None:
-    cluster = pgcluster.OwnCluster()
-    await cluster.init()
-    try:
-        async with live_bot(tmp_path, tg, llm, db_url=cluster.url, provider="lcm") as bot:
-            chat = tg.private(1)
-            assert "echo: before" in await ask(tg, chat, "before")
-            await cluster.stop()
-            down = await ask(tg, chat, "while down")
-            assert down.startswith("Sorry, my memory store failed") and "NOT saved" in down
-            assert "Error" not in down and not looks_like_traceback(down)
-            await cluster.start()
-            assert "echo: after restart" in await ask(tg, chat, "after restart", within=20)
-            # Down mid-turn: the question is stored, the model is answering.
-            gate = asyncio.Event()
-            llm.push(gated(gate, text("an answer that cannot be saved")))
-            chat.send("mid turn")
-            await llm.wait_for_requests(len(llm.requests) + 1)
-            await cluster.stop()
-            gate.set()
-            await tg.wait_for_message(1, contains="while saving the answer", within=20)
-            await cluster.start()
-            # Other chats and this one go on.
-            assert "echo: other chat" in await ask(tg, tg.private(2), "other chat", within=20)
-            assert "echo: final" in await ask(tg, chat, "final", within=20)
-            assert await answered_history(bot.engine, session_id(1), "echo: final") == [
-                ("user", "before"),
-                ("assistant", "echo: before"),
-                ("user", "after restart"),
-                ("assistant", "echo: after restart"),
-                ("user", "mid turn"),
-                ("user", "final"),
-                ("assistant", "echo: final"),
-            ]
-            await assert_consistent(bot)
-    finally:
-        await cluster.destroy()
 
 
 def _tree(root: Path) -> list[Path]:

@@ -41,6 +41,7 @@ COMMAND_LINES = [
     "/memory notes {x}",
     "/memory status {x}",
     "/memory history {x}",
+    "/memory forget confirm {x}",
     "/compact {x}",
     "/new {x}",
     "/start {x}",

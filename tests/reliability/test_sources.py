@@ -141,7 +141,9 @@ async def test_answer_cites_the_planted_message_after_compactions_and_a_restart(
             assert before[0] >= 2
             preview = await ask(tg, alice, "/memory forget PLATYPUS-7731")
             assert "confirm" in preview, preview
-            await ask(tg, alice, "/memory forget confirm")
+            code = re.search(r"forget confirm ([0-9a-f]+) within", preview)
+            assert code is not None, preview
+            await ask(tg, alice, f"/memory forget confirm {code.group(1)}")
             async with bot.engine.connect() as conn:
                 left = (
                     await conn.execute(

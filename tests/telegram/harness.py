@@ -27,6 +27,7 @@ from bot.llm import LLMClient
 from bot.pool import Pool
 from bot.telegram.channel import build_application, running
 from memory.capabilities import ProviderContext, Summarizer
+from memory.db import create_engine
 from memory.history import messages, origins
 from memory.registry import create_provider
 from memory.summarizer import StaticSummarizer
@@ -89,12 +90,15 @@ async def running_bot(
     vision: bool = False,
     summarizer: Summarizer | None = None,
     db: str = "sqlite",
+    url: str | None = None,
     **telegram: Any,
 ) -> AsyncIterator[RunningBot]:
+    """`url`: a migrated database another bot uses too (a second replica); otherwise a
+    throwaway one of kind `db`."""
     settings = make_settings(
         tg, llm, tmp_path, transcription_model=transcription_model, vision=vision, **telegram
     )
-    async with temp_engine(db, tmp_path) as engine:
+    async with temp_engine(db, tmp_path) if url is None else _engine_on(url) as engine:
         ctx = ProviderContext(
             engine=engine,
             summarizer=summarizer or StaticSummarizer("a short summary"),
@@ -117,6 +121,15 @@ async def running_bot(
             await pool.close()
             await memory.close()
             await client.close()
+
+
+@asynccontextmanager
+async def _engine_on(url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(url)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
 
 
 async def until_empty(read: Callable[[], Awaitable[Any]], within: float = 10.0) -> None:

@@ -12,7 +12,7 @@ from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, error, text
 from tests.fakes.telegram_server import FakeTelegram, User
 from tests.telegram.harness import running_bot
-from tests.telegram.test_polling import bot_on, offsets, user_texts
+from tests.telegram.test_polling import bot_on, offsets, unacknowledged, user_texts
 
 ALICE = User(42, "Alice")
 TEXT_ONLY = "I only read text for now: please send your message as text."
@@ -158,14 +158,7 @@ async def test_a_redelivered_file_is_not_fetched_again(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, kind: str
 ) -> None:
     send, options, stored = REDELIVERED[kind]
-    acknowledging = [True]
-    # As if the bot died after storing and answering, before Telegram heard of it.
-    tg.fail(
-        "getUpdates",
-        502,
-        times=10_000,
-        when=lambda params: acknowledging[0] and bool(params.get("offset")),
-    )
+    acknowledging = unacknowledged(tg)  # as if the bot died after storing and answering
     llm.push_transcription(text("apricot"))
     async with temp_database_url("sqlite", tmp_path) as url:
         async with bot_on(tg, llm, tmp_path, url, **options):

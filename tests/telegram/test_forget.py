@@ -20,6 +20,14 @@ from tests.telegram.test_commands import ask
 
 TOKEN = "Zqxforgetme"
 NEEDLE = b"zqxforget"  # the porter stem FTS5 indexes it under starts so too
+CODE = re.compile(r"/memory forget confirm ([0-9a-f]+) within")
+
+
+def code_of(preview: str) -> str:
+    """The code a forget preview asks to confirm with: its closing line's, the last."""
+    found = CODE.findall(preview)
+    assert found, preview
+    return str(found[-1])
 
 
 async def _chat(tg: FakeTelegram, n: int, start: int = 0, planted: int | None = None) -> None:
@@ -68,7 +76,7 @@ async def test_forget_a_message_deep_in_a_twice_compacted_chat(
         assert "line 3" in preview and "echo: line 3" in preview
         assert "summaries depend on them" in preview
         assert TOKEN in await _summaries(bot.provider)  # a preview changes nothing
-        done = await ask(tg, "/memory forget confirm", "Forgot 2 message(s)")
+        done = await ask(tg, f"/memory forget confirm {code_of(preview)}", "Forgot 2 message(s)")
         assert "rebuilt" in done
         await ask(tg, "/memory forget confirm", "Nothing to confirm")
 
@@ -103,12 +111,20 @@ async def test_in_a_group_only_operators_forget(
         answer = await tg.wait_for_message(-1001, contains="operators only")
         assert "belongs to every member" in answer.text
         group.send(f"/memory@{tg.username} forget {TOKEN}", user=admin)
-        await tg.wait_for_message(-1001, contains="This would forget 2 message(s)")
-        group.send(f"/memory@{tg.username} forget confirm", user=alice)
+        preview = await tg.wait_for_message(-1001, contains="This would forget 2 message(s)")
+        code = code_of(preview.text)
+        group.send(f"/memory@{tg.username} forget confirm {code}", user=alice)
         await tg.wait_for(lambda: len(tg.bot_messages(-1001)) >= 4)
         assert "operators only" in tg.bot_messages(-1001)[-1].text
-        group.send(f"/memory@{tg.username} forget confirm", user=admin)
+        # A member pressing the button is refused, and the button stays for an operator.
+        [[button]] = preview.reply_markup["inline_keyboard"]  # type: ignore[index]
+        group.press(preview, button["callback_data"], user=alice)
+        await tg.wait_for(lambda: len(tg.bot_messages(-1001)) >= 5)
+        assert "operators only" in tg.bot_messages(-1001)[-1].text
+        assert preview.reply_markup is not None
+        group.press(preview, button["callback_data"], user=admin)
         await tg.wait_for_message(-1001, contains="Forgot 2 message(s)")
+        assert preview.reply_markup is None
 
 
 async def test_the_confirmation_button(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -> None:
@@ -127,7 +143,7 @@ async def test_the_confirmation_button(tg: FakeTelegram, llm: FakeOpenAI, tmp_pa
         # Pressed again (an old preview): nothing left to confirm.
         tg.private(42).press(preview, button["callback_data"])
         await tg.wait_for(lambda: len(tg.bot_messages(42)) > before + 1)
-        assert "Nothing to confirm" in tg.bot_messages(42)[-1].text
+        assert "no longer valid" in tg.bot_messages(42)[-1].text
         await ask(tg, f"/memory search {TOKEN}", "No matches")
 
 
@@ -144,7 +160,10 @@ async def test_forget_everything(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Pa
         await tg.wait_for_message(43, contains="echo: hello")
         preview = await ask(tg, "/memory forget everything", "2 conversation(s), 10 message(s)")
         assert "Reply /memory forget confirm" in preview
-        done = await ask(tg, "/memory forget confirm", "Erased: 2 session(s), 10 message(s)")
+        code = code_of(preview)
+        done = await ask(
+            tg, f"/memory forget confirm {code}", "Erased: 2 session(s), 10 message(s)"
+        )
         assert "1 note(s)" in done
         await ask(tg, "/memory notes", "No notes")
         await ask(tg, f"/memory search {TOKEN}", "No matches")

@@ -125,6 +125,19 @@ def offsets(tg: FakeTelegram) -> list[int]:
     return [int(c.params.get("offset") or 0) for c in tg.calls_to("getUpdates")]
 
 
+def unacknowledged(tg: FakeTelegram) -> list[bool]:
+    """Every getUpdates that would acknowledge something fails while the flag returned
+    is `[True]`: as if the bot died after handling, before Telegram heard of it."""
+    acknowledging = [True]
+    tg.fail(
+        "getUpdates",
+        502,
+        times=10_000,
+        when=lambda params: acknowledging[0] and bool(params.get("offset")),
+    )
+    return acknowledging
+
+
 async def test_offset_waits_for_the_message_to_be_stored(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
 ) -> None:
@@ -225,15 +238,7 @@ async def test_a_redelivered_update_is_neither_stored_nor_answered_twice(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
 ) -> None:
     alice = tg.private(41)
-    acknowledging = [True]
-    # Every getUpdates that would acknowledge something fails: as if the bot died after
-    # storing and answering, before Telegram heard of it.
-    tg.fail(
-        "getUpdates",
-        502,
-        times=10_000,
-        when=lambda params: acknowledging[0] and bool(params.get("offset")),
-    )
+    acknowledging = unacknowledged(tg)  # as if the bot died after storing and answering
     async with temp_database_url(db_kind, tmp_path) as url:
         async with bot_on(tg, llm, tmp_path, url):
             alice.send("only once")
@@ -356,13 +361,7 @@ async def test_a_redelivered_command_is_not_run_twice(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
 ) -> None:
     alice = tg.private(41)
-    acknowledging = [True]
-    tg.fail(
-        "getUpdates",
-        502,
-        times=10_000,
-        when=lambda params: acknowledging[0] and bool(params.get("offset")),
-    )
+    acknowledging = unacknowledged(tg)
     async with temp_database_url("sqlite", tmp_path) as url:
         async with bot_on(tg, llm, tmp_path, url):
             alice.send("/new")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
 from aiohttp import ClientSession
 
+from bot.telegram.channel import derived_webhook_secret
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot
@@ -46,12 +48,19 @@ async def test_webhook_mode(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -
     assert tg.bot_messages(66) == []
 
 
-async def test_webhook_without_configured_secret_gets_a_random_one(
+async def test_webhook_without_configured_secret_derives_one_from_the_token(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
 ) -> None:
+    # Every replica derives the same secret (tests/ops/test_webhook_tls.py runs two behind
+    # one TLS proxy); the token itself never travels in it.
     port = free_port()
     webhook = {"url": f"http://127.0.0.1:{port}/hook", "listen": "127.0.0.1", "port": port}
     async with running_bot(tg, llm, tmp_path, webhook=webhook):
-        assert tg.webhook is not None and len(tg.webhook["secret_token"]) >= 32
+        assert tg.webhook is not None
+        secret = tg.webhook["secret_token"]
+        assert secret == derived_webhook_secret(tg.token)
+        assert len(secret) >= 32 and re.fullmatch(r"[A-Za-z0-9_-]+", secret)
+        assert tg.token not in secret and tg.token.split(":")[1] not in secret
         tg.private(42).send("hello")
         await tg.wait_for_message(42, contains="echo: hello")
+    assert derived_webhook_secret("123:other-token") != secret

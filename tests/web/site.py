@@ -7,12 +7,14 @@ runs the console on the health server's app (port 0), as `mnemo run` does with
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config import HealthSettings, Settings
@@ -53,7 +55,9 @@ OLD = Session("tg:carol#old", "default", 1003, "telegram")
 HOSTILE = "<script>alert('x')</script> <img src=x onerror=alert(2)> & \"quotes\""
 
 
-def settings_for(url: str, tmp: Path, provider: str) -> Settings:
+def settings_for(
+    url: str, tmp: Path, provider: str, *, keep_tail: int = 4, leaf_chunk_size: int = 4
+) -> Settings:
     return Settings.model_validate(
         {
             "database": {"url": with_password(url)},
@@ -63,9 +67,9 @@ def settings_for(url: str, tmp: Path, provider: str) -> Settings:
             "memory": {
                 "provider": provider,
                 "simple": {"store_dir": str(tmp / "notes")},
-                "lcm": {"leaf_chunk_size": 4},
+                "lcm": {"leaf_chunk_size": leaf_chunk_size},
             },
-            "compaction": {"keep_tail": 4},
+            "compaction": {"keep_tail": keep_tail},
             "web": {
                 "enabled": True,
                 "operators": [
@@ -129,15 +133,43 @@ async def populate(provider: Any) -> None:
 
 
 @asynccontextmanager
-async def serve(settings: Settings, engine: AsyncEngine, provider: Provider) -> AsyncIterator[str]:
-    """The console (with /healthz) on a free port; yields its base URL."""
+async def serve(
+    settings: Settings, engine: AsyncEngine, provider: Provider, console: Console | None = None
+) -> AsyncIterator[str]:
+    """The console (with /healthz) on a free port; yields its base URL. `console`: one
+    made by the test (to look at its parts), else a new one."""
     server = HealthServer(
         engine,
         HealthSettings.model_construct(enabled=True, listen="127.0.0.1", port=0),
-        console=Console(settings, engine, provider),
+        console=console or Console(settings, engine, provider),
     )
     await server.start()
     try:
         yield f"http://127.0.0.1:{server.port}"
     finally:
         await server.stop()
+
+
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def client(**connector: Any) -> aiohttp.ClientSession:
+    """An HTTP client keeping the cookies of an IP address (127.0.0.1), as a browser does;
+    `connector`: aiohttp.TCPConnector's arguments (`local_addr` to log in from another
+    loopback address)."""
+    return aiohttp.ClientSession(
+        cookie_jar=aiohttp.CookieJar(unsafe=True),
+        connector=aiohttp.TCPConnector(**connector) if connector else None,
+    )
+
+
+def csrf_of(page: str) -> str:
+    m = _CSRF.search(page)
+    assert m, "no CSRF token on the page"
+    return m.group(1)
+
+
+async def login(http: aiohttp.ClientSession, base: str, token: str) -> None:
+    page = await (await http.get(f"{base}/login")).text()
+    r = await http.post(f"{base}/login", data={"token": token, "csrf": csrf_of(page)})
+    assert r.status == 200 and r.url.path == "/sessions", await r.text()

@@ -4,11 +4,8 @@ PostgreSQL; logins, roles and CSRF refusals; no secret on any page."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
 from urllib.parse import quote
 
-import aiohttp
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -22,45 +19,10 @@ from tests.web.site import (
     OPERATOR_TOKEN,
     SECRETS,
     VIEWER_TOKEN,
-    open_provider,
-    populate,
-    serve,
-    settings_for,
+    client,
+    csrf_of,
+    login,
 )
-
-_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
-
-
-@pytest.fixture(params=["lcm", "simple"])
-async def site(
-    request: pytest.FixtureRequest, engine: AsyncEngine, tmp_path: Path
-) -> AsyncIterator[tuple[str, str]]:
-    settings = settings_for(str(engine.url), tmp_path, request.param)
-    provider = await open_provider(settings, engine, tmp_path)
-    try:
-        await populate(provider)
-        async with serve(settings, engine, provider) as base:
-            yield base, request.param
-    finally:
-        await provider.close()
-
-
-async def login(http: aiohttp.ClientSession, base: str, token: str) -> None:
-    page = await (await http.get(f"{base}/login")).text()
-    csrf = _CSRF.search(page).group(1)  # type: ignore[union-attr]
-    r = await http.post(f"{base}/login", data={"token": token, "csrf": csrf})
-    assert r.status == 200 and r.url.path == "/sessions", await r.text()
-
-
-def client() -> aiohttp.ClientSession:
-    # unsafe: keep cookies of an IP address (127.0.0.1), as a browser does
-    return aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
-
-
-def csrf_of(page: str) -> str:
-    m = _CSRF.search(page)
-    assert m, "no CSRF token on the page"
-    return m.group(1)
 
 
 def no_secret(page: str) -> None:
