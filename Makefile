@@ -65,6 +65,9 @@ test: $(VENV)/.installed-dev chromium nginx
 	$(BIN)/mypy --strict memory
 	$(BIN)/pytest -q -n auto --maxprocesses 4
 
+# The inner loop: the suite without the `slow` marks, 2 to 3 minutes on 2 idle cores
+# (docs/DEVELOPMENT.md).
+# Every wait scales with the load; MNEMO_TEST_TIME_SCALE=N multiplies them by N instead.
 test-fast: $(VENV)/.installed-dev chromium nginx
 	$(BIN)/pytest -q -n auto --maxprocesses 4 -m "not slow"
 

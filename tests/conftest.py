@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.testing.databases import temp_database_url, temp_engine
+from tests.waits import factor
 
 
 def _clear_setting_variables() -> None:
@@ -29,6 +30,22 @@ DB_KINDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
 ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-timeout's limit (pyproject's `timeout`, `--timeout` or a test's own mark) is
+    a hang guard like every other wait: scaled to the machine's load (tests/waits.py)."""
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    scale = factor()
+    default = config.getoption("timeout", None) or config.getini("timeout") or 0
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        kwargs = dict(mark.kwargs) if mark else {}
+        base = float(mark.args[0] if mark and mark.args else kwargs.pop("timeout", default))
+        kwargs.pop("timeout", None)
+        if base > 0:  # 0: no limit
+            item.add_marker(pytest.mark.timeout(base * scale, **kwargs), append=False)
 
 
 @pytest.fixture(autouse=True)

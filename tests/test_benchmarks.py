@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.waits import scaled
+
 REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 def run_bench(*argv: str) -> str:
     done = subprocess.run(
-        [sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=240
+        [sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=scaled(240)
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout

@@ -12,6 +12,7 @@ import pytest
 
 from bot.cli import build_parser, main
 from tests.test_config import COMMANDS
+from tests.waits import scaled
 
 MNEMO = Path(sys.executable).with_name("mnemo")
 
@@ -28,7 +29,7 @@ def test_top_level_help_lists_every_command(tmp_path: Path) -> None:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         env={k: v for k, v in os.environ.items() if k != "MNEMO_CONFIG"},
     )
     assert proc.returncode == 0, proc.stderr

@@ -15,6 +15,7 @@ import yaml
 
 from bot.cli import EXIT_CONFIG, build_parser, main
 from bot.config import ConfigError, interpolate, load_settings, parse_duration
+from tests.waits import scaled
 
 MNEMO = Path(sys.executable).with_name("mnemo")
 
@@ -277,6 +278,7 @@ def test_mnemo_config_env_on_every_command(
     assert err.startswith(f"mnemo: config error: {bad}: memory.fresh_tail: ")
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 @pytest.mark.parametrize("cmd", READERS, ids=lambda c: " ".join(c))
 def test_bad_config_exits_nonzero_with_one_line(cmd: list[str], tmp_path: Path) -> None:
     bad = write(tmp_path, "compaction: {keep_tail: -3}\n", "bad.yaml")
@@ -287,7 +289,7 @@ def test_bad_config_exits_nonzero_with_one_line(cmd: list[str], tmp_path: Path) 
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert proc.returncode == EXIT_CONFIG, proc.stderr
     lines = proc.stderr.strip().splitlines()

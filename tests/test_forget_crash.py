@@ -22,6 +22,7 @@ from memory.integrity import check_shared
 from memory.registry import create_provider
 from memory.types import CompactionMode, Message, Session
 from tests.fakes.summarizer import KeepingSummarizer
+from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "Zcrashtoken"
@@ -105,7 +106,7 @@ async def test_kill_mid_forget_leaves_the_old_state(
     )
     assert child.stdout is not None
     try:
-        line = await asyncio.wait_for(child.stdout.readline(), 60)
+        line = await asyncio.wait_for(child.stdout.readline(), scaled(60))
         assert line == b"inside the transaction\n", (line, await child.stderr.read())  # type: ignore[union-attr]
     finally:
         child.send_signal(signal.SIGKILL)

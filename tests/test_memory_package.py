@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import memory
+from tests.waits import scaled
 
 
 def test_every_public_name_resolves() -> None:
@@ -25,6 +26,6 @@ def test_import_is_light() -> None:
         "if m.split('.')[0] in ('bot', 'plugins', 'sqlalchemy', 'openai', 'telegram')))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=scaled(60)
     ).stdout
     assert out.strip() == "[]"

@@ -18,6 +18,7 @@ from memory.errors import InvalidArgument
 from memory.registry import create_provider, list_providers
 from memory.summarizer import StaticSummarizer
 from tests.test_registry import ACME, MNEMO, install
+from tests.waits import scaled
 
 TYPED = """
 from pydantic import Field
@@ -72,9 +73,12 @@ def typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def _mnemo(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "MNEMO_CONFIG"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
-    return subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=scaled(60)
+    )
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 def test_a_third_party_section_is_validated_by_its_model(typed: Path, tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     cases = {

@@ -23,6 +23,7 @@ from memory.registry import (
     list_providers,
     provider_names,
 )
+from tests.waits import scaled
 
 MNEMO = Path(sys.executable).with_name("mnemo")
 MODULES = ("acme_memory", "acme_broken", "acme_bogus", "rival_memory", "acme_leaky")
@@ -85,12 +86,22 @@ def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
         sys.modules.pop(name, None)
 
 
+def _providers(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`mnemo providers`, as run from a shell."""
+    return subprocess.run(
+        [str(MNEMO), "providers"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+    )
+
+
 def test_mnemo_providers_lists_a_third_party_provider(third_party: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "MNEMO_CONFIG"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(third_party), env.get("PYTHONPATH")]))
-    proc = subprocess.run(
-        [str(MNEMO), "providers"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
-    )
+    proc = _providers(env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = {
         line.split()[1] if line.startswith("*") else line.split()[0]: line
@@ -210,9 +221,7 @@ def test_mnemo_providers_marks_a_conflicting_name(
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(rival), str(third_party), env.get("PYTHONPATH")])
     )
-    proc = subprocess.run(
-        [str(MNEMO), "providers"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
-    )
+    proc = _providers(env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     acme = [line for line in proc.stdout.splitlines() if line.split()[0] == "acme"]
     why = (
@@ -241,7 +250,7 @@ def test_a_command_using_a_conflicting_provider_fails_in_one_line(
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [
@@ -362,4 +371,4 @@ async def test_a_refused_object_is_closed_on_the_callers_loop(leaky: Any) -> Non
     with pytest.raises(ProviderLoadError, match="'leaky' does not implement Provider"):
         create_provider("leaky", ctx=None)  # type: ignore[arg-type]
     made = leaky().made[-1]
-    await asyncio.wait_for(made.closed.wait(), timeout=10)  # a guard against hanging only
+    await asyncio.wait_for(made.closed.wait(), timeout=scaled(10))  # a guard against hanging only

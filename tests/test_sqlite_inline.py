@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory import sqlite_inline
 from memory.db import create_engine, write_transaction
+from tests.waits import scaled
 
 items = sa.Table(
     "items",
@@ -102,7 +103,7 @@ async def test_a_locked_write_waits_without_blocking_the_loop(
         assert not writing.done()
         ticks_while_waiting = ticks
         other.execute("COMMIT")
-        await asyncio.wait_for(writing, 5)
+        await asyncio.wait_for(writing, scaled(5))
         await ticking
 
     assert ticks_while_waiting > 1
@@ -123,7 +124,7 @@ async def test_a_write_gives_up_after_the_busy_wait(
         other.execute("BEGIN IMMEDIATE")
         started = time.monotonic()
         with pytest.raises(OperationalError) as caught:
-            await asyncio.wait_for(write(), 5)  # a hang guard only: the busy wait is 0.2 s
+            await asyncio.wait_for(write(), scaled(5))  # a hang guard only: the busy wait is 0.2 s
         waited = time.monotonic() - started
         other.execute("ROLLBACK")
 
@@ -147,7 +148,7 @@ async def test_reads_run_while_another_connection_holds_the_write_lock(
         other.execute("BEGIN IMMEDIATE")
         other.execute("INSERT INTO items (name) VALUES ('uncommitted')")
         # WAL: the read sees the last commit and does not wait for the writer.
-        assert await asyncio.wait_for(_names(short_wait_engine), 5) == ["committed"]
+        assert await asyncio.wait_for(_names(short_wait_engine), scaled(5)) == ["committed"]
         other.execute("COMMIT")
 
     assert await _names(short_wait_engine) == ["committed", "uncommitted"]
@@ -193,7 +194,7 @@ async def test_executemany_retried_on_busy_does_not_lose_rows(db_path: Path) -> 
             await asyncio.sleep(0.05)
             assert not inserting.done()
             other.execute("COMMIT")
-            await asyncio.wait_for(inserting, 5)
+            await asyncio.wait_for(inserting, scaled(5))
         cursor = await conn.execute("SELECT name FROM items ORDER BY id")
         assert [name for (name,) in await cursor.fetchall()] == ["row 0", "row 1", "row 2"]
     finally:

@@ -6,15 +6,25 @@ Migrating takes most of a test's set-up time, so each process migrates one templ
 kind once and copies it: `CREATE DATABASE ... TEMPLATE` on PostgreSQL, a file copy on
 SQLite. Copying a PostgreSQL database still costs a second on a loaded machine, so a
 released PostgreSQL database is emptied (TRUNCATE ... RESTART IDENTITY) and handed to
-the next test of the same process. Templates and pooled databases are named after the
-process and dropped when it exits (and any left behind by a killed process is dropped by
-the next one).
+the next test of the same process.
+
+Every PostgreSQL database made here is named `mnemo_test_<run>_<pid>_<owner>_<kind>_<n>`:
+`run` is the test run's id (shared by all pytest-xdist workers of one run), `pid` the
+process that made it and `owner` a random key of that process, which holds the
+PostgreSQL advisory lock (OWNER_LOCK_SPACE, owner) in shared mode on a connection of
+its own for as long as it lives. A process's databases are dropped when it exits; those
+of a process killed meanwhile are dropped by the next process that makes one, once
+provably dead: no session on the server holds its owner's lock (the server drops a dead
+client's locks with its connection) and no process of this machine has its pid. A run
+still going, from another checkout or another machine, is never touched.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
+import random
 import re
 import shutil
 import tempfile
@@ -23,17 +33,27 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from sqlalchemy import Connection, text
 from sqlalchemy import create_engine as create_sync_engine
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from memory.db import create_engine, migrate
 
 PG_ADMIN_URL = os.environ.get("MNEMO_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-_TEMPLATE_PREFIX = "mnemo_tpl_"
-_POOLED_PREFIX = "mnemo_p_"
+PREFIX = "mnemo_test_"
+# The two-key form of PostgreSQL's advisory locks, a key space of its own (the bot's
+# locks use the one-key form): ('mnem', owner).
+OWNER_LOCK_SPACE = 0x6D6E656D
+# The run: pytest-xdist gives its workers the id of the run they belong to.
+RUN_ID = (os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex)[:8]
+_OWNER = random.SystemRandom().randrange(1, 2**31)
+_NAME = re.compile(rf"^{PREFIX}[0-9a-f]{{8}}_(\d+)_([0-9a-f]{{8}})_[a-z]+_[0-9a-f]+$")
+# Left by earlier versions of this module, named after the process only.
+_LEGACY = re.compile(r"^mnemo_(?:tpl|p)_(\d+)_[0-9a-f]+$")
 _templates: dict[str, str] = {}  # kind -> template database name / file path
 _pg_free: list[str] = []  # migrated, emptied databases ready for the next test
+_owner_conn: Connection | None = None  # holds this process's owner lock
+_made: set[str] = set()  # this process's databases not dropped yet
 
 
 def _pg_url(dbname: str) -> str:
@@ -51,7 +71,13 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _new_name(kind: str) -> str:
+    """A database name of this run and process (module doc); `kind` says what it is for."""
+    return f"{PREFIX}{RUN_ID}_{os.getpid()}_{_OWNER:08x}_{kind}_{uuid.uuid4().hex[:8]}"
+
+
 def _drop_pg_databases(names: list[str]) -> None:
+    _made.difference_update(names)
     if not names:
         return
     admin = create_sync_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
@@ -63,46 +89,79 @@ def _drop_pg_databases(names: list[str]) -> None:
         admin.dispose()
 
 
-def _orphaned_templates(names: list[str]) -> list[str]:
+def _stale(names: list[str], live_owners: set[int]) -> list[str]:
+    """The databases among `names` whose making process is provably gone (module doc)."""
     out = []
     for name in names:
-        m = re.match(rf"^(?:{_TEMPLATE_PREFIX}|{_POOLED_PREFIX})(\d+)_", name)
-        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+        if m := _NAME.match(name):
+            pid, owner = int(m.group(1)), int(m.group(2), 16)
+            if owner != _OWNER and owner not in live_owners and not _pid_alive(pid):
+                out.append(name)
+        elif (m := _LEGACY.match(name)) and not _pid_alive(int(m.group(1))):
             out.append(name)
     return out
+
+
+def _claim_and_sweep() -> None:
+    """Once per process, before its first PostgreSQL database: take this process's owner
+    lock, then drop the databases of processes that are gone."""
+    global _owner_conn
+    if _owner_conn is not None:
+        return
+    # Synchronous and outside any event loop's life: the lock lives as long as the
+    # process, across the event loops of many tests.
+    admin = create_sync_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_size=1)
+    conn = admin.connect()
+    conn.execute(
+        text("SELECT pg_advisory_lock_shared(:space, :owner)"),
+        {"space": OWNER_LOCK_SPACE, "owner": _OWNER},
+    )
+    _owner_conn = conn
+    # atexit runs last in, first out: the databases go, then the lock, then the engine.
+    atexit.register(admin.dispose)
+    atexit.register(conn.close)
+    atexit.register(lambda: _drop_pg_databases(sorted(_made)))
+    live = set(
+        conn.execute(
+            text(
+                "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' "
+                "AND classid::bigint = :space AND objsubid = 2 AND granted"
+            ),
+            {"space": OWNER_LOCK_SPACE},
+        ).scalars()
+    )
+    names = conn.execute(
+        text("SELECT datname FROM pg_database WHERE datname LIKE 'mnemo\\_%'")
+    ).scalars()
+    for stale in _stale(list(names), live):
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{stale}" WITH (FORCE)'))
 
 
 async def _pg_template() -> str:
     if "postgres" in _templates:
         return _templates["postgres"]
-    name = f"{_TEMPLATE_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_async_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            existing = (
-                (
-                    await conn.execute(
-                        text(
-                            "SELECT datname FROM pg_database WHERE datname LIKE :p OR datname LIKE :q"
-                        ),
-                        {"p": f"{_TEMPLATE_PREFIX}%", "q": f"{_POOLED_PREFIX}%"},
-                    )
-                )
-                .scalars()
-                .all()
-            )
-            for stale in _orphaned_templates(list(existing)):
-                await conn.execute(text(f'DROP DATABASE IF EXISTS "{stale}" WITH (FORCE)'))
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    finally:
-        await admin.dispose()
+    name = await _create_pg_database("tpl")
     engine = create_engine(_pg_url(name))
     try:
         await migrate(engine)
     finally:
         await engine.dispose()  # a template must have no open connections
     _templates["postgres"] = name
-    atexit.register(_drop_pg_databases, [name])
+    return name
+
+
+async def _create_pg_database(kind: str, template: str | None = None) -> str:
+    """A new, empty (or `template`'s copy) database of this process, dropped at exit."""
+    await asyncio.to_thread(_claim_and_sweep)
+    name = _new_name(kind)
+    admin = create_async_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            clause = f' TEMPLATE "{template}"' if template else ""
+            await conn.execute(text(f'CREATE DATABASE "{name}"{clause}'))
+    finally:
+        await admin.dispose()
+    _made.add(name)
     return name
 
 
@@ -145,33 +204,17 @@ async def _temp_database(kind: str, tmp_dir: Path, *, migrated: bool) -> AsyncIt
         finally:
             await _release_pg(name)
         return
-    template = None
-    name = f"mnemo_t_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = await _create_pg_database("t")
     try:
-        async with admin.connect() as conn:
-            clause = f' TEMPLATE "{template}"' if template else ""
-            await conn.execute(text(f'CREATE DATABASE "{name}"{clause}'))
         yield _pg_url(name)
     finally:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await admin.dispose()
+        await asyncio.to_thread(_drop_pg_databases, [name])
 
 
 async def _acquire_pg() -> str:
     if _pg_free:
         return _pg_free.pop()
-    template = await _pg_template()
-    name = f"{_POOLED_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_async_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
-    finally:
-        await admin.dispose()
-    atexit.register(_drop_pg_databases, [name])
-    return name
+    return await _create_pg_database("p", template=await _pg_template())
 
 
 async def _release_pg(name: str) -> None:

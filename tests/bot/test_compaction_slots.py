@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.pool import COMPACTIONS_AT_ONCE
 from memory.types import Session, SummarizeOptions
 from tests.bot.conftest import PoolFactory
+from tests.waits import scaled
 
 SESSIONS = [Session(id=f"default:slots:{n}", user_id=n, channel="slots") for n in range(1, 7)]
 # Generous: only reached when the pool never gets to the expected state (a hang, not a
@@ -44,7 +45,7 @@ class CountingSummarizer:
 
     async def wait_for(self, predicate: Callable[[], bool], what: str) -> None:
         try:
-            async with asyncio.timeout(STUCK_S), self.changed:
+            async with asyncio.timeout(scaled(STUCK_S)), self.changed:
                 await self.changed.wait_for(predicate)
         except TimeoutError:
             raise AssertionError(
@@ -68,7 +69,7 @@ async def test_a_burst_of_compactions_runs_a_few_at_a_time_and_no_reply_waits(
 
     # Every session crosses the threshold in the same moment: all the replies come back
     # while every summarizer call is still blocked.
-    async with asyncio.timeout(STUCK_S):
+    async with asyncio.timeout(scaled(STUCK_S)):
         replies = await asyncio.gather(*(pool.chat(s, long) for s in SESSIONS))
     assert all(r.text.startswith("echo:") for r in replies)
     await summarizer.wait_for(
@@ -77,7 +78,7 @@ async def test_a_burst_of_compactions_runs_a_few_at_a_time_and_no_reply_waits(
     )
     # The compactions waiting for a slot hold up no session either: another round of
     # turns (many loop iterations, in which any unbounded compaction would start too).
-    async with asyncio.timeout(STUCK_S):
+    async with asyncio.timeout(scaled(STUCK_S)):
         replies = await asyncio.gather(*(pool.chat(s, "still there?") for s in SESSIONS))
     assert not any(r.error for r in replies)
     assert summarizer.in_flight == COMPACTIONS_AT_ONCE
@@ -86,7 +87,7 @@ async def test_a_burst_of_compactions_runs_a_few_at_a_time_and_no_reply_waits(
     assert all(st.summary_count == 0 for st in before.values())
 
     summarizer.release.set()
-    async with asyncio.timeout(STUCK_S):
+    async with asyncio.timeout(scaled(STUCK_S)):
         await pool.drain()
     assert summarizer.peak == COMPACTIONS_AT_ONCE  # never more, and more than one at once
     assert summarizer.calls == len(SESSIONS)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.openai_server import FakeOpenAI, Response, echo, error, text, tool_call
+from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,7 +62,7 @@ async def mnemo_chat(
     cfg: Path, stdin: str, *args: str, api_key: str | None = "test-key"
 ) -> tuple[int, str, str]:
     proc = await start_chat(cfg, *args, api_key=api_key)
-    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout=60)
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout=scaled(60))
     return proc.returncode or 0, out.decode(), err.decode()
 
 
@@ -71,6 +72,7 @@ async def server():
         yield srv
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 async def test_chat_failure_commands_rotation_and_restart(server: FakeOpenAI, tmp_path: Path):
     cfg = write_config(tmp_path, server.base_url)
     server.push(error(500), error(500))  # the first message fails (max_retries: 1)
@@ -98,6 +100,7 @@ async def test_chat_failure_commands_rotation_and_restart(server: FakeOpenAI, tm
     assert len(server.requests) == 4
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 async def test_missing_api_key_names_the_variable(server: FakeOpenAI, tmp_path: Path):
     rc, out, err = await mnemo_chat(write_config(tmp_path, server.base_url), "hi\n", api_key=None)
     assert rc == 2 and out == ""
@@ -118,6 +121,7 @@ def _citing(body: dict[str, Any]) -> Response:
     return echo(body)
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 async def test_chat_prints_an_answer_s_sources_as_plain_lines(tmp_path: Path):
     async with FakeOpenAI(_citing) as srv:
         search = json.dumps({"action": "search", "text": "locker PLATYPUS"})

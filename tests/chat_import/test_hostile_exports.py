@@ -18,6 +18,7 @@ import pytest
 from tests.chat_import.hostile import deep_export, telegram_saying
 from tests.reliability.corpus import looks_like_traceback
 from tests.reliability.process import REPO, write_config
+from tests.waits import scaled
 
 REFUSED = "mnemo: import refused, nothing was written: "
 CAP = 1024 * 2**20  # the CLI's address space: ~3x what it needs, far below the bug's
@@ -41,7 +42,7 @@ def _mnemo_memory(tmp: Path, *args: str) -> tuple[int, str, str]:
         capture_output=True,
         text=True,
         preexec_fn=_cap,
-        timeout=300,  # a bound for a hang, not a timing assertion
+        timeout=scaled(300),  # a bound for a hang, not a timing assertion
     )
     return proc.returncode, proc.stdout, proc.stderr
 

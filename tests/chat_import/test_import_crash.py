@@ -22,6 +22,7 @@ from memory.history import conversations, messages
 from memory.testing.databases import temp_database_url
 from tests.chat_import.generate import telegram_export
 from tests.reliability.process import REPO, write_config
+from tests.waits import scaled
 
 MESSAGES = 8_000
 
@@ -59,6 +60,7 @@ async def _start(config: Path, export: Path, tmp: Path) -> asyncio.subprocess.Pr
     "provider",
     ["lcm", pytest.param("simple", marks=pytest.mark.slow)],  # lean `make test`
 )
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 async def test_kill_nine_mid_import_then_again_stores_one_copy(
     db_kind: str, tmp_path: Path, provider: str
 ) -> None:
@@ -74,10 +76,10 @@ async def test_kill_nine_mid_import_then_again_stores_one_copy(
             },
         )
         first = await _start(config, export, tmp_path)
-        deadline = asyncio.get_running_loop().time() + 60
+        deadline = asyncio.get_running_loop().time() + scaled(60)
         while await _stored(url) < BATCH:
             assert first.returncode is None, (await first.communicate())[1].decode()[-2000:]
-            assert asyncio.get_running_loop().time() < deadline, "no batch stored in 60 s"
+            assert asyncio.get_running_loop().time() < deadline, "no batch stored in 60 s (scaled)"
             await asyncio.sleep(0.01)
         first.send_signal(signal.SIGKILL)
         await first.wait()
@@ -122,6 +124,7 @@ async def test_kill_nine_mid_import_then_again_stores_one_copy(
         assert tails == sorted(tails), sid
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 async def test_ctrl_c_mid_import_says_what_is_kept_and_exits_130(tmp_path: Path) -> None:
     export = tmp_path / "result.json"
     expected = telegram_export(export, MESSAGES, chats=1)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.waits import scaled
+
 MNEMO = Path(sys.executable).with_name("mnemo")
 
 
@@ -22,12 +24,13 @@ def clean_env(**given: str) -> dict[str, str]:
 
 def mnemo(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60):
     """`mnemo ARGS` in `cwd`, with no MNEMO_* or API variables from the test's own
-    environment unless given in `env`."""
+    environment unless given in `env`; `timeout` (a hang guard) is scaled to the
+    machine's load (tests/waits.py)."""
     return subprocess.run(
         [str(MNEMO), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=scaled(timeout),
         env=clean_env(**(env or {})),
     )

@@ -19,6 +19,7 @@ import pytest
 from bot.terminal import LEFT_UNANSWERED
 from tests.bot.test_terminal import mnemo_chat, start_chat, write_config
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text
+from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 20  # a loaded machine starts the chat in a few seconds
@@ -65,7 +66,7 @@ class Screen:
 
     async def wait_for(self, needle: str) -> str:
         """The output after the previous wait, up to and including `needle`."""
-        async with asyncio.timeout(WAIT_S):
+        async with asyncio.timeout(scaled(WAIT_S)):
             while (at := self.text.find(needle, self.seen)) < 0:
                 self.grew.clear()
                 await self.grew.wait()
@@ -76,7 +77,7 @@ class Screen:
         os.write(self.master, text.encode())
 
     async def close(self) -> int:
-        code = await asyncio.to_thread(self.proc.wait, 20)
+        code = await asyncio.to_thread(self.proc.wait, scaled(20))
         self.left = termios.tcgetattr(self.master)  # the terminal's settings it left
         asyncio.get_running_loop().remove_reader(self.master)
         os.close(self.master)
@@ -100,6 +101,7 @@ def _user_messages(server: FakeOpenAI) -> list[str]:
     return [r["messages"][-1]["content"] for r in server.requests]
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 async def test_chat_edits_lines_keeps_history_and_keeps_logs_out(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:

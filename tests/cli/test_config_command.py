@@ -11,6 +11,7 @@ import yaml
 from bot.config import Settings, anchor_paths, load_settings
 from tests.cli.conftest import MNEMO, clean_env, mnemo
 from tests.fakes.openai_server import FakeOpenAI
+from tests.waits import scaled
 
 TOKEN = "424242:AAH-bot-secret-part"
 API_KEY = "sk-live-4f8a2c9e71d3"
@@ -152,7 +153,7 @@ async def test_chat_in_an_empty_directory_with_the_key_in_the_environment(tmp_pa
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await asyncio.wait_for(proc.communicate(b"hello there\n"), 120)
+        out, err = await asyncio.wait_for(proc.communicate(b"hello there\n"), scaled(120))
     assert proc.returncode == 0, err.decode()
     assert "echo: hello there" in out.decode()
     assert API_KEY not in out.decode() + err.decode()

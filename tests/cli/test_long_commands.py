@@ -11,10 +11,16 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from bot import operator
 from bot.config import load_settings
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.ops.conftest import ALICE, populate
+from tests.waits import scaled
+
+# Each test starts `mnemo` subprocesses: `make test`, not the inner loop (`make test-fast`).
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,9 +53,9 @@ async def _compact(config: Path, *, interrupt_after: int = 0, llm: FakeOpenAI | 
         env=env,
     )
     if interrupt_after and llm is not None:
-        await asyncio.wait_for(llm.wait_for_requests(interrupt_after), 30)
+        await asyncio.wait_for(llm.wait_for_requests(interrupt_after), scaled(30))
         proc.send_signal(signal.SIGINT)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    out, err = await asyncio.wait_for(proc.communicate(), scaled(60))
     return proc.returncode, out.decode(), err.decode()
 
 
@@ -62,7 +68,7 @@ async def test_compact_counts_summaries_stops_cleanly_and_continues(tmp_path: Pa
         third = asyncio.Event()
         llm.push(text("summary one"), text("summary two"), gated(third, text("summary three")))
         run = asyncio.create_task(_compact(config, interrupt_after=3, llm=llm))
-        await asyncio.wait_for(llm.wait_for_requests(3), 30)
+        await asyncio.wait_for(llm.wait_for_requests(3), scaled(30))
         await asyncio.sleep(0.5)  # the signal reaches the process before the answer
         third.set()
         code, out, err = await run
@@ -103,12 +109,12 @@ async def test_embed_backfill_stops_after_the_current_batch_and_continues(tmp_pa
         proc = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO, env=env
         )
-        await asyncio.wait_for(llm.wait_for_embedding_requests(4), 30)  # probe + 3 batches
+        await asyncio.wait_for(llm.wait_for_embedding_requests(4), scaled(30))  # probe + 3 batches
         llm.pause()  # the batch now in flight waits for the Ctrl-C
         proc.send_signal(signal.SIGINT)
         await asyncio.sleep(0.5)
         llm.resume()
-        out, raw = await asyncio.wait_for(proc.communicate(), 60)
+        out, raw = await asyncio.wait_for(proc.communicate(), scaled(60))
         err = raw.decode()
         assert proc.returncode == 130, err
         kept = re.search(r"stopped by Ctrl-C: (\d+) item\(s\) embedded and kept in ", err)
@@ -118,7 +124,7 @@ async def test_embed_backfill_stops_after_the_current_batch_and_continues(tmp_pa
         proc = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO, env=env
         )
-        out, raw = await asyncio.wait_for(proc.communicate(), 60)
+        out, raw = await asyncio.wait_for(proc.communicate(), scaled(60))
         assert proc.returncode == 0, raw.decode()
         rest = re.match(r"embedded (\d+) item\(s\) with fake-embed", out.decode())
         assert rest and int(rest[1]) > 0, out

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import mnemo
+from tests.waits import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,6 +28,7 @@ def test_the_readme_lists_every_variable_config_yaml_reads() -> None:
     assert variables <= listed, variables - listed
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 def test_make_run_names_everything_missing_at_once_and_honours_mnemo_config(
     tmp_path: Path,
 ) -> None:
@@ -45,7 +47,7 @@ def test_make_run_names_everything_missing_at_once_and_honours_mnemo_config(
         env={**env, "MNEMO_CONFIG": str(config)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     # The config named by MNEMO_CONFIG was read (nothing was created: it stopped
     # before), and both missing secrets are named in the same run.
@@ -62,7 +64,7 @@ def test_make_run_names_everything_missing_at_once_and_honours_mnemo_config(
         env={**env, "MNEMO_CONFIG": str(tmp_path / "absent.yaml")},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert f"{tmp_path}/absent.yaml: no such config file (given by MNEMO_CONFIG)" in (
         missing.stderr
@@ -70,6 +72,7 @@ def test_make_run_names_everything_missing_at_once_and_honours_mnemo_config(
     assert list(tmp_path.iterdir()) == [config]
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 def test_chat_names_a_missing_key_before_anything_else(tmp_path: Path) -> None:
     proc = mnemo("chat", cwd=tmp_path)
     assert proc.returncode == 2
@@ -77,6 +80,7 @@ def test_chat_names_a_missing_key_before_anything_else(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 async def test_the_budget_fits_a_llama_cpp_servers_context(tmp_path: Path) -> None:
     # The compose profile's llama.cpp runs with LLM_CTX_SIZE tokens; a bot left at its
     # 13,500-token default would fail every long conversation. It reads the server's

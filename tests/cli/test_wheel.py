@@ -15,6 +15,7 @@ import pytest
 from tests.cli.conftest import clean_env
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
+from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 REFUSAL = "Sorry, this is a private bot and I can't talk with you. Ask its operator for access."
@@ -37,7 +38,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     install = [str(venv / "bin" / "python"), *pip[1:], "install", str(wheel)]
-    subprocess.run(install, check=True, timeout=900)
+    subprocess.run(install, check=True, timeout=scaled(900))
     return venv / "bin" / "mnemo"
 
 
@@ -93,7 +94,7 @@ async def test_the_installed_wheel_runs_on_two_variables_in_an_empty_directory(
         finally:
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)
-            out, err = await asyncio.wait_for(proc.communicate(), 120)
+            out, err = await asyncio.wait_for(proc.communicate(), scaled(120))
     log = out.decode() + err.decode()
     assert proc.returncode == 0, log
     assert [m.text for m in tg.bot_messages(99)] == [REFUSAL]

@@ -48,7 +48,8 @@ Observing the bot:
   tg.calls                  every ApiCall(method, params, at) in arrival order
   tg.calls_to(method, chat_id=None)
   tg.bot_messages(chat_id, thread_id=None)  BotMessage objects, current text after edits
-  await tg.wait_for(predicate, within=)    returns predicate's first truthy value
+  await tg.wait_for(predicate, within=)    returns predicate's first truthy value (the
+                            limit is scaled to the machine's load: tests/waits.py)
   await tg.wait_for_message(chat_id, contains=, thread_id=)  a bot message with that text
   tg.commands               the last setMyCommands list
   tg.subscribe(callback)    callback(ApiCall) for every call as it arrives (benchmarks)
@@ -86,6 +87,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import ClientSession, TCPConnector, web
+
+from tests.waits import scaled
 
 __all__ = ["ApiCall", "BotMessage", "Chat", "FakeTelegram", "User", "free_port"]
 
@@ -601,9 +604,11 @@ class FakeTelegram:
         ]
 
     async def wait_for(self, predicate: Callable[[], Any], within: float = 10.0) -> Any:
-        """Wait until `predicate()` is truthy (re-checked after every API call)."""
+        """Wait until `predicate()` is truthy (re-checked after every API call); fail
+        after `within` seconds, scaled to the machine's load (tests/waits.py)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
+        limit = scaled(within)
+        deadline = loop.time() + limit
         while True:
             result = predicate()
             if result:
@@ -611,7 +616,7 @@ class FakeTelegram:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise TimeoutError(
-                    f"condition not met within {within}s; last calls: "
+                    f"condition not met within {limit:.0f}s ({within}s scaled); last calls: "
                     f"{[(c.method, c.params.get('text', '')[:60]) for c in self.calls[-5:]]}"
                 )
             event = self._changed

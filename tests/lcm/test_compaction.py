@@ -19,6 +19,7 @@ from tests.lcm.conftest import (
     session,
     summary_id_of,
 )
+from tests.waits import scaled
 
 INCREMENTAL, FULL = CompactionMode.INCREMENTAL, CompactionMode.FULL
 
@@ -157,7 +158,7 @@ async def test_append_lands_while_the_summarizer_is_thinking(make_provider) -> N
     await summarizer.entered.wait()
     late = numbered(3, start=100, word="late")
     # Would deadlock (and hit the timeout) if compaction held the session's lock.
-    await asyncio.wait_for(p.append(s, *late), timeout=60)
+    await asyncio.wait_for(p.append(s, *late), timeout=scaled(60))
     gate.set()
     result = await task
     assert result.leaf_summaries_created == 2 and result.messages_compacted == 8

@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 
 from tests.ops.test_replicas_e2e import free_port
+from tests.waits import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRYPOINT = [sys.executable, str(ROOT / "deploy/entrypoint.py")]
@@ -80,7 +81,7 @@ def test_a_missing_token_waits_unhealthy_instead_of_restarting(
     assert check.returncode == 1
     assert "configuration error: mnemo: no Telegram bot token" in check.stdout
     proc.send_signal(signal.SIGTERM)  # docker stop
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=scaled(60))
     assert proc.returncode == 0
     assert err.count("no Telegram bot token") == 1  # said once, not once per restart
     assert "waiting instead of restarting" in err
@@ -96,7 +97,7 @@ def test_other_exits_and_one_off_commands_pass_through(
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert done.returncode == 2 and "mnemo: " in done.stderr
     # A crash (any code but 2) exits too: the restart policy restarts the bot.
@@ -122,7 +123,7 @@ def test_docker_stop_reaches_the_command(
     started.append(proc)
     assert proc.stderr is not None and proc.stderr.readline() == "ready\n"
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 7
+    assert proc.wait(timeout=scaled(60)) == 7
 
 
 async def test_the_health_check_probes_healthz(env: dict[str, str]) -> None:

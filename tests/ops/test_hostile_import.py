@@ -28,6 +28,7 @@ from memory.export_schema import MAX_DEPTH, validate_document
 from tests.ops.conftest import ALICE, make_settings, populate
 from tests.reliability.corpus import looks_like_traceback
 from tests.reliability.process import REPO, write_config
+from tests.waits import scaled
 
 SID = "default:telegram:1001"  # as the bot names user 1001's private chat
 REFUSED = "mnemo: import refused, nothing was written: "
@@ -404,6 +405,7 @@ async def _assert_refused(
     assert await _dump(url, tmp_path / "notes") != before
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 async def test_hostile_lcm_exports_are_refused_whole(
     db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -450,6 +452,7 @@ def _provider_stub(name: str) -> Any:
     return type("Stub", (cls,), {"name": name})()
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 @pytest.mark.postgres
 @pytest.mark.parametrize("db_kind", ["postgres"])
 async def test_issue_cases_through_the_cli(db_url: str, tmp_path: Path) -> None:
@@ -482,7 +485,7 @@ async def test_issue_cases_through_the_cli(db_url: str, tmp_path: Path) -> None:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, raw_err = await asyncio.wait_for(proc.communicate(), 120)
+        out, raw_err = await asyncio.wait_for(proc.communicate(), scaled(120))
         err = raw_err.decode()
         assert proc.returncode == 1, (label, err)
         lines = err.strip().splitlines()

@@ -19,6 +19,7 @@ from typing import IO
 from memory.export_schema import MAX_DOCUMENT_BYTES
 from tests.reliability.corpus import looks_like_traceback
 from tests.reliability.process import REPO, write_config
+from tests.waits import scaled
 
 CAP = 1024 * 2**20  # ~2x what reading the largest document allowed takes
 
@@ -47,7 +48,8 @@ def _import(tmp: Path, path: str, stdin: int | IO[bytes] | None = None) -> subpr
 
 def _refusal(proc: subprocess.Popen[bytes]) -> str:
     try:
-        out, raw = proc.communicate(timeout=300)  # a bound for a hang, not a timing assertion
+        # A bound for a hang, not a timing assertion.
+        out, raw = proc.communicate(timeout=scaled(300))
     except subprocess.TimeoutExpired:
         proc.kill()  # (which also ends a feeding thread's write)
         raise

@@ -27,6 +27,7 @@ from memory.testing.databases import temp_database_url
 from plugins.lcm.models import summaries
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
+from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 CHATS, ROUNDS = 10, 10  # two messages per chat per round: 200 updates
@@ -155,7 +156,7 @@ async def stop_all(procs: list[asyncio.subprocess.Process]) -> list[tuple[bytes,
     for proc in procs:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
-    return [await asyncio.wait_for(p.communicate(), 60) for p in procs]
+    return [await asyncio.wait_for(p.communicate(), scaled(60)) for p in procs]
 
 
 async def turns_served(http: ClientSession, health_port: int) -> float:
@@ -192,7 +193,7 @@ async def test_two_webhook_replicas_on_postgres(tmp_path: Path) -> None:
             await tg.wait_for(lambda: len(tg.calls_to("setWebhook")) >= 2, within=120)
             assert tg.webhook is not None and tg.webhook["url"] == lb_url
             await asyncio.wait_for(
-                asyncio.gather(*(chat_rounds(tg, c) for c in range(CHATS))), timeout=600
+                asyncio.gather(*(chat_rounds(tg, c) for c in range(CHATS))), timeout=scaled(600)
             )
             async with ClientSession() as http:
                 served = [await turns_served(http, port) for port in health]
@@ -236,6 +237,6 @@ async def test_two_webhook_replicas_on_postgres(tmp_path: Path) -> None:
             assert rounds == sorted(rounds)
 
         doctor = await mnemo("memory", "doctor", "--config", str(configs[0]))
-        out, err = await asyncio.wait_for(doctor.communicate(), 120)
+        out, err = await asyncio.wait_for(doctor.communicate(), scaled(120))
         assert doctor.returncode == 0, (out + err).decode()
         assert out.decode().startswith("ok: no faults")

@@ -13,6 +13,7 @@ from memory.db import create_engine
 from memory.history import HistoryStore
 from memory.session_lock import SessionLocks
 from memory.types import Message, Session
+from tests.waits import scaled
 
 
 class Turns:
@@ -152,8 +153,8 @@ async def test_cancelled_waiter_leaves_no_lock_behind(
             with pytest.raises(asyncio.CancelledError):
                 await waiting
         # Neither the cancelled waiter nor the finished holder may still hold the chat.
-        await asyncio.wait_for(_enter(b, "chat"), timeout=30)
-        await asyncio.wait_for(_enter(a, "chat"), timeout=30)
+        await asyncio.wait_for(_enter(b, "chat"), timeout=scaled(30))
+        await asyncio.wait_for(_enter(a, "chat"), timeout=scaled(30))
     finally:
         await a.close()
         await b.close()
@@ -173,6 +174,6 @@ async def test_closing_releases_the_process_locks(
     # A replica that shuts down (or dies) mid-turn must not keep the chat locked.
     await a.close()
     try:
-        await asyncio.wait_for(_enter(b, "chat"), timeout=30)
+        await asyncio.wait_for(_enter(b, "chat"), timeout=scaled(30))
     finally:
         await b.close()

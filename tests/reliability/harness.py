@@ -34,6 +34,7 @@ from memory.summarizer import StaticSummarizer
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, Response, echo, text, tool_call
 from tests.fakes.telegram_server import FakeTelegram
+from tests.waits import eventually
 
 API_KEY = "sk-test-SECRET-api-key-0123456789"
 TOOL_MARK = "TOOL "
@@ -175,6 +176,19 @@ async def stored_history(engine: AsyncEngine, session_id: str) -> list[tuple[str
     )
     async with engine.connect() as conn:
         return [(r.role, r.content) for r in (await conn.execute(query)).all()]
+
+
+async def answered_history(
+    engine: AsyncEngine, session_id: str, answer: str
+) -> list[tuple[str, str]]:
+    """`stored_history` once it ends with the assistant's `answer`. Polled: a streamed
+    answer is seen in the chat before its turn's rows commit (bot/turns.py appends the
+    answer once the model has finished)."""
+    return await eventually(
+        lambda: stored_history(engine, session_id),
+        lambda history: history[-1:] == [("assistant", answer)],
+        what=f"the answer {answer!r} stored in {session_id}",
+    )
 
 
 def session_id(user_or_chat: int, thread: int | None = None, agent: str = "default") -> str:

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from tests.fakes.telegram_server import FakeTelegram
+from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,7 +39,8 @@ class BotProcess:
         self.starts = 0
 
     async def start(self, within: float = 30.0) -> None:
-        """Start the bot and wait until it polls for updates (or fail with its log)."""
+        """Start the bot and wait until it polls for updates (or fail with its log after
+        `within` seconds, scaled to the machine's load: tests/waits.py)."""
         polls = len(self.tg.calls_to("getUpdates"))
         log = self.log_path.open("ab")
         env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -62,7 +64,8 @@ class BotProcess:
         proc = self.proc
 
         # Polled, not tg.wait_for: a bot that dies makes no API call to wake a waiter.
-        deadline = asyncio.get_running_loop().time() + within
+        limit = scaled(within)
+        deadline = asyncio.get_running_loop().time() + limit
         while len(self.tg.calls_to("getUpdates")) <= polls:
             if proc.returncode is not None:
                 raise AssertionError(
@@ -70,7 +73,7 @@ class BotProcess:
                 )
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(
-                    f"the bot did not poll within {within}s:\n{self.stderr_text()[-3000:]}"
+                    f"the bot did not poll within {limit:.0f}s ({within}s scaled):\n{self.stderr_text()[-3000:]}"
                 )
             await asyncio.sleep(0.02)
 
@@ -83,13 +86,13 @@ class BotProcess:
         return await self.proc.wait()
 
     async def stop(self, within: float = 20.0) -> int:
-        """SIGTERM and wait for a clean exit (SIGKILL if it hangs)."""
+        """SIGTERM and wait for a clean exit (SIGKILL if it hangs past `within` s, scaled)."""
         if self.proc is None:
             return 0
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                return await asyncio.wait_for(self.proc.wait(), within)
+                return await asyncio.wait_for(self.proc.wait(), scaled(within))
             except TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()

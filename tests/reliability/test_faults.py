@@ -34,8 +34,16 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.conftest import ask
 from tests.reliability.corpus import looks_like_traceback
 from tests.reliability.faultproxy import FaultProxy
-from tests.reliability.harness import LiveBot, live_bot, session_id, stored_history, tool_text
+from tests.reliability.harness import (
+    LiveBot,
+    answered_history,
+    live_bot,
+    session_id,
+    stored_history,
+    tool_text,
+)
 from tests.reliability.process import REPO, write_config
+from tests.waits import scaled
 
 
 async def assert_consistent(bot: LiveBot) -> None:
@@ -96,7 +104,7 @@ async def test_a_stuck_model_call_does_not_hold_other_chats(
         assert "echo: quick too" in await ask(tg, tg.private(3), "quick too")
         gate.set()
         await tg.wait_for_message(1, contains="the slow answer")
-        assert await stored_history(bot.engine, session_id(1)) == [
+        assert await answered_history(bot.engine, session_id(1), "the slow answer") == [
             ("user", "slow question"),
             ("assistant", "the slow answer"),
         ]
@@ -162,7 +170,7 @@ async def test_dropped_connections(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: 
         gate.set()
         await tg.wait_for_message(1, contains="echo: three", within=20)
         assert tgp.dropped and llmp.dropped
-        assert await stored_history(bot.engine, session_id(1)) == [
+        assert await answered_history(bot.engine, session_id(1), "echo: three") == [
             ("user", "one"),
             ("assistant", "echo: one"),
             ("user", "two"),
@@ -194,7 +202,7 @@ def test_database_unavailable_at_start(url: str, tmp_path: Path) -> None:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert done.returncode == 3, done.stderr[-2000:]

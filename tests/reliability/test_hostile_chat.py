@@ -17,6 +17,7 @@ from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.conftest import ask
 from tests.reliability.corpus import CORPUS, looks_like_traceback
 from tests.reliability.harness import live_bot, session_id, stored_history
+from tests.waits import eventually
 
 # Each test covers both providers and both databases between its two runs.
 CHAT_CASES = [
@@ -53,6 +54,14 @@ async def test_chat_text_corpus(
 ) -> None:
     async with live_bot(tmp_path, tg, llm, db_kind=db_kind, provider=provider) as bot:
 
+        async def stored(uid: int) -> list[tuple[str, str]]:
+            # Polled until the answer is stored: it is seen while it streams, before
+            # its turn's rows commit.
+            return await eventually(
+                lambda: stored_history(bot.engine, session_id(uid)),
+                lambda history: any(role == "assistant" for role, _ in history),
+            )
+
         async def one(i: int, label: str, value: str) -> None:
             uid = 5000 + i
             chat = tg.private(uid)
@@ -61,7 +70,7 @@ async def test_chat_text_corpus(
                 chat.send(value)
                 answer = await ask(tg, chat, "ping")
                 assert "echo: ping" in answer, label
-                assert await stored_history(bot.engine, session_id(uid)) == [
+                assert await stored(uid) == [
                     ("user", "ping"),
                     ("assistant", "echo: ping"),
                 ], label
@@ -69,12 +78,12 @@ async def test_chat_text_corpus(
             answer = await ask(tg, chat, value)
             assert answer.strip(), label
             assert not looks_like_traceback(answer), (label, answer[:300])
-            history = await stored_history(bot.engine, session_id(uid))
             if not value.strip() or len(value) > MAX_INPUT_CHARS:
-                assert history == [], label  # refused, nothing kept
+                assert await stored_history(bot.engine, session_id(uid)) == [], label  # refused
                 assert "echo" not in answer, label
                 return
             assert answer.startswith("echo:"), (label, answer[:200])
+            history = await stored(uid)
             assert [role for role, _ in history] == ["user", "assistant"], label
             assert history[0][1] == storable(value), label
 

@@ -16,6 +16,7 @@ from bot.config import ConfigError, Settings, load_settings
 from memory.sanitize import storable
 from tests.reliability.corpus import SMALL, looks_like_traceback
 from tests.reliability.process import REPO
+from tests.waits import scaled
 
 
 def _leaf_keys(model: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -44,6 +45,7 @@ def _dump(raw: dict[str, Any]) -> str:
     return yaml.safe_dump(raw, allow_unicode=False)
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 def test_every_key_with_every_corpus_value(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     checked = 0
@@ -84,7 +86,7 @@ def test_cli_reports_a_bad_config_in_one_line(body: bytes, tmp_path: Path) -> No
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
     )
     out = done.stdout + done.stderr
@@ -156,7 +158,7 @@ def test_cli_refuses_a_hostile_config_in_one_line(body: str, said: str, tmp_path
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 2, done.stdout + done.stderr[-2000:]

@@ -5,7 +5,6 @@ allowed leaves no rows. (Secrets in logs: test_logs.py.)"""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram, User
 from tests.reliability.conftest import ask
 from tests.reliability.harness import live_bot, table_counts, tool_text
+from tests.waits import eventually
 
 PROVIDERS = ["simple", "lcm"]
 ALICE, BOB, MALLORY = 42, 43, 99
@@ -207,12 +207,11 @@ async def test_disallowed_user_leaves_no_rows(
         alice = tg.private(ALICE)
         assert "echo: hi" in await ask(tg, alice, "hi")
         # The turn's last write: once sent, the answer is linked to its Telegram message.
-        for _ in range(200):
-            before = await table_counts(bot.engine)
-            if before["message_origins"] == 2:  # her message's and her answer's
-                break
-            await asyncio.sleep(0.05)
-        assert before["message_origins"] == 2, before
+        before = await eventually(
+            lambda: table_counts(bot.engine),
+            lambda counts: counts["message_origins"] == 2,  # her message's and her answer's
+            what="the answer's origin stored",
+        )
         files_before = _files(Path(bot.settings.data_dir))
         mallory = tg.private(MALLORY)
         group = tg.group(GROUP)

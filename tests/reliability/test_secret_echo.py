@@ -16,6 +16,7 @@ import pytest
 from bot.cli import main
 from bot.config import ConfigError, load_settings
 from tests.reliability.process import REPO
+from tests.waits import scaled
 
 TOKEN = "424242:SECRET-token-in-the-wrong-place"
 
@@ -105,7 +106,7 @@ def test_cli_config_error_hides_the_database_password(tmp_path: Path) -> None:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 2, done.stderr

@@ -24,6 +24,10 @@ from tests.reliability.conftest import SECRET_TOKEN
 from tests.reliability.corpus import looks_like_traceback
 from tests.reliability.process import REPO, BotProcess, write_config
 from tests.reliability.test_logs import run_config
+from tests.waits import scaled
+
+# Each test starts `mnemo` subprocesses: `make test`, not the inner loop (`make test-fast`).
+pytestmark = pytest.mark.slow
 
 RETRY_LINE = "Telegram Bot API unreachable"
 SECRET_PART = SECRET_TOKEN.split(":", 1)[1]
@@ -54,7 +58,7 @@ async def _run_to_exit(tmp_path: Path, config: dict) -> tuple[int, str, str]:
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        out, err = await asyncio.wait_for(proc.communicate(), scaled(60))
     except TimeoutError:
         proc.kill()
         await proc.wait()
@@ -115,7 +119,7 @@ async def test_base_url_in_python_telegram_bots_form(
 
 async def _log_lines(bot: BotProcess, mark: str, count: int, within: float = 60.0) -> list[str]:
     """Wait until the bot has logged `count` lines containing `mark`; those lines."""
-    deadline = asyncio.get_running_loop().time() + within
+    deadline = asyncio.get_running_loop().time() + scaled(within)
     while True:
         lines = [line for line in bot.stderr_text().splitlines() if mark in line]
         if len(lines) >= count:
@@ -179,7 +183,7 @@ async def test_a_stop_during_the_retry_wait_ends_it_cleanly(
         assert bot.proc is not None
         bot.proc.send_signal(sig)
         # Far below the hour it was waiting: an exit at all proves the wait was cut short.
-        code = await asyncio.wait_for(bot.proc.wait(), 30)
+        code = await asyncio.wait_for(bot.proc.wait(), scaled(30))
     finally:
         starting.cancel()
         bot.kill()

@@ -20,6 +20,7 @@ import pytest
 from tests.bot.test_terminal import mnemo_chat, write_config
 from tests.fakes.openai_server import FakeOpenAI
 from tests.reliability.process import REPO
+from tests.waits import scaled
 
 # A window-title change, a screen clear, colour, an RTL override that makes the rest read
 # backwards, an isolate, a C1 CSI and DEL.
@@ -51,10 +52,11 @@ async def _mnemo(cfg: Path, *args: str) -> tuple[int, str, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=scaled(60))
     return proc.returncode or 0, out.decode(), err.decode()
 
 
+@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
 async def test_control_and_bidi_characters_never_reach_the_terminal(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:
@@ -117,7 +119,7 @@ def test_log_lines_show_quoted_text_escaped() -> None:
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         cwd=REPO,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
     )

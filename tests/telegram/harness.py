@@ -12,7 +12,6 @@ through the same Pool the bot uses in production.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from memory.testing.databases import temp_engine
 from memory.testing.reference import create as create_reference
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
+from tests.waits import eventually
 
 
 @dataclass
@@ -134,12 +134,9 @@ async def _engine_on(url: str) -> AsyncIterator[AsyncEngine]:
 
 async def until_empty(read: Callable[[], Awaitable[Any]], within: float = 10.0) -> None:
     """Poll `read` (a database query: nothing signals its change from outside) until it
-    returns something empty or zero; fail naming what is left after `within` seconds."""
-    for _ in range(int(within / 0.05)):
-        if not (left := await read()):
-            return
-        await asyncio.sleep(0.05)
-    assert not (left := await read()), f"still there after {within} s: {left}"
+    returns something empty or zero; fail naming what is left after `within` seconds
+    (scaled to the machine's load)."""
+    await eventually(read, lambda left: not left, within=within, what="emptied")
 
 
 async def answer_origins(engine: AsyncEngine, chat_id: int, count: int = 1) -> dict[str, int]:
@@ -150,11 +147,14 @@ async def answer_origins(engine: AsyncEngine, chat_id: int, count: int = 1) -> d
         .join(origins, origins.c.message_id == messages.c.id)
         .where(messages.c.role == "assistant", origins.c.chat_id == chat_id)
     )
-    found: dict[str, int] = {}
-    for _ in range(200):
+
+    async def read() -> dict[str, int]:
         async with engine.connect() as conn:
-            found = {str(i): m for i, m in (await conn.execute(query)).all()}
-        if len(found) >= count:
-            return found
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not {count} answer origin(s) in chat {chat_id}: {found}")
+            return {str(i): m for i, m in (await conn.execute(query)).all()}
+
+    return await eventually(
+        read,
+        lambda found: len(found) >= count,
+        within=10.0,
+        what=f"{count} answer origin(s) in chat {chat_id}",
+    )

@@ -9,6 +9,7 @@ from memory.types import ListOptions, Session
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram, User
 from tests.telegram.harness import running_bot
+from tests.waits import eventually
 
 ALICE = User(42, "Alice")
 BOB = User(43, "Bob")
@@ -148,7 +149,11 @@ async def test_huge_message_is_refused_without_harm(
         assert "1000000 characters" in refusal.text
         chat.send("still there?")
         await tg.wait_for_message(42, contains="echo: still there?")
-        stats = await bot.provider.stats(
-            Session(id="default:telegram:42", user_id=42, channel="telegram")
+        # Polled: a streamed answer is seen before its turn's rows commit.
+        stats = await eventually(
+            lambda: bot.provider.stats(
+                Session(id="default:telegram:42", user_id=42, channel="telegram")
+            ),
+            lambda s: s.message_count >= 2,
         )
     assert stats.message_count == 2

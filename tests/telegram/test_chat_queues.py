@@ -13,6 +13,7 @@ from typing import Any
 from telegram import Chat, Message, Update
 
 from bot.telegram.chat_queues import ChatQueueProcessor, chat_key
+from tests.waits import scaled
 
 GUARD_S = 5.0  # only so that a broken queue fails the test instead of hanging it
 
@@ -67,7 +68,7 @@ class Jobs:
             while not condition():
                 await self._changed.wait()
 
-        await asyncio.wait_for(wait(), GUARD_S)
+        await asyncio.wait_for(wait(), scaled(GUARD_S))
 
 
 def submit(
@@ -94,7 +95,7 @@ async def test_a_busy_chat_waits_in_its_queue_and_other_chats_pass_it() -> None:
         await jobs.until(lambda: 200 in jobs.started)
         jobs.gate(3).set()
         jobs.gate(1).set()
-        await asyncio.wait_for(asyncio.gather(*tasks), GUARD_S)
+        await asyncio.wait_for(asyncio.gather(*tasks), scaled(GUARD_S))
     chat1 = [uid for uid in jobs.started if uid < 100]
     assert chat1 == list(range(1, 11))
     assert jobs.most_at_once[1] == 1
@@ -114,7 +115,7 @@ async def test_forum_topics_are_separate_queues_and_chatless_updates_queue_nowhe
         assert chat_key(update(9, -100, 7)) != chat_key(update(9, -100, 8))
         for gate in (jobs.gate(-100), jobs.gate(None)):
             gate.set()
-        await asyncio.wait_for(asyncio.gather(first, second, other_topic, no_chat), GUARD_S)
+        await asyncio.wait_for(asyncio.gather(first, second, other_topic, no_chat), scaled(GUARD_S))
     assert jobs.started.index(1) < jobs.started.index(2)
 
 
@@ -132,7 +133,7 @@ async def test_a_cancelled_waiter_leaves_the_queue_unstarted() -> None:
         await asyncio.gather(waiter, return_exceptions=True)
         assert inspect.getcoroutinestate(job2) == inspect.CORO_CLOSED
         jobs.gate(5).set()
-        await asyncio.wait_for(asyncio.gather(head, third), GUARD_S)
+        await asyncio.wait_for(asyncio.gather(head, third), scaled(GUARD_S))
     assert jobs.started == [1, 3]
     assert processor.waiting == 0
 
@@ -148,7 +149,7 @@ async def test_a_cancelled_head_hands_the_turn_on() -> None:
         await jobs.until(lambda: jobs.started == [1, 2])
         assert processor.current_concurrent_updates == 1
         jobs.gate(5).set()
-        await asyncio.wait_for(nxt, GUARD_S)
+        await asyncio.wait_for(nxt, scaled(GUARD_S))
     assert jobs.finished == [2]
 
 
@@ -169,7 +170,7 @@ async def test_awaiting_slot_counts_updates_free_to_run_without_a_slot() -> None
         assert processor.awaiting_slot == 2
         for chat in (1, 4, None):
             jobs.gate(chat).set()
-        await asyncio.wait_for(asyncio.gather(*tasks), GUARD_S)
+        await asyncio.wait_for(asyncio.gather(*tasks), scaled(GUARD_S))
     assert sorted(jobs.started) == [1, 2, 4, 5]
     assert processor.awaiting_slot == 0
 
@@ -185,6 +186,6 @@ async def test_process_update_called_directly_keeps_the_chat_order() -> None:
         await jobs.until(lambda: jobs.started == [1])
         assert processor.waiting == 2
         jobs.gate(5).set()
-        await asyncio.wait_for(asyncio.gather(*tasks), GUARD_S)
+        await asyncio.wait_for(asyncio.gather(*tasks), scaled(GUARD_S))
     assert jobs.started == [1, 2, 3]
     assert jobs.most_at_once[5] == 1

@@ -10,6 +10,7 @@ from memory.types import Session
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot
+from tests.waits import eventually, scaled
 
 
 def private_session(user_id: int, generation: int = 0) -> Session:
@@ -24,7 +25,10 @@ async def test_round_trip_and_startup(tg: FakeTelegram, llm: FakeOpenAI, tmp_pat
         alice.send("hello there")
         reply = await tg.wait_for_message(42, contains="echo: hello there")
         assert reply.reply_to is None  # private chats need no quoting
-        stats = await bot.provider.stats(private_session(42))
+        # Polled: a streamed answer is seen before its turn's rows commit.
+        stats = await eventually(
+            lambda: bot.provider.stats(private_session(42)), lambda s: s.message_count >= 2
+        )
         assert stats.message_count == 2
         # the next turn sees the history
         alice.send("second")
@@ -66,7 +70,7 @@ async def test_two_chats_are_answered_in_parallel(
         tg.private(1).send("one")
         tg.private(2).send("two")
         # both turns reach the model before either is answered: they run side by side
-        await asyncio.wait_for(llm.wait_for_requests(2), 10)
+        await asyncio.wait_for(llm.wait_for_requests(2), scaled(10))
         assert tg.bot_messages(1) == [] and tg.bot_messages(2) == []
         gate.set()
         answers = {
@@ -85,7 +89,9 @@ async def test_one_chat_is_answered_in_order(
             chat.send(f"message {i}")
         await tg.wait_for(lambda: len(tg.bot_messages(42)) == 4)
         assert [m.text for m in tg.bot_messages(42)] == [f"echo: message {i}" for i in range(4)]
-        stats = await bot.provider.stats(private_session(42))
+        stats = await eventually(
+            lambda: bot.provider.stats(private_session(42)), lambda s: s.message_count >= 8
+        )
         assert stats.message_count == 8
 
 

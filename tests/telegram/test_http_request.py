@@ -16,6 +16,7 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import NetworkError, TimedOut
 
 from bot.telegram.http import AiohttpRequest, DownloadTooLarge, download_cap
+from tests.waits import scaled
 
 TOKEN = "123456:secret-token-never-in-errors"
 CHAT = 42
@@ -215,13 +216,13 @@ async def test_waiting_for_a_pooled_connection_times_out(api: BotApi) -> None:
     await req.initialize()
     try:
         first = asyncio.create_task(req.do_request(f"{api.url}/hold", "POST"))
-        await asyncio.wait_for(api.held.wait(), 5)  # the only connection is now in use
+        await asyncio.wait_for(api.held.wait(), scaled(5))  # the only connection is now in use
         # aiohttp's pool wait is bounded by pool + connect timeout (see do_request).
         with pytest.raises(TimedOut):
             await req.do_request(f"{api.url}/hold", "POST", pool_timeout=0.1, connect_timeout=0.1)
         # The request holding the connection is unaffected.
         api.release.set()
-        status, _ = await asyncio.wait_for(first, 5)
+        status, _ = await asyncio.wait_for(first, scaled(5))
         assert status == 200
     finally:
         await req.shutdown()

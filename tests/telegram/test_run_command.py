@@ -13,6 +13,7 @@ import pytest
 from bot.cli import EXIT_CONFIG, main
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
+from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,7 +49,7 @@ async def run_once(config: Path, tg: FakeTelegram, say: str) -> str:
         await tg.wait_for(lambda: len(tg.bot_messages(42)) > before, within=60)
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        _, err = await asyncio.wait_for(proc.communicate(), scaled(30))
     assert proc.returncode == 0, err.decode()
     return err.decode()
 
