@@ -88,7 +88,9 @@ async def test_model_faults(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -
             if recovers:
                 expected.append(("assistant", f"echo: {question}"))
             expected += [("user", "next"), ("assistant", "echo: next")]
-            assert await stored_history(bot.engine, session_id(uid)) == expected, label
+            assert await answered_history(bot.engine, session_id(uid), "echo: next") == expected, (
+                label
+            )
         await assert_consistent(bot)
 
 
@@ -135,7 +137,7 @@ async def test_telegram_faults(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
         # Every answer was shown exactly once, every turn stored once.
         for question in ("flood", "server error", "no typing"):
             assert len([m for m in tg.bot_messages(1) if m.text == f"echo: {question}"]) == 1
-        history = await stored_history(bot.engine, session_id(1))
+        history = await answered_history(bot.engine, session_id(1), "**bold** and `code`")
         assert [c for r, c in history if r == "user"] == sent
         assert len([r for r, _ in history if r == "assistant"]) == len(sent)
 
