@@ -90,6 +90,7 @@ class InstantPool:
         receipt: object = None,
         images: object = (),
         origin: object = None,
+        wait: object = None,
     ) -> object:
         from bot.pool import Reply
 
@@ -98,6 +99,14 @@ class InstantPool:
         if on_delta is not None:
             await on_delta("echo: " + text)  # type: ignore[operator]
         return Reply("echo: " + text)
+
+    async def answer_id(self, session: object, asked: object) -> None:
+        return None  # nothing is stored
+
+    async def answer_sent(
+        self, session: object, asked: object, sent: object, answer: object
+    ) -> None:
+        return None
 
 
 def channel_bot_main(token: str, base_url: str, concurrency: int) -> None:
