@@ -31,6 +31,7 @@ import openai
 from openai import AsyncStream
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from bot.alternation import alternating
 from bot.config import LLMSettings
 from bot.metrics import record_llm_call, record_usage_row
 from memory.tokens import Calibration, estimate_tokens, request_tokens
@@ -252,7 +253,8 @@ class LLMClient:
         metrics and the usage row (chat | summary | reflect; by default the context's,
         `memory.usage.call_kind`, else chat)."""
         kind = kind or kind_from_context()
-        payload = [m.to_openai() if isinstance(m, Message) else m for m in messages]
+        # In the shape every chat template accepts (bot.alternation), whoever built it.
+        payload = alternating([m.to_openai() if isinstance(m, Message) else m for m in messages])
         kwargs: dict[str, Any] = {
             "model": model or self.settings.model,
             "messages": payload,

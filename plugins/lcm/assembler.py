@@ -6,7 +6,10 @@
 2. Older items newest-first while they fit the budget; the first that does not fit ends
    the window, so it stays contiguous (no hole in the middle of the story). An assistant
    message with tool calls and the results answering it are one unit.
-3. Summaries become the seed's XML user message; the output is chronological.
+3. Summaries become the seed's XML user message; the output is chronological. A summary
+   right before a user message makes two user messages in a row: the bot merges them
+   into one user turn when it sends the request (bot/alternation.py), as strict chat
+   templates demand, so the context stays what is stored here.
 
 Cost: items are read from the end backwards in pages (primary key (conversation_id,
 ordinal)) and resolved page by page, so the work is proportional to the window returned

@@ -81,12 +81,13 @@ async def test_final_llm_failure_keeps_the_user_message_and_no_half_turn(
     assert reply.error and "HTTP 500" in reply.text and "\n" not in reply.text
     history = await pool.provider.load_history(ALICE.id)
     assert roles(history) == ["user"] and history[0].content == "are you there?"
-    # The next turn works and sees the kept message.
+    # The next turn works and answers the kept message with it: one user turn, as
+    # strict chat templates demand; the stored history keeps both messages.
     reply = await pool.chat(ALICE, "hello again")
-    assert reply.text == "echo: hello again"
+    assert reply.text == "echo: are you there?\n\nhello again"
     assert roles(await pool.provider.load_history(ALICE.id)) == ["user", "user", "assistant"]
     sent = [m["content"] for m in llm_server.requests[-1]["messages"][1:]]
-    assert sent == ["are you there?", "hello again"]
+    assert sent == ["are you there?\n\nhello again"]
 
 
 async def test_tool_writes_are_tagged_agent_and_reach_the_prompt_at_the_next_compaction(

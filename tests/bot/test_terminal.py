@@ -86,9 +86,10 @@ async def test_chat_failure_commands_rotation_and_restart(server: FakeOpenAI, tm
     blocks = out.strip().split("\n\n")
     assert blocks[0].startswith("Sorry, I couldn't answer: the language model answered HTTP 500")
     assert "\n" not in blocks[0]
-    assert blocks[1] == "echo: hello there"
-    # The failed turn kept its user message, and nothing else.
-    assert "Conversation: default:cli:0:work\n" in blocks[2] and "Messages: 3 " in blocks[2]
+    # The failed turn kept its user message, answered with the next one (one user turn
+    # for the model: the echo holds both), and nothing else.
+    assert blocks[1:3] == ["echo: this one fails", "hello there"]
+    assert "Conversation: default:cli:0:work\n" in blocks[3] and "Messages: 3 " in blocks[3]
     assert blocks[-2].startswith("Started a new conversation")
     assert blocks[-1] == "echo: second conversation"
     assert len(server.requests) == 4

@@ -47,6 +47,14 @@ server refuses input too long. An empty input is refused (400), as real servers 
 `embedding_requests` records each request body (not in `requests`);
 `wait_for_embedding_requests(n)` waits for n of them.
 
+Strict alternation (`strict = True`, the default): like llama.cpp serving Gemma's or
+Mistral's official chat template, a chat request must be one optional leading system
+message, then user and assistant turns alternating from a user turn (an assistant turn
+calling tools is followed by its `tool` results, then the assistant again); anything
+else gets HTTP 400 "Conversation roles must alternate user/assistant/user/assistant"
+(`alternation_violation`), recorded in `requests` and `rejected` like any request.
+`strict = False` only where a test needs the server to take what it is given.
+
 `pause()` / `resume()` hold every request at arrival until resumed; `wait_for_requests(n)`
 waits until n requests have arrived; `in_flight` counts requests not yet answered.
 """
@@ -76,6 +84,7 @@ __all__ = [
     "Upload",
     "echo",
     "empty",
+    "alternation_violation",
     "fake_embedding",
     "error",
     "gated",
@@ -180,6 +189,34 @@ def echo(body: dict[str, Any]) -> Response:
 _WORD = re.compile(r"\w+")
 
 
+ALTERNATION = "Conversation roles must alternate user/assistant/user/assistant"
+
+
+def alternation_violation(messages: list[dict[str, Any]]) -> str | None:
+    """Why a strict chat template would refuse `messages`, None when it would not."""
+    expected = "user"
+    for i, entry in enumerate(messages):
+        role = entry.get("role")
+        if role == "system":
+            if i:
+                return f"{ALTERNATION} (system at position {i})"
+            continue
+        if role == "tool":
+            previous = messages[i - 1] if i else {}
+            if previous.get("role") != "tool" and not previous.get("tool_calls"):
+                return f"{ALTERNATION} (tool at position {i} answers no call)"
+            expected = "assistant"
+            continue
+        if role != expected:
+            return f"{ALTERNATION} ({role} at position {i}, expected {expected})"
+        expected = (
+            "tool"
+            if role == "assistant" and entry.get("tool_calls")
+            else ("assistant" if role == "user" else "user")
+        )
+    return None
+
+
 def fake_embedding(text: str, dim: int = 64, synonyms: dict[str, str] | None = None) -> list[float]:
     """A unit vector: every word of `text` (case-folded, and replaced by its entry in
     `synonyms`, so two words can "mean" the same) adds +-1 at a position its hash picks.
@@ -203,6 +240,8 @@ class FakeOpenAI:
     ) -> None:
         self.responder = responder
         self.model = model
+        self.strict = True  # refuse what a strict chat template refuses (module doc)
+        self.rejected: list[str] = []  # why each refused request was refused
         self.requests: list[dict[str, Any]] = []
         self.transcriptions: list[Upload] = []
         self.transcribe_responder: Callable[[Upload], Response] = lambda upload: text(
@@ -304,6 +343,11 @@ class FakeOpenAI:
         self.in_flight += 1
         try:
             await self._open.wait()
+            wrong = alternation_violation(body.get("messages") or []) if self.strict else None
+            if wrong is not None:
+                self.rejected.append(wrong)
+                # llama.cpp's answer: the template's exception, as a 400 (no script used).
+                return await self._answer(request, body, error(400, message=wrong))
             resp = self._script.pop(0) if self._script else self.responder(body)
             return await self._answer(request, body, resp)
         finally:

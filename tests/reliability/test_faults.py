@@ -82,15 +82,15 @@ async def test_model_faults(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path) -
                 assert answer.startswith("Sorry, I couldn't answer: "), (label, answer)
                 assert "saved" in answer and not looks_like_traceback(answer), label
             assert llm.pending == 0, label
-            # The same chat goes on; the failed question stays in the history, once.
-            assert "echo: next" in await ask(tg, chat, "next")
+            # The same chat goes on; the failed question stays in the history, once, and
+            # is answered with the next message (one user turn for the model).
+            reply = "echo: next" if recovers else f"echo: {question}\n\nnext"
+            assert reply in await ask(tg, chat, "next")
             expected = [("user", question)]
             if recovers:
                 expected.append(("assistant", f"echo: {question}"))
-            expected += [("user", "next"), ("assistant", "echo: next")]
-            assert await answered_history(bot.engine, session_id(uid), "echo: next") == expected, (
-                label
-            )
+            expected += [("user", "next"), ("assistant", reply)]
+            assert await answered_history(bot.engine, session_id(uid), reply) == expected, label
         await assert_consistent(bot)
 
 
