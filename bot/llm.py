@@ -68,8 +68,9 @@ _OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
 _RETRY_STATUS = {408, 409, 429}
 # The loop time by which the current chat turn must end (set by `turn_deadline`).
 _turn_deadline: ContextVar[float | None] = ContextVar("mnemo_turn_deadline", default=None)
-# What a cut-off answer ends with, for the user and for the model's next turn alike.
-CUT_NOTE = "[cut off: the answer took longer than {seconds:g} s]"
+# What a cut-off answer ends with, for the user and the model's next turn alike; in
+# parentheses, as a bracket holding a number would read as a citation (memory.citations).
+CUT_NOTE = "(cut off: the answer took longer than {seconds:g} s)"
 
 
 @contextlib.contextmanager

@@ -94,7 +94,7 @@ async def test_a_stream_that_never_ends_is_cut_at_its_deadline(server: FakeOpenA
         await client.close()
     assert turn.finish_reason == "deadline" and not turn.tool_calls
     assert turn.content.startswith("and on and on")
-    assert turn.content.endswith("[cut off: the answer took longer than 1 s]")
+    assert turn.content.endswith("(cut off: the answer took longer than 1 s)")
     assert seen and turn.content.startswith(seen[-1].rstrip())
     assert after.content == "the next answer"
     # The cut-off call has its usage row: estimated (the report comes at the end only).
