@@ -260,6 +260,7 @@ class LLMClient:
         # Masked in the server's error messages (the log record factory masks the
         # installed ones again; `doctor` and tests print them without it).
         self._secrets = secret_values(settings.api_key.get_secret_value())
+        self._token_param = "max_tokens"  # or max_completion_tokens: _renamed_bound
 
     async def close(self) -> None:
         await self._client.close()
@@ -336,7 +337,7 @@ class LLMClient:
             kwargs["temperature"] = self.settings.temperature
         max_tokens = self._max_tokens(kind)
         if max_tokens:
-            kwargs["max_tokens"] = max_tokens
+            kwargs[self._token_param] = max_tokens
         partial = _Partial()
 
         async def call() -> AssistantTurn:
@@ -359,7 +360,12 @@ class LLMClient:
 
         seconds, deadline = self._deadline()
         try:
-            turn: AssistantTurn = await self._measured(call, kind, deadline)
+            try:
+                turn: AssistantTurn = await self._measured(call, kind, deadline)
+            except LLMError as exc:
+                if not (max_tokens and self._renamed_bound(exc, kwargs)):
+                    raise
+                turn = await self._measured(call, kind, deadline)
         except _DeadlinePassed:
             if not partial.text:
                 await self._record_cut(partial, kind, kwargs["model"], payload, tools)
@@ -372,6 +378,17 @@ class LLMClient:
         if turn.finish_reason == "deadline":
             turn.content = f"{turn.content.rstrip()}\n\n{CUT_NOTE.format(seconds=seconds)}"
         return turn
+
+    def _renamed_bound(self, exc: LLMError, kwargs: dict[str, Any]) -> bool:
+        """OpenAI's reasoning models refuse `max_tokens` and ask for
+        `max_completion_tokens` (which many local servers do not know): switch to it
+        when told to, for this and every later call; whether to ask again."""
+        if self._token_param != "max_tokens" or "max_completion_tokens" not in exc.detail:
+            return False
+        log.info("the model server asks for max_completion_tokens: sending that instead")
+        self._token_param = "max_completion_tokens"
+        kwargs["max_completion_tokens"] = kwargs.pop("max_tokens")
+        return True
 
     def _max_tokens(self, kind: str) -> int:
         s = self.settings
@@ -399,16 +416,10 @@ class LLMClient:
         payload: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
     ) -> None:
-        """The usage row of a call cut off after its answer began: estimated, as the
-        server's report comes only at the end."""
-        if not partial.chunks:
-            return
-        estimated, _ = request_tokens(payload, tools)
-        done = partial.turn()
-        answer = done.content + (done.reasoning or "")
-        answer += "".join(c.name + c.arguments for c in done.tool_calls)
-        tokens = TokenUsage(estimated, 0, estimate_tokens(answer), estimated=True)
-        await self.usage.record(self.usage.row(kind, model, tokens))
+        """The usage row of a call cut off after its answer began (estimated: the
+        server's report comes at the end)."""
+        if partial.chunks:
+            await self._account(partial.turn(), kind, model, payload, tools)
 
     async def _account(
         self,

@@ -76,6 +76,30 @@ async def test_the_defaults_bound_every_answer(server: FakeOpenAI) -> None:
     assert server.requests[0]["max_tokens"] == LLMSettings().max_tokens > 0
 
 
+async def test_a_server_asking_for_max_completion_tokens_gets_it(server: FakeOpenAI) -> None:
+    """OpenAI's reasoning models refuse `max_tokens`: the bound is sent as they ask,
+    from then on, rather than every call failing."""
+    client = client_for(server, max_tokens=500)
+    server.push(
+        error(
+            400,
+            message="Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead.",
+        )
+    )
+    try:
+        first = await client.complete(HI)
+        await client.complete(HI)
+    finally:
+        await client.close()
+    assert first.content == "echo: hi"
+    assert [(r.get("max_tokens"), r.get("max_completion_tokens")) for r in server.requests] == [
+        (500, None),
+        (None, 500),
+        (None, 500),
+    ]
+
+
 async def test_a_stream_that_never_ends_is_cut_at_its_deadline(server: FakeOpenAI) -> None:
     rows: list[UsageRow] = []
     seen: list[str] = []
