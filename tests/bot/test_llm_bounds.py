@@ -156,7 +156,9 @@ async def test_a_call_interrupted_mid_stream_leaves_a_usage_row(server: FakeOpen
     assert len(rows) == 1 and rows[0].tokens.estimated and rows[0].tokens.prompt > 0
 
 
-async def test_the_servers_reason_is_kept_masked_on_one_line(server: FakeOpenAI) -> None:
+async def test_the_servers_reason_is_kept_masked_on_one_line(
+    server: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
     client = client_for(server, max_retries=3)
     message = f"Conversation roles must alternate\nuser/assistant/user/assistant (key {KEY})"
     server.push(llama_error(400, message + " " + "x" * 500))
@@ -172,6 +174,9 @@ async def test_the_servers_reason_is_kept_masked_on_one_line(server: FakeOpenAI)
     assert len(err.detail) <= 200
     assert KEY not in err.described() and "Conversation roles" in err.described()
     assert len(server.requests) == 1 and not err.retryable  # deterministic: not retried
+    logged = [r.getMessage() for r in caplog.records if r.name == "bot.llm"]
+    assert any("Conversation roles must alternate" in line for line in logged), logged
+    assert not any(KEY in line for line in logged)
 
 
 async def test_a_not_supported_500_is_not_retried(server: FakeOpenAI) -> None:
