@@ -154,6 +154,16 @@ class LLMSettings(_Section):
     timeout_s: float = Field(default=60, gt=0, le=3600)
     max_retries: int = Field(default=4, ge=0, le=20)
     max_tool_rounds: int = Field(default=8, ge=1, le=50)
+    # Answer lengths sent as `max_tokens` (0: none sent, the server's own limit): an
+    # uncapped local server may otherwise generate until its context is full.
+    max_tokens: int = Field(default=2048, ge=0, le=1_000_000)  # chat answers
+    summary_max_tokens: int = Field(default=4096, ge=0, le=1_000_000)  # compaction
+    recall_max_tokens: int = Field(default=1024, ge=0, le=1_000_000)  # /memory ask
+    reflect_max_tokens: int = Field(default=2048, ge=0, le=1_000_000)
+    # Wall clock of one model call (its retries and streaming included; `timeout_s` is
+    # per read and never fires while chunks keep coming), and of a whole chat turn.
+    answer_deadline_s: float = Field(default=300, gt=0, le=86_400)
+    turn_deadline_s: float = Field(default=600, gt=0, le=86_400)
     temperature: float | None = Field(default=None, ge=0, le=2)  # OpenAI's range
     # model name -> its price (chat, summary, embedding and transcription models alike)
     prices: dict[str, ModelPrice] = Field(default_factory=dict)

@@ -4,7 +4,17 @@ We retry ourselves (tenacity) instead of letting the openai client do it, so the
 count, the backoff and the Retry-After cap are ours and the retries never multiply: the
 client is built with `max_retries=0`. Retried: 429, 5xx, 408/409, timeouts, connection
 errors and bodies that are not JSON (a proxy's HTML error page; openai raises a plain
-JSON error for those, not an `APIError`). Anything else (400, 401, 403, 404) fails at once.
+JSON error for those, not an `APIError`). Anything else (400, 401, 403, 404) fails at once,
+and so does a 5xx whose message says the request is not supported (an image sent to a
+text-only model): it would fail the same way every time. The server's message is kept
+(`LLMError.detail`, masked and cut to a line) and logged: it is what an operator needs.
+
+Bounds: every call asks for at most `llm.*max_tokens` tokens of answer, and has a wall
+clock deadline (`llm.answer_deadline_s`, or the turn's, `turn_deadline`, if sooner): a
+server can stream for ever, and `timeout_s` is per read. At the deadline the text
+streamed so far is the answer, with a note that it was cut off; nothing streamed is an
+LLMError. A call cut off (by the deadline or an error mid-stream) still records its
+usage, estimated.
 
 Requests go through the client's generic `post` rather than `chat.completions.create`:
 `create` walks the whole request (every message, every tool schema) through openai's
@@ -18,11 +28,14 @@ a dependency of ours anyway. Figures: bench/RESULTS.md (throughput rounds).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +47,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from bot.alternation import alternating
 from bot.config import LLMSettings
 from bot.metrics import record_llm_call, record_usage_row
+from bot.redact import scrub, secret_values
+from memory.server_error import not_supported, server_message
 from memory.tokens import Calibration, estimate_tokens, request_tokens
 from memory.types import Message, ToolCall
 from memory.usage import TokenUsage, UsageRecorder, kind_from_context
@@ -52,6 +67,21 @@ _CHUNKS = AsyncStream[object]
 # What `create` sends: bearer auth only (the client's default would also try admin keys).
 _OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
 _RETRY_STATUS = {408, 409, 429}
+# The loop time by which the current chat turn must end (set by `turn_deadline`).
+_turn_deadline: ContextVar[float | None] = ContextVar("mnemo_turn_deadline", default=None)
+# What a cut-off answer ends with, for the user and the model's next turn alike; in
+# parentheses, as a bracket holding a number would read as a citation (memory.citations).
+CUT_NOTE = "(cut off: the answer took longer than {seconds:g} s)"
+
+
+@contextlib.contextmanager
+def turn_deadline(seconds: float) -> Iterator[None]:
+    """Model calls in this block end within `seconds` from now, all of them together."""
+    token = _turn_deadline.set(asyncio.get_running_loop().time() + seconds)
+    try:
+        yield
+    finally:
+        _turn_deadline.reset(token)
 
 
 class MissingApiKey(RuntimeError):
@@ -61,11 +91,19 @@ class MissingApiKey(RuntimeError):
 class LLMError(RuntimeError):
     """The model could not be reached or refused; `reason` is one short plain line."""
 
-    def __init__(self, reason: str, *, attempts: int = 1, retryable: bool = False) -> None:
+    def __init__(
+        self, reason: str, *, attempts: int = 1, retryable: bool = False, detail: str = ""
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.attempts = attempts
         self.retryable = retryable
+        # The server's own message (one line, secrets masked): for logs, not users.
+        self.detail = detail
+
+    def described(self) -> str:
+        """The reason with the server's message, for logs and operators."""
+        return f"{self.reason}: {self.detail}" if self.detail else self.reason
 
 
 @dataclass
@@ -143,29 +181,51 @@ def _timed_out(exc: BaseException) -> bool:
     return True
 
 
-def _translate(exc: BaseException) -> LLMError:
-    """Map whatever the openai client raised to an LLMError with a plain reason."""
+def _translate(exc: BaseException, secrets: tuple[str, ...] = ()) -> LLMError:
+    """Map whatever the openai client raised to an LLMError with a plain reason (and the
+    server's message, `secrets` masked, as its detail)."""
     if isinstance(exc, openai.APITimeoutError) and _timed_out(exc):
         return LLMError("the language model timed out", retryable=True)
     if isinstance(exc, openai.APIConnectionError):
         return LLMError("the language model could not be reached", retryable=True)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
+        detail = server_message(exc, secrets)
         if status == 429:
-            return LLMError("the language model is rate-limiting us (HTTP 429)", retryable=True)
+            return LLMError(
+                "the language model is rate-limiting us (HTTP 429)", retryable=True, detail=detail
+            )
         if status in (401, 403):
-            return LLMError(f"the language model refused our API key (HTTP {status})")
+            return LLMError(
+                f"the language model refused our API key (HTTP {status})", detail=detail
+            )
         if status == 404:
-            return LLMError("the language model or endpoint was not found (HTTP 404)")
+            return LLMError(
+                "the language model or endpoint was not found (HTTP 404)", detail=detail
+            )
+        if not_supported(detail):
+            return LLMError(
+                f"the language model cannot handle this request (HTTP {status})", detail=detail
+            )
+        if 400 <= status < 500 and status not in _RETRY_STATUS:
+            return LLMError(
+                f"the language model refused the request (HTTP {status})", detail=detail
+            )
         return LLMError(
             f"the language model answered HTTP {status}",
             retryable=status >= 500 or status in _RETRY_STATUS,
+            detail=detail,
         )
     if isinstance(exc, json.JSONDecodeError | openai.APIResponseValidationError):
         return LLMError("the language model sent a malformed answer", retryable=True)
     if isinstance(exc, openai.APIError):
         # Errors inside a stream (an `error` event) arrive as a bare APIError.
-        return LLMError(f"the language model failed: {exc.message}"[:200], retryable=True)
+        detail = server_message(exc, secrets)
+        return LLMError(
+            "the language model failed mid-answer",
+            retryable=not not_supported(detail),
+            detail=detail,
+        )
     raise exc
 
 
@@ -198,6 +258,10 @@ class LLMClient:
             max_retries=0,
             http_client=http_client if http_client is not None else _default_http_client(),
         )
+        # Masked in the server's error messages (the log record factory masks the
+        # installed ones again; `doctor` and tests print them without it).
+        self._secrets = secret_values(settings.api_key.get_secret_value())
+        self._token_param = "max_tokens"  # or max_completion_tokens: _renamed_bound
 
     async def close(self) -> None:
         await self._client.close()
@@ -226,11 +290,17 @@ class LLMClient:
                     try:
                         return await call()
                     except (LLMError, openai.OpenAIError, json.JSONDecodeError) as exc:
-                        err = exc if isinstance(exc, LLMError) else _translate(exc)
+                        err = exc if isinstance(exc, LLMError) else _translate(exc, self._secrets)
+                        err.detail = scrub(err.detail)
                         if err.retryable and last < attempts:
                             log.warning(
-                                "LLM call failed (attempt %d of %d): %s", last, attempts, err.reason
+                                "LLM call failed (attempt %d of %d): %s",
+                                last,
+                                attempts,
+                                err.described(),
                             )
+                        elif err.detail:
+                            log.warning("LLM call failed: %s", err.described())
                         if err is exc:
                             raise
                         raise err from exc
@@ -250,8 +320,10 @@ class LLMClient:
     ) -> AssistantTurn:
         """One streamed model turn. `on_delta` receives the whole text so far after each
         text delta (a retry starts the text over). Raises LLMError. `kind` labels the
-        metrics and the usage row (chat | summary | reflect; by default the context's,
-        `memory.usage.call_kind`, else chat)."""
+        metrics and the usage row (chat | summary | reflect | recall; by default the
+        context's, `memory.usage.call_kind`, else chat) and picks the answer's bound.
+        Cut off at its deadline, the turn is the text so far plus CUT_NOTE, with
+        `finish_reason` "deadline"."""
         kind = kind or kind_from_context()
         # In the shape every chat template accepts (bot.alternation), whoever built it.
         payload = alternating([m.to_openai() if isinstance(m, Message) else m for m in messages])
@@ -265,8 +337,14 @@ class LLMClient:
             kwargs["tools"] = tools
         if self.settings.temperature is not None:
             kwargs["temperature"] = self.settings.temperature
+        max_tokens = self._max_tokens(kind)
+        if max_tokens:
+            kwargs[self._token_param] = max_tokens
+        partial = _Partial()
 
         async def call() -> AssistantTurn:
+            nonlocal partial
+            partial = _Partial()  # a retry starts over
             stream = await self._client.post(
                 "/chat/completions",
                 body=kwargs,
@@ -275,11 +353,75 @@ class LLMClient:
                 stream=True,
                 stream_cls=_CHUNKS,
             )
-            return await _collect(stream, on_delta)
+            try:
+                return await _collect(stream, on_delta, partial)
+            except Exception:
+                # Cut off mid-answer: what was streamed was generated, and is paid for.
+                await self._record_cut(partial, kind, kwargs["model"], payload, tools)
+                raise
 
-        turn: AssistantTurn = await self._measured(call, kind)
+        seconds, deadline = self._deadline()
+        try:
+            try:
+                turn: AssistantTurn = await self._measured(call, kind, deadline)
+            except LLMError as exc:
+                if not (max_tokens and self._renamed_bound(exc, kwargs)):
+                    raise
+                turn = await self._measured(call, kind, deadline)
+        except _DeadlinePassed:
+            if not partial.text:
+                await self._record_cut(partial, kind, kwargs["model"], payload, tools)
+                raise LLMError(f"the language model did not answer within {seconds:g} s") from None
+            turn = partial.turn()
+            turn.tool_calls = []  # half-streamed calls cannot be run
+            turn.finish_reason = "deadline"
+            log.warning("model call cut off at its deadline of %g s", seconds)
         await self._account(turn, kind, kwargs["model"], payload, tools)
+        if turn.finish_reason == "deadline":
+            turn.content = f"{turn.content.rstrip()}\n\n{CUT_NOTE.format(seconds=seconds)}"
         return turn
+
+    def _renamed_bound(self, exc: LLMError, kwargs: dict[str, Any]) -> bool:
+        """OpenAI's reasoning models refuse `max_tokens` and ask for
+        `max_completion_tokens` (which many local servers do not know): switch to it
+        when told to, for this and every later call; whether to ask again."""
+        if self._token_param != "max_tokens" or "max_completion_tokens" not in exc.detail:
+            return False
+        log.info("the model server asks for max_completion_tokens: sending that instead")
+        self._token_param = "max_completion_tokens"
+        kwargs["max_completion_tokens"] = kwargs.pop("max_tokens")
+        return True
+
+    def _max_tokens(self, kind: str) -> int:
+        s = self.settings
+        bounds = {
+            "summary": s.summary_max_tokens,
+            "recall": s.recall_max_tokens,
+            "reflect": s.reflect_max_tokens,
+        }
+        return bounds.get(kind, s.max_tokens)
+
+    def _deadline(self) -> tuple[float, float]:
+        """(seconds, loop time) of the call's deadline: its own or its turn's, sooner."""
+        now = asyncio.get_running_loop().time()
+        deadline = now + self.settings.answer_deadline_s
+        turn = _turn_deadline.get()
+        if turn is not None and turn < deadline:
+            return self.settings.turn_deadline_s, turn
+        return self.settings.answer_deadline_s, deadline
+
+    async def _record_cut(
+        self,
+        partial: _Partial,
+        kind: str,
+        model: str,
+        payload: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+    ) -> None:
+        """The usage row of a call cut off after its answer began (estimated: the
+        server's report comes at the end)."""
+        if partial.chunks:
+            await self._account(partial.turn(), kind, model, payload, tools)
 
     async def _account(
         self,
@@ -333,26 +475,46 @@ class LLMClient:
         file (about 20 minutes of voice) in well over the 60 s a chat answer gets."""
         return max(self.settings.timeout_s, TRANSCRIBE_S_PER_MB * len(data) / 1_000_000)
 
-    async def _measured(self, call: Callable[[], Awaitable[Any]], kind: str) -> Any:
-        """`call` with retries, its latency and failure counted under `kind`."""
+    async def _measured(
+        self, call: Callable[[], Awaitable[Any]], kind: str, deadline: float | None = None
+    ) -> Any:
+        """`call` with retries, its latency and failure counted under `kind`; raises
+        `_DeadlinePassed` at the loop time `deadline`."""
         started = time.monotonic()
         try:
-            result = await self._with_retries(call)
+            async with asyncio.timeout_at(deadline) as timer:
+                result = await self._with_retries(call)
         except LLMError as exc:
             cause = exc.__cause__ or exc
             record_llm_call(time.monotonic() - started, kind=kind, error=type(cause).__name__)
             raise
+        except TimeoutError:
+            if not timer.expired():
+                raise
+            record_llm_call(time.monotonic() - started, kind=kind, error="deadline")
+            raise _DeadlinePassed() from None
         record_llm_call(time.monotonic() - started, kind=kind)
         return result
 
     async def generate(self, prompt: str, model: str | None = None) -> str:
-        """One prompt, one answer, no tools (the summarizer's `generate`)."""
+        """One prompt, one answer, no tools (the summarizer's `generate`). An answer the
+        server cut at its length limit, or our deadline, is an LLMError: a summary
+        missing its end must not replace what it summarizes."""
         turn = await self.complete(
             [Message(role="user", content=prompt)],
             model=model or self.settings.summary_model or None,
             kind="summary",
         )
+        if turn.finish_reason in ("length", "deadline"):
+            raise LLMError(
+                f"the summary was cut off (finish_reason: {turn.finish_reason}); "
+                "llm.summary_max_tokens or the server's limit is too low"
+            )
         return turn.content
+
+
+class _DeadlinePassed(Exception):
+    """The call's deadline passed (what was streamed is in its `_Partial`)."""
 
 
 def _malformed() -> LLMError:
@@ -368,19 +530,41 @@ def _dict(value: Any) -> dict[str, Any]:
     return value
 
 
-async def _collect(stream: Any, on_delta: OnDelta | None) -> AssistantTurn:
-    text: list[str] = []
-    reasoning: list[str] = []
-    calls: dict[int, dict[str, str]] = {}
-    turn = AssistantTurn()
-    chunks = 0
+@dataclass
+class _Partial:
+    """What one attempt has streamed so far (kept when the attempt is cut off)."""
+
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+    chunks: int = 0
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+
+    def turn(self) -> AssistantTurn:
+        return AssistantTurn(
+            content="".join(self.text),
+            reasoning="".join(self.reasoning) or None,
+            tool_calls=[
+                ToolCall(
+                    id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}"
+                )
+                for i, c in sorted(self.calls.items())
+            ],
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+        )
+
+
+async def _collect(stream: Any, on_delta: OnDelta | None, partial: _Partial) -> AssistantTurn:
+    text, reasoning, calls = partial.text, partial.reasoning, partial.calls
     async with stream:
         async for raw in stream:
-            chunks += 1
+            partial.chunks += 1
             chunk = _dict(raw)
             usage = chunk.get("usage")
             if usage is not None:
-                turn.usage = {k: v for k, v in _dict(usage).items() if v is not None}
+                partial.usage = {k: v for k, v in _dict(usage).items() if v is not None}
             choices = chunk.get("choices")
             if not choices:  # the final usage chunk has `choices: []`
                 continue
@@ -388,7 +572,7 @@ async def _collect(stream: Any, on_delta: OnDelta | None) -> AssistantTurn:
                 raise _malformed()
             choice = _dict(choices[0])
             if choice.get("finish_reason"):
-                turn.finish_reason = str(choice["finish_reason"])
+                partial.finish_reason = str(choice["finish_reason"])
             delta = _dict(choice.get("delta"))
             extra = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(extra, str) and extra:
@@ -411,13 +595,7 @@ async def _collect(stream: Any, on_delta: OnDelta | None) -> AssistantTurn:
                 text.append(str(content))
                 if on_delta is not None:
                     await on_delta("".join(text))
-    if not chunks:
+    if not partial.chunks:
         # Not one SSE event: an error page or other non-stream body (a proxy in between).
         raise _malformed()
-    turn.content = "".join(text)
-    turn.reasoning = "".join(reasoning) or None
-    turn.tool_calls = [
-        ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}")
-        for i, c in sorted(calls.items())
-    ]
-    return turn
+    return partial.turn()

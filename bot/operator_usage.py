@@ -49,16 +49,17 @@ def _cost(row: ReportRow, prices: dict[str, Price]) -> str:
 
 
 def render(rows: list[ReportRow], by: str, prices: dict[str, Price]) -> list[str]:
-    """A plain table: one line per (group, model), and the total."""
-    head = (by, "model", "calls", "prompt", "cached", "completion", "total", "cost")
+    """A plain table: one line per (group, model), and the total; by model, the group
+    is the model, shown once."""
+    lead = ("model",) if by == "model" else (by, "model")
+    head = (*lead, "calls", "prompt", "cached", "completion", "total", "cost")
     table = [head]
     for r in rows:
         t = r.tokens
         mark = "~" if t.estimated else ""  # some calls of the line were estimated
         table.append(
             (
-                r.key,
-                r.model,
+                *((r.model,) if by == "model" else (r.key, r.model)),
                 str(r.calls),
                 f"{mark}{t.prompt}",
                 str(t.cached_prompt),
@@ -71,7 +72,7 @@ def render(rows: list[ReportRow], by: str, prices: dict[str, Price]) -> list[str
     out = []
     for line in table:
         cells = [
-            cell.ljust(w) if i < 2 else cell.rjust(w)
+            cell.ljust(w) if i < len(lead) else cell.rjust(w)
             for i, (cell, w) in enumerate(zip(line, widths, strict=True))
         ]
         out.append("  ".join(cells).rstrip())

@@ -40,7 +40,7 @@ from bot.budgets import Budgets
 from bot.config import Settings
 from bot.delegated_recall import recaller_for
 from bot.images import IMAGE_TOKENS, Image
-from bot.llm import LLMError, OnDelta
+from bot.llm import LLMError, OnDelta, turn_deadline
 from bot.prompt import MemoryReader, build_system_prompt
 from bot.runner import Completer, Tool, run_turn
 from bot.session_binding import bind_session
@@ -398,20 +398,22 @@ class Turns:
     ) -> Reply:
         system, tools, history = context
         try:
-            result = await run_turn(
-                self.llm,
-                [Message(role="system", content=system), *history],
-                tools,
-                max_rounds=self.settings.llm.max_tool_rounds,
-                on_delta=_guarded(on_delta, session),
-                images=images,
-            )
+            # Every model call of the turn ends by this deadline (bot.llm says how).
+            with turn_deadline(self.settings.llm.turn_deadline_s):
+                result = await run_turn(
+                    self.llm,
+                    [Message(role="system", content=system), *history],
+                    tools,
+                    max_rounds=self.settings.llm.max_tool_rounds,
+                    on_delta=_guarded(on_delta, session),
+                    images=images,
+                )
         except LLMError as exc:
             log.warning(
                 "turn of session %s failed after %d attempt(s): %s",
                 session.id,
                 exc.attempts,
-                exc.reason,
+                exc.described(),
             )
             return Reply(apology(exc.reason), error=True)
         try:

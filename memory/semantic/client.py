@@ -30,6 +30,7 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from memory.semantic import DEFAULT_MIN_SIMILARITY
+from memory.server_error import not_supported, server_message
 from memory.tokens import estimate_tokens
 from memory.usage import TokenUsage, UsageRecorder, split_by_scope
 
@@ -63,9 +64,12 @@ class EmbeddingRejected(EmbeddingError):
 class _Status(Exception):
     """An HTTP status from the server, carried through tenacity."""
 
-    def __init__(self, status: int, retry_after: float | None, message: str) -> None:
+    def __init__(
+        self, status: int, retry_after: float | None, message: str, detail: str = ""
+    ) -> None:
         super().__init__(message)
         self.status, self.retry_after = status, retry_after
+        self.detail = detail  # the server's message (memory.server_error)
 
 
 class _Malformed(Exception):
@@ -75,7 +79,9 @@ class _Malformed(Exception):
 def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, _Status):
         return exc.status in _RETRY_STATUS or (
-            exc.status >= 500 and exc.status not in _UNAVAILABLE_STATUS
+            exc.status >= 500
+            and exc.status not in _UNAVAILABLE_STATUS
+            and not not_supported(exc.detail)
         )
     return isinstance(
         exc,
@@ -140,6 +146,7 @@ class Embedder:
         self._client = openai.AsyncOpenAI(
             base_url=base_url or None, api_key=api_key or "unset", timeout=timeout_s, max_retries=0
         )
+        self._secrets = (api_key,) if api_key else ()  # masked in the server's messages
 
     async def close(self) -> None:
         await self._client.close()
@@ -274,7 +281,10 @@ class Embedder:
             )
         except openai.APIStatusError as exc:
             raise _Status(
-                exc.status_code, _retry_after(exc.response), f"HTTP {exc.status_code}"
+                exc.status_code,
+                _retry_after(exc.response),
+                f"HTTP {exc.status_code}",
+                server_message(exc, self._secrets),
             ) from None
         data = sorted(resp.data or [], key=lambda d: d.index)
         if len(data) != len(chunk):
@@ -292,6 +302,8 @@ class Embedder:
     async def _status_error(self, exc: _Status) -> EmbeddingError:
         status = exc.status
         what = f"the embeddings server answered HTTP {status} for model {self.model!r}"
+        if exc.detail:  # what an operator needs to fix the setup
+            what += f": {exc.detail}"
         if status in _UNAVAILABLE_STATUS:
             return self._mark_unavailable(what)
         if status == 400:

@@ -20,6 +20,12 @@ Scripted responses:
   tool_call(name, args) / tool_calls([...])   an assistant turn calling tools
   error(status, retry_after=)   an HTTP error with an OpenAI-style JSON error body
   hang()                        never answers (the client must time out)
+  forever(piece, pause_s=)      streams `piece` again and again, never finishing, until
+                                the client hangs up (`streaming` counts such streams)
+  truncated(content)            an answer the server cut at its length limit
+                                (`finish_reason: length`)
+  llama_error(status, message)  an error with llama.cpp's body: {"error": {"code",
+                                "message", "type"}}
   garbage(body)                 a 200 whose body is not JSON
   empty()                       an answer with no text and no tool calls
   gated(event, response)        waits for `event` (an asyncio.Event) before answering
@@ -87,6 +93,9 @@ __all__ = [
     "alternation_violation",
     "fake_embedding",
     "error",
+    "forever",
+    "llama_error",
+    "truncated",
     "gated",
     "garbage",
     "hang",
@@ -110,6 +119,7 @@ class Response:
     then: Response | None = None
     chunk_size: int = 8
     pause_s: float = 0.0  # between streamed deltas
+    finish_reason: str | None = None  # None: "stop", or "tool_calls" with calls
 
 
 @dataclass
@@ -163,6 +173,19 @@ def error(status: int, *, retry_after: float | None = None, message: str = "") -
 
 def hang() -> Response:
     return Response("hang")
+
+
+def forever(piece: str = "and on ", *, pause_s: float = 0.02) -> Response:
+    return Response("forever", content=piece, pause_s=pause_s)
+
+
+def truncated(content: str) -> Response:
+    return Response("reply", content=content, finish_reason="length")
+
+
+def llama_error(status: int, message: str, kind: str = "invalid_request_error") -> Response:
+    body = json.dumps({"error": {"code": status, "message": message, "type": kind}})
+    return Response("error", status=status, body=body)
 
 
 def garbage(body: str = "<html>502 Bad Gateway</html>") -> Response:
@@ -263,6 +286,7 @@ class FakeOpenAI:
         self.embedding_requests: list[dict[str, Any]] = []
         self._embedding_script: list[Response] = []
         self.in_flight = 0
+        self.streaming = 0  # `forever` streams still being written
         self._script: list[Response] = []
         self._open = asyncio.Event()
         self._open.set()
@@ -453,6 +477,8 @@ class FakeOpenAI:
             )
         if resp.kind == "garbage":
             return web.Response(status=200, text=resp.body, content_type="application/json")
+        if resp.kind == "forever":
+            return await self._forever(request, body, resp)
         if body.get("stream"):
             return await self._stream(request, body, resp)
         return web.json_response(self._completion(body, resp))
@@ -489,7 +515,7 @@ class FakeOpenAI:
                 {
                     "index": 0,
                     "message": message,
-                    "finish_reason": "tool_calls" if resp.calls else "stop",
+                    "finish_reason": _finish(resp),
                 }
             ],
             "usage": self._usage(body, resp),
@@ -550,10 +576,43 @@ class FakeOpenAI:
                         }
                     )
                 )
-        await send(delta({}, "tool_calls" if resp.calls else "stop"))
+        await send(delta({}, _finish(resp)))
         usage = self._usage(body, resp)
         if usage is not None and (body.get("stream_options") or {}).get("include_usage"):
             await send([], usage)
         await out.write(b"data: [DONE]\n\n")
         await out.write_eof()
         return out
+
+    async def _forever(
+        self, request: web.Request, body: dict[str, Any], resp: Response
+    ) -> web.StreamResponse:
+        """Stream `resp.content` until the client disconnects (a write then fails)."""
+        out = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await out.prepare(request)
+        cid, created = f"chatcmpl-{next(_ids)}", int(time.time())
+        self.streaming += 1
+        try:
+            while not self._closing.is_set():
+                chunk = {
+                    "id": cid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": body.get("model"),
+                    "choices": [
+                        {"index": 0, "delta": {"content": resp.content}, "finish_reason": None}
+                    ],
+                }
+                await out.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                await asyncio.sleep(resp.pause_s)
+        except (ConnectionError, RuntimeError):
+            pass  # the client hung up (aiohttp: ClientConnectionResetError / closing transport)
+        finally:
+            self.streaming -= 1
+        return out
+
+
+def _finish(resp: Response) -> str:
+    return resp.finish_reason or ("tool_calls" if resp.calls else "stop")

@@ -83,6 +83,24 @@ def test_usage_by_user_and_kind_with_costs(
     assert "chat" in kinds and "summary" in kinds
 
 
+def test_usage_by_model_shows_the_model_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "m.db"
+    seed(
+        db,
+        [
+            UsageRow("chat", "gpt-x", TokenUsage(1000, 0, 100), user_id=42),
+            UsageRow("summary", "small-y", TokenUsage(500, 0, 50), user_id=42),
+        ],
+    )
+    assert main(["memory", "usage", "--by", "model", "--config", str(config(tmp_path, db))]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split() == ["model", "calls", "prompt", "cached", "completion", "total", "cost"]
+    assert out[2].split() == ["gpt-x", "1", "1000", "0", "100", "1100", "-"]
+    assert out[3].split() == ["small-y", "1", "500", "0", "50", "550", "-"]
+
+
 def test_doctor_shows_the_background_guard(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,11 +10,11 @@ import pytest
 from bot.config import LLMSettings
 from bot.llm import LLMClient
 from memory.summarizer import LLMSummarizer
-from tests.fakes.openai_server import FakeOpenAI, error
+from tests.fakes.openai_server import FakeOpenAI, error, truncated
 from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.conftest import ask
 from tests.reliability.corpus import looks_like_traceback
-from tests.reliability.harness import API_KEY, live_bot
+from tests.reliability.harness import API_KEY, live_bot, table_counts
 
 
 def summary_client(base_url: str) -> LLMClient:
@@ -75,5 +75,37 @@ async def test_compact_with_the_model_server_unreachable(
                 await ask(tg, chat, f"message {i}")
             answer = await ask(tg, chat, "/compact")
             assert "the language model could not be reached" in answer, answer
+    finally:
+        await summaries.close()
+
+
+@pytest.mark.parametrize("provider", ["simple", "lcm"])
+async def test_a_summary_cut_at_the_length_limit_changes_nothing(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provider: str
+) -> None:
+    """`finish_reason: length`: the summary misses its end, so it must not replace what
+    it summarizes; the next, complete summary does."""
+    summaries = summary_client(llm.base_url)
+    try:
+        async with live_bot(
+            tmp_path,
+            tg,
+            llm,
+            provider=provider,
+            summarizer=LLMSummarizer(summaries.generate),
+            compaction={"keep_tail": 1},
+        ) as bot:
+            chat = tg.private(1)
+            for i in range(4):
+                await ask(tg, chat, f"message {i}")
+            before = await table_counts(bot.engine)
+            llm.push(truncated("The user sent messages 0, 1 and"))
+            answer = await ask(tg, chat, "/compact")
+            assert "the summary was cut off (finish_reason: length)" in answer, answer
+            assert "nothing was changed" in answer
+            after = await table_counts(bot.engine)
+            del before["usage_records"], after["usage_records"]
+            assert after == before  # no summary stored, the context untouched
+            assert "Compacted" in await ask(tg, chat, "/compact")
     finally:
         await summaries.close()

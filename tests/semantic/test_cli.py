@@ -21,7 +21,7 @@ from memory.db import create_engine, migrate
 from memory.registry import create_provider
 from memory.summarizer import TruncatingSummarizer
 from memory.types import Message, Session
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, llama_error
 
 REPO = Path(__file__).resolve().parents[2]
 ALICE = Session("tg:alice", "default", 1001, "telegram")
@@ -141,3 +141,19 @@ async def test_a_server_without_embeddings_is_named_by_embed_and_doctor(
         assert "embeddings: off" in out
         code, _, err = await in_process(config, "embed", capsys=capsys)
         assert code == 2 and "embeddings are off" in err
+
+
+async def test_doctor_shows_the_servers_reason_masked(db_url: str, tmp_path: Path) -> None:
+    """llama.cpp started without a pooling type refuses every input with a reason that
+    says what to fix: doctor shows it (one line, the key masked: `mnemo` asserts it)."""
+    reason = "Pooling type 'none' is not OAI compatible. Please use a different pooling type"
+    async with FakeOpenAI() as server:
+        refusal = llama_error(400, f"{reason}\n(request by sk-secret-test-key)")
+        server.push_embedding(refusal, refusal)  # the request, and the probe telling why
+        await populate(db_url, tmp_path, 1)
+        code, out, err = await mnemo(
+            write_config(tmp_path, db_url, server, "model-a"), "memory", "doctor"
+        )
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("embeddings:"))
+    assert f"HTTP 400 for model 'model-a': {reason} (request by ***)" in line, line
