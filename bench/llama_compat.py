@@ -247,7 +247,7 @@ def write_config(tmp: Path, llm_url: str, embed_url: str) -> Path:
 database: {{url: "sqlite+aiosqlite:///{tmp / "mnemo.db"}"}}
 llm: {{base_url: "{llm_url}/v1", api_key: "local", model: "gemma-3-270m", max_retries: 0,
        timeout_s: {STEP_S}, max_tokens: 48, summary_max_tokens: 256, recall_max_tokens: 96}}
-memory: {{provider: lcm}}
+memory: {{provider: lcm, lcm: {{leaf_chunk_size: 4}}}}  # 3 turns make a chunk
 compaction: {{keep_tail: 2}}
 embeddings: {{model: "gemma-3-270m", base_url: "{embed_url}/v1", min_similarity: -1}}
 data_dir: "{tmp / "data"}"
@@ -324,8 +324,11 @@ async def run(args: argparse.Namespace) -> int:
             async def step(name: str, text: str, ok: Any = None) -> str:
                 before = len(proxy.calls)
                 answer = await chat.send(text)
+                calls = proxy.calls[before:]
                 good = not failed(answer) if ok is None else bool(ok(answer))
-                steps.append(Step(name, good, answer, proxy.calls[before:]))
+                if ok is None:  # an answer of the model's: the server must have given it
+                    good = good and any(c.status == 200 for c in calls)
+                steps.append(Step(name, good, answer, calls))
                 print(
                     f"[{'ok' if good else 'FAILED'}] {name}: {text!r}\n    -> {answer[:300]!r}",
                     flush=True,
