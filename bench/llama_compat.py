@@ -46,6 +46,10 @@ TEMPLATE = REPO / "bench" / "templates" / "gemma3.jinja"
 BUILT = Path("/opt/llama/src/build/bin/llama-server")  # where docs/OPERATIONS.md builds it
 STEPS = ("turns", "compact", "failed turn", "recovery", "memory ask", "embeddings", "search")
 START_S = 600  # loading a model on 2 busy cores
+# Gemma 3 270M is a base model: it never ends its turn (no <end_of_turn>), and the bot
+# rightly refuses a summary cut off at its bound. One line of text, then the grammar
+# is complete and the server stops: finish_reason "stop", as an instruct model gives.
+ONE_LINE = "root ::= [^\\n]{8,300}"
 STEP_S = 900  # a turn with -t 1 on a loaded machine: prompt evaluation dominates
 
 
@@ -246,7 +250,7 @@ def write_config(tmp: Path, llm_url: str, embed_url: str) -> Path:
         f"""
 database: {{url: "sqlite+aiosqlite:///{tmp / "mnemo.db"}"}}
 llm: {{base_url: "{llm_url}/v1", api_key: "local", model: "gemma-3-270m", max_retries: 0,
-       timeout_s: {STEP_S}, max_tokens: 48, summary_max_tokens: 256, recall_max_tokens: 96}}
+       timeout_s: {STEP_S}, max_tokens: 128, summary_max_tokens: 1024, recall_max_tokens: 96}}
 memory: {{provider: lcm, lcm: {{leaf_chunk_size: 4}}}}  # 3 turns make a chunk
 compaction: {{keep_tail: 2}}
 embeddings: {{model: "gemma-3-270m", base_url: "{embed_url}/v1", min_similarity: -1}}
@@ -285,6 +289,7 @@ async def run(args: argparse.Namespace) -> int:
             "--cache-reuse",
             "256",
             "--swa-full",
+            *(["--grammar", args.grammar] if args.grammar else []),
         ],
         tmp / "llama-chat.log",
     )
@@ -295,6 +300,7 @@ async def run(args: argparse.Namespace) -> int:
     )
     steps: list[Step] = []
     print(f"llama-server: {args.server}\nmodel: {args.model}\ntemplate: {args.template}")
+    print(f"grammar: {args.grammar or 'none'}; context {args.ctx}, {args.threads} thread(s)")
     print(f"work dir: {tmp} (server logs llama-chat.log, llama-embed.log; bot log chat.stderr)")
     try:
         await chat_srv.start()
@@ -435,6 +441,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=default_model(), help="a GGUF chat model")
     parser.add_argument("--template", default=str(TEMPLATE), help="a strict Jinja chat template")
     parser.add_argument("--ctx", type=int, default=4096, help="the chat server's context")
+    parser.add_argument(
+        "--grammar",
+        default=ONE_LINE,
+        help="the chat server's default GBNF grammar ('' for none): a base model never "
+        "ends its turn, and a summary cut off at its bound is refused, so by default "
+        "every answer is one line",
+    )
     parser.add_argument("--threads", type=int, default=1, help="-t: 1 is fastest on 2 busy cores")
     args = parser.parse_args(argv)
     if not args.server or not Path(args.server).exists():
