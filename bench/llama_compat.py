@@ -44,7 +44,16 @@ from bot.commands import HELP
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "bench" / "templates" / "gemma3.jinja"
 BUILT = Path("/opt/llama/src/build/bin/llama-server")  # where docs/OPERATIONS.md builds it
-STEPS = ("turns", "compact", "failed turn", "recovery", "memory ask", "embeddings", "search")
+STEPS = (
+    "strict template",
+    "turns",
+    "compact",
+    "failed turn",
+    "recovery",
+    "memory ask",
+    "embeddings",
+    "search",
+)
 START_S = 600  # loading a model on 2 busy cores
 # Gemma 3 270M is a base model: it never ends its turn (no <end_of_turn>), and the bot
 # rightly refuses a summary cut off at its bound. One line of text, then the grammar
@@ -244,6 +253,22 @@ class Chat:
         return answer.strip()
 
 
+async def refuses_two_user_turns(server: LlamaServer) -> Step:
+    """The control: the server, with this template, refuses what the bot must never send."""
+    body = {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{server.url}/v1/chat/completions", json={**body, "max_tokens": 1}) as r,
+    ):
+        text = await r.text()
+    # The template's own words, from deep inside the server's error message.
+    at = text.find("Conversation roles must alternate")
+    said = f"HTTP {r.status}: " + (text[at : at + 70] if at >= 0 else text[:200])
+    ok = r.status >= 400 and at >= 0
+    print(f"[{'ok' if ok else 'FAILED'}] strict template: user, user -> {said!r}", flush=True)
+    return Step("strict template", ok, said)
+
+
 def write_config(tmp: Path, llm_url: str, embed_url: str) -> Path:
     cfg = tmp / "config.yaml"
     cfg.write_text(
@@ -305,6 +330,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         await chat_srv.start()
         await embed_srv.start()
+        steps.append(await refuses_two_user_turns(chat_srv))
         async with Proxy(chat_srv) as proxy:
             cfg = write_config(tmp, f"http://127.0.0.1:{proxy.port}", embed_srv.url)
             env = {k: v for k, v in os.environ.items() if not k.startswith(("MNEMO_", "OPENAI_"))}
