@@ -225,7 +225,10 @@ class Proxy:
                 call.prompt_n = data["timings"].get("prompt_n")
                 call.cache_n = data["timings"].get("cache_n")
             if isinstance(data.get("error"), dict):
-                call.error = str(data["error"].get("message", ""))[:300]
+                message = str(data["error"].get("message", ""))
+                # A template's exception sits deep in llama-server's message: show it.
+                at = max(0, message.find("Conversation roles"))
+                call.error = message[at : at + 300]
 
 
 class Chat:
