@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import codecs
 import json
 import os
 import re
@@ -237,6 +238,7 @@ class Chat:
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc, self.n, self.buffer = proc, 0, ""
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")  # chunks split chars
 
     async def send(self, text: str) -> str:
         self.n += 1
@@ -251,7 +253,7 @@ class Chat:
                 chunk = await self.proc.stdout.read(65536)
                 if not chunk:
                     raise RuntimeError(f"mnemo chat exited; it printed: {self.buffer[-500:]!r}")
-                self.buffer += chunk.decode("utf-8", "replace")
+                self.buffer += self.decoder.decode(chunk)
         answer, _, self.buffer = self.buffer.partition(mark)
         return answer.strip()
 
@@ -329,7 +331,7 @@ async def run(args: argparse.Namespace) -> int:
     steps: list[Step] = []
     print(f"llama-server: {args.server}\nmodel: {args.model}\ntemplate: {args.template}")
     print(f"grammar: {args.grammar or 'none'}; context {args.ctx}, {args.threads} thread(s)")
-    print(f"work dir: {tmp} (server logs llama-chat.log, llama-embed.log; bot log chat.stderr)")
+    print(f"work dir: {tmp} (kept when a step fails: llama-chat.log, llama-embed.log, chat.stderr)")
     try:
         await chat_srv.start()
         await embed_srv.start()
@@ -432,7 +434,10 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         await chat_srv.stop()
         await embed_srv.stop()
-    return report(steps)
+    code = report(steps)
+    if code == 0:  # the logs are for finding out what failed
+        shutil.rmtree(tmp, ignore_errors=True)
+    return code
 
 
 def report(steps: list[Step]) -> int:
