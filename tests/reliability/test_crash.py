@@ -181,9 +181,9 @@ class Outcome:
     duplicated: list[str] = field(default_factory=list)  # stored or shown twice
     never_shown: list[str] = field(default_factory=list)  # answer stored, not shown
     unanswered: list[str] = field(default_factory=list)  # no answer stored nor shown
-    # Stored unanswered, then the user's next message was answered first (a redelivered
-    # update handled before the restart resumed the conversation): by design one answer
-    # for both (bot.telegram.resume), so not unanswered.
+    # Stored unanswered, then answered together with the user's next message (one user
+    # turn for the model, bot/alternation.py; or the next answered first, a redelivered
+    # update handled before the restart resumed the conversation): not unanswered.
     merged: int = 0
 
     def line(self, where: str) -> str:
@@ -209,20 +209,40 @@ async def outcome(config_path: Path, tg: FakeTelegram, ledger: Ledger) -> Outcom
                 1 for s in answered + offset_only if s.chat == chat and s.text not in asked
             )
             stored_answers = {c for r, c in history if r == "assistant"}
-            for k, (role, text) in enumerate(history):
-                if role != "user":
+            k = 0
+            while k < len(history):
+                if history[k][0] != "user":
+                    k += 1
                     continue
-                answer = f"echo: {text}"
-                if asked.count(text) > 1 or shown.count(answer) > 1:
-                    found.duplicated.append(text)
-                if answer in shown:
+                # A run of user messages with no answer between them: the model gets them
+                # as one user turn (bot/alternation.py), so one answer echoes them all.
+                j = k
+                while j < len(history) and history[j][0] == "user":
+                    j += 1
+                run = [text for _, text in history[k:j]]
+                for text in run:
+                    if asked.count(text) > 1 or shown.count(f"echo: {text}") > 1:
+                        found.duplicated.append(text)
+                together = "echo: " + "\n\n".join(run)
+                if len(run) > 1 and (together in shown or together in stored_answers):
+                    found.merged += len(run) - 1
+                    if together not in shown:
+                        found.never_shown.append(run[-1])
+                    elif shown.count(together) > 1:
+                        found.duplicated.append(run[-1])
+                    k = j
                     continue
-                if answer in stored_answers:
-                    found.never_shown.append(text)
-                elif k + 1 < len(history) and history[k + 1][0] == "user":
-                    found.merged += 1
-                else:
-                    found.unanswered.append(text)
+                for i, text in enumerate(run):
+                    answer = f"echo: {text}"
+                    if answer in shown:
+                        continue
+                    if answer in stored_answers:
+                        found.never_shown.append(text)
+                    elif i + 1 < len(run):
+                        found.merged += 1
+                    else:
+                        found.unanswered.append(text)
+                k = j
     return found
 
 
