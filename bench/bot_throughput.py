@@ -19,7 +19,7 @@ bot alternate `--repeat` times, and the figure is the median of the pairs' ratio
 shared machine whose speed drifts, one pair alone swung 0.20x-0.31x.
 Target: mnemo at least half the echo bot's throughput.
 
-`--turns-only` measures the pool's turn alone instead, in this process: `Pool.chat` over
+`--turns-only` measures the pool's turn alone instead, in this process: `Conversations.chat` over
 `build_services` (the provider on SQLite, the same instant fake OpenAI server, run in a
 child process so its CPU is not counted), `--concurrency` turns at a time: turns/s, CPU
 per turn (this process, every thread) and SQL statements per turn.
@@ -75,7 +75,7 @@ def echo_bot_main(token: str, base_url: str, concurrency: int) -> None:
 
 
 class InstantPool:
-    """Stands in for bot.pool.Pool: echoes at once (streams the answer first, as a model
+    """Stands in for bot.conversation.service.Conversations: echoes at once (streams the answer first, as a model
     would), so only the Telegram channel's own work is measured."""
 
     async def current_session(self, base: object) -> object:
@@ -92,7 +92,7 @@ class InstantPool:
         origin: object = None,
         wait: object = None,
     ) -> object:
-        from bot.pool import Reply
+        from bot.conversation.service import Reply
 
         if receipt is not None:  # durable at once, as after the pool's user-message append
             await receipt.stored(atomic=False)  # type: ignore[attr-defined]
@@ -110,8 +110,8 @@ class InstantPool:
 
 
 def channel_bot_main(token: str, base_url: str, concurrency: int) -> None:
-    from bot.config import Settings
-    from bot.telegram.channel import build_application, running
+    from bot.channels.telegram.channel import build_application, running
+    from bot.config.settings import Settings
 
     settings = Settings.model_validate(
         {"telegram": {"token": token, "base_url": base_url, "concurrent_updates": concurrency}}
@@ -332,9 +332,9 @@ async def main(args: argparse.Namespace) -> Runs:
 async def turns_only(args: argparse.Namespace) -> str:
     from sqlalchemy import event
 
-    from bot.app import build_services
-    from bot.config import Settings
-    from memory.types import Session
+    from bot.app.services import build_services
+    from bot.config.settings import Settings
+    from memory.contract.types import Session
 
     server = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--fake-llm", stdout=asyncio.subprocess.PIPE
@@ -389,7 +389,7 @@ async def turns_only(args: argparse.Namespace) -> str:
     n = args.chats * args.rounds
     return "\n".join(
         [
-            f"## Pool turn alone, in-process ({datetime.now(UTC):%Y-%m-%d})",
+            f"## Conversations turn alone, in-process ({datetime.now(UTC):%Y-%m-%d})",
             "",
             f"- machine: {machine()}",
             f"- command: `.venv/bin/python bench/bot_throughput.py --turns-only --chats "

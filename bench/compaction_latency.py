@@ -3,7 +3,7 @@
 The pool promises that no user waits for a summarizer: compaction runs after the reply,
 in the background, and only the provider's short swap transaction takes the session's
 lock. This benchmark gives the summarizer a fixed delay (2 s by default, a slow model)
-and measures `Pool.chat` latency (user message in -> reply out, LLM over HTTP to the fake
+and measures `Conversations.chat` latency (user message in -> reply out, LLM over HTTP to the fake
 OpenAI server on loopback answering instantly) for every turn of several concurrent
 sessions. A turn "triggers" compaction when the background task it scheduled calls the
 summarizer; "overlapping" turns are those that ran while a compaction of their own session
@@ -34,15 +34,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import append_results, machine, percentile  # noqa: E402
-from bot.config import Settings  # noqa: E402
-from bot.llm import LLMClient  # noqa: E402
-from bot.pool import Pool  # noqa: E402
-from memory.capabilities import ProviderContext  # noqa: E402
-from memory.db import create_engine, migrate  # noqa: E402
-from memory.registry import create_provider_async  # noqa: E402
-from memory.session_lock import SessionLocks  # noqa: E402
-from memory.summarizer import TruncatingSummarizer  # noqa: E402
-from memory.types import Session, SummarizeOptions  # noqa: E402
+from bot.config.settings import Settings  # noqa: E402
+from bot.conversation.service import Conversations  # noqa: E402
+from bot.model.client import LLMClient  # noqa: E402
+from memory.compaction.summarizer import TruncatingSummarizer  # noqa: E402
+from memory.contract.capabilities import ProviderContext  # noqa: E402
+from memory.contract.registry import create_provider_async  # noqa: E402
+from memory.contract.types import Session, SummarizeOptions  # noqa: E402
+from memory.storage.db import create_engine, migrate  # noqa: E402
+from memory.storage.session_lock import SessionLocks  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
 
 
@@ -109,7 +109,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Turn], set[asyncio.Task], 
             )
             llm = LLMClient(settings.llm)
             locks = SessionLocks(engine)
-            pool = Pool(provider, llm, settings, locks=locks)
+            pool = Conversations(provider, llm, settings, locks=locks)
             turns: list[Turn] = []
 
             async def conversation(n: int) -> None:

@@ -1,7 +1,7 @@
 """What a long conversation costs (issue 17): prompt tokens, the cacheable prefix,
 compactions and the bill, mnemo (lcm and simple) against a plain "last 15 messages" bot.
 
-The real bot (`bot.app.build_services`: the pool, the memory tool, automatic compaction,
+The real bot (`bot.app.services.build_services`: the pool, the memory tool, automatic compaction,
 the LLM summarizer over HTTP) talks to the fake OpenAI server on loopback, whose model
 is scripted here (`Model`): a ~600-character answer to every message, the memory tool's
 `search` when asked about something said long ago (and an answer quoting what the
@@ -14,7 +14,7 @@ The conversation: `--turns` (200) user messages of ~1,000 characters; three fact
 at turns 5, 40 and 90, asked about in the last turns (190, 194, 198 of 200).
 
 Figures, per configuration, from the requests the server received:
-- prompt tokens: the request's tools and messages as JSON, `memory.tokens.estimate_tokens`;
+- prompt tokens: the request's tools and messages as JSON, `memory.text.tokens.estimate_tokens`;
   per turn (all of a turn's model calls) min / median / max, and the total;
 - cacheable prefix: the identical leading tokens of each chat request and the one before
   it (same conversation), over its prompt tokens: median, and token-weighted (sum of
@@ -51,10 +51,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import append_results, machine  # noqa: E402
-from bot.app import build_services  # noqa: E402
-from bot.config import Settings  # noqa: E402
-from memory.tokens import estimate_tokens  # noqa: E402
-from memory.types import Session  # noqa: E402
+from bot.app.services import build_services  # noqa: E402
+from bot.config.settings import Settings  # noqa: E402
+from memory.contract.types import Session  # noqa: E402
+from memory.text.tokens import estimate_tokens  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, Response, text, tool_call  # noqa: E402
 
 # USD per million tokens (gpt-4o-mini, OpenAI's list price).
@@ -147,7 +147,7 @@ WORDS = [
 ]
 
 CONFIGS: dict[str, dict[str, int]] = {
-    # The defaults of config.yaml (bot/config.py), and a smaller and a larger budget.
+    # The defaults of config.yaml (bot/config/settings.py), and a smaller and a larger budget.
     "default": {},
     "small": {"budget_tokens": 8000, "max_tokens": 6000, "keep_tail": 8},
     "large": {"budget_tokens": 32000, "max_tokens": 24000, "keep_tail": 20},

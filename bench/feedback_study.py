@@ -2,7 +2,7 @@
 recall? A study on LoCoMo dev, not the product: the lexical ranking is a numpy replica of
 the product's BM25 (k1 1.2, b 0.75, FTS5 porter terms, the previous message as a field at
 weight 0.5, statistics per conversation), fused with all-MiniLM-L6-v2 cosines by the
-product's `memory.fusion.fuse`. The vectors come from bench/hybrid_cache.py.
+product's `memory.search.fusion.fuse`. The vectors come from bench/hybrid_cache.py.
 
 Feedback: the first pass's `fb` best turns give their words, each weighed by its share of
 its turn times log(N / df) in the conversation; the `terms` best words not in the query
@@ -36,9 +36,9 @@ import numpy as np
 from bench import hybrid_cache
 from bench.fusion_study import Signals, fused
 from bench.recall import Conversation, default_data, load_locomo, recall_at
-from memory.lexical import CONTEXT_WEIGHT, K1, B
-from memory.search_text import query_terms, ranked_terms
-from memory.stopwords import STOP_WORDS
+from memory.search.lexical import CONTEXT_WEIGHT, K1, B
+from memory.search.stopwords import STOP_WORDS
+from memory.search.text import query_terms, ranked_terms
 
 CONTEXT_CHARS = 2000  # as core revision 0004 indexes the previous message
 GRID = [(3, 10, 0.4), (3, 20, 0.3), (3, 15, 0.3), (5, 20, 0.3)]  # (fb, terms, alpha)

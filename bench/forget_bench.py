@@ -24,14 +24,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import append_results, machine  # noqa: E402
-from memory import forgetting as fg  # noqa: E402
-from memory.capabilities import ProviderContext  # noqa: E402
-from memory.db import create_engine, migrate  # noqa: E402
-from memory.forgetting import Owner  # noqa: E402
-from memory.registry import create_provider  # noqa: E402
-from memory.summarizer import TruncatingSummarizer  # noqa: E402
+from memory.compaction.summarizer import TruncatingSummarizer  # noqa: E402
+from memory.contract.capabilities import ProviderContext  # noqa: E402
+from memory.contract.registry import create_provider  # noqa: E402
+from memory.contract.types import CompactionMode, Message, Session  # noqa: E402
+from memory.storage import forgetting as fg  # noqa: E402
+from memory.storage.db import create_engine, migrate  # noqa: E402
+from memory.storage.forgetting import Owner  # noqa: E402
 from memory.testing.databases import temp_database_url  # noqa: E402
-from memory.types import CompactionMode, Message, Session  # noqa: E402
 
 TOKEN = "Zbenchplantedword"
 TARGET_MESSAGES = 1000

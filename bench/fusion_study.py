@@ -1,4 +1,4 @@
-"""Which fusion for hybrid search (memory/fusion.py)? Variants scored on LoCoMo dev from the
+"""Which fusion for hybrid search (memory/search/fusion.py)? Variants scored on LoCoMo dev from the
 same two signals, so only the fusion (or what is embedded) differs.
 
 The signals are the product's: lcm on SQLite answers each question with `full_text` (its
@@ -8,7 +8,7 @@ the vector index computes it. Both are cached on disk (bench/hybrid_cache.py), s
 takes seconds. Scored like bench/recall.py (turn-level recall@k, the data README's rules):
 
 - words alone, meaning alone, reciprocal rank fusion (k=60);
-- `memory.fusion.fuse` (min-max normalised weighted scores) at several weights of
+- `memory.search.fusion.fuse` (min-max normalised weighted scores) at several weights of
   meaning: with meaning scored for the 50 nearest only ("nearest only", the product's
   fusion until 83067aa), and with every word hit weighed by its meaning too (the product);
 - variants measured and not taken (at the product's weight): z-scores instead of min-max,
@@ -47,12 +47,12 @@ from bench.recall import (
     scored,
     table,
 )
-from memory.fusion import fuse
-from memory.stopwords import STOP_WORDS
+from memory.search.fusion import fuse
+from memory.search.stopwords import STOP_WORDS
 
 POOL = 50
 DEPTH = 200  # word hits cached per question (the pool-100 variant reads past POOL)
-PRODUCT_WEIGHT = 0.4  # memory.fusion.SEMANTIC_WEIGHT; the 'not taken' rows use it
+PRODUCT_WEIGHT = 0.4  # memory.search.fusion.SEMANTIC_WEIGHT; the 'not taken' rows use it
 
 
 class Signals:

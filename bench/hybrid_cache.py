@@ -36,7 +36,7 @@ from bench.recall import (
     fresh_provider,
     stored_dia_ids,
 )
-from memory.types import Message, SearchMode, SearchQuery, SearchScope
+from memory.contract.types import Message, SearchMode, SearchQuery, SearchScope
 
 CACHE = Path(os.environ.get("MNEMO_BENCH_CACHE", Path.home() / ".cache" / "mnemo-bench"))
 

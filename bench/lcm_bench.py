@@ -37,11 +37,11 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import append_results, machine, percentile  # noqa: E402
-from memory.capabilities import ProviderContext  # noqa: E402
-from memory.history import conversations, messages  # noqa: E402
-from memory.summarizer import TruncatingSummarizer  # noqa: E402
+from memory.compaction.summarizer import TruncatingSummarizer  # noqa: E402
+from memory.contract.capabilities import ProviderContext  # noqa: E402
+from memory.contract.types import CompactionMode, Message, SearchMode, SearchQuery, Session  # noqa: E402
+from memory.storage.history import conversations, messages  # noqa: E402
 from memory.testing.databases import temp_engine  # noqa: E402
-from memory.types import CompactionMode, Message, SearchMode, SearchQuery, Session  # noqa: E402
 from plugins.lcm import create  # noqa: E402
 
 BUDGET, FRESH_TAIL = 80_000, 20

@@ -40,7 +40,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bot.commands import HELP
+from bot.conversation.commands import HELP
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "bench" / "templates" / "gemma3.jinja"

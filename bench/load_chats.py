@@ -32,8 +32,8 @@ if str(REPO) not in sys.path:
 import sqlalchemy as sa  # noqa: E402
 
 from bench._common import append_results, machine  # noqa: E402
-from memory.db import create_engine  # noqa: E402
-from memory.history import conversations, messages  # noqa: E402
+from memory.storage.db import create_engine  # noqa: E402
+from memory.storage.history import conversations, messages  # noqa: E402
 from memory.testing.databases import temp_database_url  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
 from tests.fakes.telegram_server import FakeTelegram  # noqa: E402

@@ -22,7 +22,7 @@ rank fusion with the FTS5 reference (k=60, nothing tuned), so the hybrid target 
 read against what this small model gives. Without the semantic search API in `memory`,
 or without the bench extra, the providers' hybrid rows read n/a.
 
-`recall` asks each question through delegated recall (memory/delegated_recall.py) with a
+`recall` asks each question through delegated recall (memory/actions/delegated_recall.py) with a
 stand-in model that cites every item of the material it is given, in order, and scores
 the message ids cited; it also counts the recall model's tokens per question (estimated).
 Its search is hybrid, which is the words' ranking unless `hybrid` runs in the same
@@ -60,16 +60,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench._common import append_results, machine, percentile  # noqa: E402
-from bot.config import Settings  # noqa: E402
-from memory.capabilities import ProviderContext  # noqa: E402
-from memory.db import create_engine, migrate  # noqa: E402
-from memory.delegated_recall import HITS_PER_SEARCH, Bounds, recall  # noqa: E402
-from memory.history import HistoryStore, messages  # noqa: E402
-from memory.registry import create_provider_async  # noqa: E402
-from memory.summarizer import TruncatingSummarizer  # noqa: E402
+from bot.config.settings import Settings  # noqa: E402
+from memory.actions.delegated_recall import HITS_PER_SEARCH, Bounds, recall  # noqa: E402
+from memory.compaction.summarizer import TruncatingSummarizer  # noqa: E402
+from memory.contract.capabilities import ProviderContext  # noqa: E402
+from memory.contract.registry import create_provider_async  # noqa: E402
+from memory.contract.types import Message, SearchMode, SearchQuery, SearchScope, Session  # noqa: E402
+from memory.storage.db import create_engine, migrate  # noqa: E402
+from memory.storage.history import HistoryStore, messages  # noqa: E402
 from memory.testing.databases import temp_database_url  # noqa: E402
-from memory.tokens import estimate_tokens  # noqa: E402
-from memory.types import Message, SearchMode, SearchQuery, SearchScope, Session  # noqa: E402
+from memory.text.tokens import estimate_tokens  # noqa: E402
 
 KS = (1, 5, 10, 20)
 LIMIT = max(KS)
@@ -586,12 +586,12 @@ def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str:
 def semantic_api() -> tuple[Any, Any] | str:
     """(Embedder, embed_backlog) when `memory` has hybrid search, else why not ("n/a: ...")."""
     if "HYBRID" not in SearchMode.__members__:
-        return "n/a: memory.types.SearchMode has no HYBRID"
+        return "n/a: memory.contract.types.SearchMode has no HYBRID"
     if "embedder" not in {f.name for f in dataclasses.fields(ProviderContext)}:
         return "n/a: ProviderContext takes no embedder"
     try:
-        from memory.semantic.backlog import embed_backlog
-        from memory.semantic.client import Embedder
+        from memory.search.semantic.backlog import embed_backlog
+        from memory.search.semantic.client import Embedder
     except ImportError as exc:
         return f"n/a: {exc}"
     return Embedder, embed_backlog
@@ -757,7 +757,7 @@ def top_hits_reader(spent: list[int]) -> Any:
 async def recall_all(
     provider: Any, convs: list[Conversation], ids: dict[str, str], row: Outcome
 ) -> None:
-    """Each question through delegated recall (`memory.delegated_recall.recall`, default
+    """Each question through delegated recall (`memory.actions.delegated_recall.recall`, default
     bounds), scored on the message ids its answer cites, in citation order."""
     bounds = Bounds()
     for i, conv in enumerate(convs):

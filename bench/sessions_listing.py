@@ -26,14 +26,14 @@ from sqlalchemy.engine import Engine
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import append_results, machine  # noqa: E402
-from bot import operator  # noqa: E402
-from bot.config import Settings  # noqa: E402
-from memory.capabilities import ProviderContext  # noqa: E402
-from memory.db import create_engine, migrate  # noqa: E402
-from memory.registry import create_provider_async  # noqa: E402
-from memory.summarizer import TruncatingSummarizer  # noqa: E402
+from bot.config.settings import Settings  # noqa: E402
+from bot.ops import operator  # noqa: E402
+from memory.compaction.summarizer import TruncatingSummarizer  # noqa: E402
+from memory.contract.capabilities import ProviderContext  # noqa: E402
+from memory.contract.registry import create_provider_async  # noqa: E402
+from memory.contract.types import CompactionMode, Message, Session  # noqa: E402
+from memory.storage.db import create_engine, migrate  # noqa: E402
 from memory.testing.databases import temp_database_url  # noqa: E402
-from memory.types import CompactionMode, Message, Session  # noqa: E402
 
 
 def settings_for(url: str, tmp: Path, provider: str) -> Settings:

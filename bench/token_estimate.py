@@ -1,4 +1,4 @@
-"""How far memory.tokens.estimate_tokens is from a real tokenizer, per script.
+"""How far memory.text.tokens.estimate_tokens is from a real tokenizer, per script.
 
 The texts are bench/data/token_samples.json (written by hand: the same few chat
 messages in English, code, numbers, French/German/Spanish, Cyrillic, Greek, Chinese,
@@ -14,7 +14,7 @@ run time, and the bot never uses it):
 
     python -m bench.token_estimate            # the table (also len/4, the old estimate)
 
-tests/test_tokens.py holds the estimate to these recorded counts.
+tests/memory/test_tokens.py holds the estimate to these recorded counts.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from memory.tokens import estimate_tokens
+from memory.text.tokens import estimate_tokens
 
 DATA = Path(__file__).parent / "data"
 

@@ -32,10 +32,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import append_results, machine, percentile  # noqa: E402
-from memory.semantic.index import VectorIndex  # noqa: E402
-from memory.semantic.store import embeddings  # noqa: E402
+from memory.contract.types import utcnow  # noqa: E402
+from memory.search.semantic.index import VectorIndex  # noqa: E402
+from memory.search.semantic.store import embeddings  # noqa: E402
 from memory.testing.databases import temp_engine  # noqa: E402
-from memory.types import utcnow  # noqa: E402
 
 USER, AGENT, MODEL = 1, "default", "bench-model"
 CHUNK = 5000

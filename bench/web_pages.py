@@ -35,14 +35,14 @@ import aiohttp  # noqa: E402
 from bench._common import append_results, machine  # noqa: E402
 from bench.lcm_bench import VOCAB, sentence  # noqa: E402
 from bench.sessions_listing import populate  # noqa: E402
-from bot.config import HealthSettings, Settings  # noqa: E402
-from bot.health import HealthServer  # noqa: E402
+from bot.config.settings import HealthSettings, Settings  # noqa: E402
+from bot.runtime.health import HealthServer  # noqa: E402
 from bot.web.auth import hash_token  # noqa: E402
 from bot.web.console import Console  # noqa: E402
-from memory.db import create_engine  # noqa: E402
-from memory.duties import WriteOptions  # noqa: E402
+from memory.contract.options import WriteOptions  # noqa: E402
+from memory.contract.types import ChangeSource, CompactionMode, Message, Session  # noqa: E402
+from memory.storage.db import create_engine  # noqa: E402
 from memory.testing.databases import temp_database_url  # noqa: E402
-from memory.types import ChangeSource, CompactionMode, Message, Session  # noqa: E402
 from tests.web.site import open_provider  # noqa: E402 - the console tests' own
 
 TOKEN = "bench-operator-token"

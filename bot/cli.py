@@ -14,14 +14,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from bot.config import ConfigError, Settings, load_settings
-from bot.database_file import DatabaseMissing
-from memory.display import terminal_safe
-from memory.recall import MAX_LIMIT as SEARCH_MAX_LIMIT
-from memory.types import GENERATION_SEP, SearchMode
+from bot.app.database_file import DatabaseMissing
+from bot.config.settings import ConfigError, Settings, load_settings
+from memory.contract.types import GENERATION_SEP, SearchMode
+from memory.search.recall import MAX_LIMIT as SEARCH_MAX_LIMIT
+from memory.text.display import terminal_safe
 
 if TYPE_CHECKING:
-    from bot.terminal import Terminal
+    from bot.channels.terminal import Terminal
 
 log = logging.getLogger("mnemo")
 
@@ -32,7 +32,7 @@ EXIT_UNAVAILABLE = 3
 
 class TerminalSafeFormatter(logging.Formatter):
     """Log lines quote what users and models wrote: their control and bidi characters
-    are shown as escapes, never sent to the terminal (memory.display)."""
+    are shown as escapes, never sent to the terminal (memory.text.display)."""
 
     def format(self, record: logging.LogRecord) -> str:
         return terminal_safe(super().format(record), multiline=True)
@@ -50,7 +50,7 @@ def setup_logging(level: str = "INFO") -> None:
 
 def _error(line: str) -> None:
     """One line on stderr: `mnemo: ...`, never a secret, never a control character."""
-    from bot.redact import scrub
+    from bot.runtime.redact import scrub
 
     print(f"mnemo: {scrub(terminal_safe(line))}", file=sys.stderr)
 
@@ -58,8 +58,8 @@ def _error(line: str) -> None:
 def _settings(args: argparse.Namespace, secrets: tuple[str, ...] = ()) -> Settings:
     """The settings (file and environment); `secrets`: the secret keys this command uses
     (a `${VAR}` with VAR unset stops it only there, `run` naming all of them)."""
-    from bot.config import SECRET_KEYS, settings_secrets
-    from bot.redact import install_redaction
+    from bot.config.settings import SECRET_KEYS, settings_secrets
+    from bot.runtime.redact import install_redaction
 
     # An unknown memory.provider stops every command, `providers` included: its error
     # line lists the installed ones.
@@ -103,7 +103,7 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 
 def cmd_providers(args: argparse.Namespace) -> int:
-    from memory.registry import list_providers
+    from memory.contract.registry import list_providers
 
     configured = _settings(args).memory.provider  # marked with '*' in the list
     entries = list_providers()
@@ -124,7 +124,7 @@ def cmd_providers(args: argparse.Namespace) -> int:
 def _static_capabilities(cls: type | None) -> list[str]:
     """Capabilities read off the provider class without opening a database: a plugin may
     declare `provider_class`; otherwise we can only say it is a Provider."""
-    from memory.capabilities import capabilities_of
+    from memory.contract.capabilities import capabilities_of
 
     if not isinstance(cls, type):
         return ["Provider"]
@@ -148,8 +148,8 @@ class _ClassProbe:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from bot.database_file import describe, prepare, sqlite_file
-    from memory.db import create_engine, migrate
+    from bot.app.database_file import describe, prepare, sqlite_file
+    from memory.storage.db import create_engine, migrate
 
     settings = _settings(args)
     url = settings.database.url
@@ -210,7 +210,7 @@ def session_name(value: str) -> str:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from bot.llm import MissingApiKey, require_api_key
+    from bot.model.client import MissingApiKey, require_api_key
 
     settings = _settings(args, ("llm.api_key",))
     try:
@@ -219,21 +219,21 @@ def cmd_chat(args: argparse.Namespace) -> int:
         _error(str(exc))
         return EXIT_CONFIG
 
-    from bot.database_file import prepare
-    from bot.root import Root
-    from bot.terminal import Terminal, terminal_session
+    from bot.app.database_file import prepare
+    from bot.app.root import Root
+    from bot.channels.terminal import Terminal, terminal_session
 
     prepare(settings.database.url)
 
     base = terminal_session(settings.agent.id, args.session)
     editor, banner = None, ""
     if sys.stdin.isatty() and sys.stdout.isatty():
-        from bot.terminal import LineEditor
+        from bot.channels.terminal import LineEditor
 
         data = Path(settings.data_dir)
         log_file = _log_to_file(data / "chat.log")
         editor = LineEditor(data / "chat_history")
-        from bot.database_file import describe
+        from bot.app.database_file import describe
 
         banner = (
             f"Database: {describe(settings.database.url)}. "
@@ -294,12 +294,12 @@ MEMORY_SECRETS = {"compact": ("llm.api_key",), "embed": ("llm.api_key", "embeddi
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    """`mnemo memory ACTION`: the operator commands live in bot/operator.py."""
-    from bot import operator
-    from bot.operator_embeddings import embed_command
-    from bot.operator_erase import erase
-    from bot.operator_import import import_chat
-    from bot.operator_usage import usage_command
+    """`mnemo memory ACTION`: the operator commands live in bot/ops/operator.py."""
+    from bot.ops import operator
+    from bot.ops.embeddings import embed_command
+    from bot.ops.erase import erase
+    from bot.ops.import_chat import import_chat
+    from bot.ops.usage import usage_command
 
     action = args.memory_command
     settings = _settings(args, MEMORY_SECRETS.get(action, ()))
@@ -335,9 +335,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     """`mnemo config show`: every setting in effect and its source; `mnemo config init`:
-    a starter file (bot.config_show)."""
-    from bot.config import load_config, resolve_path
-    from bot.config_show import show_lines, write_starter
+    a starter file (bot.config.show)."""
+    from bot.config.settings import load_config, resolve_path
+    from bot.config.show import show_lines, write_starter
 
     if args.config_command == "init":
         target = Path(args.path) if args.path else resolve_path(getattr(args, "config", None))
@@ -349,8 +349,8 @@ def cmd_config(args: argparse.Namespace) -> int:
         print(f"wrote {target}: every key at its default, commented out; uncomment what you change")
         return 0
     loaded = load_config(getattr(args, "config", None), secrets=())
-    from bot.config import settings_secrets
-    from bot.redact import install_redaction
+    from bot.config.settings import settings_secrets
+    from bot.runtime.redact import install_redaction
 
     install_redaction(*settings_secrets(loaded.settings))
     for line in show_lines(loaded):
@@ -359,9 +359,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bot.llm import MissingApiKey, require_api_key
-    from bot.telegram.channel import MissingToken, require_token, run_bot
-    from bot.telegram.startup import TokenRejected
+    from bot.channels.telegram.channel import MissingToken, require_token, run_bot
+    from bot.channels.telegram.startup import TokenRejected
+    from bot.model.client import MissingApiKey, require_api_key
 
     settings = _settings(args)
     # Everything missing is named at once: a newcomer fixes it in one go, not one run each.
@@ -376,7 +376,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if missing:
         return EXIT_CONFIG
     try:
-        from bot.database_file import prepare
+        from bot.app.database_file import prepare
 
         prepare(settings.database.url)
         return _run_async(run_bot(settings))
@@ -386,8 +386,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_reflect(args: argparse.Namespace) -> int:
-    from bot.llm import MissingApiKey, require_api_key
-    from bot.reflect import reflect_command
+    from bot.jobs.reflect.job import reflect_command
+    from bot.model.client import MissingApiKey, require_api_key
 
     settings = _settings(args, ("llm.api_key",))
     try:
@@ -395,7 +395,7 @@ def cmd_reflect(args: argparse.Namespace) -> int:
     except MissingApiKey as exc:
         _error(str(exc))
         return EXIT_CONFIG
-    from bot.database_file import require_existing
+    from bot.app.database_file import require_existing
 
     # A worker beside the bot: it reviews what the bot stored, and creates nothing.
     _run_async(_checked(require_existing(settings.database.url)))
@@ -751,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
         _error(str(exc))
         return EXIT_UNAVAILABLE
     except Exception as exc:
-        from memory.registry import ProviderLoadError
+        from memory.contract.registry import ProviderLoadError
 
         if isinstance(exc, ProviderLoadError):  # a plugin that fails to load, or two of one name
             _error(str(exc))
@@ -782,7 +782,7 @@ def _last_resort(exc: BaseException) -> None:
     masked: a library's message may quote the bot token or a URL's password."""
     import traceback
 
-    from bot.redact import scrub
+    from bot.runtime.redact import scrub
 
     text = "".join(traceback.format_exception(exc))
     print(scrub(terminal_safe(text, multiline=True)), end="", file=sys.stderr)

@@ -1,6 +1,6 @@
 """mnemo's memory contract: what a provider plugin implements and what the bot calls.
 
-The public names are re-exported here lazily (PEP 562): `import memory.types` or
+The public names are re-exported here lazily (PEP 562): `import memory.contract.types` or
 `from memory import Session` loads only the module that defines the name, so plugins and
 the CLI pay for what they use, and no submodule import can become circular through here.
 """
@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "memory.types": (
+    "memory.contract.types": (
         "Action",
         "ChangeEntry",
         "ChangeSource",
@@ -41,7 +41,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ToolCall",
         "utcnow",
     ),
-    "memory.capabilities": (
+    "memory.contract.capabilities": (
         "CAPABILITIES",
         "AnswerOrigins",
         "ChangelogReader",
@@ -63,18 +63,18 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "VersionedProfileStore",
         "capabilities_of",
     ),
-    "memory.duties": ("AppendOptions", "WriteOptions", "append_messages"),
-    "memory.append_hook": ("AppendHook",),
-    "memory.errors": (
+    "memory.contract.options": ("AppendOptions", "WriteOptions", "append_messages"),
+    "memory.contract.append_hook": ("AppendHook",),
+    "memory.contract.errors": (
         "Conflict",
         "InvalidArgument",
-        "MemoryError_",
+        "ContractError",
         "NotFound",
         "SessionArchived",
         "StoreCorrupt",
         "Unsupported",
     ),
-    "memory.context": (
+    "memory.contract.context": (
         "agent_id_from_context",
         "change_source_from_context",
         "session_id_from_context",
@@ -84,8 +84,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "with_session_id",
         "with_user_id",
     ),
-    "memory.tokens": ("estimate_tokens", "message_tokens", "messages_tokens"),
-    "memory.summarizer": (
+    "memory.text.tokens": ("estimate_tokens", "message_tokens", "messages_tokens"),
+    "memory.compaction.summarizer": (
         "LLMSummarizer",
         "StaticSummarizer",
         "SummarizerError",
@@ -95,9 +95,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "leaf_target",
         "truncate_to_tokens",
     ),
-    "memory.tool": ("build_tool", "run_tool", "tool_actions"),
-    "memory.tracing": ("TraceEvent", "unwrap", "with_tracing"),
-    "memory.registry": (
+    "memory.actions.tool": ("build_tool", "run_tool", "tool_actions"),
+    "memory.contract.tracing": ("TraceEvent", "unwrap", "with_tracing"),
+    "memory.contract.registry": (
         "ProviderEntry",
         "ProviderLoadError",
         "ProviderNotFound",
@@ -128,8 +128,19 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static re-exports for type checkers and IDEs
-    from memory.append_hook import AppendHook  # noqa: F401
-    from memory.capabilities import (  # noqa: F401
+    from memory.actions.tool import build_tool, run_tool, tool_actions  # noqa: F401
+    from memory.compaction.summarizer import (  # noqa: F401
+        LLMSummarizer,
+        StaticSummarizer,
+        SummarizerError,
+        TruncatingSummarizer,
+        build_prompt,
+        condensed_target,
+        leaf_target,
+        truncate_to_tokens,
+    )
+    from memory.contract.append_hook import AppendHook  # noqa: F401
+    from memory.contract.capabilities import (  # noqa: F401
         CAPABILITIES,
         AnswerOrigins,
         ChangelogReader,
@@ -151,7 +162,7 @@ if TYPE_CHECKING:  # static re-exports for type checkers and IDEs
         VersionedProfileStore,
         capabilities_of,
     )
-    from memory.context import (  # noqa: F401
+    from memory.contract.context import (  # noqa: F401
         agent_id_from_context,
         change_source_from_context,
         session_id_from_context,
@@ -161,17 +172,17 @@ if TYPE_CHECKING:  # static re-exports for type checkers and IDEs
         with_session_id,
         with_user_id,
     )
-    from memory.duties import AppendOptions, WriteOptions, append_messages  # noqa: F401
-    from memory.errors import (  # noqa: F401
+    from memory.contract.errors import (  # noqa: F401
         Conflict,
+        ContractError,
         InvalidArgument,
-        MemoryError_,
         NotFound,
         SessionArchived,
         StoreCorrupt,
         Unsupported,
     )
-    from memory.registry import (  # noqa: F401
+    from memory.contract.options import AppendOptions, WriteOptions, append_messages  # noqa: F401
+    from memory.contract.registry import (  # noqa: F401
         ProviderEntry,
         ProviderLoadError,
         ProviderNotFound,
@@ -181,20 +192,8 @@ if TYPE_CHECKING:  # static re-exports for type checkers and IDEs
         list_providers,
         provider_names,
     )
-    from memory.summarizer import (  # noqa: F401
-        LLMSummarizer,
-        StaticSummarizer,
-        SummarizerError,
-        TruncatingSummarizer,
-        build_prompt,
-        condensed_target,
-        leaf_target,
-        truncate_to_tokens,
-    )
-    from memory.tokens import estimate_tokens, message_tokens, messages_tokens  # noqa: F401
-    from memory.tool import build_tool, run_tool, tool_actions  # noqa: F401
-    from memory.tracing import TraceEvent, unwrap, with_tracing  # noqa: F401
-    from memory.types import (  # noqa: F401
+    from memory.contract.tracing import TraceEvent, unwrap, with_tracing  # noqa: F401
+    from memory.contract.types import (  # noqa: F401
         Action,
         ChangeEntry,
         ChangeSource,
@@ -224,3 +223,4 @@ if TYPE_CHECKING:  # static re-exports for type checkers and IDEs
         ToolCall,
         utcnow,
     )
+    from memory.text.tokens import estimate_tokens, message_tokens, messages_tokens  # noqa: F401

@@ -17,8 +17,8 @@ from tests.waits import factor
 def _clear_setting_variables() -> None:
     """A developer's shell may configure mnemo (TELEGRAM_BOT_TOKEN, MNEMO_LLM__MODEL...),
     and the environment overrides config files: the tests' bots are set up by the tests."""
-    from bot.config import Settings
-    from bot.config_env import setting_variables
+    from bot.config.env import setting_variables
+    from bot.config.settings import Settings
 
     for name in setting_variables(Settings, os.environ):
         del os.environ[name]

@@ -38,13 +38,13 @@ from bot.chat_import.sources import (
     SourceMessage,
 )
 from bot.chat_import.telegram_export import TelegramExport
-from memory.capabilities import SessionManager
-from memory.db import write_transaction
-from memory.duties import AppendOptions, append_messages
-from memory.errors import NotFound
-from memory.tokens import estimate_uncached
-from memory.tracing import unwrap
-from memory.types import Message, Session, SessionInfo
+from memory.contract.capabilities import SessionManager
+from memory.contract.errors import NotFound
+from memory.contract.options import AppendOptions, append_messages
+from memory.contract.tracing import unwrap
+from memory.contract.types import Message, Session, SessionInfo
+from memory.storage.db import write_transaction
+from memory.text.tokens import estimate_uncached
 
 CHANNEL = "import"
 BATCH = 500  # messages per transaction: few commits, short locks

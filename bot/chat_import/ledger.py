@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memory import forgetting as fg
-from memory.append_hook import AppendHook
-from memory.db import conflict_insert
-from memory.errors import Conflict
-from memory.forgetting import Owner
-from memory.types import Session, utcnow
+from memory.contract.append_hook import AppendHook
+from memory.contract.errors import Conflict
+from memory.contract.types import Session, utcnow
+from memory.storage import forgetting as fg
+from memory.storage.db import conflict_insert
+from memory.storage.forgetting import Owner
 
 _meta = sa.MetaData()
 chat_imports = sa.Table(
@@ -117,7 +117,7 @@ async def uncompacted(engine: AsyncEngine, limit: int = 100) -> list[Session]:
 
 
 async def mark_compacted(engine: AsyncEngine, session_id: str) -> None:
-    from memory.db import write_transaction
+    from memory.storage.db import write_transaction
 
     async with write_transaction(engine) as conn:
         await conn.execute(

@@ -4,7 +4,7 @@ A text update's row (written with the user's message) now also says which sessio
 message went to and where to answer it (chat, forum topic, the message itself), and
 `resume` is true until the turn ends without an answer to give later. A stop or crash
 between storing the message and answering it leaves `resume` true, and the next start
-answers it (`bot.telegram.resume`). Rows of commands and older rows keep `resume` false.
+answers it (`bot.channels.telegram.delivery.resume`). Rows of commands and older rows keep `resume` false.
 
 Revision ID: bot_0002
 Revises: bot_0001

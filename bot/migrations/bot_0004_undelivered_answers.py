@@ -2,7 +2,7 @@
 
 `undelivered` is set on a text update's row, at once, when its answer was stored but
 Telegram could not be reached to send it (5xx or no connection past the delivery
-retries). The next start sends the stored answer (`bot.telegram.resume`); a row merely
+retries). The next start sends the stored answer (`bot.channels.telegram.delivery.resume`); a row merely
 not cleared yet (its answer went) stays false and is never sent again.
 
 Revision ID: bot_0004

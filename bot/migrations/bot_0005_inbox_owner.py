@@ -1,7 +1,7 @@
 """bot: telegram_inbox rows carry their owner and lease, and an unreadable mark
 
 `owner` is the instance id of the process handling a parked row, `lease_until` when
-its claim lapses unless that process renews it (`bot.telegram.inbox` says why and how
+its claim lapses unless that process renews it (`bot.channels.telegram.delivery.inbox` says why and how
 long); a start takes only rows whose lease has lapsed (NULL: nobody's). Rows parked
 before this migration have neither, so the next start takes them, as before.
 `unreadable` marks a row whose JSON no longer reads as an Update: kept for an operator,

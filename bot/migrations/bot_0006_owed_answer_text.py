@@ -2,7 +2,7 @@
 
 `answer` is written with the `undelivered` mark: the answer was stored in the history
 but Telegram did not take it (flood control, 5xx, no connection). The next start sends
-every such answer from here, in order, each quoting its message (`bot.telegram.resume`):
+every such answer from here, in order, each quoting its message (`bot.channels.telegram.delivery.resume`):
 no model call, and no need to find an older answer in the history. Cleared (NULL) when
 the answer went. Rows marked before this migration have none: the next start reads the
 latest answer back from the history, as before.

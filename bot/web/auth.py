@@ -21,7 +21,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from bot.config import WebOperator, WebSettings
+from bot.config.settings import WebOperator, WebSettings
 
 SESSION_COOKIE = "mnemo_session"
 PRE_COOKIE = "mnemo_pre"  # the CSRF nonce of the login form

@@ -24,7 +24,7 @@ from aiohttp import web
 from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.config import Settings
+from bot.config.settings import Settings
 from bot.web import reads
 from bot.web.auth import PRE_COOKIE, SESSION_COOKIE, Gate, Login
 from bot.web.dag_svg import render as render_dag
@@ -32,14 +32,11 @@ from bot.web.diff import line_diff
 from bot.web.offload import Offload, TooSlow
 from bot.web.params import BadInput, check_request, whole
 from bot.web.throttle import LoginThrottle
-from memory.capabilities import Provider, Searcher
-from memory.errors import InvalidArgument, MemoryError_, NotFound
-from memory.forgetting import ERASURE_SCOPE, FORGET_SCOPE
-from memory.prices import format_cost
-from memory.summary_graph import SummaryGraphReader
-from memory.tokens import message_tokens
-from memory.tracing import unwrap
-from memory.types import (
+from memory.contract.capabilities import Provider, Searcher
+from memory.contract.errors import ContractError, InvalidArgument, NotFound
+from memory.contract.graph import SummaryGraphReader
+from memory.contract.tracing import unwrap
+from memory.contract.types import (
     ChangeSource,
     ListOptions,
     Message,
@@ -49,6 +46,9 @@ from memory.types import (
     SearchScope,
     utcnow,
 )
+from memory.storage.forgetting import ERASURE_SCOPE, FORGET_SCOPE
+from memory.storage.prices import format_cost
+from memory.text.tokens import message_tokens
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +387,7 @@ class Console:
                             text=text, scope=SearchScope(scope), limit=50, mode=SearchMode(mode)
                         ),
                     )
-                except MemoryError_ as exc:
+                except ContractError as exc:
                     error = str(exc)
         return await self._page(
             request,
@@ -512,8 +512,8 @@ class Console:
 
     async def usage(self, request: web.Request) -> web.Response:
         """What model calls cost (`mnemo memory usage`): by kind, user, day or model."""
-        from bot.operator_usage import GROUPINGS, has_usage_table
-        from memory.usage import UsageStore, day_start
+        from bot.ops.usage import GROUPINGS, has_usage_table
+        from memory.storage.usage import UsageStore, day_start
 
         by = request.query.get("by", "kind")
         by = by if by in GROUPINGS else "kind"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from html import escape
 from urllib.parse import quote
 
-from memory.summary_graph import GraphNode, SummaryGraph
+from memory.contract.graph import GraphNode, SummaryGraph
 
 ROW_H, BOX_H, AXIS_H, PAD = 56, 30, 44, 12
 MIN_BOX_W, MIN_WIDTH, MAX_WIDTH = 8.0, 960.0, 24_000.0

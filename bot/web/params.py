@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-# Every id, seq and user id column is BIGINT (memory/models.py, memory/history_models.py).
+# Every id, seq and user id column is BIGINT (memory/storage/store_models.py, memory/storage/history_models.py).
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _WHOLE = re.compile(r"-?[0-9]{1,19}")  # ASCII digits only; more than 19 cannot fit
 

@@ -1,5 +1,5 @@
 """What the console's pages show, read through the same parts the bot and `mnemo memory`
-use: the provider's listing counts, `assemble` and the system prompt (bot/prompt.py),
+use: the provider's listing counts, `assemble` and the system prompt (bot/model/prompt.py),
 the shared history, the stores' versions and changelog. Every read here is read-only: a
 page view never creates a snapshot or a session. The one write is `rollback`."""
 
@@ -11,11 +11,10 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.config import Settings
-from bot.prompt import build_system_prompt, read_memory
+from bot.config.settings import Settings
+from bot.model.prompt import build_system_prompt, read_memory
 from bot.web.params import as_int64
-from memory import snapshots
-from memory.capabilities import (
+from memory.contract.capabilities import (
     ChangelogReader,
     ConstraintStore,
     ProfileStore,
@@ -23,13 +22,10 @@ from memory.capabilities import (
     SessionSnapshotStore,
     VersionedProfileStore,
 )
-from memory.duties import WriteOptions
-from memory.errors import NotFound
-from memory.history import HistoryStore, SessionCounter, SessionCounts, messages
-from memory.stores import changelog_entry, changelog_table, parse_constraints, snapshot_table
-from memory.tokens import estimate_tokens, message_tokens
-from memory.tracing import unwrap
-from memory.types import (
+from memory.contract.errors import NotFound
+from memory.contract.options import WriteOptions
+from memory.contract.tracing import unwrap
+from memory.contract.types import (
     ChangeEntry,
     ChangeSource,
     ConstraintEntry,
@@ -38,6 +34,15 @@ from memory.types import (
     Session,
     SessionInfo,
 )
+from memory.storage import snapshots
+from memory.storage.history import HistoryStore, SessionCounter, SessionCounts, messages
+from memory.storage.stores import (
+    changelog_entry,
+    changelog_table,
+    parse_constraints,
+    snapshot_table,
+)
+from memory.text.tokens import estimate_tokens, message_tokens
 
 PAGE = 50  # sessions, messages and changelog rows per page
 VERSIONS = 500  # versions of one scope shown

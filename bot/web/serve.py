@@ -1,4 +1,4 @@
-"""Starting the console with the health server (`mnemo run`, bot/root.py).
+"""Starting the console with the health server (`mnemo run`, bot/app/root.py).
 
 One aiohttp server per address: when `web.listen`/`web.port` equal `health.*` (the
 default port), the console and `/healthz` + `/metrics` share one server and one port;
@@ -12,8 +12,8 @@ import ipaddress
 import logging
 from typing import Any
 
-from bot.config import HealthSettings, Settings
-from bot.health import HealthServer
+from bot.config.settings import HealthSettings, Settings
+from bot.runtime.health import HealthServer
 
 log = logging.getLogger(__name__)
 

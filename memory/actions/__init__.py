@@ -1,5 +1,5 @@
 """Memory actions, declared once (memory/actions/declarations.py) and rendered for the
-model (memory/tool.py) and for people (`/memory`, memory/actions/commands.py).
+model (memory/actions/tool.py) and for people (`/memory`, memory/actions/commands.py).
 
 A new action is one `ACTIONS.declare(Action(...))` with its handler: the memory tool's
 schema, the `/memory` dispatch, its usage lines and docs/CHAT.md's command table follow."""

@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from memory.types import SearchMode, SearchScope
+from memory.contract.types import SearchMode, SearchScope
 
 SEARCH_SCOPES = tuple(s.value for s in SearchScope)
 CHANGE_SCOPES = ("profile", "soul", "constraint", "compaction")

@@ -14,11 +14,11 @@ from typing import Any
 from memory.actions.declarations import ACTIONS
 from memory.actions.fitting import MAX_REPLY, clip, one_line
 from memory.actions.spec import Action, Audience, Call, ContextBudget, Registry, perform
-from memory.context import with_change_source
-from memory.errors import NotFound
-from memory.forgetting import shared_scope
-from memory.sanitize import storable
-from memory.types import ChangeSource, Session
+from memory.contract.context import with_change_source
+from memory.contract.errors import NotFound
+from memory.contract.types import ChangeSource, Session
+from memory.storage.forgetting import shared_scope
+from memory.text.sanitize import storable
 
 
 def split_words(text: str) -> tuple[str, str]:
@@ -74,7 +74,7 @@ async def run_memory_command(
     recaller: Any = None,
 ) -> str:
     """Answer `/memory <words>` for `session` (the live one); at most `limit` characters.
-    `recaller`: the delegated recall sub-call `/memory ask` runs (memory.delegated_recall)."""
+    `recaller`: the delegated recall sub-call `/memory ask` runs (memory.actions.delegated_recall)."""
     sub, rest = split_words(words)
     if sub in ("", "help"):
         return usage(registry=registry, provider=provider)

@@ -12,10 +12,9 @@ from typing import Any
 
 from pydantic import model_validator
 
-from memory import provenance
-from memory.actions import forgetting
-from memory.actions import model_text as to_model
-from memory.actions import people_text as to_people
+from memory.actions import chat_replies as to_people
+from memory.actions import forgetting, provenance
+from memory.actions import tool_results as to_model
 from memory.actions.arguments import (
     CHANGE_SCOPES,
     DEFAULT_TOKEN_CAP,
@@ -38,8 +37,9 @@ from memory.actions.arguments import (
     Version,
     refuse,
 )
+from memory.actions.delegated_recall import Answer
 from memory.actions.spec import Action, Audience, Call, Command, Registry
-from memory.capabilities import (
+from memory.contract.capabilities import (
     ChangelogReader,
     ConstraintStore,
     Explorer,
@@ -51,10 +51,9 @@ from memory.capabilities import (
     SessionManager,
     VersionedProfileStore,
 )
-from memory.delegated_recall import Answer
-from memory.duties import store_write
-from memory.errors import MemoryError_
-from memory.types import SearchMode, SearchQuery, SearchScope
+from memory.contract.errors import ContractError
+from memory.contract.options import store_write
+from memory.contract.types import SearchMode, SearchQuery, SearchScope
 
 DEFAULT_LIMIT = 10  # search, note_search and profile_history results
 PEOPLE_SEARCH_POOL = 200  # hits people's search asks for, to count them; more are "200+"
@@ -155,7 +154,7 @@ class RecallArgs(Arguments):
 
 async def _recall(c: Call, args: RecallArgs) -> Answer:
     if c.recaller is None:
-        raise MemoryError_("recall needs a model, and none is configured here")
+        raise ContractError("recall needs a model, and none is configured here")
     answer: Answer = await c.recaller(c.provider, c.session, args.question)
     return answer
 

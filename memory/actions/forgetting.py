@@ -1,11 +1,11 @@
 """`/memory forget`: what people see and confirm (the forgetting itself is
-memory/forgetting.py and the provider's `Forgetter`).
+memory/storage/forgetting.py and the provider's `Forgetter`).
 
 A forget is two steps: `/memory forget <message id | summary id | text>` (or
 `everything`) shows what would go and keeps the request under a short code;
 `/memory forget confirm <code>` does it (`confirm <code> notes` also drops the notes
 that quote it), and `/memory forget cancel` drops it. Requests are kept in the database
-(memory/forget_requests.py) for CONFIRM_WITHIN_S, so any replica confirms them; per
+(memory/storage/forget_requests.py) for CONFIRM_WITHIN_S, so any replica confirms them; per
 conversation only the newest is live (a newer preview supersedes it), and each is done
 at most once. A confirmation without the code does nothing: it says what is pending
 and asks for the code, so a confirmation never does something other than what the
@@ -24,16 +24,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memory import forget_requests as requests
-from memory import forgetting as fg
 from memory.actions.fitting import listing, one_line
 from memory.actions.spec import Call
-from memory.capabilities import NoteStore
-from memory.errors import NotFound
-from memory.forget_requests import CONFIRM_WITHIN_S
-from memory.forgetting import ErasureReport, ForgetPreview, ForgetReport, Owner
-from memory.tracing import unwrap
-from memory.types import minute_utc
+from memory.contract.capabilities import NoteStore
+from memory.contract.errors import NotFound
+from memory.contract.tracing import unwrap
+from memory.contract.types import minute_utc
+from memory.storage import forget_requests as requests
+from memory.storage import forgetting as fg
+from memory.storage.forget_requests import CONFIRM_WITHIN_S
+from memory.storage.forgetting import ErasureReport, ForgetPreview, ForgetReport, Owner
 
 SHOWN_ITEMS = 10
 CONFIRM = "/memory forget confirm"

@@ -18,17 +18,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from memory import snapshots
-from memory.capabilities import SessionSnapshotStore
-from memory.context import (
+from memory.contract.capabilities import SessionSnapshotStore
+from memory.contract.context import (
     change_source_from_context,
     with_agent_id,
     with_session_id,
     with_user_id,
 )
-from memory.duties import WriteOptions
-from memory.tracing import unwrap
-from memory.types import ChangeSource, Session
+from memory.contract.options import WriteOptions
+from memory.contract.tracing import unwrap
+from memory.contract.types import ChangeSource, Session
+from memory.storage import snapshots
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class Audience(enum.StrEnum):
 
     USER = "user"  # on the caller's own memory
     OPERATOR = "operator"  # the bot's operators only (rewrites a scope a group shares)
-    # the caller's own memory; a memory a group shares (memory.forgetting.shared_scope):
+    # the caller's own memory; a memory a group shares (memory.storage.forgetting.shared_scope):
     # the bot's operators only, since it belongs to every member
     OWNER = "owner"
 
@@ -64,7 +64,7 @@ class Call:
     budget: ContextBudget | None = None
     # Who writes (the model: agent; /memory: user; reflect); None: the caller's context.
     source: ChangeSource | None = None
-    # The delegated recall sub-call (memory.delegated_recall), when the front-end has a model.
+    # The delegated recall sub-call (memory.actions.delegated_recall), when the front-end has a model.
     recaller: Any = None
 
     @property

@@ -1,4 +1,4 @@
-"""Alembic environment: always run from `memory.db.migrate` on a live connection."""
+"""Alembic environment: always run from `memory.storage.db.migrate` on a live connection."""
 
 from alembic import context
 

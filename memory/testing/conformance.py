@@ -1,4 +1,4 @@
-"""The conformance kit: the provider contract (memory/capabilities.py) as pytest tests
+"""The conformance kit: the provider contract (memory/contract/capabilities.py) as pytest tests
 any provider runs.
 
 Use it by subclassing `ProviderConformance` in a test module (the class name must start
@@ -21,7 +21,7 @@ messages of about 60 tokens each: configure the provider (keep_tail, chunk sizes
 that this is enough to compact.
 
 The duties a caller passes on append and store writes (`AppendOptions`, `WriteOptions`;
-see memory/capabilities.py) have tests of their own: live-only appends, the hook run in
+see memory/contract/capabilities.py) have tests of their own: live-only appends, the hook run in
 the append's transaction, the source and session recorded by every store write.
 
 Search scope: a session searches its user's memory (all their conversations with the
@@ -42,9 +42,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memory import forgetting as fg
-from memory.append_hook import AppendHook
-from memory.capabilities import (
+from memory.compaction.summarizer import TruncatingSummarizer
+from memory.contract.append_hook import AppendHook
+from memory.contract.capabilities import (
     ChangelogReader,
     ChangelogWriter,
     Compactor,
@@ -62,14 +62,11 @@ from memory.capabilities import (
     VersionedConstraintStore,
     VersionedProfileStore,
 )
-from memory.context import with_change_source, with_session_id
-from memory.duties import AppendOptions, WriteOptions
-from memory.errors import Conflict, InvalidArgument, NotFound, SessionArchived
-from memory.sanitize import storable
-from memory.summarizer import TruncatingSummarizer
-from memory.tokens import message_tokens
-from memory.tracing import unwrap
-from memory.types import (
+from memory.contract.context import with_change_source, with_session_id
+from memory.contract.errors import Conflict, InvalidArgument, NotFound, SessionArchived
+from memory.contract.options import AppendOptions, WriteOptions
+from memory.contract.tracing import unwrap
+from memory.contract.types import (
     ChangeEntry,
     ChangeSource,
     CompactionMode,
@@ -84,6 +81,9 @@ from memory.types import (
     ToolCall,
     utcnow,
 )
+from memory.storage import forgetting as fg
+from memory.text.sanitize import storable
+from memory.text.tokens import message_tokens
 
 # The word every summary of the kit's summarizer starts with: how the kit finds summaries.
 SUMMARY_MARKER = "kitsummary"
@@ -329,7 +329,7 @@ class ProviderConformance:
         assert [m.content for m in await self.everything(provider, b)] == ["only in b"]
         assert (await provider.stats(a)).message_count == 1
 
-    # == duties passed on append (memory/duties.py) ============================
+    # == duties passed on append (memory/contract/options.py) ============================
 
     async def test_append_with_live_only_refuses_an_archived_session(
         self, provider: Provider

@@ -37,7 +37,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from memory.db import create_engine, migrate
+from memory.storage.db import create_engine, migrate
 
 PG_ADMIN_URL = os.environ.get("MNEMO_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 PREFIX = "mnemo_test_"

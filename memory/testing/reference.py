@@ -28,18 +28,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.capabilities import ProviderContext, Summarizer
-from memory.context import change_source_from_context
-from memory.db import write_transaction
-from memory.duties import AppendOptions
-from memory.errors import Conflict, InvalidArgument, NotFound, SessionArchived
-from memory.sanitize import storable, storable_message
-from memory.search_text import ranked_terms, snippet
-from memory.stores import SharedStores
-from memory.summarizer import leaf_target, truncate_to_tokens
-from memory.tokens import estimate_tokens, message_tokens
-from memory.transcript import safe_start
-from memory.types import (
+from memory.compaction.summarizer import leaf_target, truncate_to_tokens
+from memory.contract.capabilities import ProviderContext, Summarizer
+from memory.contract.context import change_source_from_context
+from memory.contract.errors import Conflict, InvalidArgument, NotFound, SessionArchived
+from memory.contract.options import AppendOptions
+from memory.contract.types import (
     ChangeEntry,
     CompactionMode,
     CompactionResult,
@@ -64,6 +58,12 @@ from memory.types import (
     as_utc,
     utcnow,
 )
+from memory.search.text import ranked_terms, snippet
+from memory.storage.db import write_transaction
+from memory.storage.stores import SharedStores
+from memory.text.sanitize import storable, storable_message
+from memory.text.tokens import estimate_tokens, message_tokens
+from memory.text.transcript import safe_start
 
 TITLE_CHARS = 80
 _WORD = re.compile(r"\w+")

@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from memory.semantic.backlog import embed_backlog
+from memory.contract.types import Message, SearchMode, SearchQuery, Session
+from memory.search.semantic.backlog import embed_backlog
 from memory.testing.conformance import HOSTILE_PATTERNS
-from memory.types import Message, SearchMode, SearchQuery, Session
 
 HYBRID, FULL_TEXT = SearchMode.HYBRID, SearchMode.FULL_TEXT
 

@@ -3,8 +3,8 @@ point `lcm = "plugins.lcm:plugin"`."""
 
 from __future__ import annotations
 
-from memory.capabilities import ProviderContext
-from memory.registry import ProviderPlugin
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import ProviderPlugin
 from plugins.lcm.provider import LcmProvider
 from plugins.lcm.settings import LcmSettings
 

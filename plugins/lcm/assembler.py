@@ -8,7 +8,7 @@
    message with tool calls and the results answering it are one unit.
 3. Summaries become the seed's XML user message; the output is chronological. A summary
    right before a user message makes two user messages in a row: the bot merges them
-   into one user turn when it sends the request (bot/alternation.py), as strict chat
+   into one user turn when it sends the request (bot/model/alternation.py), as strict chat
    templates demand, so the context stays what is stored here.
 
 Cost: items are read from the end backwards in pages (primary key (conversation_id,
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memory.history import HistoryStore
-from memory.tokens import message_tokens
-from memory.types import Message, Role, utcnow
+from memory.contract.types import Message, Role, utcnow
+from memory.storage.history import HistoryStore
+from memory.text.tokens import message_tokens
 from plugins.lcm import context_items as ci
 from plugins.lcm.dag import load_summaries
 from plugins.lcm.render import summary_xml

@@ -43,14 +43,14 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memory.capabilities import Summarizer
-from memory.compaction_goal import parts_to_reach, worth_compacting
-from memory.errors import CompactionIncomplete, StopRequested
-from memory.history import HistoryStore
-from memory.sanitize import storable
-from memory.summarizer import SummarizerError, condensed_target, leaf_target
-from memory.transcript import render_transcript
-from memory.types import CompactionMode, CompactionResult, Role, Session, SummarizeOptions
+from memory.compaction.goal import parts_to_reach, worth_compacting
+from memory.compaction.summarizer import SummarizerError, condensed_target, leaf_target
+from memory.contract.capabilities import Summarizer
+from memory.contract.errors import CompactionIncomplete, StopRequested
+from memory.contract.types import CompactionMode, CompactionResult, Role, Session, SummarizeOptions
+from memory.storage.history import HistoryStore
+from memory.text.sanitize import storable
+from memory.text.transcript import render_transcript
 from plugins.lcm import context_items as ci
 from plugins.lcm.dag import (
     CONDENSED,
@@ -148,7 +148,7 @@ class Compaction:
                 return True  # no hysteresis asked for: whatever a leaf chunk can take
             boundary = await ci.nth_newest_message_ordinal(conn, conv_id, self.settings.keep_tail)
             loose = await ci.message_tokens_before(conn, conv_id, boundary)
-        # Hysteresis (memory/compaction_goal.py): a gap's worth of messages past the tail.
+        # Hysteresis (memory/compaction/goal.py): a gap's worth of messages past the tail.
         return worth_compacting(tokens, threshold, self.settings.target_tokens, loose)
 
     async def compact(self, session: Session, mode: CompactionMode) -> CompactionResult:

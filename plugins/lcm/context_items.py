@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memory.history import StoredMessage, build_message, messages, parts
-from memory.types import Message
+from memory.contract.types import Message
+from memory.storage.history import StoredMessage, build_message, messages, parts
 from plugins.lcm.models import context_items, summaries, summary_messages
 
 

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memory.history import StoredMessage
-from memory.tokens import estimate_tokens
-from memory.types import utcnow
+from memory.contract.types import utcnow
+from memory.storage.history import StoredMessage
+from memory.text.tokens import estimate_tokens
 from plugins.lcm.models import summaries, summary_messages, summary_parents
 
 LEAF = "leaf"

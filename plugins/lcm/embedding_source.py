@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from memory.history import conversations
-from memory.semantic.sources import TableSource
+from memory.search.semantic.sources import TableSource
+from memory.storage.history import conversations
 from plugins.lcm.models import summaries
 
 

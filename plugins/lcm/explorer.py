@@ -19,17 +19,17 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memory.errors import InvalidArgument, NotFound
-from memory.history import HistoryStore, conversations
-from memory.summarizer import truncate_to_tokens
-from memory.tokens import estimate_tokens
-from memory.types import (
+from memory.compaction.summarizer import truncate_to_tokens
+from memory.contract.errors import InvalidArgument, NotFound
+from memory.contract.types import (
     DescribeResult,
     ExpandChild,
     ExpandMessage,
     ExpandResult,
     Session,
 )
+from memory.storage.history import HistoryStore, conversations
+from memory.text.tokens import estimate_tokens
 from plugins.lcm.dag import LEAF, SummaryRecord, load_summaries, source_message_ids
 from plugins.lcm.models import summaries
 

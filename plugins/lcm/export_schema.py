@@ -1,6 +1,6 @@
 """The schema of lcm's section of a session export (`provider.data`): its summary DAG
 and context window, checked whole with the rest of the document before an import
-writes anything (`memory.export_schema`).
+writes anything (`memory.transfer.schema`).
 
 Beyond types and sizes, the DAG must be one lcm could have built: unique summary ids; a
 leaf (depth 0) covers messages of this document and contains no summary; a condensed
@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import ValidationInfo, model_validator
 
-from memory.export_schema import (
+from memory.transfer.schema import (
     BigInt,
     Count,
     Strict,

@@ -1,4 +1,4 @@
-"""lcm's part of forgetting (memory/forgetting.py has the shared part): the summaries
+"""lcm's part of forgetting (memory/storage/forgetting.py has the shared part): the summaries
 built on a forgotten message are rebuilt from what remains, up the DAG.
 
 Per conversation:
@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memory import forgetting as fg
-from memory.capabilities import Summarizer
-from memory.errors import Conflict, NotFound
-from memory.forgetting import Dependents, ErasureReport, ForgetReport, Owner
-from memory.history import HistoryStore, conversations, messages
-from memory.sanitize import storable
-from memory.summarizer import SummarizerError, condensed_target, leaf_target
-from memory.transcript import render_transcript
-from memory.types import ChangeEntry, Session, SummarizeOptions
+from memory.compaction.summarizer import SummarizerError, condensed_target, leaf_target
+from memory.contract.capabilities import Summarizer
+from memory.contract.errors import Conflict, NotFound
+from memory.contract.types import ChangeEntry, Session, SummarizeOptions
+from memory.storage import forgetting as fg
+from memory.storage.forgetting import Dependents, ErasureReport, ForgetReport, Owner
+from memory.storage.history import HistoryStore, conversations, messages
+from memory.text.sanitize import storable
+from memory.text.transcript import render_transcript
 from plugins.lcm.dag import (
     LEAF,
     SummaryRecord,

@@ -1,5 +1,5 @@
 """The summary DAG of one conversation for the operator's console
-(`memory.summary_graph.SummaryGraphReader`): every summary with its depth, time range and
+(`memory.contract.graph.SummaryGraphReader`): every summary with its depth, time range and
 source-message range, the parent -> child edges, and which summaries are in the context
 now. A fixed number of queries however many summaries (500 is a long conversation)."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.errors import NotFound
-from memory.history import HistoryStore, messages
-from memory.summary_graph import GraphNode, GraphNodeDetail, SummaryGraph
+from memory.contract.errors import NotFound
+from memory.contract.graph import GraphNode, GraphNodeDetail, SummaryGraph
+from memory.storage.history import HistoryStore, messages
 from plugins.lcm.dag import _utc, load_summaries, source_message_ids
 from plugins.lcm.models import context_items, summaries, summary_messages, summary_parents
 

@@ -1,6 +1,6 @@
 """lcm's part of the operator commands: export/import of the summary DAG and context
-window (`memory.maintenance.Exporter`) and the DAG's integrity checks
-(`memory.maintenance.IntegrityChecker`). Mixed into `LcmProvider`.
+window (`memory.contract.maintenance.Exporter`) and the DAG's integrity checks
+(`memory.contract.maintenance.IntegrityChecker`). Mixed into `LcmProvider`.
 
 Export refers to messages by their seq (ids change on import) and keeps summary ids
 (they are public: the model and users quote them). Checks, per conversation:
@@ -30,11 +30,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memory.errors import Conflict, InvalidArgument
-from memory.history import HistoryStore, conversations, messages
-from memory.maintenance import Fault, parse_timestamp
-from memory.session_export import DocumentReader
-from memory.types import iso_utc
+from memory.contract.errors import Conflict, InvalidArgument
+from memory.contract.maintenance import Fault, parse_timestamp
+from memory.contract.types import iso_utc
+from memory.storage.history import HistoryStore, conversations, messages
+from memory.transfer.session import DocumentReader
 from plugins.lcm.dag import CONDENSED, LEAF
 from plugins.lcm.export_schema import LcmOverlay
 from plugins.lcm.models import context_items, summaries, summary_messages, summary_parents
@@ -72,7 +72,7 @@ def _parent_links(conv_id: int) -> sa.Select:
 class LcmMaintenance:
     engine: AsyncEngine
     history: HistoryStore
-    # Checked with the whole document before the import writes (memory.export_schema).
+    # Checked with the whole document before the import writes (memory.transfer.schema).
     overlay_model = LcmOverlay
 
     # -- Exporter ----------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Tables of the lcm provider (created by the Alembic revision `lcm_0001`).
 
 The raw history (conversations, messages, message_parts) is shared core
-(`memory.history_models`); lcm adds the summary DAG and the ordered context window:
+(`memory.storage.history_models`); lcm adds the summary DAG and the ordered context window:
 
 - `summaries`: one node of the DAG. `id` is the public `sum_<hex>` id; `pk` is an
   internal integer key that exists only so SQLite's FTS5 indexes can address a summary
@@ -26,8 +26,8 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from memory.models import BigIntPK
-from memory.types import utcnow
+from memory.contract.types import utcnow
+from memory.storage.store_models import BigIntPK
 
 SUMMARY_ID_LENGTH = 40
 

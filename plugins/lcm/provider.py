@@ -22,14 +22,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memory.capabilities import ProviderContext
-from memory.duties import AppendOptions
-from memory.history import HistoryStore, SessionCounts, SessionHistory
-from memory.provider_settings import settings_of
-from memory.recall import Recall
-from memory.semantic import semantic_search
-from memory.stores import SharedStores
-from memory.types import (
+from memory.contract.capabilities import ProviderContext
+from memory.contract.options import AppendOptions
+from memory.contract.settings import settings_of
+from memory.contract.types import (
     CompactionMode,
     CompactionResult,
     DescribeResult,
@@ -41,6 +37,10 @@ from memory.types import (
     Session,
     SessionStats,
 )
+from memory.search.recall import Recall
+from memory.search.semantic import semantic_search
+from memory.storage.history import HistoryStore, SessionCounts, SessionHistory
+from memory.storage.stores import SharedStores
 from plugins.lcm import context_items as ci
 from plugins.lcm.assembler import assemble_window
 from plugins.lcm.compaction import Compaction
@@ -83,9 +83,9 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance, LcmForgetting, L
     # -- EmbeddingSources -----------------------------------------------------------
 
     def embedding_sources(self) -> list[Any]:
-        """Messages and summaries (memory/semantic/sources.py)."""
+        """Messages and summaries (memory/search/semantic/sources.py)."""
         if self._embedding_sources is None:
-            from memory.semantic.sources import MessagesSource
+            from memory.search.semantic.sources import MessagesSource
             from plugins.lcm.embedding_source import SummariesSource
 
             self._embedding_sources = [MessagesSource(self.engine), SummariesSource(self.engine)]
@@ -93,7 +93,7 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance, LcmForgetting, L
 
     def _forgot(self, conv_id: int, erased_session: str | None = None) -> None:
         """A forget changed the conversation: cached totals are stale; an erased
-        conversation's id is gone (memory/forgetting.py)."""
+        conversation's id is gone (memory/storage/forgetting.py)."""
         self._compaction.totals.forget(conv_id)
         if erased_session is not None:
             self.history.forget_cached(erased_session)

@@ -2,13 +2,13 @@
 
 Messages are core's shared index (core revision 0004); summaries have lcm's own tables
 (lcm_0001: FTS5 porter and trigram on SQLite; lcm_0002/0003: tsvector side table with
-document lengths on PostgreSQL, and pg_trgm on the content). memory/recall.py searches
-both through memory/lexical.py, so summaries rank on the same BM25 scale as messages.
+document lengths on PostgreSQL, and pg_trgm on the content). memory/search/recall.py searches
+both through memory/search/lexical.py, so summaries rank on the same BM25 scale as messages.
 """
 
 from __future__ import annotations
 
-from memory.lexical import MESSAGES, TextIndex
+from memory.search.lexical import MESSAGES, TextIndex
 
 SUMMARIES = TextIndex(
     label="summary",

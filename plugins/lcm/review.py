@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memory.history import HistoryStore, messages
-from memory.transcript import render_transcript
-from memory.types import Message
+from memory.contract.types import Message
+from memory.storage.history import HistoryStore, messages
+from memory.text.transcript import render_transcript
 from plugins.lcm.dag import load_summaries
 from plugins.lcm.models import context_items
 from plugins.lcm.render import summary_xml

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from memory.provider_settings import MAX_MESSAGES, MAX_TOKENS, ProviderSettings
+from memory.contract.settings import MAX_MESSAGES, MAX_TOKENS, ProviderSettings
 
 
 class LcmSettings(ProviderSettings):
     # Newest messages no compaction touches.
     keep_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
     # What an automatic compaction brings the context down to (0: no target), from
-    # compaction.max_tokens x compaction.target_fraction (memory/compaction_goal.py).
+    # compaction.max_tokens x compaction.target_fraction (memory/compaction/goal.py).
     target_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
     # Messages per leaf summary: one message alone is not worth a summary.
     leaf_chunk_size: int = Field(default=10, ge=2, le=MAX_MESSAGES)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from memory.capabilities import ProviderContext
-from memory.provider_settings import settings_of
-from memory.registry import ProviderPlugin
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import ProviderPlugin
+from memory.contract.settings import settings_of
 from plugins.simple.provider import SimpleProvider
 from plugins.simple.settings import DEFAULT_STORE_DIR, SimpleSettings
 

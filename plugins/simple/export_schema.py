@@ -1,6 +1,6 @@
 """The schema of simple's section of a session export (`provider.data`): its compaction
 markers and the user's notes file, checked whole with the rest of the document before an
-import writes anything (`memory.export_schema`). Markers cover messages of the document,
+import writes anything (`memory.transfer.schema`). Markers cover messages of the document,
 each further than the one before; the notes are checked by
 `plugins.simple.notes_transfer.read_entries` (names, aliases, ids, kinds)."""
 
@@ -10,8 +10,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, ValidationInfo, model_validator
 
-from memory.errors import InvalidArgument
-from memory.export_schema import (
+from memory.contract.errors import InvalidArgument
+from memory.transfer.schema import (
     BigInt,
     Count,
     Refused,
@@ -21,7 +21,7 @@ from memory.export_schema import (
     bounded,
     refused_at,
 )
-from memory.export_schema import message_seqs as document_seqs
+from memory.transfer.schema import message_seqs as document_seqs
 from plugins.simple import notes_transfer
 from plugins.simple.markers import markers
 

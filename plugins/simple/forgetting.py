@@ -1,4 +1,4 @@
-"""simple's part of forgetting (memory/forgetting.py has the shared part).
+"""simple's part of forgetting (memory/storage/forgetting.py has the shared part).
 
 A marker's summary carries the previous one forward, so forgetting a message changes
 the summary of the marker whose range held it and of every marker after it. Per
@@ -35,16 +35,16 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memory import forgetting as fg
-from memory.capabilities import Summarizer
-from memory.errors import Conflict, NotFound
-from memory.forgetting import Dependents, ErasureReport, ForgetReport, Owner
-from memory.history import HistoryStore, messages
-from memory.sanitize import storable
-from memory.stores import changelog_table
-from memory.summarizer import SummarizerError
-from memory.transcript import render_transcript
-from memory.types import ChangeEntry, NoteKind, Scope, Session, SummarizeOptions
+from memory.compaction.summarizer import SummarizerError
+from memory.contract.capabilities import Summarizer
+from memory.contract.errors import Conflict, NotFound
+from memory.contract.types import ChangeEntry, NoteKind, Scope, Session, SummarizeOptions
+from memory.storage import forgetting as fg
+from memory.storage.forgetting import Dependents, ErasureReport, ForgetReport, Owner
+from memory.storage.history import HistoryStore, messages
+from memory.storage.stores import changelog_table
+from memory.text.sanitize import storable
+from memory.text.transcript import render_transcript
 from plugins.simple import markers
 from plugins.simple.embedding_source import SOURCES
 from plugins.simple.notes_file import Remove, Write

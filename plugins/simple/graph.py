@@ -1,5 +1,5 @@
 """simple's compaction markers as a graph for the operator's console
-(`memory.summary_graph.SummaryGraphReader`): one node per handoff summary, no edges (each
+(`memory.contract.graph.SummaryGraphReader`): one node per handoff summary, no edges (each
 carries the one before it forward, and only the newest is in the context). Its archive
 in the user's notes file bears the marker's `archive_name`."""
 
@@ -12,11 +12,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.errors import NotFound
-from memory.history import HistoryStore, messages
-from memory.summary_graph import GraphNode, GraphNodeDetail, SummaryGraph
-from memory.tokens import estimate_tokens
-from memory.types import as_utc
+from memory.contract.errors import NotFound
+from memory.contract.graph import GraphNode, GraphNodeDetail, SummaryGraph
+from memory.contract.types import as_utc
+from memory.storage.history import HistoryStore, messages
+from memory.text.tokens import estimate_tokens
 from plugins.simple.markers import markers
 
 

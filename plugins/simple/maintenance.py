@@ -1,6 +1,6 @@
 """simple's part of the operator commands: export/import of its compact markers
-(`memory.maintenance.Exporter`) and their integrity checks
-(`memory.maintenance.IntegrityChecker`). Mixed into `SimpleProvider`.
+(`memory.contract.maintenance.Exporter`) and their integrity checks
+(`memory.contract.maintenance.IntegrityChecker`). Mixed into `SimpleProvider`.
 
 Markers refer to the history by `through_seq`, which survives an import unchanged. The
 Archive entries the markers name live in the per-(agent, user) notes file
@@ -23,11 +23,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memory.errors import InvalidArgument
-from memory.history import HistoryStore, conversations, messages
-from memory.maintenance import Fault, StagedFiles, parse_timestamp
-from memory.session_export import DocumentReader
-from memory.types import iso_utc
+from memory.contract.errors import InvalidArgument
+from memory.contract.maintenance import Fault, StagedFiles, parse_timestamp
+from memory.contract.types import iso_utc
+from memory.storage.history import HistoryStore, conversations, messages
+from memory.transfer.session import DocumentReader
 from plugins.simple import notes_transfer
 from plugins.simple.export_schema import SimpleOverlay
 from plugins.simple.markers import markers
@@ -48,7 +48,7 @@ class SimpleMaintenance:
     engine: AsyncEngine
     history: HistoryStore
     notes: NotesStore
-    # Checked with the whole document before the import writes (memory.export_schema).
+    # Checked with the whole document before the import writes (memory.transfer.schema).
     overlay_model = SimpleOverlay
 
     async def export_overlay(self, session_id: str) -> dict[str, Any] | None:

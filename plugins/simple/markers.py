@@ -8,8 +8,8 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memory.tokens import estimate_tokens
-from memory.types import as_utc
+from memory.contract.types import as_utc
+from memory.text.tokens import estimate_tokens
 from plugins.simple.models import SimpleCompaction
 
 markers: sa.Table = SimpleCompaction.__table__  # type: ignore[attr-defined]

@@ -12,8 +12,8 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from memory.models import BigIntPK
-from memory.types import utcnow
+from memory.contract.types import utcnow
+from memory.storage.store_models import BigIntPK
 
 
 class SimpleCompaction(SQLModel, table=True):

@@ -37,9 +37,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memory.errors import Conflict, InvalidArgument, NotFound, StoreCorrupt
-from memory.sanitize import storable
-from memory.types import NoteEntry, NoteHit, NoteKind, utcnow
+from memory.contract.errors import Conflict, InvalidArgument, NotFound, StoreCorrupt
+from memory.contract.types import NoteEntry, NoteHit, NoteKind, utcnow
+from memory.text.sanitize import storable
 from plugins.simple.bm25 import BM25Index, tokenize
 
 FORMAT = "mnemo-notes"

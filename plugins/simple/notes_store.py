@@ -25,8 +25,8 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from memory.errors import InvalidArgument
-from memory.types import NoteEntry, NoteHit
+from memory.contract.errors import InvalidArgument
+from memory.contract.types import NoteEntry, NoteHit
 from plugins.simple.notes_file import NoteOp, NotesFile
 
 T = TypeVar("T")

@@ -29,9 +29,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from memory.errors import InvalidArgument, StoreCorrupt
-from memory.maintenance import parse_timestamp
-from memory.types import NoteEntry, NoteKind
+from memory.contract.errors import InvalidArgument, StoreCorrupt
+from memory.contract.maintenance import parse_timestamp
+from memory.contract.types import NoteEntry, NoteKind
 from plugins.simple.notes_file import (
     MAX_NAME_LEN,
     NotesFile,

@@ -1,12 +1,12 @@
 """The `simple` memory provider: handoff compaction over the shared SQL history, plus the
 single-file notes/archives memory of each (agent, user).
 
-History lives in the shared tables (`memory.history`), never deleted. A compaction asks
+History lives in the shared tables (`memory.storage.history`), never deleted. A compaction asks
 the summarizer for the structured handoff summary of everything before the last
 `keep_tail` messages (and after the previous marker, whose summary it carries forward),
 stores it as an Archive entry in the user's notes file and appends a compact marker. An
 automatic one stops at the oldest messages that bring the context to `target_tokens`, and
-runs only when a gap's worth of them is waiting (memory/compaction_goal.py): the carried
+runs only when a gap's worth of them is waiting (memory/compaction/goal.py): the carried
 summary does not shrink, so summarising a message or two would not shrink the context.
 Assemble replays from the latest marker: the summary as a user message, an assistant
 acknowledgement, then the messages after it.
@@ -31,27 +31,12 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memory.capabilities import ProviderContext, Summarizer
-from memory.compaction_goal import parts_to_reach, worth_compacting
-from memory.duties import AppendOptions
-from memory.errors import Conflict, InvalidArgument
-from memory.history import (
-    HistoryStore,
-    SessionCounts,
-    SessionHistory,
-    StoredMessage,
-    messages,
-)
-from memory.lexical import MESSAGES
-from memory.recall import Recall
-from memory.sanitize import storable
-from memory.search_text import snippet
-from memory.semantic import semantic_search
-from memory.stores import SharedStores
-from memory.summarizer import SummarizerError
-from memory.tokens import estimate_tokens
-from memory.transcript import render_transcript, safe_start, without_leading_results
-from memory.types import (
+from memory.compaction.goal import parts_to_reach, worth_compacting
+from memory.compaction.summarizer import SummarizerError
+from memory.contract.capabilities import ProviderContext, Summarizer
+from memory.contract.errors import Conflict, InvalidArgument
+from memory.contract.options import AppendOptions
+from memory.contract.types import (
     CompactionMode,
     CompactionResult,
     ListOptions,
@@ -68,10 +53,25 @@ from memory.types import (
     SummarizeOptions,
     utcnow,
 )
+from memory.search.lexical import MESSAGES
+from memory.search.recall import Recall
+from memory.search.semantic import semantic_search
+from memory.search.text import snippet
+from memory.storage.history import (
+    HistoryStore,
+    SessionCounts,
+    SessionHistory,
+    StoredMessage,
+    messages,
+)
+from memory.storage.stores import SharedStores
+from memory.text.sanitize import storable
+from memory.text.tokens import estimate_tokens
+from memory.text.transcript import render_transcript, safe_start, without_leading_results
 from plugins.simple import markers
 
 if TYPE_CHECKING:
-    from memory.semantic.index import VectorHit
+    from memory.search.semantic.index import VectorHit
 from plugins.simple.embedding_source import note_key
 from plugins.simple.forgetting import SimpleForgetting
 from plugins.simple.graph import SimpleGraph
@@ -128,7 +128,7 @@ class SimpleProvider(
         self.summarizer: Summarizer = ctx.summarizer
         self.agent_id = ctx.agent_id
         self.keep_tail = keep_tail
-        # What an automatic compaction brings the context down to (memory/compaction_goal.py).
+        # What an automatic compaction brings the context down to (memory/compaction/goal.py).
         self.target_tokens = max(0, int(target_tokens))
         self.max_source_tokens = max(1, int(max_source_tokens))
         self.history = HistoryStore(ctx.engine)
@@ -148,9 +148,9 @@ class SimpleProvider(
     # ---- EmbeddingSources ----------------------------------------------------------
 
     def embedding_sources(self) -> list[Any]:
-        """Messages, notes and archives (memory/semantic/sources.py)."""
+        """Messages, notes and archives (memory/search/semantic/sources.py)."""
         if self._embedding_sources is None:
-            from memory.semantic.sources import MessagesSource
+            from memory.search.semantic.sources import MessagesSource
             from plugins.simple.embedding_source import NotesSource
 
             self._embedding_sources = [
@@ -245,7 +245,7 @@ class SimpleProvider(
                 return False
             marker = await markers.latest(conn, conv_id)
             loose = await self._loose_tokens(conn, conv_id, marker.through_seq if marker else 0)
-        # Hysteresis (memory/compaction_goal.py): never for a message or two past the
+        # Hysteresis (memory/compaction/goal.py): never for a message or two past the
         # kept tail, which would summarise every turn without shrinking the context.
         return worth_compacting(context, threshold, self.target_tokens, loose)
 
@@ -254,7 +254,7 @@ class SimpleProvider(
     ) -> CompactionResult:
         """Handoff compaction of everything before the kept tail; an incremental one
         (automatic) stops at the oldest messages that bring the context to
-        `target_tokens` (memory/compaction_goal.py).
+        `target_tokens` (memory/compaction/goal.py).
 
         Raises the summarizer's error (or SummarizerError for an empty summary) with the
         history untouched; Conflict when another process compacted the session meanwhile.
@@ -326,7 +326,7 @@ class SimpleProvider(
                 now_latest = await markers.latest(tx, tx_conv)
                 if (now_latest.id if now_latest else None) != (marker.id if marker else None):
                     raise Conflict("the session was compacted meanwhile; nothing changed")
-                # A forget meanwhile (memory/forgetting.py) rewrote the summary carried
+                # A forget meanwhile (memory/storage/forgetting.py) rewrote the summary carried
                 # forward or deleted a message summarised here: the summary just made
                 # may quote what was forgotten.
                 still = await tx.scalar(
@@ -390,7 +390,7 @@ class SimpleProvider(
     # ---- Searcher ------------------------------------------------------------------
 
     async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]:
-        """The user's messages (core's shared index, memory/recall.py) and their notes
+        """The user's messages (core's shared index, memory/search/recall.py) and their notes
         and archives, in one list: ranked modes merge BM25 scores, substring is newest
         first. Scope `summaries` means the archives, `messages` the history."""
         return await self._recall.search(session, query)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from memory.provider_settings import MAX_MESSAGES, MAX_TOKENS, PathText, ProviderSettings
+from memory.contract.settings import MAX_MESSAGES, MAX_TOKENS, PathText, ProviderSettings
 
 DEFAULT_STORE_DIR = "data/memory"
 DEFAULT_KEEP_TAIL = 20

@@ -14,14 +14,14 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.config import Settings
-from bot.llm import LLMClient
-from bot.pool import Pool
-from memory.capabilities import ProviderContext, Summarizer
-from memory.session_lock import SessionLocks
+from bot.config.settings import Settings
+from bot.conversation.service import Conversations
+from bot.model.client import LLMClient
+from memory.contract.capabilities import ProviderContext, Summarizer
+from memory.contract.types import SummarizeOptions
+from memory.storage.session_lock import SessionLocks
 from memory.testing import reference
 from memory.testing.databases import temp_engine
-from memory.types import SummarizeOptions
 from tests.fakes.openai_server import FakeOpenAI
 
 
@@ -73,13 +73,13 @@ def make_settings(server: FakeOpenAI, data_dir: Path, **sections: dict[str, Any]
     return Settings.model_validate(raw)
 
 
-PoolFactory = Callable[..., Pool]
+PoolFactory = Callable[..., Conversations]
 
 
 @pytest.fixture
 async def make_pool(tmp_path: Path, llm_server: FakeOpenAI) -> AsyncIterator[PoolFactory]:
     """`make_pool(engine, summarizer=None, compactor=True, notes=True, **settings)`."""
-    made: list[tuple[Pool, LLMClient, SessionLocks]] = []
+    made: list[tuple[Conversations, LLMClient, SessionLocks]] = []
 
     def factory(
         engine: AsyncEngine,
@@ -89,7 +89,7 @@ async def make_pool(tmp_path: Path, llm_server: FakeOpenAI) -> AsyncIterator[Poo
         notes: bool = True,
         provider: Any = None,
         **sections: dict[str, Any],
-    ) -> Pool:
+    ) -> Conversations:
         settings = make_settings(llm_server, tmp_path / "data", **sections)
         llm = LLMClient(settings.llm, backoff_s=0.001)
         if provider is None:
@@ -106,7 +106,7 @@ async def make_pool(tmp_path: Path, llm_server: FakeOpenAI) -> AsyncIterator[Poo
             )
             provider = reference.create(ctx)
         locks = SessionLocks(engine)
-        pool = Pool(provider, llm, settings, locks=locks)
+        pool = Conversations(provider, llm, settings, locks=locks)
         made.append((pool, llm, locks))
         return pool
 

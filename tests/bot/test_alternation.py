@@ -1,13 +1,13 @@
-"""`bot.alternation.alternating` (what every request is turned into before it is sent)
+"""`bot.model.alternation.alternating` (what every request is turned into before it is sent)
 and the strict fake server that refuses anything a strict chat template refuses."""
 
 from __future__ import annotations
 
 import aiohttp
 
-from bot.alternation import alternating
-from bot.config import LLMSettings
-from bot.llm import LLMClient
+from bot.config.settings import LLMSettings
+from bot.model.alternation import alternating
+from bot.model.client import LLMClient
 from tests.fakes.openai_server import ALTERNATION, FakeOpenAI
 
 TWO_USERS = [

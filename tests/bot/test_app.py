@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-import bot.app
-from bot.app import build_services
-from bot.llm import LLMClient
-from memory.registry import create_provider_async
+import bot.app.services
+from bot.app.services import build_services
+from bot.model.client import LLMClient
+from memory.contract.registry import create_provider_async
 from tests.bot.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -39,8 +39,8 @@ class Closings:
             provider.close = recorded_close
             return provider
 
-        monkeypatch.setattr(bot.app, "LLMClient", RecordingLLMClient)
-        monkeypatch.setattr(bot.app, "create_provider_async", recording_create_provider)
+        monkeypatch.setattr(bot.app.services, "LLMClient", RecordingLLMClient)
+        monkeypatch.setattr(bot.app.services, "create_provider_async", recording_create_provider)
 
 
 def lcm_settings(llm_server: FakeOpenAI, tmp_path: Path):
@@ -60,7 +60,7 @@ async def test_a_provider_that_fails_to_build_leaves_the_llm_client_closed(
     async def broken_factory(name: str, ctx: Any) -> Any:
         raise RuntimeError("the provider's configuration is wrong")
 
-    monkeypatch.setattr(bot.app, "create_provider_async", broken_factory)
+    monkeypatch.setattr(bot.app.services, "create_provider_async", broken_factory)
     with pytest.raises(RuntimeError, match="configuration is wrong"):
         await build_services(lcm_settings(llm_server, tmp_path))
     assert closings.closed == ["llm"]
@@ -74,7 +74,7 @@ async def test_a_failure_after_the_provider_closes_it_and_the_llm_client(
     def no_locks(engine: Any) -> Any:
         raise RuntimeError("no turn locks today")
 
-    monkeypatch.setattr(bot.app, "SessionLocks", no_locks)
+    monkeypatch.setattr(bot.app.services, "SessionLocks", no_locks)
     with pytest.raises(RuntimeError, match="no turn locks"):
         await build_services(lcm_settings(llm_server, tmp_path))
     assert closings.closed == ["provider", "llm"]  # newest first

@@ -9,34 +9,36 @@ import pytest
 from pydantic import Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.commands import MAX_REPLY, command_table, handle_command
-from bot.pool import Pool
+from bot.conversation.commands import MAX_REPLY, command_table, handle_command
+from bot.conversation.service import Conversations
 from memory.actions import ACTIONS, Action, Arguments, Call, Command
 from memory.actions.commands import run_memory_command
-from memory.capabilities import ProfileStore
-from memory.tool import build_tool, run_tool, tool_actions
-from memory.types import ChangeSource, NoteKind, Session
+from memory.actions.tool import build_tool, run_tool, tool_actions
+from memory.contract.capabilities import ProfileStore
+from memory.contract.types import ChangeSource, NoteKind, Session
 from tests.bot.conftest import GatedSummarizer, PoolFactory
 from tests.fakes.openai_server import FakeOpenAI
-from tests.test_tool import Core
+from tests.memory.test_tool import Core
 
 ALICE = Session(id="default:test:1", user_id=1, channel="test")
 MALLORY = Session(id="default:test:666", user_id=666, channel="test")
 
 
 @pytest.fixture
-def pool(sqlite_engine: AsyncEngine, make_pool: PoolFactory) -> Pool:
+def pool(sqlite_engine: AsyncEngine, make_pool: PoolFactory) -> Conversations:
     summarizer = GatedSummarizer()
     summarizer.release.set()
     return make_pool(sqlite_engine, summarizer=summarizer)
 
 
-async def cmd(pool: Pool, line: str, session: Session = ALICE, *, admin: bool = False) -> str:
+async def cmd(
+    pool: Conversations, line: str, session: Session = ALICE, *, admin: bool = False
+) -> str:
     name, _, args = line.partition(" ")
     return await handle_command(pool, session, name, args, is_admin=admin)
 
 
-async def test_start_help_and_unknown(pool: Pool):
+async def test_start_help_and_unknown(pool: Conversations):
     assert "/compact" in await cmd(pool, "/start") and "/memory" in await cmd(pool, "/help")
     assert (await cmd(pool, "/help@mnemo_bot")) == await cmd(pool, "/help")
     assert (await cmd(pool, "/frobnicate")).startswith("Unknown command /frobnicate")
@@ -60,12 +62,12 @@ async def test_start_help_and_unknown(pool: Pool):
         ("/memory rollback profile x", "/memory rollback <profile|soul|constraint> <version>"),
     ],
 )
-async def test_bad_arguments_answer_with_usage(pool: Pool, line: str, usage: str):
+async def test_bad_arguments_answer_with_usage(pool: Conversations, line: str, usage: str):
     answer = await cmd(pool, line, admin=True)
     assert "Usage" in answer and usage in answer
 
 
-async def test_status_search_show_expand_and_compact(pool: Pool):
+async def test_status_search_show_expand_and_compact(pool: Conversations):
     for i in range(3):
         await pool.chat(ALICE, f"the {['red', 'blue', 'green'][i]} kite flies")
     status = await cmd(pool, "/memory status")
@@ -93,14 +95,14 @@ async def test_status_search_show_expand_and_compact(pool: Pool):
     assert (await cmd(pool, f"/memory expand {summary_id}", MALLORY)) == "Not found."
 
 
-async def _summary_id(pool: Pool) -> str:
+async def _summary_id(pool: Conversations) -> str:
     """The id of the summary heading the assembled context (`<summary id="...">`)."""
     context = await pool.provider.assemble(ALICE, 10_000, 0)
     return context[0].content.split('id="', 1)[1].split('"', 1)[0]
 
 
 async def test_constraints_are_user_writes_that_the_session_sees(
-    pool: Pool, llm_server: FakeOpenAI
+    pool: Conversations, llm_server: FakeOpenAI
 ):
     await pool.chat(ALICE, "hello")  # freezes the session's snapshot
     assert "no rules" in await cmd(pool, "/memory constraints")
@@ -125,7 +127,7 @@ async def test_constraints_are_user_writes_that_the_session_sees(
     assert history[3].endswith("constraint create by user v0→v1: added “Always answer in French.”")
 
 
-async def test_profile_soul_and_operator_only_rollback(pool: Pool):
+async def test_profile_soul_and_operator_only_rollback(pool: Conversations):
     assert (await cmd(pool, "/memory profile")) == "I have no profile of you yet."
     assert "default personality" in await cmd(pool, "/memory soul")
     await pool.provider.set_profile(1, "default", "Alice, likes tea.")
@@ -142,7 +144,7 @@ async def test_profile_soul_and_operator_only_rollback(pool: Pool):
     assert "version must be" in (await cmd(pool, "/memory rollback profile 0", admin=True))
 
 
-async def test_notes(pool: Pool):
+async def test_notes(pool: Conversations):
     assert (await cmd(pool, "/memory notes")) == "No notes or archives yet."
     await pool.provider.note_add(ALICE, "groceries", "milk, eggs")
     await pool.provider.note_alias(ALICE, "groceries", "shopping")
@@ -164,7 +166,7 @@ async def test_missing_capabilities_are_named(sqlite_engine: AsyncEngine, make_p
     assert "does not support notes" in await cmd(bare, "/memory notes")
 
 
-async def test_long_listings_fit_one_message(pool: Pool):
+async def test_long_listings_fit_one_message(pool: Conversations):
     for i in range(60):
         await pool.provider.add_constraint(1, "default", f"rule {i}: " + "x" * 90)
     listing = await cmd(pool, "/memory constraints")
@@ -172,7 +174,7 @@ async def test_long_listings_fit_one_message(pool: Pool):
     assert listing.splitlines()[-1].endswith("more not shown")
 
 
-async def test_new_rotates_the_session(pool: Pool):
+async def test_new_rotates_the_session(pool: Conversations):
     await pool.chat(ALICE, "first")
     answer = await cmd(pool, "/new")
     assert answer.startswith("Started a new conversation")
@@ -217,7 +219,7 @@ def shout() -> Iterator[None]:
     ACTIONS.withdraw("shout")
 
 
-async def test_a_new_action_is_one_declaration(pool: Pool, shout: None):
+async def test_a_new_action_is_one_declaration(pool: Conversations, shout: None):
     await pool.provider.set_profile(1, "default", "Alice")
     # The model's tool: offered, described, its parameter's schema from its arguments.
     function = build_tool(pool.provider)["function"]

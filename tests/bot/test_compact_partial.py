@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.commands import handle_command
-from memory.capabilities import ProviderContext
-from memory.registry import create_provider
-from memory.summarizer import SummarizerError
-from memory.types import Message, Session, SummarizeOptions
+from bot.conversation.commands import handle_command
+from memory.compaction.summarizer import SummarizerError
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import create_provider
+from memory.contract.types import Message, Session, SummarizeOptions
 from tests.bot.conftest import PoolFactory
 
 ALICE = Session(id="default:test:1", user_id=1, channel="test")
@@ -29,7 +29,7 @@ class FailsOnCall:
 
 
 def _compactions(outcome: str) -> float:
-    from bot.metrics import REGISTRY
+    from bot.runtime.metrics import REGISTRY
 
     labels = {"provider": "lcm", "mode": "full", "outcome": outcome}
     return REGISTRY.get_sample_value("mnemo_compactions_total", labels) or 0.0

@@ -2,7 +2,7 @@
 it never runs when it cannot shrink the context (the kept tail alone over
 `compaction.max_tokens` used to make simple summarise every turn), and once it runs it
 brings the context down to `compaction.target_fraction` of the threshold, so the next
-one is a whole gap of conversation away (memory/compaction_goal.py)."""
+one is a whole gap of conversation away (memory/compaction/goal.py)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from bot.config import Settings
-from bot.llm import LLMClient
-from bot.pool import Pool
-from memory.capabilities import ProviderContext
-from memory.db import create_engine, migrate
-from memory.registry import create_provider
-from memory.summarizer import TruncatingSummarizer
-from memory.types import Session
+from bot.config.settings import Settings
+from bot.conversation.service import Conversations
+from bot.model.client import LLMClient
+from memory.compaction.summarizer import TruncatingSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import create_provider
+from memory.contract.types import Session
+from memory.storage.db import create_engine, migrate
 from tests.bot.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI, text, tool_call
 
@@ -30,7 +30,7 @@ MESSAGE = "Tell me about the history of gliders and soaring flight. " * 18
 
 async def _pool(
     tmp_path: Path, server: FakeOpenAI, provider: str, **compaction: Any
-) -> tuple[Pool, TruncatingSummarizer, Settings]:
+) -> tuple[Conversations, TruncatingSummarizer, Settings]:
     settings = make_settings(
         server,
         tmp_path / "data",
@@ -53,7 +53,7 @@ async def _pool(
         data_dir=tmp_path / "data",
         config=settings.provider_config(),
     )
-    pool = Pool(create_provider(provider, ctx), LLMClient(settings.llm), settings)
+    pool = Conversations(create_provider(provider, ctx), LLMClient(settings.llm), settings)
     return pool, summarizer, settings
 
 
@@ -63,7 +63,7 @@ async def server() -> AsyncIterator[FakeOpenAI]:
         yield srv
 
 
-async def _turn(pool: Pool) -> int:
+async def _turn(pool: Conversations) -> int:
     """One turn, its background compaction finished; the context's size after."""
     assert not (await pool.chat(S, MESSAGE)).error
     await pool.drain()

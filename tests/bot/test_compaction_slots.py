@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.pool import COMPACTIONS_AT_ONCE
-from memory.types import Session, SummarizeOptions
+from bot.conversation.service import COMPACTIONS_AT_ONCE
+from memory.contract.types import Session, SummarizeOptions
 from tests.bot.conftest import PoolFactory
 from tests.waits import scaled
 

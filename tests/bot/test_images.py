@@ -1,4 +1,4 @@
-"""Images with a turn (`bot.images`): on the turn's user message in every model call of
+"""Images with a turn (`bot.model.images`): on the turn's user message in every model call of
 that turn, counted as a fixed estimate against the budget, never stored."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.images import IMAGE_TOKENS, Image
-from bot.runner import run_turn
-from memory.types import Message, Session
+from bot.model.images import IMAGE_TOKENS, Image
+from bot.model.tool_loop import run_turn
+from memory.contract.types import Message, Session
 from tests.bot.conftest import PoolFactory
 from tests.bot.test_runner import echo_tool, make_client
 from tests.fakes.openai_server import FakeOpenAI, text, tool_call

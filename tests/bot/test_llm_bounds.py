@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from bot.config import LLMSettings
-from bot.llm import LLMClient, LLMError
-from memory.summarizer import LLMSummarizer, SummarizeOptions, SummarizerError
-from memory.types import Message
-from memory.usage import UsageRecorder, UsageRow, call_kind
+from bot.config.settings import LLMSettings
+from bot.model.client import LLMClient, LLMError
+from memory.compaction.summarizer import LLMSummarizer, SummarizeOptions, SummarizerError
+from memory.contract.types import Message
+from memory.storage.usage import UsageRecorder, UsageRow, call_kind
 from tests.fakes.openai_server import (
     FakeOpenAI,
     error,
@@ -174,7 +174,7 @@ async def test_the_servers_reason_is_kept_masked_on_one_line(
     assert len(err.detail) <= 200
     assert KEY not in err.described() and "Conversation roles" in err.described()
     assert len(server.requests) == 1 and not err.retryable  # deterministic: not retried
-    logged = [r.getMessage() for r in caplog.records if r.name == "bot.llm"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "bot.model.client"]
     assert any("Conversation roles must alternate" in line for line in logged), logged
     assert not any(KEY in line for line in logged)
 

@@ -8,9 +8,9 @@ import socket
 
 import pytest
 
-from bot.config import LLMSettings
-from bot.llm import LLMClient, LLMError
-from memory.types import Message
+from bot.config.settings import LLMSettings
+from bot.model.client import LLMClient, LLMError
+from memory.contract.types import Message
 from tests.fakes.openai_server import FakeOpenAI, hang
 
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from bot import metrics
-from bot.config import LLMSettings
-from bot.llm import LLMClient, TokenUsage
-from bot.runner import Tool, run_turn
-from memory.tokens import estimate_tokens, request_tokens
-from memory.types import Message
+from bot.config.settings import LLMSettings
+from bot.model.client import LLMClient, TokenUsage
+from bot.model.tool_loop import Tool, run_turn
+from bot.runtime import metrics
+from memory.contract.types import Message
+from memory.text.tokens import estimate_tokens, request_tokens
 from tests.fakes.openai_server import FakeOpenAI, text, tool_call
 
 PROMPT = [

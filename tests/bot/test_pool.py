@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.pool import Pool
-from memory.errors import Unsupported
-from memory.summarizer import StaticSummarizer
-from memory.types import ChangeSource, Message, Session
+from bot.conversation.service import Conversations
+from memory.compaction.summarizer import StaticSummarizer
+from memory.contract.errors import Unsupported
+from memory.contract.types import ChangeSource, Message, Session
 from tests.bot.conftest import GatedSummarizer, PoolFactory, sql_statements
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text, tool_call
 
@@ -227,7 +227,7 @@ async def test_failed_auto_compaction_warns_and_changes_nothing(
     pool = make_pool(
         sqlite_engine, summarizer=summarizer, compaction={"max_tokens": 10, "keep_tail": 2}
     )
-    with caplog.at_level(logging.WARNING, logger="bot.pool"):
+    with caplog.at_level(logging.WARNING, logger="bot.conversation.service"):
         for i in range(3):
             assert not (await pool.chat(ALICE, f"message number {i} " * 5)).error
             await pool.drain()
@@ -290,7 +290,9 @@ async def test_new_session_rotates_and_survives_a_restart(
 async def test_idle_slots_are_reaped(sqlite_engine: AsyncEngine, make_pool: PoolFactory):
     now = [0.0]
     template = make_pool(sqlite_engine)
-    pool = Pool(template.provider, template.llm, template.settings, idle_s=60, clock=lambda: now[0])
+    pool = Conversations(
+        template.provider, template.llm, template.settings, idle_s=60, clock=lambda: now[0]
+    )
     await pool.chat(ALICE, "hi")
     await pool.chat(BOB, "hi")
     assert pool.active_sessions == 2
@@ -346,7 +348,7 @@ async def test_a_failing_stream_callback_does_not_break_the_turn(
 
 
 async def test_build_services_wires_a_registered_provider(llm_server: FakeOpenAI, tmp_path: Path):
-    from bot.app import build_services
+    from bot.app.services import build_services
     from tests.bot.conftest import make_settings
 
     settings = make_settings(
@@ -405,17 +407,17 @@ async def test_a_memory_failure_is_told_plainly_without_exception_names(
 async def test_identity_seeding_is_remembered_for_a_bounded_number_of_users(
     sqlite_engine: AsyncEngine, make_pool: PoolFactory, monkeypatch: pytest.MonkeyPatch
 ):
-    import bot.turns
+    import bot.conversation.turns
 
     seeded: list[int] = []
-    seed = bot.turns.seed_identity
+    seed = bot.conversation.turns.seed_identity
 
     async def counting_seed(provider, data_dir, user_id, agent_id):
         seeded.append(user_id)
         return await seed(provider, data_dir, user_id, agent_id)
 
-    monkeypatch.setattr(bot.turns, "seed_identity", counting_seed)
-    monkeypatch.setattr(bot.turns, "SEEDED_CACHE_SIZE", 2)
+    monkeypatch.setattr(bot.conversation.turns, "seed_identity", counting_seed)
+    monkeypatch.setattr(bot.conversation.turns, "SEEDED_CACHE_SIZE", 2)
     pool = make_pool(sqlite_engine)
     users = [Session(id=f"default:test:{u}", user_id=u, channel="test") for u in (1, 2, 3)]
     for session in [*users, users[2], users[1], users[0]]:
@@ -440,15 +442,15 @@ async def test_cached_live_session_costs_no_read_on_sqlite(
 @pytest.fixture
 def lcm_replica(
     make_pool: PoolFactory, llm_server: FakeOpenAI, tmp_path: Path
-) -> Callable[[AsyncEngine], Pool]:
+) -> Callable[[AsyncEngine], Conversations]:
     """Pools on one engine with lcm, as replicas of one bot would be."""
-    from memory.capabilities import ProviderContext
-    from memory.registry import create_provider
+    from memory.contract.capabilities import ProviderContext
+    from memory.contract.registry import create_provider
     from tests.bot.conftest import make_settings
 
     config = make_settings(llm_server, tmp_path / "data").provider_config()
 
-    def replica(engine: AsyncEngine) -> Pool:
+    def replica(engine: AsyncEngine) -> Conversations:
         ctx = ProviderContext(
             engine=engine,
             summarizer=GatedSummarizer(),
@@ -462,7 +464,7 @@ def lcm_replica(
 
 
 async def test_new_on_one_replica_is_seen_by_another_at_one_read_per_turn(
-    engine: AsyncEngine, db_kind: str, lcm_replica: Callable[[AsyncEngine], Pool]
+    engine: AsyncEngine, db_kind: str, lcm_replica: Callable[[AsyncEngine], Conversations]
 ):
     if db_kind == "sqlite":
         pytest.skip("replicas share PostgreSQL; one process serves a SQLite file")
@@ -488,7 +490,7 @@ async def test_new_on_one_replica_is_seen_by_another_at_one_read_per_turn(
 
 
 async def test_a_message_resolved_before_a_new_on_another_replica_lands_in_the_new_one(
-    engine: AsyncEngine, lcm_replica: Callable[[AsyncEngine], Pool]
+    engine: AsyncEngine, lcm_replica: Callable[[AsyncEngine], Conversations]
 ):
     a, b = lcm_replica(engine), lcm_replica(engine)
     await b.chat(await b.current_session(ALICE), "before /new")
@@ -520,9 +522,9 @@ async def test_a_message_resolved_before_a_new_on_another_replica_lands_in_the_n
 
 
 async def test_resume_answers_only_a_live_conversation_that_ends_with_its_user(
-    engine: AsyncEngine, lcm_replica: Callable[[AsyncEngine], Pool], llm_server: FakeOpenAI
+    engine: AsyncEngine, lcm_replica: Callable[[AsyncEngine], Conversations], llm_server: FakeOpenAI
 ):
-    pool = lcm_replica(engine)  # on memory.history, which refuses appends to the archived
+    pool = lcm_replica(engine)  # on memory.storage.history, which refuses appends to the archived
     await pool.chat(ALICE, "hello")
     assert await pool.resume(ALICE) is None  # answered: nothing owed
     await pool.provider.append(ALICE, Message(role="user", content="still there?"))

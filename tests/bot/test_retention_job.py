@@ -9,12 +9,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.config import Settings
-from bot.retention import start_retention
-from bot.scheduler import Scheduler
-from memory.capabilities import ProviderContext
-from memory.registry import create_provider
-from memory.types import Message, Session, utcnow
+from bot.config.settings import Settings
+from bot.jobs.retention import start_retention
+from bot.runtime.scheduler import Scheduler
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import create_provider
+from memory.contract.types import Message, Session, utcnow
 from tests.fakes.summarizer import KeepingSummarizer
 
 

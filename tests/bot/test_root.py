@@ -1,4 +1,4 @@
-"""The application root (`bot.root.Root`): it runs a channel on the real services, stops
+"""The application root (`bot.app.root.Root`): it runs a channel on the real services, stops
 it cleanly on SIGTERM, keeps reflect and the embeddings worker on its one scheduler, and
 ends those jobs before the pool closes."""
 
@@ -16,14 +16,14 @@ import pytest
 import sqlalchemy as sa
 from apscheduler.events import EVENT_JOB_EXECUTED
 
-from bot.app import Services
-from bot.channel import Channel, Limits, unless_stopped
-from bot.config import Settings
-from bot.root import Root
-from bot.terminal import Terminal, terminal_session
-from memory.semantic.store import embeddings
-from memory.types import Session
-from plugins.reflect.models import ReflectSlot
+from bot.app.root import Root
+from bot.app.services import Services
+from bot.channels.base import Channel, Limits, unless_stopped
+from bot.channels.terminal import Terminal, terminal_session
+from bot.config.settings import Settings
+from bot.jobs.reflect.models import ReflectSlot
+from memory.contract.types import Session
+from memory.search.semantic.store import embeddings
 from tests.bot.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 
@@ -134,7 +134,7 @@ async def test_reflect_and_the_embeddings_worker_run_on_the_roots_one_scheduler(
 async def test_jobs_in_flight_are_ended_before_the_pool_closes(
     llm_server: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("bot.root.JOB_GRACE_S", 0.0)
+    monkeypatch.setattr("bot.app.root.JOB_GRACE_S", 0.0)
     root = Root(lcm_settings(llm_server, tmp_path), health=False)
     seen_at_close: list[tuple[bool, int]] = []
     gate = asyncio.Event()  # never set: the reflect cycle waits on the model

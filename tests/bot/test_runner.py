@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from bot.config import LLMSettings
-from bot.llm import LLMClient, LLMError, MissingApiKey, require_api_key
-from bot.runner import Tool, run_turn
-from memory.types import Message
+from bot.config.settings import LLMSettings
+from bot.model.client import LLMClient, LLMError, MissingApiKey, require_api_key
+from bot.model.tool_loop import Tool, run_turn
+from memory.contract.types import Message
 from tests.fakes.openai_server import (
     FakeOpenAI,
     empty,

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bot.config import LLMSettings
-from bot.llm import LLMClient, LLMError
-from bot.metrics import REGISTRY
+from bot.config.settings import LLMSettings
+from bot.model.client import LLMClient, LLMError
+from bot.runtime.metrics import REGISTRY
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text
 
 OGG = b"OggS\x00voice"

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bot import metrics
-from bot.app import Services, build_services
-from bot.commands import handle_command
-from memory.prices import format_cost
-from memory.tokens import estimate_tokens, request_tokens
-from memory.types import Session
-from memory.usage import usage_records
+from bot.app.services import Services, build_services
+from bot.conversation.commands import handle_command
+from bot.runtime import metrics
+from memory.contract.types import Session
+from memory.storage.prices import format_cost
+from memory.storage.usage import usage_records
+from memory.text.tokens import estimate_tokens, request_tokens
 from tests.bot.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI, error, text, tool_call
 
@@ -212,7 +212,7 @@ async def test_an_answer_that_could_not_be_stored_still_has_its_usage(
     services = await services_for()
     await services.pool.chat(S, "first")
     assert len(await rows(services)) == 1
-    from memory.usage import Ledger
+    from memory.storage.usage import Ledger
 
     async def broken_write(self: Ledger, conn: Any) -> None:
         await conn.execute(sa.insert(usage_records), [r.values() for r in self.unsettled()])

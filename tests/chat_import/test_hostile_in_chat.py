@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.channels.telegram import imports
 from bot.chat_import import sandbox
-from bot.telegram import imports
 from memory.testing.databases import temp_database_url
 from tests.chat_import.hostile import deep_export, wide_conversation
 from tests.fakes.openai_server import FakeOpenAI

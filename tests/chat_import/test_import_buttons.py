@@ -1,4 +1,4 @@
-"""An import offer's buttons act only on their own offer, once (bot/telegram/imports.py):
+"""An import offer's buttons act only on their own offer, once (bot/channels/telegram/imports.py):
 an offer replaced by a newer one, or confirmed by typing, loses its buttons, and an old
 button pressed anyway imports nothing, the newer offer staying as it was."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memory.types import ListOptions
+from memory.contract.types import ListOptions
 from tests.chat_import.test_import_chat import FIXTURES, OFFER, _reply
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import BotMessage, FakeTelegram

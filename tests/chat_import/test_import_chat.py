@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from memory.delegated_recall import SYSTEM_PROMPT
-from memory.types import ListOptions, SearchQuery, Session
+from memory.actions.delegated_recall import SYSTEM_PROMPT
+from memory.contract.types import ListOptions, SearchQuery, Session
 from tests.fakes.openai_server import FakeOpenAI, Response, echo, text
 from tests.fakes.telegram_server import BotMessage, FakeTelegram
 from tests.telegram.harness import running_bot

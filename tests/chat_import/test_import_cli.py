@@ -14,12 +14,12 @@ import sqlalchemy as sa
 
 from bot.chat_import.ledger import chat_imports
 from bot.cli import main
-from memory.capabilities import ProviderContext
-from memory.db import create_engine
-from memory.history import conversations, messages
-from memory.registry import create_provider
-from memory.summarizer import TruncatingSummarizer
-from memory.types import ListOptions, SearchQuery, SearchScope, Session
+from memory.compaction.summarizer import TruncatingSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import create_provider
+from memory.contract.types import ListOptions, SearchQuery, SearchScope, Session
+from memory.storage.db import create_engine
+from memory.storage.history import conversations, messages
 from tests.ops.conftest import make_settings
 from tests.reliability.process import write_config
 

@@ -10,16 +10,16 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.channels.telegram.imports import ChatImports
 from bot.chat_import import importer
 from bot.chat_import.ledger import chat_imports, uncompacted
 from bot.chat_import.limits import IN_CHAT
-from bot.config import Settings
-from bot.llm import LLMClient
-from bot.pool import Pool
-from bot.telegram.imports import ChatImports
-from memory.capabilities import ProviderContext
-from memory.registry import create_provider
-from memory.summarizer import StaticSummarizer
+from bot.config.settings import Settings
+from bot.conversation.service import Conversations
+from bot.model.client import LLMClient
+from memory.compaction.summarizer import StaticSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import create_provider
 from tests.chat_import.generate import telegram_export
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -44,7 +44,7 @@ async def test_imported_sessions_are_compacted_in_the_background_once(
     )
     provider = create_provider(provider_name, ctx)
     client = LLMClient(settings.llm)
-    pool = Pool(provider, client, settings)
+    pool = Conversations(provider, client, settings)
     try:
         export = tmp_path / "result.json"
         telegram_export(export, 400, chats=2)

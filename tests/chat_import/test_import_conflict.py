@@ -14,10 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.chat_import import importer
 from bot.chat_import.ledger import ImportConflict
 from bot.chat_import.limits import IN_CHAT
-from memory.capabilities import ProviderContext
-from memory.history import messages
-from memory.registry import create_provider
-from memory.summarizer import StaticSummarizer
+from memory.compaction.summarizer import StaticSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import create_provider
+from memory.storage.history import messages
 from tests.chat_import.generate import telegram_export
 
 

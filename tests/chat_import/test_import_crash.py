@@ -17,8 +17,8 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from bot.chat_import.importer import BATCH
 from bot.chat_import.ledger import chat_imports
-from memory.db import create_engine
-from memory.history import conversations, messages
+from memory.storage.db import create_engine
+from memory.storage.history import conversations, messages
 from memory.testing.databases import temp_database_url
 from tests.chat_import.generate import telegram_export
 from tests.reliability.process import REPO, write_config

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.terminal import LEFT_UNANSWERED
+from bot.channels.terminal import LEFT_UNANSWERED
 from tests.bot.test_terminal import mnemo_chat, start_chat, write_config
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text
 from tests.waits import scaled

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from bot.config import Settings, anchor_paths, load_settings
+from bot.config.settings import Settings, anchor_paths, load_settings
 from tests.cli.conftest import MNEMO, clean_env, mnemo
 from tests.fakes.openai_server import FakeOpenAI
 from tests.waits import scaled

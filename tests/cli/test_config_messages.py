@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import ConfigError, load_settings
+from bot.config.settings import ConfigError, load_settings
 from tests.cli.conftest import mnemo
 
 CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "CONFIGURATION.md"

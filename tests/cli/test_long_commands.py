@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bot import operator
-from bot.config import load_settings
+from bot.config.settings import load_settings
+from bot.ops import operator
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.ops.conftest import ALICE, populate
 from tests.waits import scaled

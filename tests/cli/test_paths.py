@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import load_settings
+from bot.config.settings import load_settings
 from tests.cli.conftest import mnemo
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from bot.cli import main
-from bot.config import load_settings
+from bot.config.settings import load_settings
 from tests.cli.conftest import mnemo
 from tests.ops.conftest import ALICE, GROUP, populate
 

@@ -38,7 +38,7 @@ transcript of <filename>"). `transcriptions` records each request as an `Upload`
 (model, filename, file bytes); they are not in `requests`.
 
 Usage: every answer reports `usage` the way mnemo estimates the request
-(`memory.tokens.request_tokens`: the messages, their tool calls, the tool schemas) times
+(`memory.text.tokens.request_tokens`: the messages, their tool calls, the tool schemas) times
 `prompt_scale` (1.0; a server whose tokenizer counts otherwise), the answer's estimated
 tokens as completion, and `cached_tokens` when set; `report_usage = False` sends none
 (chat and embeddings), as some servers do.
@@ -82,7 +82,7 @@ from typing import Any
 
 from aiohttp import web
 
-from memory.tokens import estimate_tokens, request_tokens
+from memory.text.tokens import estimate_tokens, request_tokens
 
 __all__ = [
     "FakeOpenAI",
@@ -276,7 +276,7 @@ class FakeOpenAI:
         # server without the endpoint (OpenAI's) answers 404.
         self.context_size: int | None = None
         self.cached_tokens = 0  # reported as prompt_tokens_details.cached_tokens when > 0
-        # Usage is reported as mnemo estimates a request (memory.tokens.request_tokens)
+        # Usage is reported as mnemo estimates a request (memory.text.tokens.request_tokens)
         # times `prompt_scale` (a server whose tokenizer counts otherwise), or not at all.
         self.report_usage = True
         self.prompt_scale = 1.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from memory.types import SummarizeOptions
+from memory.contract.types import SummarizeOptions
 
 DISTINCTIVE = re.compile(r"\bZ\w+")
 

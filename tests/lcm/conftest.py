@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.capabilities import ProviderContext, Summarizer
-from memory.summarizer import SummarizerError, TruncatingSummarizer
-from memory.types import Message, Session, SummarizeOptions
+from memory.compaction.summarizer import SummarizerError, TruncatingSummarizer
+from memory.contract.capabilities import ProviderContext, Summarizer
+from memory.contract.types import Message, Session, SummarizeOptions
 from plugins.lcm import LcmProvider, create
 
 MakeProvider = Callable[..., LcmProvider]

@@ -6,8 +6,8 @@ import xml.etree.ElementTree as ET
 
 import sqlalchemy as sa
 
-from memory.tokens import message_tokens
-from memory.types import CompactionMode, Message
+from memory.contract.types import CompactionMode, Message
+from memory.text.tokens import message_tokens
 from tests.lcm.conftest import CountingSummarizer, context_view, numbered, session, summary_id_of
 
 
@@ -86,7 +86,7 @@ async def test_fresh_tail_over_budget_and_unknown_session(make_provider) -> None
 async def test_reasoning_and_tool_calls_come_back_exactly(make_provider) -> None:
     p = make_provider()
     s = session()
-    from memory.types import ToolCall
+    from memory.contract.types import ToolCall
 
     msgs = [
         Message("user", "hi"),

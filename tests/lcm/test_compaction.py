@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from memory.summarizer import SummarizerError
-from memory.tokens import estimate_tokens
-from memory.types import CompactionMode, CompactionResult, Message, ToolCall
+from memory.compaction.summarizer import SummarizerError
+from memory.contract.types import CompactionMode, CompactionResult, Message, ToolCall
+from memory.text.tokens import estimate_tokens
 from tests.lcm.conftest import (
     CountingSummarizer,
     context_view,
@@ -231,8 +231,8 @@ async def test_summarizer_gets_targets_and_previous_summary(make_provider) -> No
 
 
 async def test_bad_config_is_a_clear_error(engine) -> None:
-    from memory.capabilities import ProviderContext
-    from memory.errors import InvalidArgument
+    from memory.contract.capabilities import ProviderContext
+    from memory.contract.errors import InvalidArgument
     from plugins.lcm import create
 
     for bad in ({"leaf_chunk_size": 1}, {"keep_tail": -1}, {"condensed_min": "3"}):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.types import CompactionMode, Scope
+from memory.contract.types import CompactionMode, Scope
 from tests.lcm.conftest import dump_tables, numbered, session
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.capabilities import ProviderContext
+from memory.contract.capabilities import ProviderContext
 from memory.testing.conformance import ProviderConformance
 from plugins.lcm import create
 

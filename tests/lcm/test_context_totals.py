@@ -4,7 +4,7 @@ provider on the same database) appends or compacts in between."""
 
 from __future__ import annotations
 
-from memory.types import CompactionMode, Message
+from memory.contract.types import CompactionMode, Message
 from tests.lcm.conftest import numbered, session
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from alembic import command
 
-from memory.capabilities import ProviderContext
-from memory.db import _alembic_config, create_engine, migrate, write_transaction
-from memory.summarizer import TruncatingSummarizer
-from memory.types import Message, SearchQuery
+from memory.compaction.summarizer import TruncatingSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.types import Message, SearchQuery
+from memory.storage.db import _alembic_config, create_engine, migrate, write_transaction
 from plugins.lcm import create
 from tests.lcm.conftest import session
 

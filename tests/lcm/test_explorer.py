@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memory.errors import InvalidArgument, NotFound
-from memory.types import CompactionMode, Message, ToolCall
-from memory.types import utcnow as now
+from memory.contract.errors import InvalidArgument, NotFound
+from memory.contract.types import CompactionMode, Message, ToolCall
+from memory.contract.types import utcnow as now
 from tests.lcm.conftest import CountingSummarizer, context_view, numbered, session
 
 

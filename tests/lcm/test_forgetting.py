@@ -9,11 +9,11 @@ import asyncio
 import pytest
 import sqlalchemy as sa
 
-from memory import forgetting as fg
-from memory.errors import NotFound
-from memory.forgetting import Owner
-from memory.integrity import check_shared
-from memory.types import CompactionMode, Message, SearchMode, SearchQuery, SummarizeOptions
+from memory.contract.errors import NotFound
+from memory.contract.types import CompactionMode, Message, SearchMode, SearchQuery, SummarizeOptions
+from memory.storage import forgetting as fg
+from memory.storage.forgetting import Owner
+from memory.transfer.integrity import check_shared
 from tests.fakes.summarizer import KeepingSummarizer
 from tests.lcm.conftest import MakeProvider, context_view, reconstruct, session
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from memory.errors import CompactionIncomplete
-from memory.integrity import check_shared
-from memory.summarizer import SummarizerError
-from memory.types import CompactionMode, Scope
+from memory.compaction.summarizer import SummarizerError
+from memory.contract.errors import CompactionIncomplete
+from memory.contract.types import CompactionMode, Scope
+from memory.transfer.integrity import check_shared
 from tests.lcm.conftest import (
     CountingSummarizer,
     context_view,

@@ -11,8 +11,8 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory.tokens import message_tokens
-from memory.types import CompactionMode, Message, Session, ToolCall
+from memory.contract.types import CompactionMode, Message, Session, ToolCall
+from memory.text.tokens import message_tokens
 from tests.lcm.conftest import CountingSummarizer, reconstruct, summary_id_of
 
 _counter = itertools.count()

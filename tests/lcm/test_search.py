@@ -7,9 +7,9 @@ import re
 import pytest
 import sqlalchemy as sa
 
-from memory.errors import InvalidArgument
+from memory.contract.errors import InvalidArgument
+from memory.contract.types import CompactionMode, Message, SearchMode, SearchQuery, SearchScope
 from memory.testing.conformance import HOSTILE_PATTERNS
-from memory.types import CompactionMode, Message, SearchMode, SearchQuery, SearchScope
 from tests.lcm.conftest import CountingSummarizer, numbered, session
 
 FT, SUB = SearchMode.FULL_TEXT, SearchMode.SUBSTRING

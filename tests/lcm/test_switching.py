@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memory.capabilities import ProviderContext
-from memory.registry import create_provider
-from memory.types import CompactionMode, Message, Session
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import create_provider
+from memory.contract.types import CompactionMode, Message, Session
 from tests.lcm.conftest import CountingSummarizer
 
 SESSION = Session("default:telegram:7", "default", 7, "telegram")

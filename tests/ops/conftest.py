@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from bot.config import Settings
-from memory.capabilities import ProviderContext
-from memory.context import with_change_source, with_session_id
-from memory.db import create_engine, migrate
-from memory.registry import create_provider
-from memory.summarizer import TruncatingSummarizer
+from bot.config.settings import Settings
+from memory.compaction.summarizer import TruncatingSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.context import with_change_source, with_session_id
+from memory.contract.registry import create_provider
+from memory.contract.types import ChangeSource, Message, Session, ToolCall
+from memory.storage.db import create_engine, migrate
 from memory.testing.databases import temp_database_url
-from memory.types import ChangeSource, Message, Session, ToolCall
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 ALICE = Session("tg:alice", "default", 1001, "telegram")
@@ -92,7 +92,7 @@ async def populate(settings: Settings, tmp: Path, *, compact: bool = True) -> No
                     await provider.advance_snapshot(session.id, session.user_id, session.agent_id)
             if compact:
                 with with_change_source(ChangeSource.SYSTEM):
-                    from memory.types import CompactionMode
+                    from memory.contract.types import CompactionMode
 
                     await provider.compact(ALICE, CompactionMode.FULL)
         finally:

@@ -20,7 +20,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from bot.cli import build_parser
-from bot.config import interpolate, load_settings
+from bot.config.settings import interpolate, load_settings
 from tests.ops import compose_files as cf
 from tests.ops.compose_files import ROOT
 from tests.ops.compose_files import interpolate as compose_interpolate
@@ -222,7 +222,7 @@ def test_the_local_models_context_and_the_bots_budget_are_set_from_env(
 ) -> None:
     # Issue 20 item 4: llama.cpp's --ctx-size and the bot's budget both come from .env;
     # left unset, the bot fits its budget to the server's context at start
-    # (bot/model_context.py, tested through mnemo chat in tests/cli/test_setup.py).
+    # (bot/model/server_context.py, tested through mnemo chat in tests/cli/test_setup.py).
     command = compose["services"]["llm"]["command"]
     ctx = command[command.index("--ctx-size") + 1]
     assert ctx == "${LLM_CTX_SIZE:-24576}"
@@ -339,7 +339,7 @@ ISSUE_KEYS = [
 
 
 def test_env_example_settings_name_real_config_keys() -> None:
-    from bot.config import Settings
+    from bot.config.settings import Settings
 
     settings_names = [
         name for name in cf.env_example() if name.startswith("MNEMO_") and "__" in name

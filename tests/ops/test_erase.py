@@ -15,16 +15,16 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from bot.operator_erase import erase
-from bot.telegram.handled import telegram_updates
-from bot.telegram.inbox import telegram_inbox
-from memory.capabilities import ProviderContext
-from memory.db import create_engine
-from memory.history import conversations, messages
-from memory.registry import create_provider
-from memory.stores import changelog_table, snapshot_table, state_table
-from memory.summarizer import TruncatingSummarizer
-from memory.types import Message, NoteKind, Session, utcnow
+from bot.channels.telegram.delivery.handled import telegram_updates
+from bot.channels.telegram.delivery.inbox import telegram_inbox
+from bot.ops.erase import erase
+from memory.compaction.summarizer import TruncatingSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import create_provider
+from memory.contract.types import Message, NoteKind, Session, utcnow
+from memory.storage.db import create_engine
+from memory.storage.history import conversations, messages
+from memory.storage.stores import changelog_table, snapshot_table, state_table
 from tests.fakes.openai_server import FakeOpenAI
 from tests.ops.conftest import ALICE, GROUP, make_settings, populate
 from tests.ops.test_operator import _doctor

@@ -9,15 +9,15 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot import metrics
-from bot.app import build_services
-from bot.config import HealthSettings
-from bot.health import HealthServer, start_health_server
-from memory.db import create_engine
+from bot.app.services import build_services
+from bot.config.settings import HealthSettings
+from bot.runtime import metrics
+from bot.runtime.health import HealthServer, start_health_server
+from memory.contract.tracing import with_tracing
+from memory.contract.types import CompactionResult, Message, Session
+from memory.storage.db import create_engine
 from memory.testing.databases import temp_database_url
 from memory.testing.reference import ReferenceProvider
-from memory.tracing import with_tracing
-from memory.types import CompactionResult, Message, Session
 from tests.fakes.openai_server import FakeOpenAI
 from tests.ops.conftest import make_settings
 
@@ -103,8 +103,8 @@ async def test_database_errors_are_counted(engine: AsyncEngine) -> None:
 
 
 async def test_trace_hook_counts_provider_operations(engine: AsyncEngine) -> None:
-    from memory.capabilities import ProviderContext
-    from memory.summarizer import StaticSummarizer
+    from memory.compaction.summarizer import StaticSummarizer
+    from memory.contract.capabilities import ProviderContext
 
     inner = ReferenceProvider(ProviderContext(engine=engine, summarizer=StaticSummarizer()))
     provider = with_tracing(inner, metrics.trace_hook)

@@ -1,7 +1,7 @@
 """`mnemo memory ...` with bytes that are not UTF-8 on its command line (Python hands
 them over as lone surrogates; NUL cannot be in an argument) on both databases: each
 command answers in one clear line, never with a traceback, and a search finds the text
-stored from a lone surrogate (both become U+FFFD, memory/sanitize.py)."""
+stored from a lone surrogate (both become U+FFFD, memory/text/sanitize.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import yaml
 
-from memory.capabilities import ProviderContext
-from memory.db import create_engine
-from memory.registry import create_provider
-from memory.summarizer import TruncatingSummarizer
-from memory.types import Message
+from memory.compaction.summarizer import TruncatingSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import create_provider
+from memory.contract.types import Message
+from memory.storage.db import create_engine
 from tests.ops.conftest import ALICE, make_settings, populate
 from tests.reliability.corpus import looks_like_traceback
 

@@ -5,7 +5,7 @@ refused in one line naming the problem, with no traceback, and leaves the databa
 exactly as it was (a full dump of every table compared, and simple's notes files). The
 exporter's own documents, for lcm and simple, are accepted and round-trip exactly.
 
-The whole corpus runs in-process through `bot.operator.import_` (what the CLI calls); the
+The whole corpus runs in-process through `bot.ops.operator.import_` (what the CLI calls); the
 seven cases of issue #15 also run through `mnemo memory import` as a subprocess."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bot import operator
-from memory.db import create_engine
-from memory.export_schema import MAX_DEPTH, validate_document
+from bot.ops import operator
+from memory.storage.db import create_engine
+from memory.transfer.schema import MAX_DEPTH, validate_document
 from tests.ops.conftest import ALICE, make_settings, populate
 from tests.reliability.corpus import looks_like_traceback
 from tests.reliability.process import REPO, write_config

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from memory.export_schema import MAX_DOCUMENT_BYTES
+from memory.transfer.schema import MAX_DOCUMENT_BYTES
 from tests.reliability.corpus import looks_like_traceback
 from tests.reliability.process import REPO, write_config
 from tests.waits import scaled

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bot import operator
-from memory.db import create_engine
-from memory.history import conversations, messages, parts
-from memory.stores import changelog_table, snapshot_table, state_table
+from bot.ops import operator
+from memory.storage.db import create_engine
+from memory.storage.history import conversations, messages, parts
+from memory.storage.stores import changelog_table, snapshot_table, state_table
 from tests.ops.conftest import ALICE, make_settings, populate
 
 # (where in the document, the column's limit): each gets a value one character too long.

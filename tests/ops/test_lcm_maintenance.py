@@ -9,9 +9,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from bot import operator
-from memory.db import create_engine
-from memory.history import conversations, messages
+from bot.ops import operator
+from memory.storage.db import create_engine
+from memory.storage.history import conversations, messages
 from plugins.lcm.models import context_items, summaries, summary_messages
 from tests.ops.conftest import ALICE, GROUP, make_settings, populate
 

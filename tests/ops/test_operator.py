@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from bot import operator
-from bot.telegram.handled import telegram_updates
-from bot.telegram.inbox import telegram_inbox
-from memory.db import create_engine
-from memory.history import conversations, messages
-from memory.stores import changelog_table
+from bot.channels.telegram.delivery.handled import telegram_updates
+from bot.channels.telegram.delivery.inbox import telegram_inbox
+from bot.ops import operator
+from memory.contract.types import utcnow
+from memory.storage.db import create_engine
+from memory.storage.history import conversations, messages
+from memory.storage.stores import changelog_table
 from memory.testing.databases import temp_database_url
-from memory.types import utcnow
 from tests.fakes.openai_server import FakeOpenAI
 from tests.ops.conftest import ALICE, GROUP, make_settings, populate
 

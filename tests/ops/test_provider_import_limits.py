@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bot import operator
-from memory.db import create_engine
-from memory.history import conversations
+from bot.ops import operator
+from memory.storage.db import create_engine
+from memory.storage.history import conversations
 from plugins.lcm.models import SUMMARY_ID_LENGTH, context_items, summaries
 from plugins.simple.markers import markers
 from tests.ops.conftest import ALICE, make_settings, populate

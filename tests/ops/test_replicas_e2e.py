@@ -21,8 +21,8 @@ import pytest
 import sqlalchemy as sa
 from aiohttp import ClientError, ClientSession, web
 
-from memory.db import create_engine
-from memory.history import conversations, messages
+from memory.storage.db import create_engine
+from memory.storage.history import conversations, messages
 from memory.testing.databases import temp_database_url
 from plugins.lcm.models import summaries
 from tests.fakes.openai_server import FakeOpenAI

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.db import create_engine
-from memory.history import HistoryStore
-from memory.session_lock import SessionLocks
-from memory.types import Message, Session
+from memory.contract.types import Message, Session
+from memory.storage.db import create_engine
+from memory.storage.history import HistoryStore
+from memory.storage.session_lock import SessionLocks
 from tests.waits import scaled
 
 

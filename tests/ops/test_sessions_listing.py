@@ -14,15 +14,15 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from bot import operator
-from bot.config import Settings
-from memory import registry
-from memory.capabilities import ProviderContext
-from memory.db import create_engine, migrate
-from memory.history import HistoryStore
-from memory.registry import create_provider
-from memory.summarizer import TruncatingSummarizer
-from memory.types import CompactionMode, ListOptions, Message, Session, SessionStats
+from bot.config.settings import Settings
+from bot.ops import operator
+from memory.compaction.summarizer import TruncatingSummarizer
+from memory.contract import registry
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import create_provider
+from memory.contract.types import CompactionMode, ListOptions, Message, Session, SessionStats
+from memory.storage.db import create_engine, migrate
+from memory.storage.history import HistoryStore
 from tests.ops.conftest import T0, make_settings
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from bot import operator
-from bot.config import Settings
-from memory.db import create_engine
-from memory.history import conversations
+from bot.config.settings import Settings
+from bot.ops import operator
+from memory.contract.types import NoteKind, SearchMode, SearchQuery, SearchScope, Session
+from memory.storage.db import create_engine
+from memory.storage.history import conversations
 from memory.testing.databases import temp_database_url
-from memory.types import NoteKind, SearchMode, SearchQuery, SearchScope, Session
 from tests.ops.conftest import ALICE, conversation, make_settings, populate
 
 ALICE_2 = Session("tg:alice#2", ALICE.agent_id, ALICE.user_id, "telegram")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main
-from memory.db import create_engine, migrate
-from memory.types import utcnow
-from memory.usage import TokenUsage, UsageRow, UsageStore
+from memory.contract.types import utcnow
+from memory.storage.db import create_engine, migrate
+from memory.storage.usage import TokenUsage, UsageRow, UsageStore
 
 
 def config(tmp_path: Path, db: Path, extra: str = "") -> Path:

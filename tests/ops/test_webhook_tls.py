@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from aiohttp import ClientSession, TCPConnector
 
-from bot.telegram.channel import derived_webhook_secret
+from bot.channels.telegram.channel import derived_webhook_secret
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.config import LLMSettings
-from bot.llm import LLMClient
-from bot.reflect import reflect_turn_runner
-from memory.capabilities import ProviderContext
-from memory.registry import get_factory
-from memory.summarizer import StaticSummarizer
+from bot.config.settings import LLMSettings
+from bot.jobs.reflect import ReflectConfig, Reflector
+from bot.jobs.reflect.job import reflect_turn_runner
+from bot.model.client import LLMClient
+from memory.compaction.summarizer import StaticSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import get_factory
 from memory.testing.reference import provider_class
-from plugins.reflect import ReflectConfig, Reflector
 from tests.fakes.openai_server import FakeOpenAI, text
 
 

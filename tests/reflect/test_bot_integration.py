@@ -1,4 +1,4 @@
-"""Reflect inside the real app (`bot.app.build_services`, the pool, the slash commands):
+"""Reflect inside the real app (`bot.app.services.build_services`, the pool, the slash commands):
 what reflect learns reaches the session's system prompt at its next compaction (not
 before: the cached prefix stays), `/memory history` shows it with its source, and
 `/memory rollback` undoes it."""
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.app import Services, build_services
-from bot.commands import handle_command
-from bot.config import Settings
-from bot.reflect import build_reflector
-from memory.types import Session
+from bot.app.services import Services, build_services
+from bot.config.settings import Settings
+from bot.conversation.commands import handle_command
+from bot.jobs.reflect.job import build_reflector
+from memory.contract.types import Session
 from tests.fakes.openai_server import FakeOpenAI, text, tool_call
 
 
@@ -90,7 +90,7 @@ async def test_reflect_usage_is_recorded_for_the_user_and_guarded(
 ) -> None:
     import sqlalchemy as sa
 
-    from memory.usage import usage_records
+    from memory.storage.usage import usage_records
 
     pool = services.pool
     session = await pool.current_session(Session("tg:9", "default", 9, "telegram"))

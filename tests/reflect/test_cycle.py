@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import logging
 
-from memory.context import with_change_source
-from memory.types import Message, Session
-from plugins.reflect import REFLECT_ACTIONS
+from bot.jobs.reflect import REFLECT_ACTIONS
+from memory.contract.context import with_change_source
+from memory.contract.types import Message, Session
 from tests.fakes.openai_server import error, text, tool_calls
 
 ANA = Session("tg:100", "default", 100, "telegram")
@@ -223,7 +223,7 @@ async def test_provider_without_reviewer_is_skipped(engine, llm, fake_llm, caplo
     from memory.testing.reference import provider_class
 
     reflector = make_reflector(engine, NoReview(provider_class(False, False)(engine)), llm)
-    with caplog.at_level(logging.INFO, logger="plugins.reflect"):
+    with caplog.at_level(logging.INFO, logger="bot.jobs.reflect"):
         for _ in range(2):
             report = await reflector.run_cycle()
             assert "lacks Reviewer and SessionManager" in report.skipped

@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from bot.config import load_settings
-from bot.reflect import reflect_command
-from bot.scheduler import Scheduler
-from memory.capabilities import ProviderContext
-from memory.db import create_engine, migrate
-from memory.registry import get_factory
-from memory.summarizer import StaticSummarizer
+from bot.config.settings import load_settings
+from bot.jobs.reflect import ReflectConfig, Reflector, run_forever, schedule_reflect
+from bot.jobs.reflect.job import reflect_command
+from bot.jobs.reflect.models import ReflectSlot
+from bot.runtime.scheduler import Scheduler
+from memory.compaction.summarizer import StaticSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import get_factory
+from memory.contract.types import Message, Session
+from memory.storage.db import create_engine, migrate
 from memory.testing.databases import temp_engine
-from memory.types import Message, Session
-from plugins.reflect import ReflectConfig, Reflector, run_forever, schedule_reflect
-from plugins.reflect.models import ReflectSlot
 from tests.fakes.openai_server import text, tool_call
 from tests.reflect.conftest import make_reflector
 
@@ -79,7 +79,7 @@ async def test_disabled_schedules_nothing(tmp_path: Path, caplog) -> None:
             engine, simple_provider(engine, tmp_path), lambda *a: None, ReflectConfig(enabled=False)
         )
         scheduler = Scheduler()
-        with caplog.at_level(logging.INFO, logger="plugins.reflect"):
+        with caplog.at_level(logging.INFO, logger="bot.jobs.reflect"):
             assert schedule_reflect(scheduler, reflector) is None
     assert scheduler.get_jobs() == []
     assert [r.getMessage() for r in caplog.records] == [

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from memory.capabilities import ProviderContext
-from memory.db import create_engine
-from memory.registry import get_factory
-from memory.summarizer import StaticSummarizer
+from bot.jobs.reflect.models import ReflectSlot
+from memory.compaction.summarizer import StaticSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.registry import get_factory
+from memory.contract.types import Message, Session
+from memory.storage.db import create_engine
 from memory.testing.databases import temp_engine
-from memory.types import Message, Session
-from plugins.reflect.models import ReflectSlot
 from tests.reflect.conftest import make_reflector
 
 pytestmark = pytest.mark.postgres

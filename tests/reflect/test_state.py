@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
-from memory.types import Session
-from plugins.reflect.models import ReflectSlot
-from plugins.reflect.reflector import slot_of
-from plugins.reflect.schedule import first_delay
-from plugins.reflect.state import Candidate, ReflectState
+from bot.jobs.reflect.models import ReflectSlot
+from bot.jobs.reflect.reflector import slot_of
+from bot.jobs.reflect.schedule import first_delay
+from bot.jobs.reflect.state import Candidate, ReflectState
+from memory.contract.types import Session
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 CAND = Candidate(Session("s1", "default", 1, "cli"), T0, None)

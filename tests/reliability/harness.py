@@ -25,12 +25,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 from telegram.ext import Application
 
-from bot.app import Services, build_services
-from bot.config import Settings
-from bot.llm import LLMClient
-from bot.telegram.channel import build_application, running
-from memory.history import conversations, messages
-from memory.summarizer import StaticSummarizer
+from bot.app.services import Services, build_services
+from bot.channels.telegram.channel import build_application, running
+from bot.config.settings import Settings
+from bot.model.client import LLMClient
+from memory.compaction.summarizer import StaticSummarizer
+from memory.storage.history import conversations, messages
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, Response, echo, text, tool_call
 from tests.fakes.telegram_server import FakeTelegram
@@ -182,7 +182,7 @@ async def answered_history(
     engine: AsyncEngine, session_id: str, answer: str
 ) -> list[tuple[str, str]]:
     """`stored_history` once it ends with the assistant's `answer`. Polled: a streamed
-    answer is seen in the chat before its turn's rows commit (bot/turns.py appends the
+    answer is seen in the chat before its turn's rows commit (bot/conversation/turns.py appends the
     answer once the model has finished)."""
     return await eventually(
         lambda: stored_history(engine, session_id),

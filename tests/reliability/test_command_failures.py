@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import LLMSettings
-from bot.llm import LLMClient
-from memory.summarizer import LLMSummarizer
+from bot.config.settings import LLMSettings
+from bot.model.client import LLMClient
+from memory.compaction.summarizer import LLMSummarizer
 from tests.fakes.openai_server import FakeOpenAI, error, truncated
 from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.conftest import ask

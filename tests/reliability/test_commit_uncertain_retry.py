@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.db import CommitUncertain, retry_on_disconnect
+from memory.storage.db import CommitUncertain, retry_on_disconnect
 
 
 async def test_idempotent_work_is_run_again_after_a_lost_commit_answer() -> None:

@@ -9,7 +9,7 @@ After every kill, with the bot dead:
   followed by the context's raw messages, gives back the whole history;
 and after the restart the bot answers again (unacknowledged updates are redelivered).
 
-At the end, after a last clean start has looked at what was owed (bot.telegram.resume),
+At the end, after a last clean start has looked at what was owed (bot.channels.telegram.delivery.resume),
 every stored message has its answer shown in its chat: none stored but never shown
 (the answer stored, Telegram never took it), none unanswered. The counts (messages,
 lost, duplicated, stored but never shown) are printed as one `crash trials:` line
@@ -33,11 +33,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bot.config import load_settings
-from bot.operator import doctor, open_memory
-from memory.history import conversations, messages
+from bot.config.settings import load_settings
+from bot.ops.operator import doctor, open_memory
+from memory.contract.types import Session
+from memory.storage.history import conversations, messages
 from memory.testing.databases import temp_database_url
-from memory.types import Session
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.harness import API_KEY, session_id, stored_history
@@ -182,7 +182,7 @@ class Outcome:
     never_shown: list[str] = field(default_factory=list)  # answer stored, not shown
     unanswered: list[str] = field(default_factory=list)  # no answer stored nor shown
     # Stored unanswered, then answered together with the user's next message (one user
-    # turn for the model, bot/alternation.py; or the next answered first, a redelivered
+    # turn for the model, bot/model/alternation.py; or the next answered first, a redelivered
     # update handled before the restart resumed the conversation): not unanswered.
     merged: int = 0
 
@@ -215,7 +215,7 @@ async def outcome(config_path: Path, tg: FakeTelegram, ledger: Ledger) -> Outcom
                     k += 1
                     continue
                 # A run of user messages with no answer between them: the model gets them
-                # as one user turn (bot/alternation.py), so one answer echoes them all.
+                # as one user turn (bot/model/alternation.py), so one answer echoes them all.
                 j = k
                 while j < len(history) and history[j][0] == "user":
                     j += 1
@@ -246,7 +246,7 @@ async def outcome(config_path: Path, tg: FakeTelegram, ledger: Ledger) -> Outcom
     return found
 
 
-LOOKED = "owed answers looked at"  # bot.telegram.resume logs it when done
+LOOKED = "owed answers looked at"  # bot.channels.telegram.delivery.resume logs it when done
 
 
 async def settled_start(bot: BotProcess, within: float = 60.0) -> None:

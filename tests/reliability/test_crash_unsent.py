@@ -1,9 +1,9 @@
 """An answer stored just before a `kill -9`, which Telegram never took, is sent at the
-next start, once (bot/telegram/resume.py), and with two processes starting together
+next start, once (bot/channels/telegram/delivery/resume.py), and with two processes starting together
 on PostgreSQL still once.
 
 The kill lands in a known place: Telegram answers the answer's `sendMessage` with a 502
-twice, so the bot is inside `bot.telegram.delivery`'s retry backoff (the answer stored,
+twice, so the bot is inside `bot.channels.telegram.delivery.sent`'s retry backoff (the answer stored,
 nothing marked `undelivered` yet) when it dies."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from bot.config import load_settings
-from bot.operator import open_memory
-from memory.history import messages, origins
+from bot.config.settings import load_settings
+from bot.ops.operator import open_memory
+from memory.storage.history import messages, origins
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
@@ -27,7 +27,7 @@ from tests.reliability.test_crash import config
 CHAT = 11
 QUESTION = "where is Lisbon?"
 ANSWER = f"echo: {QUESTION}"
-LOOKED = "owed answers looked at"  # bot.telegram.resume logs it once it is done
+LOOKED = "owed answers looked at"  # bot.channels.telegram.delivery.resume logs it once it is done
 
 
 async def stored_unshown(config_path: Path) -> tuple[list[tuple[str, str]], int]:

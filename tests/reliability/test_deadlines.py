@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from memory.usage import usage_records
+from memory.storage.usage import usage_records
 from tests.fakes.openai_server import FakeOpenAI, forever, hang, tool_call
 from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.conftest import ask

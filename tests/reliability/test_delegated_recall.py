@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from memory.delegated_recall import NOTHING_FOUND, SYSTEM_PROMPT, cited_nothing
-from memory.usage import usage_records
+from memory.actions.delegated_recall import NOTHING_FOUND, SYSTEM_PROMPT, cited_nothing
+from memory.storage.usage import usage_records
 from tests.fakes.openai_server import FakeOpenAI, Response, error, hang, text
 from tests.fakes.telegram_server import FakeTelegram, User
 from tests.reliability.conftest import ask

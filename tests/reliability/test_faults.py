@@ -17,9 +17,9 @@ from urllib.parse import urlparse
 
 import pytest
 
-from memory.integrity import check_shared
-from memory.maintenance import IntegrityChecker
-from memory.tracing import unwrap
+from memory.contract.maintenance import IntegrityChecker
+from memory.contract.tracing import unwrap
+from memory.transfer.integrity import check_shared
 from plugins.simple import notes_file
 from tests.fakes.openai_server import (
     FakeOpenAI,

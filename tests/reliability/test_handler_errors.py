@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bot.telegram import handlers
-from bot.telegram.handlers import FAILED
+from bot.channels.telegram import handlers
+from bot.channels.telegram.handlers import FAILED
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram, User
 from tests.reliability.conftest import SECRET_TOKEN, ask

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.telegram.handlers import MAX_INPUT_CHARS
-from memory.sanitize import storable
+from bot.channels.telegram.handlers import MAX_INPUT_CHARS
+from memory.text.sanitize import storable
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.conftest import ask
@@ -123,6 +123,6 @@ async def test_command_argument_corpus(
         problems = [p for batch in results for p in batch]
         assert problems == []
         # The stores stayed consistent through all of it.
-        from memory.integrity import check_shared
+        from memory.transfer.integrity import check_shared
 
         assert await check_shared(bot.engine) == []

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.config import ConfigError, Settings, load_settings
-from memory.sanitize import storable
+from bot.config.settings import ConfigError, Settings, load_settings
+from memory.text.sanitize import storable
 from tests.reliability.corpus import SMALL, looks_like_traceback
 from tests.reliability.process import REPO
 from tests.waits import scaled

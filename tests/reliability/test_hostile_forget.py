@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.sanitize import storable
+from memory.text.sanitize import storable
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.conftest import ask

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from memory.capabilities import ProviderContext
-from memory.context import with_change_source
-from memory.integrity import check_shared
-from memory.maintenance import IntegrityChecker
-from memory.registry import create_provider
-from memory.summarizer import StaticSummarizer
+from memory.actions.tool import _ACTIONS, run_tool, tool_actions
+from memory.compaction.summarizer import StaticSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.context import with_change_source
+from memory.contract.maintenance import IntegrityChecker
+from memory.contract.registry import create_provider
+from memory.contract.tracing import unwrap
+from memory.contract.types import ChangeSource, CompactionMode, Message, Session
 from memory.testing.databases import temp_engine
-from memory.tool import _ACTIONS, run_tool, tool_actions
-from memory.tracing import unwrap
-from memory.types import ChangeSource, CompactionMode, Message, Session
+from memory.transfer.integrity import check_shared
 from tests.reliability.corpus import CORPUS, SMALL, looks_like_traceback
 
 CASES = [

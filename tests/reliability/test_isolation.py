@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.telegram.handlers import NOT_ALLOWED
+from bot.channels.telegram.handlers import NOT_ALLOWED
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram, User
 from tests.reliability.conftest import ask

@@ -11,7 +11,7 @@ Every message ends stored once and answered once; each held message got one noti
 that its answer is delayed; no update was acknowledged to Telegram while its message
 was not stored (every getUpdates offset sent during the outage is at or below the
 oldest held update), and all are acknowledged afterwards. A last test passes the bound
-(`bot.store_wait.HOLD_S`, shortened): the user is told "NOT saved" and the update is
+(`bot.conversation.store_wait.HOLD_S`, shortened): the user is told "NOT saved" and the update is
 acknowledged, nothing of it stored.
 """
 
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from bot import store_wait
-from bot.store_wait import DELAYED, NOT_SAVED_YET
-from bot.turns import MEMORY_DOWN
+from bot.conversation import store_wait
+from bot.conversation.store_wait import DELAYED, NOT_SAVED_YET
+from bot.conversation.turns import MEMORY_DOWN
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.fakes.telegram_server import Chat, FakeTelegram, free_port
 from tests.reliability import pgcluster

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from bot.telegram.handled import telegram_updates
+from bot.channels.telegram.delivery.handled import telegram_updates
 from memory.testing.databases import PG_ADMIN_URL
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.fakes.telegram_server import FakeTelegram

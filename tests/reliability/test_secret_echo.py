@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli import main
-from bot.config import ConfigError, load_settings
+from bot.config.settings import ConfigError, load_settings
 from tests.reliability.process import REPO
 from tests.waits import scaled
 

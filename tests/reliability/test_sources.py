@@ -1,5 +1,5 @@
-"""Answers that say where a memory came from (memory/provenance.py, memory/origins.py,
-bot/telegram/sources.py) and `/memory why`, on the real bot and the fake servers: a
+"""Answers that say where a memory came from (memory/actions/provenance.py, memory/actions/origins.py,
+bot/channels/telegram/sources.py) and `/memory why`, on the real bot and the fake servers: a
 fact planted early, compacted twice with a restart in between, then asked; the answer
 carries a working source (a link in a supergroup, a reply quoting the original in a
 private chat); `/memory why` lists the search and the id; another user's fact is never
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bot.telegram.handled import telegram_updates
-from memory.db import write_transaction
-from memory.history import origins
+from bot.channels.telegram.delivery.handled import telegram_updates
+from memory.storage.db import write_transaction
+from memory.storage.history import origins
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, Response, text
 from tests.fakes.telegram_server import Chat, FakeTelegram, User

@@ -9,7 +9,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from bot.store_wait import DELAYED
+from bot.conversation.store_wait import DELAYED
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.conftest import ask

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.capabilities import Provider, ProviderContext, Summarizer
+from memory.contract.capabilities import Provider, ProviderContext, Summarizer
 from memory.testing.conformance import ProviderConformance
 from plugins.simple import create
 

@@ -10,13 +10,20 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory import forgetting as fg
-from memory.capabilities import ProviderContext
-from memory.errors import Conflict
-from memory.forgetting import Owner
-from memory.integrity import check_shared
-from memory.registry import create_provider
-from memory.types import Message, NoteKind, SearchMode, SearchQuery, Session, SummarizeOptions
+from memory.contract.capabilities import ProviderContext
+from memory.contract.errors import Conflict
+from memory.contract.registry import create_provider
+from memory.contract.types import (
+    Message,
+    NoteKind,
+    SearchMode,
+    SearchQuery,
+    Session,
+    SummarizeOptions,
+)
+from memory.storage import forgetting as fg
+from memory.storage.forgetting import Owner
+from memory.transfer.integrity import check_shared
 from tests.fakes.summarizer import KeepingSummarizer
 
 TOKEN = "Zqxplanted"

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.capabilities import ProviderContext
-from memory.db import write_transaction
-from memory.errors import InvalidArgument
-from memory.summarizer import StaticSummarizer
-from memory.types import Message, Session, utcnow
+from memory.compaction.summarizer import StaticSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.contract.errors import InvalidArgument
+from memory.contract.types import Message, Session, utcnow
+from memory.storage.db import write_transaction
 from plugins.simple import SimpleProvider, markers
 
 S = Session("s-export", "bot", 7)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from memory.errors import Conflict, InvalidArgument, NotFound, StoreCorrupt
-from memory.types import NoteKind
+from memory.contract.errors import Conflict, InvalidArgument, NotFound, StoreCorrupt
+from memory.contract.types import NoteKind
 from plugins.simple.notes_file import Add, Alias, NotesFile, Remove, Rename, Write
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.errors import Conflict, InvalidArgument, NotFound
+from memory.contract.errors import Conflict, InvalidArgument, NotFound
 from plugins.simple.notes_file import Add, Alias, NotesFile, Write
 from plugins.simple.notes_store import NotesStore, safe_component
 

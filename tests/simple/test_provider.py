@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.capabilities import ProviderContext, capabilities_of
-from memory.errors import Conflict, InvalidArgument, NotFound
-from memory.registry import create_provider
-from memory.summarizer import StaticSummarizer, SummarizerError
-from memory.types import (
+from memory.compaction.summarizer import StaticSummarizer, SummarizerError
+from memory.contract.capabilities import ProviderContext, capabilities_of
+from memory.contract.errors import Conflict, InvalidArgument, NotFound
+from memory.contract.registry import create_provider
+from memory.contract.types import (
     Message,
     NoteKind,
     SearchMode,
@@ -323,8 +323,8 @@ async def test_a_large_backlog_is_compacted_in_bounded_steps(
 async def test_compaction_and_its_changelog_row_commit_together(
     engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memory.context import with_change_source
-    from memory.types import ChangeSource, CompactionMode, Scope
+    from memory.contract.context import with_change_source
+    from memory.contract.types import ChangeSource, CompactionMode, Scope
 
     provider = _provider(engine, tmp_path, keep_tail=2)
     await provider.append(S, *_msgs(6))

@@ -7,7 +7,7 @@
 
 Memory: the conformance kit's reference provider (history in RAM, shared stores in a
 throwaway SQLite database), or an installed provider by name (`provider="lcm"`), reached
-through the same Pool the bot uses in production.
+through the same Conversations the bot uses in production.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 from telegram.ext import Application
 
-from bot.config import Settings
-from bot.llm import LLMClient
-from bot.pool import Pool
-from bot.telegram.channel import build_application, running
-from memory.capabilities import ProviderContext, Summarizer
-from memory.db import create_engine
-from memory.history import messages, origins
-from memory.registry import create_provider
-from memory.summarizer import StaticSummarizer
+from bot.channels.telegram.channel import build_application, running
+from bot.config.settings import Settings
+from bot.conversation.service import Conversations
+from bot.model.client import LLMClient
+from memory.compaction.summarizer import StaticSummarizer
+from memory.contract.capabilities import ProviderContext, Summarizer
+from memory.contract.registry import create_provider
+from memory.storage.db import create_engine
+from memory.storage.history import messages, origins
 from memory.testing.databases import temp_engine
 from memory.testing.reference import create as create_reference
 from tests.fakes.openai_server import FakeOpenAI
@@ -41,7 +41,7 @@ from tests.waits import eventually
 @dataclass
 class RunningBot:
     app: Application
-    pool: Pool
+    pool: Conversations
     provider: Any
     settings: Settings
 
@@ -112,7 +112,7 @@ async def running_bot(
             ctx.config = {**settings.memory.section(provider), **ctx.config}
             memory = create_provider(provider, ctx)
         client = LLMClient(settings.llm, backoff_s=0.01)
-        pool = Pool(memory, client, settings)
+        pool = Conversations(memory, client, settings)
         app = build_application(settings, pool)
         try:
             async with running(app, settings, poll_timeout=1):

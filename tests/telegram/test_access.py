@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memory.types import ListOptions, Session
+from memory.contract.types import ListOptions, Session
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram, User
 from tests.telegram.harness import running_bot

@@ -12,7 +12,7 @@ from typing import Any
 
 from telegram import Chat, Message, Update
 
-from bot.telegram.chat_queues import ChatQueueProcessor, chat_key
+from bot.channels.telegram.delivery.chat_queues import ChatQueueProcessor, chat_key
 from tests.waits import scaled
 
 GUARD_S = 5.0  # only so that a broken queue fails the test instead of hanging it

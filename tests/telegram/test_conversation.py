@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from memory.types import Session
+from memory.contract.types import Session
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot

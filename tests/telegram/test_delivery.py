@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from telegram import Bot
 
-from bot.telegram.delivery import Target
-from bot.telegram.replies import EditPacer, ReplyStream, typing
-from bot.telegram.splitting import utf16_len
+from bot.channels.telegram.delivery.sent import Target
+from bot.channels.telegram.render.replies import EditPacer, ReplyStream, typing
+from bot.channels.telegram.render.splitting import utf16_len
 from tests.fakes.openai_server import FakeOpenAI, text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot

@@ -7,7 +7,7 @@ import logging
 import pytest
 from telegram.error import BadRequest, NetworkError, RetryAfter, TimedOut
 
-from bot.telegram.delivery import MAX_ATTEMPTS, with_retry
+from bot.channels.telegram.delivery.sent import MAX_ATTEMPTS, with_retry
 
 
 class Script:
@@ -27,7 +27,7 @@ class Script:
 async def test_server_errors_and_short_flood_waits_are_retried(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bot.telegram.delivery")
+    caplog.set_level(logging.INFO, logger="bot.channels.telegram.delivery.sent")
     call = Script(NetworkError("Bad Gateway"), RetryAfter(1))
     assert await with_retry(call, what="sendMessage") == "sent"
     assert call.calls == 3

@@ -1,5 +1,5 @@
 """A forget confirmation acts only on the preview it was shown for, once, on any replica
-(bot/telegram/confirmations.py, memory/forget_requests.py): the real bot on the fake
+(bot/channels/telegram/confirmations.py, memory/storage/forget_requests.py): the real bot on the fake
 Telegram and OpenAI servers, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from memory import forget_requests as requests
-from memory.db import write_transaction
-from memory.forget_requests import forget_requests
+from memory.contract.types import utcnow
+from memory.storage import forget_requests as requests
+from memory.storage.db import write_transaction
+from memory.storage.forget_requests import forget_requests
 from memory.testing.databases import temp_engine
-from memory.types import utcnow
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import BotMessage, FakeTelegram
 from tests.reliability.process import BotProcess

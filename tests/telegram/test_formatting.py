@@ -1,5 +1,5 @@
 """Markdown -> Telegram entities: the text Telegram shows is what the model wrote minus
-the Markdown markers (`bot.telegram.markdown` defines them), never less."""
+the Markdown markers (`bot.channels.telegram.render.markdown` defines them), never less."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.telegram.formatting import render
-from bot.telegram.markdown import render_markdown
-from bot.telegram.sessions import strip_mention
-from bot.telegram.splitting import utf16_len
+from bot.channels.telegram.render.formatting import render
+from bot.channels.telegram.render.markdown import render_markdown
+from bot.channels.telegram.render.splitting import utf16_len
+from bot.channels.telegram.sessions import strip_mention
 from tests.fakes.openai_server import FakeOpenAI, text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot

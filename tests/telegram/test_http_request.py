@@ -1,4 +1,4 @@
-"""AiohttpRequest (bot/telegram/http.py) against a real local aiohttp server: what the
+"""AiohttpRequest (bot/channels/telegram/http.py) against a real local aiohttp server: what the
 server receives from python-telegram-bot, and which PTB errors the failures become."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from aiohttp import web
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import NetworkError, TimedOut
 
-from bot.telegram.http import AiohttpRequest, DownloadTooLarge, download_cap
+from bot.channels.telegram.http import AiohttpRequest, DownloadTooLarge, download_cap
 from tests.waits import scaled
 
 TOKEN = "123456:secret-token-never-in-errors"

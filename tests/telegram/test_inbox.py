@@ -1,5 +1,5 @@
 """One chat flooding the bot does not hide the others: updates waiting behind their
-chat's turn are parked in the database (bot.telegram.inbox), acknowledged, and handled
+chat's turn are parked in the database (bot.channels.telegram.delivery.inbox), acknowledged, and handled
 in order, after a restart too.
 
 The real bot in-process against the fake Bot API, as in test_polling."""
@@ -16,11 +16,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.app import Services
-from bot.telegram.inbox import Inbox, telegram_inbox
-from memory.db import write_transaction
+from bot.app.services import Services
+from bot.channels.telegram.delivery.inbox import Inbox, telegram_inbox
+from memory.contract.types import utcnow
+from memory.storage.db import write_transaction
 from memory.testing.databases import temp_database_url
-from memory.types import utcnow
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import until_empty

@@ -17,16 +17,16 @@ import pytest
 import sqlalchemy as sa
 from telegram import Update
 
-from bot.app import Services, build_services
-from bot.commands import HELP
-from bot.config import Settings
-from bot.llm import LLMClient
-from bot.pool import Pool
-from bot.telegram.channel import build_application, running
-from bot.telegram.handled import HandledUpdates, telegram_updates
-from memory.capabilities import ProviderContext
-from memory.history import conversations, messages
-from memory.summarizer import StaticSummarizer
+from bot.app.services import Services, build_services
+from bot.channels.telegram.channel import build_application, running
+from bot.channels.telegram.delivery.handled import HandledUpdates, telegram_updates
+from bot.config.settings import Settings
+from bot.conversation.commands import HELP
+from bot.conversation.service import Conversations
+from bot.model.client import LLMClient
+from memory.compaction.summarizer import StaticSummarizer
+from memory.contract.capabilities import ProviderContext
+from memory.storage.history import conversations, messages
 from memory.testing.databases import temp_database_url, temp_engine
 from memory.testing.reference import create as create_reference
 from tests.fakes.openai_server import FakeOpenAI, gated, text
@@ -293,7 +293,7 @@ async def test_an_update_another_replica_stores_meanwhile_is_skipped_quietly(
 async def test_once_appends_are_atomic_the_insert_alone_refuses_a_redelivery(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # After the first text turn (lcm appends through memory.history: atomic), text
+    # After the first text turn (lcm appends through memory.storage.history: atomic), text
     # updates are not read from telegram_updates first; an update recorded elsewhere
     # is still neither stored nor answered, refused by the append's own insert.
     checked: list[int] = []
@@ -352,7 +352,7 @@ async def test_a_stop_acknowledges_only_what_is_durable(
         async with bot_on(tg, llm, tmp_path, url) as again:
             await tg.wait_for_message(41, contains="echo: m2")
             assert await user_texts(again, 41) == ["m1", "m2"]
-    # m1, stored but cut off at the model, is answered at the start (bot.telegram.resume),
+    # m1, stored but cut off at the model, is answered at the start (bot.channels.telegram.delivery.resume),
     # before m2 (sent again by Telegram) takes its turn.
     assert [m.text for m in tg.bot_messages(41)] == ["echo: m1", "echo: m2"]
 
@@ -417,7 +417,7 @@ async def test_a_provider_outside_the_shared_history_still_records(
                 )
             )
             client = LLMClient(settings.llm, backoff_s=0.01)
-            pool = Pool(provider, client, settings)
+            pool = Conversations(provider, client, settings)
             app = build_application(settings, pool, engine=engine)
             try:
                 async with running(app, settings, poll_timeout=1, drain_s=2):

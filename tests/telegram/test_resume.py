@@ -1,5 +1,5 @@
 """A message stored but not answered before a stop or crash is answered at the next
-start (bot.telegram.resume), once; a turn that ended with an apology is not. An answer
+start (bot.channels.telegram.delivery.resume), once; a turn that ended with an apology is not. An answer
 stored but never sent (Telegram down past the retries) is sent then, and only that one.
 
 The real bot in-process against the fake Bot API, as in test_polling."""
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from bot.app import Services
-from bot.telegram.handled import telegram_updates
-from bot.telegram.handlers import FAILED
-from memory.db import create_engine, write_transaction
+from bot.app.services import Services
+from bot.channels.telegram.delivery.handled import telegram_updates
+from bot.channels.telegram.handlers import FAILED
+from memory.storage.db import create_engine, write_transaction
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text
 from tests.fakes.telegram_server import FakeTelegram, User
@@ -50,7 +50,7 @@ async def test_a_message_cut_off_by_a_stop_is_answered_at_the_next_start(
             reply = await tg.wait_for_message(41, contains="echo: what is the capital")
             assert reply.reply_to == sent["message_id"]  # says what it answers
             await until_empty(lambda: owed(services))
-            # Linked to where it went, as an answer given at once is (memory/origins.py).
+            # Linked to where it went, as an answer given at once is (memory/actions/origins.py).
             assert list((await answer_origins(services.engine, 41)).values()) == [reply.message_id]
             assert await user_texts(services, 41) == ["what is the capital of Portugal?"]
 
@@ -301,7 +301,7 @@ async def test_an_answer_telegram_refused_is_not_sent_again_at_the_next_start(
             alice.send("hello")
             await llm.wait_for_requests(1)
             await until_empty(lambda: owed(services))  # cleared at once, not in a batch
-        caplog.set_level(logging.INFO, logger="bot.telegram.resume")
+        caplog.set_level(logging.INFO, logger="bot.channels.telegram.delivery.resume")
         async with bot_on(tg, llm, tmp_path, url):
             for _ in range(200):  # until the start has looked at what was owed
                 if "owed answers looked at" in caplog.text:

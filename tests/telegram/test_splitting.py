@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.telegram.splitting import TELEGRAM_LIMIT, split_markdown, utf16_len
+from bot.channels.telegram.render.splitting import TELEGRAM_LIMIT, split_markdown, utf16_len
 
 FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 

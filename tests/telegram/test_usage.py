@@ -8,11 +8,11 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from bot.app import build_services
-from bot.config import Settings
-from bot.telegram.channel import build_application, running
-from memory.tokens import estimate_tokens
-from memory.usage import usage_records
+from bot.app.services import build_services
+from bot.channels.telegram.channel import build_application, running
+from bot.config.settings import Settings
+from memory.storage.usage import usage_records
+from memory.text.tokens import estimate_tokens
 from tests.fakes.openai_server import FakeOpenAI, text
 from tests.fakes.telegram_server import FakeTelegram
 

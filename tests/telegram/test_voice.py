@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.telegram.voice import RECORDINGS_AT_ONCE
+from bot.channels.telegram.voice import RECORDINGS_AT_ONCE
 from tests.fakes.openai_server import FakeOpenAI, error, gated, text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot

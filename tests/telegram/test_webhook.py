@@ -8,7 +8,7 @@ from pathlib import Path
 
 from aiohttp import ClientSession
 
-from bot.telegram.channel import derived_webhook_secret
+from bot.channels.telegram.channel import derived_webhook_secret
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.telegram.harness import running_bot

@@ -17,17 +17,17 @@ from typing import Any
 import aiohttp
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.config import HealthSettings, Settings
-from bot.health import HealthServer
+from bot.config.settings import HealthSettings, Settings
+from bot.runtime.health import HealthServer
 from bot.web.auth import hash_token
 from bot.web.console import Console
-from memory.capabilities import Provider, ProviderContext
-from memory.db import write_transaction
-from memory.duties import WriteOptions
-from memory.registry import create_provider_async
-from memory.summarizer import TruncatingSummarizer
-from memory.types import ChangeSource, CompactionMode, Message, Session
-from memory.usage import TokenUsage, UsageRow, insert_rows
+from memory.compaction.summarizer import TruncatingSummarizer
+from memory.contract.capabilities import Provider, ProviderContext
+from memory.contract.options import WriteOptions
+from memory.contract.registry import create_provider_async
+from memory.contract.types import ChangeSource, CompactionMode, Message, Session
+from memory.storage.db import write_transaction
+from memory.storage.usage import TokenUsage, UsageRow, insert_rows
 from tests.ops.conftest import T0, conversation
 
 OPERATOR_TOKEN = "ann-operator-token-0123456789abcdef"

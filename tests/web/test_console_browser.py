@@ -68,7 +68,7 @@ class Site:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
     async def _main(self) -> None:
-        from memory.db import create_engine, migrate
+        from memory.storage.db import create_engine, migrate
 
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         tmp = Path(tempfile.mkdtemp(prefix="mnemo-web-"))

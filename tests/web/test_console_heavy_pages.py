@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.web import console as console_module
 from bot.web.console import Console
 from bot.web.offload import Offload
-from memory.capabilities import Provider
-from memory.duties import WriteOptions
-from memory.types import ChangeSource, CompactionMode, Message, Session
+from memory.contract.capabilities import Provider
+from memory.contract.options import WriteOptions
+from memory.contract.types import ChangeSource, CompactionMode, Message, Session
 from tests.ops.conftest import T0
 from tests.web.site import (
     ALICE,

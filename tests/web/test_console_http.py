@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.web.auth import SESSION_COOKIE
-from memory.types import SearchMode
+from memory.contract.types import SearchMode
 from tests.web.site import (
     ALICE,
     BOB,

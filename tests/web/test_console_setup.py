@@ -11,13 +11,13 @@ import aiohttp
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.app.root import Root
 from bot.cli import main
-from bot.config import ConfigError, Settings, WebSettings, load_settings
-from bot.root import Root
+from bot.config.settings import ConfigError, Settings, WebSettings, load_settings
 from bot.web.auth import Gate, hash_token
 from bot.web.serve import start_http
+from memory.contract.types import Session
 from memory.testing.reference import ReferenceProvider
-from memory.types import Session
 from tests.bot.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI, text
 

@@ -2,13 +2,13 @@
 
 Search over the message history was lcm's (lcm_0001/0002/0003), so `simple` had no
 ranked search over messages at all. The index now belongs to the history's owner, core,
-and `memory/lexical.py` queries it for every provider; lcm_0004 drops lcm's copies.
+and `memory/search/lexical.py` queries it for every provider; lcm_0004 drops lcm's copies.
 
 What is indexed: every message but tool results (a tool result repeats what is stored
 elsewhere, and earlier searches' results crowded out what was said), each with a little
 of its neighbourhood: `context` holds the end of the previous user or assistant message
 of its conversation (the question an answer answers, the remark a reply takes up), a
-field that memory/lexical.py weighs below the message's own words.
+field that memory/search/lexical.py weighs below the message's own words.
 
 - SQLite: `messages_fts`, FTS5 (porter, unicode61) over (scope, content, context), where
   `scope` is `<c{conversation_id}>` so a user's conversations filter inside the index. It

@@ -1,7 +1,7 @@
-"""core: embeddings (one vector per source item and model; memory/semantic/store.py)
+"""core: embeddings (one vector per source item and model; memory/search/semantic/store.py)
 
 Vectors are float32 bytes in a plain binary column, so stock PostgreSQL (no pgvector)
-and SQLite hold them alike; similarity is computed in the process (memory/semantic/index.py).
+and SQLite hold them alike; similarity is computed in the process (memory/search/semantic/index.py).
 
 Revision ID: 0005_embeddings
 Revises: 0004_search_index
@@ -36,11 +36,11 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.UniqueConstraint("source", "item_key", "model", name="uq_embeddings_item"),
     )
-    # A scope's vectors newer than the cache holds (memory/semantic/index.py).
+    # A scope's vectors newer than the cache holds (memory/search/semantic/index.py).
     op.create_index(
         "ix_embeddings_scope", "embeddings", ["user_id", "agent_id", "model", "id", "dim"]
     )
-    # The newest item embedded per source and model (memory/semantic/backlog.py).
+    # The newest item embedded per source and model (memory/search/semantic/backlog.py).
     op.create_index("ix_embeddings_position", "embeddings", ["source", "model", "item_id"])
 
 

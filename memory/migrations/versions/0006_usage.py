@@ -1,4 +1,4 @@
-"""core: usage_records (what every model call cost; memory/usage.py)
+"""core: usage_records (what every model call cost; memory/storage/usage.py)
 
 One row per model call: chat rounds, summaries, reflect, search and stored-item
 embeddings, transcriptions; the tokens the server reported (or the estimate, flagged),

@@ -1,9 +1,9 @@
-"""core: message_origins (where a stored message came from; memory/origins.py)
+"""core: message_origins (where a stored message came from; memory/actions/origins.py)
 
 One row per message a channel received with an address people can open again: for
 Telegram the chat id, the message id in that chat and the forum topic (thread) id. A
 cited message is shown from it as a link (supergroups) or a reply quoting it (private
-chats). Deleted with its message (foreign key, and explicitly by memory/forgetting.py).
+chats). Deleted with its message (foreign key, and explicitly by memory/storage/forgetting.py).
 
 Revision ID: 0007_message_origin
 Revises: 0006_usage

@@ -1,4 +1,4 @@
-"""core: forget_requests (pending `/memory forget` confirmations; memory/forget_requests.py)
+"""core: forget_requests (pending `/memory forget` confirmations; memory/storage/forget_requests.py)
 
 One row per forget preview awaiting its confirmation, under the random code the
 confirmation names, so any replica can confirm it: the conversation (base session) and

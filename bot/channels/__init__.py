@@ -1,0 +1,1 @@
+"""Ways people reach the bot: the `Channel` protocol (`base`), the terminal, Telegram."""

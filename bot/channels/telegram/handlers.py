@@ -1,0 +1,701 @@
+"""What the bot does with each kind of update.
+
+Decisions (docs/CHAT.md "Telegram" repeats them for operators):
+- Text: one turn of the conversation (see `sessions` for which one). In a group the
+  stored text is prefixed with the sender's name, `[Alice] ...`, so the model can tell
+  members apart; the bot's @handle is removed.
+- Group mode `mention` (default): a group message is answered, and stored, only when it
+  @mentions the bot or replies to one of its messages; `always`: every message;
+  `disabled`: the bot stays silent in groups, commands included.
+- Each stored message keeps its origin (chat, message and topic ids; memory/actions/origins.py).
+  An answer citing what the memory tool returned ends with its sources
+  (bot/channels/telegram/sources.py): links in a supergroup; in a private chat a reply quoting
+  the first cited message, and each source's date and first words. Once Telegram has
+  taken an answer, its first message becomes the stored answer's origin, so the bot's
+  own answers link too; an answer sent after a restart has its sources found again.
+- Commands: /start /help /new /compact /memory, answered in one plain-text message. An
+  unknown command gets a short help line (in a group only when addressed to this bot by
+  `/cmd@bot`, since plain `/cmd` may be meant for another bot).
+- A `/memory forget` preview carries a Forget button (bot.channels.telegram.confirmations): a
+  press runs `/memory forget confirm <its preview's code>` for the presser, with their
+  rights; a preview whose request ended (confirmed, cancelled, superseded) loses it.
+- Not allowed (`telegram.allowed_ids`): one polite line, and nothing of the message is
+  stored (the pool is never called).
+- Text documents (a text MIME type or file name, `attachments.TEXT_EXTENSIONS`; at
+  most 512 KiB) are downloaded and read as UTF-8: one turn, the caption first, then
+  `[file name]` and the content. Too big, not UTF-8, or not downloadable: one line,
+  nothing stored; over `MAX_INPUT_CHARS` once read: the too-long line.
+- A document named `result.json` or `conversations.json` in a private chat is a chat
+  export to import, not a turn (bot.channels.telegram.imports): the bot answers with what it
+  holds and an Import button; nothing is stored before the confirmation.
+- Voice messages, audio files and video notes are transcribed only when
+  `llm.transcription_model` is set (empty by default: transcription costs money and
+  many self-hosted servers lack `/audio/transcriptions`; e.g. `whisper-1` or
+  `gpt-4o-mini-transcribe` on OpenAI). Then: at most 20 MB (the Bot API's download
+  limit, refused by `file_size` before downloading), one turn, the caption first, then
+  `[voice message, transcribed]` and the transcript; too big, not downloadable, no
+  words heard, or the server failing past its retries (or lacking the endpoint, 404/400):
+  one line, nothing stored (`bot.channels.telegram.voice`). Off: without a caption, one line
+  asking to type it; with one, as below.
+- Photos are shown to the model only when `llm.vision` is on (off by default: many
+  self-hosted OpenAI-compatible servers and models reject image parts; gpt-4o-mini on
+  OpenAI takes them). Then a photo, captioned or not, is downloaded (Telegram's largest
+  size of at most 10 MB; none that small, or not downloadable: one line, nothing stored)
+  and is one turn whose stored text is `[photo]` then the caption; the image goes to the
+  model with that message in this turn only and is never stored: later turns see the
+  text and the answer (what was said about the photo). A turn resumed after a crash is
+  answered from the text. A server rejecting images (400) fails the turn like any model
+  error: the apology line, the `[photo]` message kept (`bot.channels.telegram.photos`).
+- A photo (vision off), video, animation, audio, voice message or other document with a
+  caption: one turn, a note that the user attached something the model cannot see, then
+  the caption. Without a caption, and stickers, locations,
+  polls, contacts, dice: "I only read text for now"; nothing is stored. In groups these
+  follow the text rules (mention in the caption, `[Name]`).
+- Edited messages are ignored, without a reply: the original already had its answer,
+  and answering the edit would store a second turn the user did not send as one. To ask
+  again, send a new message.
+- A message over `MAX_INPUT_CHARS` (only a self-hosted Bot API server lets one through)
+  is refused with one line; nothing is stored.
+- Two messages in one conversation are answered in the order they arrived, one after
+  the other; different conversations are answered in parallel. The updates of a chat
+  (or forum topic) reach these handlers one at a time, in order
+  (`bot.channels.telegram.delivery.chat_queues`), so no handler orders turns itself.
+- The database away (PostgreSQL down, SQLite's file locked): a turn is held, its update
+  unacknowledged, and tried again with backoff for up to 10 minutes (`bot.conversation.store_wait`);
+  one line says the answer is delayed (or, when part of it was streamed, that it is not
+  saved yet). Past that: "NOT saved, please send it again", acknowledged.
+- An unexpected error in any handler: one plain apology line (`FAILED`), never its text.
+- Redelivered updates (the bot died after storing a message, before Telegram heard so):
+  a turn (text, text document, captioned media, voice, photo) or command recorded as
+  handled is skipped silently (the record is written with the user's message, or right
+  after the command ran); a document, recording or photo is looked up before it is
+  downloaded, so a redelivery is not fetched (nor transcribed) again. A turn
+  stored but not answered (a stop or crash mid-turn) is answered at the next start
+  (`bot.channels.telegram.delivery.resume`), as a reply quoting it. A stored answer Telegram does not
+  take (flood control, or unreachable past the retries) is owed: marked at once and
+  sent later by `bot.channels.telegram.delivery.outbox`, or else at the next start. Refusals and the one-line
+  answers to media, unreadable files, unknown commands or over-long text are not
+  recorded (a disallowed user leaves no row): after a crash they may be said twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from telegram import Bot, Document, Message, PhotoSize, Update, User
+from telegram.error import TelegramError
+from telegram.ext import (
+    Application,
+    CallbackQueryHandler,
+    CommandHandler,
+    ContextTypes,
+    MessageHandler,
+    filters,
+)
+
+from bot.channels.telegram import confirmations, sources
+from bot.channels.telegram.attachments import (
+    Unreadable,
+    media_note,
+    read_text,
+    text_document,
+    with_file,
+)
+from bot.channels.telegram.confirmations import PREFIX as BUTTONS
+from bot.channels.telegram.delivery.handled import ReplyTo
+from bot.channels.telegram.delivery.inflight import Inflight, UpdateReceipt
+from bot.channels.telegram.delivery.outbox import Outbox, finish_or_owe
+from bot.channels.telegram.delivery.resume import OwedAnswers
+from bot.channels.telegram.delivery.sent import Target
+from bot.channels.telegram.imports import PREFIX as IMPORT_BUTTONS
+from bot.channels.telegram.imports import ChatImports, export_format, is_import_command
+from bot.channels.telegram.imports import pressed as pressed_import
+from bot.channels.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
+from bot.channels.telegram.render.replies import EditPacer, ReplyStream, send_plain_reply, typing
+from bot.channels.telegram.sessions import (
+    CHANNEL,
+    Place,
+    base_session,
+    is_addressed,
+    is_admin,
+    is_allowed,
+    strip_mention,
+)
+from bot.channels.telegram.voice import (
+    NOT_LISTENING,
+    RECORDINGS_AT_ONCE,
+    Recording,
+    Transcriber,
+    recording,
+    transcribed,
+)
+from bot.config.settings import Settings
+from bot.conversation.commands import COMMANDS, command_parts, handle_command
+from bot.conversation.service import Conversations, Reply
+from bot.conversation.session_binding import bind_session
+from bot.conversation.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
+from bot.conversation.turns import MEMORY_DOWN
+from bot.model.images import Image
+from memory.contract.types import Origin, Session, utcnow
+from memory.storage.usage import UsageRecorder
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+COMMAND_NAMES = tuple(name for name, _ in COMMANDS)
+
+MAX_INPUT_CHARS = 65_536
+EDIT_MIN_GAP_S = 1.0  # Telegram: about one message per second per chat
+
+NOT_ALLOWED = "Sorry, this is a private bot and I can't talk with you. Ask its operator for access."
+TEXT_ONLY = "I only read text for now: please send your message as text."
+TOO_LONG = (
+    "That message is too long for me ({n} characters; the limit is {limit}). "
+    "Please send a shorter one."
+)
+FAILED = "Sorry, something went wrong on my side. Please try again."
+ONLY_MENTION = "Yes? Write your question after the mention."
+UNKNOWN = "I don't know /{name}. Commands: " + " ".join("/" + n for n in COMMAND_NAMES)
+
+MEDIA = (
+    filters.PHOTO
+    | filters.Sticker.ALL
+    | filters.VOICE
+    | filters.AUDIO
+    | filters.VIDEO
+    | filters.VIDEO_NOTE
+    | filters.ANIMATION
+    | filters.Document.ALL
+    | filters.LOCATION
+    | filters.VENUE
+    | filters.CONTACT
+    | filters.POLL
+    | filters.Dice.ALL
+)
+
+
+def _sender_name(message: Message) -> str:
+    if message.sender_chat is not None:
+        return message.sender_chat.title or "anonymous"
+    user = message.from_user
+    return user.full_name if user else "someone"
+
+
+class TelegramChannel:
+    """The handlers, bound to one pool and one config."""
+
+    def __init__(
+        self,
+        pool: Conversations,
+        settings: Settings,
+        inflight: Inflight | None = None,
+        *,
+        reply_limit: int,
+    ) -> None:
+        self.pool = pool
+        self.reply_limit = reply_limit  # characters of a command answer (the channel's)
+        self.inflight = inflight
+        self.settings = settings
+        self.tg = settings.telegram
+        # Voice is transcribed only when configured (bot.channels.telegram.voice says why).
+        self.transcriber: Transcriber | None = (
+            pool.llm
+            if settings.llm.transcription_model and isinstance(pool.llm, Transcriber)
+            else None
+        )
+        # A recording may be 20 MB, held whole while it is transcribed: a few at a time.
+        self.recordings = asyncio.Semaphore(RECORDINGS_AT_ONCE)
+        # Photos are shown to the model only when on (bot.channels.telegram.photos says why).
+        self.vision = settings.llm.vision
+        # A photo (up to 10 MB) is held until its turn's answer: a few turns at a time.
+        self.photos = asyncio.Semaphore(PHOTOS_AT_ONCE)
+        self.pacer = EditPacer(EDIT_MIN_GAP_S)
+        self.outbox = Outbox()  # answers Telegram could not take yet
+        self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
+        self.imports = ChatImports(pool, settings)  # exports sent in private chats
+        self.started = (
+            utcnow()
+        )  # turns handled since are this run's (bot.channels.telegram.delivery.resume)
+
+    async def answer_owed(self, bot: Bot) -> int:
+        """Answer messages a previous run stored but did not answer (`bot.channels.telegram.delivery.resume`)."""
+        if self.inflight is None or self.inflight.handled is None:
+            return 0
+        return await OwedAnswers(
+            bot,
+            self.pool,
+            self.inflight.handled,
+            self.settings,
+            self.pacer,
+            self.stream_interval,
+            self.outbox,
+            self.started,
+        ).answer()
+
+    def register(self, app: Application) -> None:
+        new = filters.UpdateType.MESSAGE  # edited messages have their own handler
+        app.add_handler(CommandHandler(COMMAND_NAMES, self.on_command, filters=new))
+        app.add_handler(MessageHandler(new & filters.COMMAND, self.on_unknown_command))
+        app.add_handler(MessageHandler(new & filters.TEXT, self.on_text))
+        app.add_handler(MessageHandler(new & MEDIA, self.on_media))
+        app.add_handler(MessageHandler(filters.UpdateType.EDITED_MESSAGE, self.on_edited))
+        app.add_handler(CallbackQueryHandler(self.on_button, pattern=f"^{BUTTONS}"))
+        app.add_handler(CallbackQueryHandler(self.on_import_button, pattern=f"^{IMPORT_BUTTONS}"))
+        app.add_error_handler(self.on_error)
+
+    # --- gatekeeping -----------------------------------------------------------------
+
+    async def _admit(
+        self, update: Update, context: ContextTypes.DEFAULT_TYPE, *, command: bool = False
+    ) -> tuple[Message, Place, User | None] | None:
+        """The message, its place and sender when the bot should act on it; None (after
+        a refusal line, where one is due) otherwise."""
+        message = update.effective_message
+        if message is None:
+            return None
+        place = Place.of(message)
+        user = message.from_user
+        if place.is_group:
+            mode = self.tg.group_mode
+            if mode == "disabled":
+                return None
+            if (
+                mode == "mention"
+                and not command
+                and not is_addressed(message, context.bot.id, context.bot.username)
+            ):
+                return None
+        if not is_allowed(self.tg, user.id if user else None, place.chat_id):
+            log.info(
+                "refused a message from user %s in chat %s (not in allowed_ids)",
+                user.id if user else "?",
+                place.chat_id,
+            )
+            await send_plain_reply(context.bot, self._target(message, place), NOT_ALLOWED)
+            return None
+        return message, place, user
+
+    def _receipt(self, update: Update) -> UpdateReceipt | None:
+        return self.inflight.receipt(update) if self.inflight is not None else None
+
+    @staticmethod
+    def _target(message: Message, place: Place) -> Target:
+        return Target(
+            place.chat_id, place.thread_id, message.message_id if place.is_group else None
+        )
+
+    # --- handlers --------------------------------------------------------------------
+
+    async def on_text(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        admitted = await self._admit(update, context)
+        if admitted is None:
+            return
+        message, place, user = admitted
+        text = message.text or ""
+        if place.is_group:
+            text = strip_mention(text, context.bot.username)
+            if not text:
+                await send_plain_reply(context.bot, self._target(message, place), ONLY_MENTION)
+                return
+        await self._turn(update, context, message, place, user, text)
+
+    async def on_media(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        admitted = await self._admit(update, context)
+        if admitted is None:
+            return
+        message, place, user = admitted
+        target = self._target(message, place)
+        if not place.is_group and user is not None and export_format(message.document):
+            receipt = self._receipt(update)  # a redelivered offer is not fetched again
+            if receipt is None or not await receipt.seen_before():
+                assert message.document is not None
+                await self.imports.offer(context.bot, target, user.id, message.document)
+                if receipt is not None:
+                    await receipt.record()
+            return
+        caption = message.caption or ""
+        if place.is_group:
+            caption = strip_mention(caption, context.bot.username)
+        doc = text_document(message)
+        note = media_note(message)
+        sound = recording(message)
+        listening = sound is not None and self.transcriber is not None
+        photo = photo_size(message) if self.vision else None
+        if photo is not None:
+            await self._photo(update, context, message, place, user, photo, caption)
+            return
+        if not listening and doc is None and (note is None or not caption):
+            line = NOT_LISTENING if sound is not None else TEXT_ONLY
+            await send_plain_reply(context.bot, target, line)
+            return
+        if listening:
+            # The transcription's usage is the user's, stored with the message it became.
+            base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
+            async with self._usage_of(base):
+                read = await self._fetch(
+                    update,
+                    context.bot,
+                    target,
+                    lambda: self._read(context.bot, sound, doc, caption),
+                )
+                if read is not None:
+                    await self._turn(update, context, message, place, user, read)
+            return
+        if doc is not None:
+            read = await self._fetch(
+                update, context.bot, target, lambda: self._read(context.bot, sound, doc, caption)
+            )
+            if read is None:
+                return
+            text = read
+        else:
+            text = f"{note}\n{caption}"
+        await self._turn(update, context, message, place, user, text)
+
+    @contextlib.asynccontextmanager
+    async def _usage_of(self, base: Session) -> AsyncIterator[None]:
+        """Model calls in the block are `base`'s user's, and their usage rows go into a
+        ledger the turn's first append stores (memory/storage/usage.py)."""
+        usage: UsageRecorder | None = getattr(self.pool.llm, "usage", None)
+        with bind_session(base):
+            if usage is None:
+                yield
+                return
+            async with usage.collecting():
+                yield
+
+    async def _photo(
+        self,
+        update: Update,
+        context: ContextTypes.DEFAULT_TYPE,
+        message: Message,
+        place: Place,
+        user: User | None,
+        photo: PhotoSize,
+        caption: str,
+    ) -> None:
+        """A turn of the photo, shown to the model."""
+        async with self.photos:  # until the answer: the photo is in memory until then
+            image = await self._fetch(
+                update,
+                context.bot,
+                self._target(message, place),
+                lambda: fetched(context.bot, photo),
+            )
+            if image is not None:
+                await self._turn(
+                    update, context, message, place, user, photo_text(caption), images=[image]
+                )
+
+    async def _fetch(
+        self, update: Update, bot: Bot, target: Target, fetch: Callable[[], Awaitable[T]]
+    ) -> T | None:
+        """What `fetch` downloads (and reads) for a turn, with "typing…" meanwhile. None
+        when the update was handled before (a redelivery is not fetched again: a failing
+        second download would answer with a refusal a message that had its answer), or
+        when the file is refused (its line sent)."""
+        receipt = self._receipt(update)
+        if receipt is not None and await receipt.seen_before():
+            return None
+        try:
+            async with typing(bot, target):
+                return await fetch()
+        except Unreadable as refused:
+            await send_plain_reply(bot, target, refused.line)
+            return None
+
+    async def _read(
+        self, bot: Bot, sound: Recording | None, doc: Document | None, caption: str
+    ) -> str:
+        """The turn's text of a recording (transcribed) or a text document. Raises
+        Unreadable."""
+        if sound is not None and self.transcriber is not None:
+            async with self.recordings:
+                return await transcribed(bot, self.transcriber, sound, caption)
+        assert doc is not None
+        return with_file(caption, doc.file_name or "file", await read_text(bot, doc))
+
+    async def _turn(
+        self,
+        update: Update,
+        context: ContextTypes.DEFAULT_TYPE,
+        message: Message,
+        place: Place,
+        user: User | None,
+        text: str,
+        *,
+        images: Sequence[Image] = (),
+    ) -> None:
+        """One turn of the conversation with `text` (the message as the model reads it,
+        before the group's `[Name]`): stored, answered, streamed. `images` go to the
+        model with it, unstored."""
+        target = self._target(message, place)
+        if len(text) > MAX_INPUT_CHARS:
+            await send_plain_reply(
+                context.bot, target, TOO_LONG.format(n=len(text), limit=MAX_INPUT_CHARS)
+            )
+            return
+        if place.is_group:
+            text = f"[{_sender_name(message)}] {text}"
+        base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
+        receipt = self._receipt(update)
+        # Updates of a chat arrive in order: an earlier redelivered update of this
+        # conversation has been recognised (or stored) by now.
+        if receipt is not None and await receipt.seen_before(turn=True):
+            return
+        if receipt is not None:  # a stop before the answer: the next start gives it
+            receipt.reply_to = ReplyTo(place.chat_id, place.thread_id, message.message_id)
+        # A chat under flood control (or owed earlier answers) gets no streaming and no
+        # "typing…": Telegram takes nothing there now, and the answer queues behind.
+        quiet = self.outbox.owes(place.chat_id)
+        stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
+        # A store that is down holds the update, unacknowledged, while the turn waits
+        # for it (bot.conversation.store_wait); the user hears once that the answer is delayed.
+        wait = StoreWait(None if quiet else functools.partial(self._delayed, stream))
+        try:
+            session = await wait.run(
+                lambda: self.pool.current_session(base), f"the session of update {update.update_id}"
+            )
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            await send_plain_reply(context.bot, target, MEMORY_DOWN)  # past the bound
+            return
+        asked = Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id)
+        async with contextlib.nullcontext() if quiet else typing(context.bot, target):
+            try:
+                reply = await self.pool.chat(
+                    session,
+                    text,
+                    on_delta=None if quiet else stream.on_delta,
+                    receipt=receipt,
+                    images=images,
+                    origin=asked,
+                    wait=wait,
+                )
+                answer, failed, cited = reply.text, reply.error, reply.sources
+            except Exception:  # the pool reports its own failures; this is a bug
+                log.exception("turn of %s failed", session.id)
+                answer, failed, cited = FAILED, True, []
+        if receipt is not None and receipt.duplicate:
+            # A redelivery that another replica (which answers it) or an earlier process
+            # stored already: its record met ours in the append's transaction.
+            log.info(
+                "update %s was stored by another replica or an earlier process: skipped",
+                receipt.update_id,
+            )
+            return
+        if failed and receipt is not None:
+            await receipt.gave_up()
+        await self._show(
+            context.bot,
+            update.update_id,
+            Reply(answer, error=failed, sources=cited),
+            stream,
+            receipt,
+            place=place,
+            asked=asked,
+            session=session,
+        )
+
+    @staticmethod
+    async def _delayed(stream: ReplyStream) -> None:
+        """Said once per held message: its answer waits for the store (bot.conversation.store_wait).
+        An answer streamed already (its save failing) is said to be not saved yet."""
+        line = NOT_SAVED_YET if stream.message_ids else DELAYED
+        with contextlib.suppress(TelegramError):  # a notice: the hold goes on without it
+            await send_plain_reply(stream.bot, stream.target, line)
+
+    async def _show(
+        self,
+        bot: Bot,
+        update_id: int,
+        reply: Reply,
+        stream: ReplyStream,
+        receipt: UpdateReceipt | None,
+        *,
+        place: Place,
+        asked: Origin,
+        session: Session,
+    ) -> None:
+        """Show a turn's `reply` (to the message from `asked`) with its sources, now or
+        through the outbox; once shown, its sources apart if they must follow on their
+        own, and where it went is recorded (bot/channels/telegram/sources.py)."""
+        answer, failed, cited = reply.text, reply.error, reply.sources
+        target = stream.target
+        footer = sources.footer(cited)
+        private = footer and not place.is_group  # a group's answer replies to its question
+        quote = sources.quoted(cited, place.chat_id) if private else None
+        # A streamed message cannot become a reply: its sources then follow on their own,
+        # as a reply quoting the original (bot/channels/telegram/sources.py).
+        apart = quote is not None and bool(stream.message_ids)
+        if quote is not None and not apart:
+            stream.target = dataclasses.replace(stream.target, reply_to=quote)
+        answer += "" if apart else footer
+        # Stored, so never lost: what Telegram does not take now is owed, marked so a
+        # restart sends it, and shown later by the outbox (bot.channels.telegram.delivery.outbox).
+        marks = receipt is not None and not failed
+        stored = None if failed else sources.look_up(self.pool, session, asked)
+
+        async def after() -> None:  # the answer is shown: its origin, its sources apart
+            if not failed:  # first: until it is recorded, a crash means a resend
+                await sources.record_sent(self.pool, session, asked, stream, stored)
+            if apart and quote is not None:
+                with contextlib.suppress(TelegramError):  # the answer is shown; this is extra
+                    await send_plain_reply(
+                        bot, dataclasses.replace(target, reply_to=quote), footer.strip()
+                    )
+
+        async def late() -> None:  # the outbox delivered it
+            await after()
+            if marks and receipt is not None:
+                await receipt.delivered()
+
+        shown = await finish_or_owe(
+            self.outbox,
+            stream,
+            answer,
+            what=f"the answer to update {update_id}",
+            quote=asked.message_id,
+            mark=receipt.undelivered if marks and receipt else None,
+            late=late,
+            dropped=receipt.gave_up if marks and receipt else None,
+        )
+        if shown:
+            if receipt is not None:
+                receipt.answered()
+            await after()
+
+    async def on_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        admitted = await self._admit(update, context, command=True)
+        if admitted is None:
+            return
+        message, place, user = admitted
+        target = self._target(message, place)
+        if len(message.text or "") > MAX_INPUT_CHARS:
+            await send_plain_reply(
+                context.bot,
+                target,
+                TOO_LONG.format(n=len(message.text or ""), limit=MAX_INPUT_CHARS),
+            )
+            return
+        receipt = self._receipt(update)
+        if receipt is not None and await receipt.seen_before():
+            return
+        name, args = command_parts(message.text or "")
+        if name == "memory" and is_import_command(args) and not place.is_group and user:
+            said = await self.imports.command(context.bot, target, user.id, args)
+            if receipt is not None:
+                await receipt.record()
+            if said is not None:
+                await send_plain_reply(context.bot, target, said)
+            return
+        base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
+        async with typing(context.bot, target):
+            answer = await handle_command(
+                self.pool,
+                base,
+                name,
+                args.strip(),
+                is_admin=is_admin(self.tg, user.id if user else None),
+                limit=self.reply_limit,
+            )
+        if receipt is not None:
+            await receipt.record()  # its effect happened: never run it twice
+        words = args if name == "memory" else None  # a forget preview gets its buttons
+        await confirmations.reply(context.bot, self.pool, target, answer, words)
+
+    async def on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A button under a forget preview (bot/channels/telegram/confirmations.py): the command
+        it stands for, with its preview's code, run for the person who pressed it."""
+        query = update.callback_query
+        if query is None or not isinstance(query.message, Message):
+            return
+        button = confirmations.pressed(query.data or "")
+        message, user = query.message, query.from_user
+        place = Place.of(message)
+        await query.answer()
+        if not is_allowed(self.tg, user.id, place.chat_id):
+            return
+        target = self._target(message, place)
+        if button is None:  # a button from before codes: its preview is unknown
+            await confirmations.after_press(context.bot, self.pool, message, None)
+            await confirmations.no_longer_valid(context.bot, target)
+            return
+        code, words = button
+        base = base_session(self.settings.agent.id, place, user.id)
+        answer = await handle_command(
+            self.pool,
+            base,
+            "memory",
+            words,
+            is_admin=is_admin(self.tg, user.id),
+            limit=self.reply_limit,
+        )
+        await confirmations.after_press(context.bot, self.pool, message, code)
+        await send_plain_reply(context.bot, target, answer)
+
+    async def on_import_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Import or Cancel under an import offer (bot/channels/telegram/imports.py): the offer is
+        the presser's own, found by their user id (offers are made in private chats), and
+        only the one the button was shown with (its code)."""
+        query = update.callback_query
+        if query is None or not isinstance(query.message, Message):
+            return
+        action, code = pressed_import(query.data or "")
+        message, user = query.message, query.from_user
+        place = Place.of(message)
+        await query.answer()
+        if action not in ("confirm", "cancel") or place.is_group:
+            return
+        if not is_allowed(self.tg, user.id, place.chat_id):
+            return
+        with contextlib.suppress(TelegramError):  # pressed twice, or too old to edit
+            await message.edit_reply_markup(reply_markup=None)
+        target = self._target(message, place)
+        said = await self.imports.command(
+            context.bot, target, user.id, f"import {action}", code=code
+        )
+        if said is not None:
+            await send_plain_reply(context.bot, target, said)
+
+    async def on_unknown_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.effective_message
+        if message is None or not message.text:
+            return
+        head = message.text.split(maxsplit=1)[0]
+        name, _, addressee = head.lstrip("/").partition("@")
+        if addressee and addressee.lower() != context.bot.username.lower():
+            return  # another bot's command
+        if Place.of(message).is_group and not addressee:
+            return  # plain /cmd in a group may be meant for another bot
+        if await self._admit(update, context, command=True) is None:
+            return
+        await send_plain_reply(
+            context.bot, self._target(message, Place.of(message)), UNKNOWN.format(name=name)
+        )
+
+    async def on_edited(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        log.debug(
+            "ignored an edited message in chat %s (see bot.channels.telegram.handlers)",
+            update.effective_chat.id if update.effective_chat else "?",
+        )
+
+    async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """A handler raised (a bug, or a failure nothing expected): logged, and the user
+        hears one plain apology (never the error's text) rather than silence. PTB calls
+        this once per failed update (one handler group)."""
+        update_id = update.update_id if isinstance(update, Update) else None
+        log.error("update %s failed: %s", update_id, context.error, exc_info=context.error)
+        message = update.effective_message if isinstance(update, Update) else None
+        if message is None:
+            return
+        with contextlib.suppress(TelegramError):  # nothing more to say if this fails too
+            await send_plain_reply(context.bot, self._target(message, Place.of(message)), FAILED)

@@ -1,0 +1,924 @@
+"""config.yaml: PyYAML + `${VAR}` / `${VAR:-default}` interpolation + typed validation.
+
+Every key has a default, so a config may hold only what differs from them; an unknown
+key is an error (a typo must never pass silently). Errors surface as `ConfigError`,
+one line naming the key and what was expected, with the value given, except a secret's:
+that line reaches stderr and the logs. Every secret the config sets is masked wherever
+the line would carry it, so one pasted into another key is hidden too.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    create_model,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from bot.config.yaml_loader import ConfigYamlRefused, parse_config_yaml
+from bot.runtime.redact import MASK, config_secrets, mask, mask_database_url, secret_values
+from memory.contract.settings import MAX_MESSAGES  # message counts: keep_tail, fresh_tail
+from memory.search.semantic import DEFAULT_MIN_SIMILARITY
+from memory.storage.prices import Price
+
+DEFAULT_CONFIG = "config.yaml"
+ENV_CONFIG = "MNEMO_CONFIG"
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+# Keys whose value a config error must not show (database.url: its password and secret
+# query parameters such as `?password=`).
+SECRET_KEYS = (
+    "telegram.token",
+    "llm.api_key",
+    "telegram.webhook.secret_token",
+    "database.url",
+    "embeddings.api_key",
+    "web.session_secret",
+)
+# Bounds of the numeric keys: each admits every sensible setting and refuses what would
+# fail later, at a worse time (an interval no timer can hold, a LIMIT no database takes).
+MAX_TOKENS = 10_000_000  # far above any model's context window
+TELEGRAM_ID = 2**63 - 1  # chat and user ids are 64-bit signed in the Bot API
+REFLECT_INTERVAL_S = (10.0, 365 * 86400.0)
+GUARD_WINDOW_S = (60.0, 31 * 86400.0)
+# A bot token as @BotFather issues it: the bot's numeric id, a colon, the secret part.
+# Anything else would be refused by Telegram anyway, and may not even form a URL.
+_TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
+# PTB's own form of a Bot API URL ends in /bot (or /bot{token}); ours is the server root.
+_PTB_SUFFIXES = ("/bot{token}", "/bot")
+
+
+class ConfigError(Exception):
+    """A config problem, phrased as one line for the operator."""
+
+
+class Secret(SecretStr):
+    """pydantic's SecretStr: `**********` in repr, str and model_dump, so no log line or
+    traceback that shows the settings shows a token or key; `get_secret_value()` where
+    it is used. Equal to its plain value, so a comparison with text still works."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return self.get_secret_value() == other
+        return super().__eq__(other)
+
+    __hash__ = SecretStr.__hash__
+
+
+class _Section(BaseModel):
+    # No NaN or infinity anywhere: every comparison with one is false, so it would pass
+    # the bounds below and fail every turn (`llm.temperature: nan`).
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+
+
+class AgentSettings(_Section):
+    id: str = Field(default="default", min_length=1, max_length=128)
+    system_prompt: str = (
+        "You are mnemo, a helpful assistant with a long memory. Be concise and friendly. "
+        "Use the memory tool to look up earlier parts of the conversation when they matter."
+    )
+
+    @field_validator("id")
+    @classmethod
+    def _storable_id(cls, v: str) -> str:
+        # The id is part of every stored key: PostgreSQL refuses NUL, neither database
+        # encodes a lone surrogate, so such an id would fail every turn, not at startup.
+        if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in v):
+            raise ValueError("expected printable text (no control characters or lone surrogates)")
+        return v
+
+
+class DatabaseSettings(_Section):
+    # Text (code hands it to SQLAlchemy as it is), but its password never shows: left out
+    # of repr, masked in model_dump.
+    url: str = Field(default="sqlite+aiosqlite:///data/mnemo.db", repr=False)
+
+    @field_serializer("url")
+    def _masked(self, url: str) -> str:
+        return _url_without_password(url) or MASK
+
+    @field_validator("url")
+    @classmethod
+    def _known_driver(cls, v: str) -> str:
+        if not v.startswith(
+            ("sqlite+aiosqlite://", "postgresql+psycopg://", "postgresql+asyncpg://")
+        ):
+            raise ValueError(
+                "expected sqlite+aiosqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+            )
+        return v
+
+
+MAX_PRICE = 100_000.0  # per million tokens: far above any model's
+
+
+class ModelPrice(_Section):
+    """What a model's tokens cost, in currency units per million (memory/storage/prices.py)."""
+
+    input: float = Field(ge=0, le=MAX_PRICE)
+    cached_input: float | None = Field(default=None, ge=0, le=MAX_PRICE)  # None: `input`
+    output: float = Field(default=0.0, ge=0, le=MAX_PRICE)
+
+    def price(self) -> Price:
+        return Price(self.input, self.output, self.cached_input)
+
+
+class LLMSettings(_Section):
+    base_url: str = "https://api.openai.com/v1"
+    api_key: Secret = Secret("")
+    model: str = "gpt-4o-mini"
+    summary_model: str = ""  # empty = same as model
+    recall_model: str = ""  # delegated recall (/memory ask); empty = summary_model
+    # Empty = voice messages are not transcribed (bot.channels.telegram.voice says why opt-in).
+    transcription_model: str = ""
+    # Photos are shown to the model only when on: many self-hosted OpenAI-compatible
+    # servers and models reject image parts (bot.model.images says how they are sent).
+    vision: bool = False
+    timeout_s: float = Field(default=60, gt=0, le=3600)
+    max_retries: int = Field(default=4, ge=0, le=20)
+    max_tool_rounds: int = Field(default=8, ge=1, le=50)
+    # Answer lengths sent as `max_tokens` (0: none sent, the server's own limit): an
+    # uncapped local server may otherwise generate until its context is full.
+    max_tokens: int = Field(default=2048, ge=0, le=1_000_000)  # chat answers
+    summary_max_tokens: int = Field(default=4096, ge=0, le=1_000_000)  # compaction
+    recall_max_tokens: int = Field(default=1024, ge=0, le=1_000_000)  # /memory ask
+    reflect_max_tokens: int = Field(default=2048, ge=0, le=1_000_000)
+    # Wall clock of one model call (its retries and streaming included; `timeout_s` is
+    # per read and never fires while chunks keep coming), and of a whole chat turn.
+    answer_deadline_s: float = Field(default=300, gt=0, le=86_400)
+    turn_deadline_s: float = Field(default=600, gt=0, le=86_400)
+    temperature: float | None = Field(default=None, ge=0, le=2)  # OpenAI's range
+    # model name -> its price (chat, summary, embedding and transcription models alike)
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+
+    @field_validator("prices")
+    @classmethod
+    def _named_models(cls, v: dict[str, ModelPrice]) -> dict[str, ModelPrice]:
+        if any(not name.strip() for name in v):
+            raise ValueError("expected model names as keys")
+        return v
+
+    def price_table(self) -> dict[str, Price]:
+        return {name: p.price() for name, p in self.prices.items()}
+
+
+class EmbeddingsSettings(_Section):
+    """Semantic search (memory/search/semantic/): off while `model` is empty; the server and key
+    default to the `llm` ones."""
+
+    model: str = ""
+    base_url: str = ""  # empty = llm.base_url
+    api_key: Secret = Secret("")  # empty = llm.api_key
+    batch_size: int = Field(default=64, ge=1, le=2048)  # texts per request
+    max_chars: int = Field(default=2000, ge=100, le=100_000)  # longer texts are cut
+    cache_mb: int = Field(default=256, ge=16, le=65_536)  # cached vectors per process
+    # The cosine an item found by meaning alone needs to be listed (model-specific).
+    min_similarity: float = Field(default=DEFAULT_MIN_SIMILARITY, ge=-1.0, le=1.0)
+
+
+class WebhookSettings(_Section):
+    url: str = ""
+    listen: str = "0.0.0.0"
+    port: int = Field(default=8443, ge=1, le=65535)
+    secret_token: Secret = Secret("")
+
+
+TelegramId = Annotated[int, Field(ge=-TELEGRAM_ID, le=TELEGRAM_ID)]
+
+
+class TelegramSettings(_Section):
+    token: Secret = Secret("")
+    # A self-hosted Bot API server's root, e.g. http://localhost:8081; PTB's form
+    # (http://localhost:8081/bot) is accepted and read as the root.
+    base_url: str = ""
+    allowed_ids: list[TelegramId] = Field(default_factory=list)
+    admin_ids: list[TelegramId] = Field(default_factory=list)
+    group_mode: Literal["mention", "always", "disabled"] = "mention"
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings)
+    concurrent_updates: int = Field(default=64, ge=1, le=4096)
+    # Telegram takes about one message (or edit) per second per chat: less is refused.
+    stream_edit_interval_s: float = Field(default=1.5, ge=1, le=60)
+
+    @field_validator("token")
+    @classmethod
+    def _token_shape(cls, v: Secret) -> Secret:
+        token = v.get_secret_value().strip()
+        if token and not _TOKEN.match(token):
+            raise ValueError("expected a bot token as @BotFather gives it, like 123456:ABC-def")
+        return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _api_root(cls, v: str) -> str:
+        if not v:
+            return v
+        if not v.startswith(("http://", "https://")) or len(v.partition("://")[2]) == 0:
+            raise ValueError("expected the Bot API server's URL, like http://localhost:8081")
+        root = v.rstrip("/")
+        for suffix in _PTB_SUFFIXES:
+            if root.endswith(suffix):
+                return root.removesuffix(suffix)
+        return root
+
+
+class _Periodic(_Section):
+    """A section of a job the root's scheduler runs every `interval`."""
+
+    interval: str
+
+    @field_validator("interval")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        low, high = REFLECT_INTERVAL_S
+        # An interval no timer can hold (99999999999999h) would crash `mnemo run`.
+        if not low <= parse_duration(v) <= high:
+            raise ValueError("expected a duration from 10s to 365d")
+        return v
+
+    @property
+    def interval_s(self) -> float:
+        return parse_duration(self.interval)
+
+
+class RetentionSettings(_Periodic):
+    """`memory.retention`: messages older than `days` are forgotten (docs/CHAT.md "Forgetting");
+    empty keeps everything forever. The root's scheduler runs it every `interval`."""
+
+    days: int | None = Field(default=None, ge=1, le=365_000)
+    interval: str = "1d"
+
+
+class _MemoryBase(BaseModel):
+    # Extra keys allowed here only: a section `memory.<name>` of a provider whose plugin
+    # exports no settings model (kept as a dict for it).
+    model_config = ConfigDict(
+        extra="allow", validate_default=True, allow_inf_nan=False, populate_by_name=True
+    )
+
+    provider: str = "lcm"
+    # Defaults chosen by bench/cost.py (issue 17): see docs/CHAT.md "Compaction and caching".
+    budget_tokens: int = Field(default=13500, ge=256, le=MAX_TOKENS)
+    fresh_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+
+    def section(self, name: str) -> dict[str, Any]:
+        value = getattr(self, _field_name(name), None)
+        if value is None:
+            value = (self.model_extra or {}).get(name, {})
+        if isinstance(value, BaseModel):
+            return value.model_dump()
+        return dict(value or {})
+
+
+def _field_name(provider: str) -> str:
+    return provider if provider.isidentifier() else "_".join(re.findall(r"\w+", provider))
+
+
+def _memory_settings() -> type[_MemoryBase]:
+    """`memory` with one section per installed provider whose plugin exports a settings
+    model: `memory.lcm` is validated by lcm's own model, so its keys, bounds and errors
+    are written once, in the plugin. Built when this module is imported, from the
+    providers installed then (a plugin that fails to load is reported where it is used)."""
+    from memory.contract.registry import list_providers
+    from memory.contract.settings import section_model
+
+    sections: dict[str, Any] = {}
+    for entry in list_providers():
+        model = entry.plugin.settings if entry.plugin else None
+        name = _field_name(entry.name)
+        if model is None or not name or name in _MemoryBase.model_fields or name in sections:
+            continue
+        section = section_model(model)
+        sections[name] = (section, Field(default_factory=section, alias=entry.name))
+    return create_model("MemorySettings", __base__=_MemoryBase, **sections)
+
+
+if TYPE_CHECKING:
+    MemorySettings = _MemoryBase
+else:
+    MemorySettings = _memory_settings()
+
+
+class CompactionSettings(_Section):
+    max_tokens: int = Field(default=10000, ge=-1, le=MAX_TOKENS)  # -1: no auto-compaction
+    keep_tail: int = Field(default=8, ge=0, le=MAX_MESSAGES)
+    # Hysteresis: an automatic compaction brings the context down to this fraction of
+    # max_tokens, so the next one is a whole gap of conversation away (each compaction
+    # rebuilds the prompt's cached prefix).
+    target_fraction: float = Field(default=0.45, ge=0.1, le=0.9)
+
+    @property
+    def target_tokens(self) -> int:
+        """What an automatic compaction aims for (0: automatic compaction is off)."""
+        if self.max_tokens < 0:
+            return 0
+        return int(self.max_tokens * self.target_fraction)
+
+
+class RecallSettings(_Section):
+    """Bounds of the delegated recall sub-call (`recall` action, `/memory ask`)."""
+
+    max_tokens: int = Field(default=3000, ge=200, le=100_000)  # material it reads
+    # A model on CPU took ~240 s for one recall (issue #35); a fast server answers in
+    # seconds and never waits for the limit, so the default suits the slow one.
+    timeout_s: float = Field(default=300, gt=0, le=600)
+    max_rounds: int = Field(default=2, ge=1, le=5)  # searches, each with one model call
+
+
+class ReflectSettings(_Periodic):
+    enabled: bool = True
+    interval: str = "1h"
+    batch: int = Field(default=5, ge=1, le=1000)
+
+
+class BackgroundGuardSettings(_Section):
+    """The spend guard of background work (summaries of automatic compaction, reflect,
+    embeddings), per `window`; 0 turns a cap off (bot/conversation/budgets.py)."""
+
+    window: str = "1h"
+    calls_per_user: int = Field(default=200, ge=0, le=MAX_TOKENS)
+    tokens_per_user: int = Field(default=2_000_000, ge=0, le=10 * MAX_TOKENS)
+    calls_total: int = Field(default=5_000, ge=0, le=MAX_TOKENS)
+    tokens_total: int = Field(default=50_000_000, ge=0, le=1000 * MAX_TOKENS)
+
+    @field_validator("window")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not GUARD_WINDOW_S[0] <= parse_duration(v) <= GUARD_WINDOW_S[1]:
+            raise ValueError("expected a duration from 1m to 31d")
+        return v
+
+    @property
+    def window_s(self) -> float:
+        return parse_duration(self.window)
+
+
+class LimitsSettings(_Section):
+    """Tokens a user (a group, in a group) may use; 0: no limit. Admins are exempt."""
+
+    tokens_per_day: int = Field(default=0, ge=0, le=1000 * MAX_TOKENS)
+    tokens_per_month: int = Field(default=0, ge=0, le=1000 * MAX_TOKENS)
+    background: BackgroundGuardSettings = Field(default_factory=BackgroundGuardSettings)
+
+
+class HealthSettings(_Section):
+    enabled: bool = False
+    listen: str = "127.0.0.1"
+    port: int = Field(default=9464, ge=1, le=65535)
+
+
+WebRole = Literal["viewer", "operator"]
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class WebOperator(_Section):
+    """One person who may log in to the web console: a name (shown in the changelog's
+    session column and the log), a role, and the SHA-256 of their token (`mnemo web
+    hash-token`), so the config never holds the token itself."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    role: WebRole = "viewer"
+    token_sha256: str = Field(repr=False)
+
+    @field_validator("token_sha256")
+    @classmethod
+    def _digest(cls, v: str) -> str:
+        v = v.strip().lower()
+        if not _SHA256.match(v):
+            raise ValueError("expected 64 hex digits (`mnemo web hash-token` prints them)")
+        return v
+
+
+class WebSettings(_Section):
+    """The operator web console (bot/web/): off unless enabled; see docs/OPERATIONS.md."""
+
+    enabled: bool = False
+    listen: str = "127.0.0.1"
+    # The health server's port by default: one server, one port (docker compose).
+    port: int = Field(default=9464, ge=1, le=65535)
+    operators: list[WebOperator] = Field(default_factory=list)
+    # Signs the session cookies; empty = a random key at each start (logins end at a
+    # restart, and replicas behind one address each need the same configured key).
+    session_secret: Secret = Secret("")
+    session_ttl: str = "12h"
+    # Set when a TLS-terminating reverse proxy serves the console: cookies get `Secure`.
+    secure_cookies: bool = False
+
+    @field_validator("session_ttl")
+    @classmethod
+    def _ttl(cls, v: str) -> str:
+        if not 60 <= parse_duration(v) <= 31 * 86400:
+            raise ValueError("expected a duration from 1m to 31d")
+        return v
+
+    @field_validator("operators")
+    @classmethod
+    def _unique(cls, v: list[WebOperator]) -> list[WebOperator]:
+        names = [o.name for o in v]
+        if len(set(names)) != len(names):
+            raise ValueError("expected each operator name once")
+        if len({o.token_sha256 for o in v}) != len(v):
+            raise ValueError("expected a different token for each operator")
+        return v
+
+    @property
+    def session_ttl_s(self) -> float:
+        return parse_duration(self.session_ttl)
+
+
+class Settings(_Section):
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    embeddings: EmbeddingsSettings = Field(default_factory=EmbeddingsSettings)
+    telegram: TelegramSettings = Field(default_factory=TelegramSettings)
+    data_dir: str = "data"
+    memory: MemorySettings = Field(default_factory=MemorySettings)
+    compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    reflect: ReflectSettings = Field(default_factory=ReflectSettings)
+    recall: RecallSettings = Field(default_factory=RecallSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    health: HealthSettings = Field(default_factory=HealthSettings)
+    web: WebSettings = Field(default_factory=WebSettings)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _one_server_per_port(self) -> Settings:
+        web, health = self.web, self.health
+        same_port = web.enabled and health.enabled and web.port == health.port
+        if same_port and web.listen != health.listen:
+            # Two sockets cannot take one port: say so here, not as "address in use".
+            raise ValueError(
+                f"web.listen ({web.listen}) differs from health.listen ({health.listen}) "
+                "on the same port: give web.port another port, or the same listen address"
+            )
+        return self
+
+    def provider_config(self) -> dict[str, Any]:
+        """The section handed to the provider factory, with the shared keep_tail and the
+        automatic compaction's target."""
+        cfg = self.memory.section(self.memory.provider)
+        cfg.setdefault("keep_tail", self.compaction.keep_tail)
+        cfg.setdefault("target_tokens", self.compaction.target_tokens)
+        return cfg
+
+
+def parse_duration(value: str | int | float) -> float:
+    """`90`, `30s`, `5m`, `1h`, `1d` -> seconds."""
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        m = _DURATION.match(value)
+        if not m:
+            # The config error adds the value given; other callers quote it themselves.
+            raise ValueError("expected a duration like 30s, 5m, 1h or 1d")
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError("expected a positive duration")
+    return seconds
+
+
+def interpolate(
+    value: Any,
+    env: Mapping[str, str] | None = None,
+    key: str = "",
+    *,
+    unset: dict[str, str] | None = None,
+) -> Any:
+    """Replace `${VAR}` and `${VAR:-default}` in every string of a parsed YAML tree.
+
+    `${VAR:-default}` takes the default when VAR is unset or empty (as in the shell);
+    `${VAR}` with VAR unset is a ConfigError naming the key that uses it, or, given
+    `unset`, an empty value noted there (key -> VAR) for the caller to judge."""
+    env = os.environ if env is None else env
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            got = env.get(name)
+            if got is None or (got == "" and default is not None):
+                if default is None:
+                    if unset is not None:
+                        unset.setdefault(key, name)
+                        return ""
+                    raise ConfigError(_unset_line(key, name))
+                return default
+            return got
+
+        return _VAR.sub(sub, value)
+    if isinstance(value, dict):
+        return {
+            k: interpolate(v, env, f"{key}.{k}" if key else str(k), unset=unset)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [
+            interpolate(v, env, f"{key}.{i}" if key else str(i), unset=unset)
+            for i, v in enumerate(value)
+        ]
+    return value
+
+
+def _unset_line(key: str, name: str) -> str:
+    where = f"{key}: " if key else ""
+    return f"{where}environment variable {name} is not set (used as ${{{name}}})"
+
+
+def referenced_variables(value: Any) -> set[str]:
+    """Every variable the parsed YAML tree uses as `${VAR}`."""
+    if isinstance(value, str):
+        return {m.group(1) for m in _VAR.finditer(value)}
+    children = value.values() if isinstance(value, dict) else value
+    if isinstance(value, dict | list):
+        return set().union(*(referenced_variables(v) for v in children))
+    return set()
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _explain(err: ValidationError, secrets: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(key, its line) per wrong key, all of them: a config with several mistakes is
+    fixed in one go, not one run per mistake."""
+    return [(_where(e["loc"]), _explain_one(e, secrets)) for e in err.errors()]
+
+
+def _explain_one(error: Any, secrets: tuple[str, ...]) -> str:
+    key = _where(error["loc"]) or "(top level)"
+    kind, msg = error["type"], error["msg"]
+    given = error.get("input")
+    if kind == "value_error" and not error["loc"]:  # a rule across sections names its keys
+        return str(msg.removeprefix("Value error, "))
+    if kind == "extra_forbidden":
+        return f"{key}: unknown key (check the spelling; see config.yaml for the known keys)"
+    if kind.startswith("missing"):
+        return f"{key}: required value is missing"
+    if _holds_secret(key) and isinstance(given, str | int | float):
+        secrets = secret_values(*secrets, str(given))  # a section given as the secret
+    # Masked before it is cut short: a cut secret would no longer match.
+    shown = _shown(key, given, secrets)
+    return f"{key}: {msg.removeprefix('Value error, ')} (got {shown[:80]})"
+
+
+def _holds_secret(key: str) -> bool:
+    """A secret key, a part of one, or a section holding one (`llm: sk-...`)."""
+    return any(key == s or key.startswith(f"{s}.") or s.startswith(f"{key}.") for s in SECRET_KEYS)
+
+
+def _secrets_in(data: Mapping[str, Any]) -> tuple[str, ...]:
+    """The secrets this config sets (as the log masking knows them), so that one copied
+    into another key is hidden too."""
+
+    def at(key: str) -> str:
+        value: Any = data
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        # All-digit secrets are YAML numbers; a wrong type is not ours to judge here.
+        return str(value) if isinstance(value, str | int | float) else ""
+
+    return config_secrets(
+        token=at("telegram.token"),
+        api_key=at("llm.api_key"),
+        webhook_secret=at("telegram.webhook.secret_token"),
+        database_url=at("database.url"),
+        urls=(
+            at("llm.base_url"),
+            at("telegram.base_url"),
+            at("telegram.webhook.url"),
+            at("embeddings.base_url"),
+        ),
+    ) + secret_values(at("embeddings.api_key"), at("web.session_secret"))
+
+
+def settings_secrets(settings: Settings) -> tuple[str, ...]:
+    """Every secret the loaded settings hold, in every form a message may carry it."""
+    return config_secrets(
+        token=settings.telegram.token.get_secret_value(),
+        api_key=settings.llm.api_key.get_secret_value(),
+        webhook_secret=settings.telegram.webhook.secret_token.get_secret_value(),
+        database_url=settings.database.url,
+        urls=(
+            settings.llm.base_url,
+            settings.telegram.base_url,
+            settings.telegram.webhook.url,
+            settings.embeddings.base_url,
+        ),
+    ) + secret_values(
+        settings.embeddings.api_key.get_secret_value(),
+        settings.web.session_secret.get_secret_value(),
+    )
+
+
+def _shown(key: str, given: Any, secrets: tuple[str, ...]) -> str:
+    if isinstance(given, dict | list):
+        return type(given).__name__
+    if key == "database.url" and isinstance(given, str):
+        # The rest of the URL tells the operator what is wrong; the password never does.
+        safe = _url_without_password(given)
+        return repr(safe) if safe is not None else f"str, {MASK}"
+    if _holds_secret(key):
+        return f"{type(given).__name__}, {MASK}"
+    # A string is masked before repr, which may escape a secret's characters.
+    return repr(mask(given, secrets)) if isinstance(given, str) else mask(repr(given), secrets)
+
+
+def _url_without_password(url: str) -> str | None:
+    """The URL with its password and secret query values masked; None when it cannot be
+    masked with certainty."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    # SQLAlchemy ends the password at the first '@', so an unencoded '@' in it would
+    # leave the rest of the password in the host part.
+    if url.partition("://")[2].count("@") > 1:
+        return None
+    try:
+        make_url(url)
+    except ArgumentError:
+        return None
+    return mask_database_url(url)
+
+
+def resolve_path(path: str | os.PathLike[str] | None) -> Path:
+    """`--config` first, then MNEMO_CONFIG, then ./config.yaml."""
+    return Path(path or os.environ.get(ENV_CONFIG) or DEFAULT_CONFIG)
+
+
+@dataclass
+class Loaded:
+    """Settings and where they came from (`mnemo config show`)."""
+
+    settings: Settings
+    path: Path  # the config file, read when `from_file`
+    from_file: bool
+    file_keys: set[str]  # every key (and section) the file gives
+    env_sources: dict[str, str]  # key -> the variable that set it
+    file_variables: dict[str, str]  # key -> the variable the file's `${VAR}` reads
+    unset: dict[str, str]  # key -> a `${VAR}` left empty because VAR is not set
+
+    def source(self, key: str) -> str:
+        """Where `key`'s value came from: `env NAME`, `file`, `file ${VAR}` or `default`."""
+        for prefix in _prefixes(key):
+            if prefix in self.env_sources:
+                return f"env {self.env_sources[prefix]}"
+        for prefix in _prefixes(key):
+            if prefix in self.unset:
+                return f"file, ${{{self.unset[prefix]}}} not set"
+            if prefix in self.file_variables:
+                return f"file ${{{self.file_variables[prefix]}}}"
+            if prefix in self.file_keys:
+                return "file"
+        return "default"
+
+
+def _prefixes(key: str) -> list[str]:
+    """`a.b.c`, `a.b`, `a`: the key and the sections holding it, innermost first."""
+    parts = key.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    check_provider: bool = True,
+    secrets: Collection[str] | None = None,
+) -> Settings:
+    """Read, interpolate and validate a config file, with the environment applied over
+    it (bot.config.env). Raises ConfigError.
+
+    Without `--config` and MNEMO_CONFIG a missing ./config.yaml means "all defaults"; a
+    file named explicitly (either way) must exist. `secrets`: the secret keys the caller
+    needs (None: all); a `${VAR}` in another secret key whose VAR is unset leaves it
+    empty instead of stopping a command that does not use it (database.url always
+    stops: nearly every command opens the database)."""
+    return load_config(path, check_provider=check_provider, secrets=secrets).settings
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    check_provider: bool = True,
+    secrets: Collection[str] | None = None,
+) -> Loaded:
+    """`load_settings`, with where each value came from."""
+    from bot.config.env import read_environment
+    from memory.contract.registry import provider_names
+
+    p = resolve_path(path)
+    raw = _read_file(p, explicit=path is not None or bool(os.environ.get(ENV_CONFIG)), flag=path)
+    layer = read_environment(
+        Settings,
+        referenced=frozenset(referenced_variables(raw)),
+        providers=tuple(provider_names()),
+    )
+    if layer.errors:  # names and paths only, never a value
+        raise ConfigError("\n".join(f"environment: {line}" for line in layer.errors))
+    used: dict[str, str] = {}
+    _note_variables(raw, "", used)
+    unset: dict[str, str] = {}
+    data = interpolate(raw, unset=unset)
+    for key_path, value in layer.values.items():
+        _put(data, key_path, value)
+    given_by_env = layer.sources
+    unset = {k: v for k, v in unset.items() if not any(p in given_by_env for p in _prefixes(k))}
+    deferred = (
+        set(SECRET_KEYS) - {"database.url"} - set(SECRET_KEYS if secrets is None else secrets)
+    )
+    if lines := [_unset_line(k, v) for k, v in unset.items() if k not in deferred]:
+        raise ConfigError("\n".join(f"{p}: {line}" for line in lines))
+
+    def origin(key: str) -> str:
+        """What an error line about `key` starts with: the variable that set it, or the file."""
+        var = next((given_by_env[k] for k in _prefixes(key) if k in given_by_env), None)
+        return str(p) if var is None else f"environment: {var}"
+
+    secret_list = _secrets_in(data)
+    try:
+        settings = _validated(p, data, secret_list, origin, check_provider=check_provider)
+    except ConfigError as exc:
+        # Whichever key echoed it (`memory.provider: unknown provider 'sk-...'`), a secret
+        # this config sets never leaves in an error line.
+        raise ConfigError(mask(str(exc), secret_list)) from None
+    return Loaded(settings, p, p.exists(), _keys_of(raw), dict(given_by_env), used, unset)
+
+
+def _read_file(p: Path, *, explicit: bool, flag: object) -> dict[str, Any]:
+    if not p.exists():
+        if explicit:
+            source = "--config" if flag is not None else ENV_CONFIG
+            raise ConfigError(f"{p}: no such config file (given by {source})")
+        return {}
+    try:
+        raw = parse_config_yaml(p.read_text(encoding="utf-8"))
+    except ConfigYamlRefused as exc:
+        raise ConfigError(f"{p}: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{p}: not valid YAML{where}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read ({exc})") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: expected a mapping of sections at the top level")
+    return raw
+
+
+def _keys_of(tree: Any, prefix: str = "") -> set[str]:
+    keys: set[str] = set()
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            key = f"{prefix}{k}"
+            keys |= {key} | _keys_of(v, key + ".")
+    return keys
+
+
+def _note_variables(tree: Any, key: str, out: dict[str, str]) -> None:
+    """key -> the first variable its `${VAR}` reads, for every key of the file that has one."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            _note_variables(v, f"{key}.{k}" if key else str(k), out)
+    elif isinstance(tree, str) and (m := _VAR.search(tree)):
+        out[key] = m.group(1)
+
+
+def _put(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Set `path` in the file's tree: a mapping is merged over what the file has there."""
+    *sections, last = path
+    for part in sections:
+        if not isinstance(data.get(part), dict):
+            data[part] = {}
+        data = data[part]
+    if isinstance(value, dict) and isinstance(data.get(last), dict):
+        for k, v in value.items():
+            _put(data[last], (k,), v)
+    else:
+        data[last] = value
+
+
+def _validated(
+    p: Path,
+    data: Any,
+    secrets: tuple[str, ...],
+    origin: Callable[[str], str],
+    *,
+    check_provider: bool,
+) -> Settings:
+    from memory.contract.registry import provider_names
+
+    names = provider_names()
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{origin(key)}: {line}" for key, line in _explain(exc, secrets)]
+        # An unknown provider is named beside the other mistakes, not on the next run.
+        memory = data.get("memory") if isinstance(data, dict) else None
+        chosen = memory.get("provider") if isinstance(memory, dict) else None
+        if check_provider and isinstance(chosen, str) and chosen not in names:
+            lines.append(f"{origin('memory.provider')}: {_unknown_provider(chosen, names)}")
+        lines += [f"{p}: {line}" for line in _provider_section_errors(data, names)]
+        raise ConfigError("\n".join(lines)) from None
+    if lines := _provider_section_errors(data, names):
+        raise ConfigError("\n".join(f"{p}: {line}" for line in lines))
+    if check_provider and settings.memory.provider not in names:
+        where = origin("memory.provider")
+        raise ConfigError(f"{where}: {_unknown_provider(settings.memory.provider, names)}")
+    if p.exists():
+        anchor_paths(settings, p.resolve().parent)
+    return settings
+
+
+def _unknown_provider(name: str, installed: list[str]) -> str:
+    return (
+        f"memory.provider: unknown provider {name!r}; "
+        f"installed: {', '.join(sorted(installed)) or 'none'}"
+    )
+
+
+def anchor_paths(settings: Settings, base: Path) -> None:
+    """Relative paths of a config file are relative to the file's directory, whatever
+    the current directory (`cd /tmp && mnemo --config ~/bot/config.yaml ...` opens the
+    bot's database, never a fresh ./data/mnemo.db): the SQLite file, `data_dir` and
+    every provider setting declared as a path (memory.contract.settings.PathText).
+    Keys the file leaves out take their defaults, anchored the same way."""
+    from memory.contract.settings import path_fields
+
+    settings.data_dir = str(_anchored(base, settings.data_dir))
+    settings.database.url = anchored_sqlite_url(settings.database.url, base)
+    for name in type(settings.memory).model_fields:
+        section = getattr(settings.memory, name, None)
+        if not isinstance(section, BaseModel):
+            continue
+        for key in path_fields(type(section)):
+            value = getattr(section, key)
+            if isinstance(value, str) and value:
+                setattr(section, key, str(_anchored(base, value)))
+
+
+def _anchored(base: Path, path: str) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else base / p
+
+
+def anchored_sqlite_url(url: str, base: Path) -> str:
+    """A SQLite URL whose relative file path is made absolute from `base`; any other
+    URL (PostgreSQL, `:memory:`, a `file:` URI) as it is."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if not url.startswith("sqlite"):
+        return url
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return url
+    db = parsed.database
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return url
+    return parsed.set(database=str(_anchored(base, db))).render_as_string(hide_password=False)
+
+
+def _provider_section_errors(data: Any, installed: list[str]) -> list[str]:
+    """`memory.<name>` keys that are not settings must be sections of an installed
+    provider, so a typo such as `memory.lcn` (or `memory.budget`) is an error, not a
+    silently ignored section. Read from the raw mapping, so these are reported beside
+    the other mistakes of the same file."""
+    memory = data.get("memory") if isinstance(data, dict) else None
+    if not isinstance(memory, dict):
+        return []
+    fields = MemorySettings.model_fields
+    known = set(fields) | {f.alias for f in fields.values() if f.alias}
+    out = []
+    for key, value in memory.items():
+        if key in known:
+            continue
+        if key not in installed:
+            out.append(
+                f"memory.{key}: unknown key (not a setting, nor an installed provider; "
+                f"installed: {', '.join(sorted(installed)) or 'none'})"
+            )
+        elif not isinstance(value, dict):
+            out.append(
+                f"memory.{key}: expected a mapping of the provider's settings "
+                f"(got {type(value).__name__})"
+            )
+    return out

@@ -1,0 +1,2 @@
+"""`mnemo memory ...`: the operator's commands over a live database, one module per command
+group."""

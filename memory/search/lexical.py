@@ -1,0 +1,318 @@
+"""Lexical search over an indexed table: BM25 over any query term, and literal substrings.
+
+One implementation for every provider and both databases. A `TextIndex` names the tables
+that index one source (core's messages, lcm's summaries); the functions here query them.
+Scope (the memory belongs to the user) is a list of the user's conversation ids, part
+of every index lookup,
+so no query can reach another user's rows.
+
+Ranked (`bm25`): the query's terms are its words minus English stop words
+(memory/search/text.py); a row matches when it holds ANY of them, stemmed, and ranks by
+BM25 (k1 1.2, b 0.75): more and rarer shared terms rank higher. A message's `context`
+(the end of the message before it, see core revision 0004) is part of the row: a word
+there counts CONTEXT_WEIGHT of one of the message's own, and the row's length is both
+fields' (FTS5's weighted `bm25()`). Measured on bench/recall.py, this beat ranking the two
+fields separately, each normalised by its own length (bench/RESULTS.md).
+- SQLite: FTS5 (porter) `bm25()` with column weights; the terms are quoted, so `AND`,
+  `NEAR`, `-`, `*` or `col:x` in user text are words, never operators.
+- PostgreSQL: the same formula computed in SQL over the stored tsvectors (content at
+  weight A, context at B); rows are found through the GIN index with an OR tsquery built
+  from the terms' own lexemes, so no user text is parsed as tsquery syntax.
+  N, mean length and df are the user's own rows' (N and avgdl from the conversation
+  index, which carries the lengths; df through the GIN index with the conversation
+  filter): whole-table figures would cost a pass over every user's rows per query, or a
+  totals row every insert updates, and would let other users' writing move this user's
+  scores, a side channel across the memory scope. FTS5 keeps whole-table figures; for
+  one user, or users who write alike, the two agree. tsvector keeps at most 255
+  positions per lexeme, so tf stops there (FTS5 counts on): nothing at chat sizes.
+
+Literal (`substring`): case-insensitive, newest first. SQLite: FTS5 trigram phrase query;
+PostgreSQL: pg_trgm serving `ILIKE` with `%`, `_` and `\\` escaped. Patterns shorter
+than 3 characters have no trigram: `LIKE` over the user's own conversations (an index
+range on conversation_id), bounded by that user's history rather than the whole table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from memory.contract.types import SearchResult, as_utc
+from memory.search.text import fts5_string, like_pattern, snippet
+
+K1, B = 1.2, 0.75
+# A word of the previous message counts this much of one of the message's own (measured
+# on bench/recall.py; see bench/RESULTS.md).
+CONTEXT_WEIGHT = 0.5
+TRIGRAM = 3
+# The substring index is asked for this much of a longer pattern; the full pattern is
+# then checked on the candidates (a 10 kB paste costs a 10 kB check, not 10k lookups).
+MAX_INDEXED_PATTERN = 256
+
+
+@dataclass(frozen=True)
+class TextIndex:
+    """How one source table is indexed (see core revision 0004 for messages)."""
+
+    label: str  # SearchResult.source_type of its rows
+    table: str
+    rowid: str  # the key the indexes use
+    stamp: str  # the row's time
+    fts: str  # SQLite FTS5 (porter): scope, content[, context]
+    trigram: str  # SQLite contentless FTS5 (trigram): scope, content
+    pg_side: str  # PostgreSQL side table: key, conversation_id, tsv, doclen
+    pg_key: str
+    context: bool = False  # whether rows have a context field (FTS5 column, tsv weight B)
+    indexed: str = "TRUE"  # which rows of `table` the indexes hold (SQL, on `table`)
+
+
+MESSAGES = TextIndex(
+    label="message",
+    table="messages",
+    rowid="id",
+    stamp="created_at",
+    fts="messages_fts",
+    trigram="messages_trgm",
+    pg_side="messages_search",
+    pg_key="message_id",
+    context=True,
+    indexed="role <> 'tool'",
+)
+
+
+@dataclass
+class Hit:
+    rowid: int
+    score: float
+
+
+def _utc(value: datetime | str | None) -> datetime | None:
+    # Raw SQL on SQLite returns the stored text.
+    return as_utc(datetime.fromisoformat(value) if isinstance(value, str) else value)
+
+
+def _scope_filter(conv_ids: list[int]) -> str:
+    return "scope : (" + " OR ".join(fts5_string(f"<c{c}>") for c in conv_ids) + ")"
+
+
+async def bm25(
+    conn: AsyncConnection, index: TextIndex, conv_ids: list[int], terms: list[str], limit: int
+) -> list[Hit]:
+    """Rows holding any of `terms`, best BM25 first (scores higher-is-better)."""
+    if not terms or not conv_ids:
+        return []
+    if conn.dialect.name == "sqlite":
+        return await _sqlite_bm25(conn, index, conv_ids, terms, limit)
+    return await _pg_bm25(conn, index, conv_ids, terms, limit)
+
+
+async def _sqlite_bm25(
+    conn: AsyncConnection, index: TextIndex, conv_ids: list[int], terms: list[str], limit: int
+) -> list[Hit]:
+    columns = "{content context}" if index.context else "content"
+    weights = f"0.0, 1.0, {CONTEXT_WEIGHT}" if index.context else "0.0, 1.0"
+    words = " OR ".join(fts5_string(t) for t in terms)
+    rows = await conn.execute(
+        sa.text(
+            f"SELECT rowid, bm25({index.fts}, {weights}) AS rank FROM {index.fts} "
+            f"WHERE {index.fts} MATCH :match ORDER BY rank LIMIT :limit"
+        ),
+        {"match": f"{_scope_filter(conv_ids)} AND {columns} : ({words})", "limit": limit},
+    )
+    # bm25() is lower-is-better; scores are reported higher-is-better.
+    return [Hit(r.rowid, -float(r.rank)) for r in rows]
+
+
+# BM25 as FTS5 computes it: an idf at or below zero counts as 1e-6; a context occurrence
+# (weight B) counts CONTEXT_WEIGHT in tf, as FTS5's column weights do. A lexeme becomes a
+# one-lexeme tsquery quoted, quotes and backslashes doubled; the OR of them finds the
+# candidates through the GIN index.
+_PG_BM25 = r"""
+WITH scope AS MATERIALIZED (
+  SELECT count(*) AS n, greatest(avg(doclen), 1) AS avgdl FROM {side}
+  WHERE conversation_id IN :convs),
+terms AS MATERIALIZED (
+  SELECT lexeme, '''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || '''' AS q
+  FROM (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english'::regconfig, :text))) t),
+idf AS MATERIALIZED (
+  SELECT t.lexeme, greatest(ln((s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf
+  FROM terms t CROSS JOIN scope s
+  CROSS JOIN LATERAL (
+    SELECT count(*) AS df FROM {side}
+    WHERE conversation_id IN :convs AND tsv @@ t.q::tsquery) d),
+hits AS MATERIALIZED (
+  SELECT {key} AS rowid, tsv, doclen FROM {side}
+  WHERE conversation_id IN :convs
+    AND tsv @@ (SELECT string_agg(q, ' | ') FROM terms)::tsquery)
+SELECT h.rowid, sum(i.idf * u.tf * ({k1} + 1)
+                    / (u.tf + {k1} * (1 - {b} + {b} * h.doclen / s.avgdl))) AS rank
+FROM hits h CROSS JOIN scope s
+CROSS JOIN LATERAL unnest(h.tsv) AS l(lexeme, positions, weights)
+JOIN idf i ON i.lexeme = l.lexeme
+CROSS JOIN LATERAL (
+  SELECT coalesce(cardinality(l.weights), 1)
+         - (1 - {ctx}) * coalesce(cardinality(array_positions(l.weights, 'B')), 0) AS tf) u
+GROUP BY h.rowid
+ORDER BY rank DESC, h.rowid DESC LIMIT :limit
+"""
+
+
+async def _pg_bm25(
+    conn: AsyncConnection, index: TextIndex, conv_ids: list[int], terms: list[str], limit: int
+) -> list[Hit]:
+    sql = _PG_BM25.format(side=index.pg_side, key=index.pg_key, k1=K1, b=B, ctx=CONTEXT_WEIGHT)
+    rows = await conn.execute(
+        sa.text(sql).bindparams(sa.bindparam("convs", expanding=True)),
+        {"text": " ".join(terms), "convs": conv_ids, "limit": limit},
+    )
+    return [Hit(r.rowid, float(r.rank)) for r in rows]
+
+
+async def literal(
+    conn: AsyncConnection, index: TextIndex, conv_ids: list[int], text: str, limit: int
+) -> tuple[list[Hit], str | None]:
+    """Rows containing `text` (case-insensitive), newest first, and the pattern each
+    candidate must still be checked against (None when the index was exact)."""
+    if not text or not conv_ids:
+        return [], None
+    if conn.dialect.name == "sqlite" and len(text) >= TRIGRAM:
+        indexed = text[:MAX_INDEXED_PATTERN]
+        match = f"{_scope_filter(conv_ids)} AND content : {fts5_string(indexed)}"
+        # A cut pattern over-matches; fetch more candidates for the exact check.
+        fetch = limit if indexed == text else limit * 10
+        rows = await conn.execute(
+            sa.text(
+                f"SELECT rowid FROM {index.trigram} WHERE {index.trigram} MATCH :match "
+                f"ORDER BY rowid DESC LIMIT :limit"
+            ),
+            {"match": match, "limit": fetch},
+        )
+        verify = text.casefold() if indexed != text else None
+        return [Hit(r.rowid, 1.0) for r in rows], verify
+    op = "LIKE" if conn.dialect.name == "sqlite" else "ILIKE"
+    # Materialized first, sorted after: with `ORDER BY id DESC LIMIT n` alone PostgreSQL
+    # may walk the primary key backwards through every user's rows looking for n matches.
+    rows = await conn.execute(
+        sa.text(
+            f"WITH hits AS MATERIALIZED (SELECT {index.rowid} AS rowid FROM {index.table} "
+            f"WHERE conversation_id IN :convs AND {index.indexed} "
+            f"AND content {op} :pattern ESCAPE '\\') "
+            f"SELECT rowid FROM hits ORDER BY rowid DESC LIMIT :limit"
+        ).bindparams(sa.bindparam("convs", expanding=True)),
+        {"convs": conv_ids, "pattern": like_pattern(text), "limit": limit},
+    )
+    return [Hit(r.rowid, 1.0) for r in rows], None
+
+
+async def resolve(
+    conn: AsyncConnection,
+    index: TextIndex,
+    hits: list[Hit],
+    needles: list[str],
+    verify: str | None = None,
+) -> list[SearchResult]:
+    """`hits` as results, in their order: public id, snippet around a needle, time,
+    and the session the row belongs to."""
+    if not hits:
+        return []
+    by_rowid = {
+        r["rowid"]: r for r in await _rows(conn, index, index.rowid, [h.rowid for h in hits])
+    }
+    out = []
+    for hit in hits:
+        row = by_rowid.get(hit.rowid)
+        if row is None or (verify is not None and verify not in row["content"].casefold()):
+            continue
+        out.append(_result(index, row, hit.score, needles))
+    return out
+
+
+async def resolve_ids(
+    conn: AsyncConnection,
+    index: TextIndex,
+    conv_ids: list[int],
+    scored: list[tuple[str, float]],
+    needles: list[str],
+) -> list[SearchResult]:
+    """(public id, score) pairs of `index`'s rows as results, in their order; ids of rows
+    that are gone, outside `conv_ids` (the user's), or not ids at all are left out."""
+    if index.rowid == "id":  # the public id is the key: only whole numbers can be one
+        scored = [(i, s) for i, s in scored if i.isdigit() and len(i) <= 18]
+    ids: list[int | str] = [int(i) if index.rowid == "id" else i for i, _ in scored]
+    if not ids:
+        return []
+    rows = await _rows(conn, index, "id", ids)
+    mine = set(conv_ids)
+    by_id = {str(r["public_id"]): r for r in rows if r["conv"] in mine}
+    return [_result(index, by_id[i], score, needles) for i, score in scored if i in by_id]
+
+
+async def _rows(
+    conn: AsyncConnection, index: TextIndex, column: str, values: list[Any]
+) -> list[sa.RowMapping]:
+    result = await conn.execute(
+        sa.text(
+            f"SELECT t.{index.rowid} AS rowid, t.id AS public_id, t.content AS content, "
+            f"t.{index.stamp} AS stamp, c.session_id AS session_id, "
+            f"t.conversation_id AS conv, {'t.seq' if index.context else '0'} AS seq "
+            f"FROM {index.table} t JOIN conversations c ON c.id = t.conversation_id "
+            f"WHERE t.{column} IN :values"
+        ).bindparams(sa.bindparam("values", expanding=True)),
+        {"values": values},
+    )
+    return list(result.mappings())
+
+
+def _result(index: TextIndex, row: sa.RowMapping, score: float, needles: list[str]) -> SearchResult:
+    return SearchResult(
+        source_type=index.label,
+        source_id=str(row["public_id"]),
+        content=snippet(row["content"], needles),
+        score=score,
+        timestamp=_utc(row["stamp"]),
+        session_id=row["session_id"],
+    )
+
+
+async def with_reply_context(
+    conn: AsyncConnection, results: list[SearchResult], terms: list[str]
+) -> None:
+    """A message hit found through its context only (none of `terms` in its own text)
+    shows that context too, so a bare "noted" is seen to answer what was asked. One
+    query for all of `results` (the few shown, after ranking)."""
+    bare = {
+        r.source_id: r
+        for r in results
+        if r.source_type == MESSAGES.label
+        and r.source_id.isdigit()
+        and not _mentions(r.content, terms)
+    }
+    if not bare:
+        return
+    rows = await conn.execute(
+        sa.text(
+            "SELECT m.id AS id, (SELECT p.content FROM messages p "
+            "WHERE p.conversation_id = m.conversation_id AND p.seq < m.seq "
+            "AND p.role <> 'tool' AND p.content <> '' ORDER BY p.seq DESC LIMIT 1) AS prev "
+            "FROM messages m WHERE m.id IN :ids"
+        ).bindparams(sa.bindparam("ids", expanding=True)),
+        {"ids": [int(i) for i in bare]},
+    )
+    for row in rows:
+        result = bare.get(str(row.id))
+        if result is not None and row.prev:
+            result.content = (
+                f"{snippet(result.content, terms, 200)} (replying to: "
+                f"{snippet(row.prev, terms, 280)})"
+            )
+
+
+def _mentions(content: str, terms: list[str]) -> bool:
+    """Whether `content` seems to hold one of `terms` itself: a term's first four
+    letters, so stemmed forms count ("adopted" for "adopt", "puppy" for "puppies")."""
+    folded = content.casefold()
+    return any(term[:4] in folded for term in terms)

@@ -1,0 +1,253 @@
+"""Search a user's memory: the one `Searcher.search` behind every SQL provider.
+
+A provider hands `Recall` the indexed tables it searches (core's messages for all; lcm
+adds its summaries) and any source of its own outside the database (simple's notes and
+archives, an `ExtraSource`). `Recall` decides what a query means and merges the lists:
+
+- `full_text`: BM25 over any of the query's non-stop words (memory/search/lexical.py), every
+  source's hits merged by score. A query with no such word ("🐙", "%", "who are you") is
+  searched literally instead, so anything stored can be found.
+- `hybrid`: `full_text` fused with embedding similarity when the provider has embeddings
+  (memory/search/fusion.py): the best HYBRID_POOL of each, so a hit found by meaning alone,
+  sharing no word with the query, can rank (if its cosine reaches the model's
+  `min_similarity`: a far neighbour is no match); without embeddings it is `full_text`,
+  and an item not embedded yet is still found by its words.
+- `substring`: the text literally, case-insensitive, newest first.
+
+Scope: the memory belongs to the user (the group, in a group), so it is every
+conversation of the session's (user, agent), current and
+archived, and nothing else. Blank text finds nothing (an empty list, not an error).
+Results carry their time, the conversation they came from and what found them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from memory.contract.errors import InvalidArgument
+from memory.contract.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
+from memory.search import lexical
+from memory.search.fusion import fuse
+from memory.search.lexical import TextIndex
+from memory.search.text import clean_query, ranked_terms
+from memory.storage.history import conversations
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from memory.search.semantic.index import VectorHit
+    from memory.search.semantic.search import SemanticSearch
+
+MAX_LIMIT = 200
+# Hybrid search fuses this many of each list's best (or `limit`, if more): enough that
+# an item ranked low by one signal and high by the other is in both lists.
+HYBRID_POOL = 50
+# Semantic sources a scope searches (None: all).
+_VECTOR_SOURCES: dict[SearchScope, set[str] | None] = {
+    SearchScope.BOTH: None,
+    SearchScope.MESSAGES: {"message"},
+    SearchScope.SUMMARIES: {"summary", "archive"},
+}
+# Longer text is cut to its head: a pasted page is no query, and SQLite refuses LIKE
+# patterns over 50,000 bytes.
+MAX_QUERY_CHARS = 10_000
+WORDS, SUBSTRING = "words", "substring"
+
+
+class ExtraSource(Protocol):
+    """A provider's searchable memory outside the indexed tables (simple's notes)."""
+
+    async def search_extra(
+        self, session: Session, text: str, terms: list[str], scope: SearchScope, limit: int
+    ) -> list[SearchResult]:
+        """Hits for `terms` ranked by a BM25 score (or, with `terms` empty, for `text`
+        literally, newest first), within `scope`; at most `limit`."""
+        ...
+
+    async def resolve_extra(
+        self, session: Session, hits: list[VectorHit], needles: list[str]
+    ) -> list[SearchResult]:
+        """Its own items among semantic `hits` as results (score: the hit's), in order;
+        others, and items gone since they were embedded, left out."""
+        ...
+
+
+async def owned_conversations(conn: AsyncConnection, user_id: int, agent_id: str) -> list[int]:
+    rows = await conn.execute(
+        sa.select(conversations.c.id).where(
+            conversations.c.user_id == user_id, conversations.c.agent_id == agent_id
+        )
+    )
+    return list(rows.scalars())
+
+
+def parse_query(query: SearchQuery) -> tuple[str, SearchMode, SearchScope, int]:
+    """(text, mode, scope, limit) of `query`, validated; text "" means find nothing."""
+    try:
+        mode, scope = SearchMode(query.mode), SearchScope(query.scope)
+    except ValueError as exc:
+        raise InvalidArgument(f"bad search query: {exc}") from exc
+    if isinstance(query.limit, bool) or not isinstance(query.limit, int) or query.limit < 1:
+        raise InvalidArgument("search limit must be a whole number, at least 1")
+    text = clean_query(query.text) if isinstance(query.text, str) else ""
+    return text[:MAX_QUERY_CHARS], mode, scope, min(query.limit, MAX_LIMIT)
+
+
+def _key(result: SearchResult) -> tuple[str, str]:
+    return result.source_type, result.source_id
+
+
+def _newest_first(results: list[SearchResult]) -> list[SearchResult]:
+    floor = datetime.min.replace(tzinfo=UTC)
+    return sorted(results, key=lambda r: r.timestamp or floor, reverse=True)
+
+
+def _best_first(results: list[SearchResult]) -> list[SearchResult]:
+    floor = datetime.min.replace(tzinfo=UTC)
+    return sorted(results, key=lambda r: (r.score, r.timestamp or floor), reverse=True)
+
+
+class Recall:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        indexes: Sequence[TextIndex],
+        extra: ExtraSource | None = None,
+        semantic: SemanticSearch | None = None,
+    ) -> None:
+        self.engine = engine
+        self.indexes = list(indexes)
+        self.extra = extra
+        self.semantic = semantic
+
+    def _indexes_for(self, scope: SearchScope) -> list[TextIndex]:
+        if scope == SearchScope.BOTH:
+            return self.indexes
+        want_messages = scope == SearchScope.MESSAGES
+        return [i for i in self.indexes if (i is lexical.MESSAGES) == want_messages]
+
+    async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]:
+        text, mode, scope, limit = parse_query(query)
+        if not text:
+            return []
+        terms = [] if mode == SearchMode.SUBSTRING else ranked_terms(text)
+        semantic = self.semantic if mode == SearchMode.HYBRID else None
+        pool = max(limit, HYBRID_POOL) if semantic is not None else limit
+        # The question's vector is asked for first and made while the words are searched:
+        # the embedding is the slow part of a hybrid search.
+        vector = asyncio.create_task(semantic.query_vector(text)) if semantic else None
+        try:
+            results: list[SearchResult] = []
+            async with self.engine.connect() as conn:
+                conv_ids = await owned_conversations(conn, session.user_id, session.agent_id)
+                for index in self._indexes_for(scope):
+                    results += await self._from_index(conn, index, conv_ids, text, terms, pool)
+            if self.extra is not None:
+                results += await self.extra.search_extra(session, text, terms, scope, pool)
+            ranked = _best_first(results) if terms else _newest_first(results)
+            if vector is not None:
+                ranked = await self._hybrid(
+                    session, conv_ids, await vector, terms or [text], scope, pool, ranked
+                )
+        finally:
+            if vector is not None and not vector.done():
+                vector.cancel()
+        shown = ranked[:limit]
+        if terms:
+            async with self.engine.connect() as conn:
+                await lexical.with_reply_context(conn, shown, terms)
+        return shown
+
+    async def _hybrid(
+        self,
+        session: Session,
+        conv_ids: list[int],
+        vector: np.ndarray | None,
+        needles: list[str],
+        scope: SearchScope,
+        pool: int,
+        lexical_hits: list[SearchResult],
+    ) -> list[SearchResult]:
+        """`lexical_hits` fused with the items nearest to the question's `vector` in
+        meaning (memory/search/fusion.py)."""
+        if vector is None or self.semantic is None:
+            return lexical_hits  # the question has no vector: the words' ranking stands
+        words = {_key(r): r for r in lexical_hits}
+        vector_hits = await self.semantic.index.search(
+            session.user_id,
+            session.agent_id,
+            vector,
+            sources=_VECTOR_SOURCES[scope],
+            limit=pool,
+            # Every word hit weighed by its meaning too (memory/search/fusion.py). simple's notes
+            # are embedded under a key of their content, not their name: they have meaning
+            # only when among the nearest.
+            also=list(words),
+        )
+        nearest = [h for h in vector_hits if h.nearest]
+        similarity = {(h.source, h.key): h.score for h in vector_hits if not h.nearest}
+        meaning = await self._resolve_vectors(session, conv_ids, nearest, needles)
+        # Far neighbours without a word of the question are no match (the floor's reason:
+        # memory/search/semantic/__init__.py). They stay in the meaning scale, so no other item's
+        # fused score moves: the floor only takes items off the list.
+        floor = self.semantic.min_similarity
+        far = {_key(r): r.score for r in meaning if r.score < floor and _key(r) not in words}
+        meaning = [r for r in meaning if _key(r) not in far]
+        found = {_key(r): r for r in meaning}
+        found.update(words)  # their snippets centre on a word
+        out = []
+        for item in fuse(
+            [(_key(r), r.score) for r in lexical_hits],
+            [(_key(r), r.score) for r in meaning],
+            similarity={**similarity, **far},
+        ):
+            result = found[item.key]
+            result.score, result.signals = item.score, item.signals
+            out.append(result)
+        return out
+
+    async def _resolve_vectors(
+        self, session: Session, conv_ids: list[int], hits: list[VectorHit], needles: list[str]
+    ) -> list[SearchResult]:
+        """Semantic hits as results (score: cosine similarity), best first; rows outside
+        `conv_ids` (the user's conversations) are left out."""
+        by_label = {index.label: index for index in self.indexes}
+        mine = [h for h in hits if h.source in by_label]
+        out: list[SearchResult] = []
+        if mine:
+            async with self.engine.connect() as conn:
+                for label, index in by_label.items():
+                    scored = [(h.key, h.score) for h in mine if h.source == label]
+                    if scored:
+                        out += await lexical.resolve_ids(conn, index, conv_ids, scored, needles)
+        others = [h for h in hits if h.source not in by_label]
+        if others and self.extra is not None:
+            out += await self.extra.resolve_extra(session, others, needles)
+        return sorted(out, key=lambda r: r.score, reverse=True)
+
+    async def _from_index(
+        self,
+        conn: AsyncConnection,
+        index: TextIndex,
+        conv_ids: list[int],
+        text: str,
+        terms: list[str],
+        limit: int,
+    ) -> list[SearchResult]:
+        if terms:
+            hits = await lexical.bm25(conn, index, conv_ids, terms, limit)
+            found = await lexical.resolve(conn, index, hits, terms)
+            signal = WORDS
+        else:
+            hits, verify = await lexical.literal(conn, index, conv_ids, text, limit)
+            found = (await lexical.resolve(conn, index, hits, [text], verify))[:limit]
+            signal = SUBSTRING
+        for result in found:
+            result.signals = (signal,)
+        return found

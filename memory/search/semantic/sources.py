@@ -1,0 +1,137 @@
+"""What gets embedded: `EmbeddingSource`s, each listing its items that lack a vector.
+
+A provider offers its sources through `embedding_sources()` (the optional capability
+`memory.contract.capabilities.EmbeddingSources`): core's `MessagesSource` (user and assistant
+messages with text; tool calls and results are not embedded), lcm's summaries, simple's
+notes and archives.
+
+`pending(model, limit=, after=)` has two modes:
+- `after=None`, what the background worker polls: items past the newest one embedded,
+  less `LOOKBACK` positions (a PostgreSQL transaction may commit a lower id after a
+  higher one: the look back catches it). Index-bound: a max() over
+  `ix_embeddings_position`, then a range of the item table's primary key, each row
+  probing the unique index of `embeddings`; never a scan of the whole history.
+- `after=N`, a full scan (`mnemo memory embed`): every pending item with a position past
+  N, continued from the returned batch's `next_after` (0 starts it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memory.contract.types import Role
+from memory.search.semantic.store import Item, embeddings, last_position
+from memory.storage.history import conversations, messages
+
+LOOKBACK = 1000
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Pending items, and where a full scan continues (None: the scan is over)."""
+
+    items: list[Item]
+    next_after: int | None
+
+
+@runtime_checkable
+class EmbeddingSource(Protocol):
+    name: str
+
+    async def pending(self, model: str, *, limit: int, after: int | None = None) -> Batch:
+        """At most `limit` items lacking a row for `model` (see the module's docstring)."""
+        ...
+
+    async def counts(self, model: str) -> tuple[int, int]:
+        """(items to embed, of those the ones with a row for `model`)."""
+        ...
+
+
+class TableSource:
+    """A source whose items are rows of a table with an integer key (`_position`): the
+    subclass gives the select of (position, key, text, user_id, agent_id) of eligible
+    rows and the expression of an item's key."""
+
+    name: str
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    def _eligible(self) -> sa.Select[*tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _position(self) -> sa.ColumnElement[int]:
+        raise NotImplementedError
+
+    def _key(self) -> sa.ColumnElement[str]:
+        raise NotImplementedError
+
+    def _has_vector(self, model: str) -> sa.ColumnElement[bool]:
+        return sa.exists().where(
+            embeddings.c.source == self.name,
+            embeddings.c.model == model,
+            embeddings.c.item_key == self._key(),
+        )
+
+    async def pending(self, model: str, *, limit: int, after: int | None = None) -> Batch:
+        async with self.engine.connect() as conn:
+            start = after
+            if start is None:
+                start = max(0, (await last_position(conn, self.name, model) or 0) - LOOKBACK)
+            rows = (
+                await conn.execute(
+                    self._eligible()
+                    .where(self._position() > start, ~self._has_vector(model))
+                    .order_by(self._position())
+                    .limit(limit)
+                )
+            ).all()
+        items = [
+            Item(self.name, key, user_id, agent_id, text or "", pos)
+            for pos, key, text, user_id, agent_id in rows
+        ]
+        return Batch(items, items[-1].item_id if len(items) == limit else None)
+
+    async def counts(self, model: str) -> tuple[int, int]:
+        eligible = self._eligible().subquery()
+        async with self.engine.connect() as conn:
+            total = await conn.scalar(sa.select(sa.func.count()).select_from(eligible))
+            done = await conn.scalar(
+                sa.select(sa.func.count()).select_from(
+                    self._eligible().where(self._has_vector(model)).subquery()
+                )
+            )
+        return int(total or 0), int(done or 0)
+
+
+class MessagesSource(TableSource):
+    """The shared history's user and assistant messages with text (source `message`,
+    key the message id)."""
+
+    name = "message"
+
+    def _eligible(self) -> sa.Select[*tuple[Any, ...]]:
+        return (
+            sa.select(
+                messages.c.id,
+                self._key(),
+                messages.c.content,
+                conversations.c.user_id,
+                conversations.c.agent_id,
+            )
+            .join(conversations, conversations.c.id == messages.c.conversation_id)
+            .where(
+                messages.c.role.in_((Role.USER.value, Role.ASSISTANT.value)),
+                messages.c.content != "",
+            )
+        )
+
+    def _position(self) -> sa.ColumnElement[int]:
+        return messages.c.id
+
+    def _key(self) -> sa.ColumnElement[str]:
+        return sa.cast(messages.c.id, sa.String)

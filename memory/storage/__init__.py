@@ -1,0 +1,2 @@
+"""The shared SQL implementation every provider builds on: engine, history, stores,
+snapshots, forgetting, usage, locks."""

@@ -1,0 +1,39 @@
+"""The `embeddings` config section: defaults, ranges, and its API key kept secret."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.config.settings import ConfigError, load_settings
+
+
+def test_defaults_are_off_and_fall_back_to_the_llm_server(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("llm: {base_url: 'http://llm:8080/v1'}\n")
+    settings = load_settings(path, check_provider=False)
+    assert settings.embeddings.model == "" and settings.embeddings.batch_size == 64
+
+
+@pytest.mark.parametrize("bad", ["batch_size: 0", "batch_size: 5000", "max_chars: 10"])
+def test_a_value_out_of_range_names_the_key(tmp_path: Path, bad: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"embeddings: {{{bad}}}\n")
+    with pytest.raises(ConfigError, match=rf"embeddings\.{bad.split(':')[0]}: "):
+        load_settings(path, check_provider=False)
+
+
+def test_the_embeddings_api_key_never_shows_in_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("embeddings: {api_key: [sk-embed-secret-123]}\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(path, check_provider=False)
+    assert "embeddings.api_key" in str(err.value) and "sk-embed-secret-123" not in str(err.value)
+    path.write_text(
+        "embeddings: {api_key: sk-embed-secret-123, model: sk-embed-secret-123x}\n"
+        "memory: {provider: sk-embed-secret-123}\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert "sk-embed-secret-123" not in str(err.value)
