@@ -1,7 +1,7 @@
 """`make bench` / `python -m bench`: the bot's two benchmarks (issue 4), a minute in all.
 
     python -m bench                    # bot throughput vs an echo bot, compaction latency
-    python -m bench --append-results   # ... and append the figures to bench/RESULTS.md
+    python -m bench --append-results   # ... and append the figures to bench/HISTORY.md
 
 The storage benchmarks take longer and run on their own:
 

@@ -1,5 +1,6 @@
 """What every benchmark script reports the same way: the machine line, percentiles, and
-appending its figures to bench/RESULTS.md."""
+appending its figures to bench/HISTORY.md (bench/RESULTS.md
+holds the current figure of each benchmark, updated by hand from there)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import platform
 import sqlite3
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().with_name("RESULTS.md")
+HISTORY = Path(__file__).resolve().with_name("HISTORY.md")
 
 
 def machine() -> str:
@@ -36,6 +37,6 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def append_results(text: str) -> None:
-    """Append `text` to bench/RESULTS.md as its own block."""
-    with RESULTS.open("a", encoding="utf-8") as fh:
+    """Append `text` to bench/HISTORY.md as its own block."""
+    with HISTORY.open("a", encoding="utf-8") as fh:
         fh.write("\n" + text.strip("\n") + "\n")

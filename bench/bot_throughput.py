@@ -466,7 +466,7 @@ if __name__ == "__main__":
         help="measure the pool's turn alone, in-process (no Telegram)",
     )
     parser.add_argument(
-        "--append-results", action="store_true", help="append the figures to bench/RESULTS.md"
+        "--append-results", action="store_true", help="append the figures to bench/HISTORY.md"
     )
     ns = parser.parse_args()
     text = asyncio.run(turns_only(ns)) if ns.turns_only else report(asyncio.run(main(ns)), ns)

@@ -156,7 +156,7 @@ def main() -> None:
         default=800,
         help="compaction.max_tokens (small, so compaction triggers often)",
     )
-    parser.add_argument("--append-results", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument("--append-results", action="store_true", help="append to bench/HISTORY.md")
     args = parser.parse_args()
 
     turns, summarizing, _settings = asyncio.run(run(args))

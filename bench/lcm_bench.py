@@ -14,7 +14,7 @@
   substring and full_text p50 against a plain `LIKE '%x%'` scan of the same table.
 
 The summarizer is `TruncatingSummarizer` (deterministic, no LLM). Figures go to stdout and,
-with --write, are appended to bench/RESULTS.md with the machine, date and command.
+with --write, are appended to bench/HISTORY.md with the machine, date and command.
 """
 
 from __future__ import annotations

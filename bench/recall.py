@@ -947,7 +947,7 @@ def main(argv: list[str] | None = None) -> int:
         "questions are always embedded afresh, so latencies stay real)",
     )
     parser.add_argument(
-        "--append-results", action="store_true", help="append the report to bench/RESULTS.md"
+        "--append-results", action="store_true", help="append the report to bench/HISTORY.md"
     )
     args = parser.parse_args(argv)
     args.command = "python -m bench.recall " + " ".join(argv if argv is not None else sys.argv[1:])

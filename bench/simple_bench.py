@@ -169,7 +169,7 @@ def _filesystem(directory: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
-    parser.add_argument("--append-results", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument("--append-results", action="store_true", help="append to bench/HISTORY.md")
     args = parser.parse_args()
 
     import bm25s

@@ -12,7 +12,7 @@ a fresh `VectorIndex`:
 - search while 64 new vectors arrive before each query (the incremental refresh);
 - the cache's size and the process's peak RSS.
 
-Figures go to stdout and, with --write, are appended to bench/RESULTS.md.
+Figures go to stdout and, with --write, are appended to bench/HISTORY.md.
 """
 
 from __future__ import annotations
