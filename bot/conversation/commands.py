@@ -28,7 +28,7 @@ from bot.model.client import LLMError
 from memory.actions.commands import run_memory_command, split_words, table_rows
 from memory.actions.delegated_recall import RecallModelFailed
 from memory.actions.fitting import MAX_REPLY, clip
-from memory.actions.spec import ContextBudget
+from memory.actions.spec import ContextBudget, FrontEnd
 from memory.compaction.summarizer import SummarizerError
 from memory.contract.capabilities import Compactor
 from memory.contract.errors import (
@@ -200,34 +200,10 @@ async def _memory(pool: Conversations, session: Session, args: str, *, is_admin:
     budget = ContextBudget(
         pool.settings.memory.budget_tokens, None if compact_above == -1 else compact_above
     )
-    # /memory ask calls a model: a user over a token limit is refused it, as a turn is.
-    if (
-        split_words(args)[0] == "ask"
-        and pool.budgets is not None
-        and await pool.budgets.refusal(session.user_id) is not None
-    ):
-        return (
-            "Sorry, you have used up your tokens for now, and /memory ask needs the "
-            "model (/memory status shows your usage). /memory search still works."
-        )
-    out = await run_memory_command(
-        pool.provider,
-        session,
-        args,
-        is_admin=is_admin,
-        budget=budget,
-        recaller=pool.recaller,
-    )
-    if split_words(args)[0] == "status" and pool.budgets is not None:
-        # What this user's model calls cost: the pool's, not the provider's, to know.
-        try:
-            lines = await pool.budgets.status_lines(session.user_id)
-        except Exception:
-            log.exception("could not read the usage of %s", session.id)
-            lines = ["Usage: could not be read just now."]
-        if lines:
-            out = out.rstrip() + "\n\n" + "\n".join(lines)
-    return out
+    # What the actions may ask of the bot: the model (recall), the user's token limits
+    # (refusing an action that needs the model; /memory status shows the usage).
+    front = FrontEnd(budget=budget, recaller=pool.recaller, limits=pool.budgets)
+    return await run_memory_command(pool.provider, session, args, is_admin=is_admin, front=front)
 
 
 def command_table() -> str:

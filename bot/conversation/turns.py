@@ -48,6 +48,7 @@ from bot.model.tool_loop import Completer, Tool, run_turn
 from memory.actions import provenance
 from memory.actions.citations import cite
 from memory.actions.provenance import Source
+from memory.actions.spec import FrontEnd
 from memory.contract.append_hook import AppendHook
 from memory.contract.capabilities import ChangelogReader, ProfileStore, SessionManager
 from memory.contract.context import with_change_source
@@ -149,10 +150,12 @@ def memory_tools(provider: Any, session: Session, recaller: Any = None) -> list[
     if schema is None:
         return []
 
+    front = FrontEnd(recaller=recaller)
+
     async def handler(args: dict[str, Any]) -> str:
         with bind_session(session), with_change_source(ChangeSource.AGENT):
             return await memory_tool.run_tool(
-                provider, session, args, source=ChangeSource.AGENT, recaller=recaller
+                provider, session, args, source=ChangeSource.AGENT, front=front
             )
 
     return [Tool(schema=schema, handler=handler)]
@@ -417,7 +420,8 @@ class Turns:
             )
             return Reply(apology(exc.reason), error=True)
         try:
-            # (memory.actions.tool advanced the snapshot after each of its writes already)
+            # The model's own memory writes leave the snapshot where it is: the system
+            # prompt shows them from the next compaction (memory/actions/spec.py `perform`).
             await self.append(
                 session, result.messages, live_only=live_only, ledger=ledger, wait=wait
             )

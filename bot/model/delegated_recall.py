@@ -9,6 +9,7 @@ from typing import Any
 
 from bot.config.settings import Settings
 from bot.model.client import LLMClient, LLMError
+from bot.model.tool_loop import Completer
 from memory.actions.delegated_recall import Bounds, Recaller, RecallModelFailed
 
 
@@ -17,12 +18,15 @@ def recall_model(settings: Settings) -> str:
     return llm.recall_model or llm.summary_model or llm.model
 
 
-def recaller_for(llm: Any, settings: Settings) -> Recaller:
+def recaller_for(llm: Completer, settings: Settings) -> Recaller:
     """The sub-call on `llm` (a test's stand-in completer: its own model, no usage)."""
     model = recall_model(settings)
 
     async def ask(system: str, prompt: str) -> str:
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": prompt},
+        ]
         try:
             if isinstance(llm, LLMClient):
                 turn = await llm.complete(messages, model=model, kind="recall")

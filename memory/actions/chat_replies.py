@@ -4,12 +4,13 @@ renders one action's result: (call, args, result)."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from memory.actions import origins
 from memory.actions.fitting import clip, listing, one_line
 from memory.actions.provenance import Why
-from memory.actions.spec import Call
+from memory.actions.spec import Call, capability
 from memory.contract.capabilities import (
     SessionManager,
     VersionedProfileStore,
@@ -34,50 +35,57 @@ from memory.text.sanitize import storable
 if TYPE_CHECKING:
     from memory.storage.history import FoundMessage
 
+log = logging.getLogger(__name__)
+
 SHOWN_HITS = 10  # search hits listed; more are counted
 
 
 async def status(c: Call, args: Any, stats: SessionStats) -> str:
     p = c.provider
+    budget = c.front.budget
     lines = [
         f"Memory provider: {p.name}",
         f"Conversation: {c.session.id}",
         f"Messages: {stats.message_count} ({stats.token_count} tokens)",
         f"Summaries: {stats.summary_count}",
     ]
-    if c.budget is not None:
+    if budget is not None:
         compaction = (
             "auto-compaction off"
-            if c.budget.compact_above is None
-            else f"auto-compaction above {c.budget.compact_above}"
+            if budget.compact_above is None
+            else f"auto-compaction above {budget.compact_above}"
         )
         lines.append(
-            f"Context now: {stats.context_tokens} tokens (budget {c.budget.tokens}, {compaction})"
+            f"Context now: {stats.context_tokens} tokens (budget {budget.tokens}, {compaction})"
         )
     else:
         lines.append(f"Context now: {stats.context_tokens} tokens")
     if stats.oldest_at:
         lines.append(f"Span: {minute_utc(stats.oldest_at)} → {minute_utc(stats.newest_at)}")
-    if isinstance(unwrap(p), VersionedProfileStore):
+    versioned = capability(p, VersionedProfileStore)
+    if versioned is not None:
         # The current version, not the session's snapshot: reading that would create the
         # snapshot, freezing the session's view before its first turn.
-        version = await p.memory_version(c.session.user_id, c.session.agent_id)
+        version = await versioned.memory_version(c.session.user_id, c.session.agent_id)
         lines.append(f"Memory version (profile, soul, rules): {version}")
-    # What the provider offers, as the sub-commands people type (never its class names);
-    # operator-only ones are left to /memory help, which marks them.
-    from memory.actions.commands import available_subs
-    from memory.actions.declarations import ACTIONS
-    from memory.actions.spec import Audience
-
-    by_sub = ACTIONS.commands()
-    subs = [
-        s
-        for s in available_subs(p)
-        if s not in ("status", "help")
-        and not all(a.audience == Audience.OPERATOR for a in by_sub.get(s, []))
-    ]
+    # What the provider offers, as the sub-commands people type (never its class names):
+    # the dispatch offers those open to everyone (memory.actions.commands.open_subs).
+    subs = [s for s in c.offered if s not in ("status", "help")]
     lines.append("You can also use: " + ", ".join(f"/memory {s}" for s in subs))
-    return "\n".join(lines)
+    text = "\n".join(lines)
+    usage = await _usage(c)
+    return text.rstrip() + "\n\n" + "\n".join(usage) if usage else text
+
+
+async def _usage(c: Call) -> list[str]:
+    """What this user's model calls cost: the front-end's, not the provider's, to know."""
+    if c.front.limits is None:
+        return []
+    try:
+        return await c.front.limits.status_lines(c.session.user_id)
+    except Exception:
+        log.exception("could not read the usage of %s", c.session.id)
+        return ["Usage: could not be read just now."]
 
 
 async def search(c: Call, args: Any, hits: list[SearchResult]) -> str:
@@ -108,13 +116,13 @@ async def _origins(c: Call, hits: list[SearchResult]) -> dict[str, str]:
     """Where each hit's conversation is, as a suffix: nothing for this one, else the
     earlier conversation's title and start."""
     out: dict[str, str] = {}
-    p = c.provider
+    sessions = capability(c.provider, SessionManager)
     for sid in {h.session_id for h in hits if h.session_id and h.session_id != c.session.id}:
-        if not isinstance(unwrap(p), SessionManager):
+        if sessions is None:
             out[sid] = " (an earlier conversation)"
             continue
         try:
-            info = await p.load_info(sid)
+            info = await sessions.load_info(sid)
         except NotFound:
             continue
         title = one_line(info.title, 40) or "untitled"

@@ -9,11 +9,10 @@ elsewhere)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from memory.actions.declarations import ACTIONS
 from memory.actions.fitting import MAX_REPLY, clip, one_line
-from memory.actions.spec import Action, Audience, Call, ContextBudget, Registry, perform
+from memory.actions.spec import NO_FRONT_END, Action, Audience, Call, FrontEnd, Registry, perform
+from memory.contract.capabilities import Provider
 from memory.contract.context import with_change_source
 from memory.contract.errors import NotFound
 from memory.contract.types import ChangeSource, Session
@@ -30,7 +29,7 @@ def split_words(text: str) -> tuple[str, str]:
     return name, rest[0].strip() if rest else ""
 
 
-def usage_lines(registry: Registry = ACTIONS, provider: Any = None) -> dict[str, str]:
+def usage_lines(registry: Registry = ACTIONS, provider: Provider | None = None) -> dict[str, str]:
     """Each sub-command's usage line, in the order `/memory help` lists them; with a
     `provider`, only the sub-commands it supports (simple has notes, lcm has expand)."""
     out = {}
@@ -42,13 +41,15 @@ def usage_lines(registry: Registry = ACTIONS, provider: Any = None) -> dict[str,
     return out
 
 
-def usage(sub: str | None = None, registry: Registry = ACTIONS, provider: Any = None) -> str:
+def usage(
+    sub: str | None = None, registry: Registry = ACTIONS, provider: Provider | None = None
+) -> str:
     if sub is not None:
         return "Usage: " + usage_lines(registry)[sub]
     return "Usage:\n" + "\n".join(usage_lines(registry, provider).values())
 
 
-def available_subs(provider: Any, registry: Registry = ACTIONS) -> list[str]:
+def available_subs(provider: Provider, registry: Registry = ACTIONS) -> list[str]:
     """The `/memory` sub-commands `provider` supports, in listing order."""
     return list(usage_lines(registry, provider))
 
@@ -62,25 +63,45 @@ def table_rows(registry: Registry = ACTIONS) -> list[tuple[str, str]]:
     return rows
 
 
+def open_subs(provider: Provider, registry: Registry = ACTIONS) -> tuple[str, ...]:
+    """The sub-commands `provider` supports that are not for operators only (`/memory
+    status` lists them; `/memory help` lists and marks the operators' ones too)."""
+    by_sub = registry.commands()
+    return tuple(
+        sub
+        for sub in available_subs(provider, registry)
+        if not all(a.audience == Audience.OPERATOR for a in by_sub[sub])
+    )
+
+
 async def run_memory_command(
-    provider: Any,
+    provider: Provider,
     session: Session,
     words: str,
     *,
     is_admin: bool,
     limit: int = MAX_REPLY,
-    budget: ContextBudget | None = None,
+    front: FrontEnd = NO_FRONT_END,
     registry: Registry = ACTIONS,
-    recaller: Any = None,
 ) -> str:
     """Answer `/memory <words>` for `session` (the live one); at most `limit` characters.
-    `recaller`: the delegated recall sub-call `/memory ask` runs (memory.actions.delegated_recall)."""
+    `front`: what the front-end provides the actions (a model for `/memory ask`, the
+    user's token limits, the context budget /memory status shows)."""
     sub, rest = split_words(words)
     if sub in ("", "help"):
         return usage(registry=registry, provider=provider)
     actions = registry.commands().get(sub)
     if actions is None:
         return f"Unknown sub-command {sub!r}.\n{usage(registry=registry, provider=provider)}"
+    if (
+        any(a.needs_model for a in actions)
+        and front.limits is not None
+        and await front.limits.refusal(session.user_id) is not None
+    ):
+        return (
+            f"Sorry, you have used up your tokens for now, and /memory {sub} needs the "
+            "model (/memory status shows your usage). /memory search still works."
+        )
     if not is_admin and any(a.audience == Audience.OPERATOR for a in actions):
         return f"/memory {sub} is for the bot's operators only."
     if (
@@ -106,10 +127,10 @@ async def run_memory_command(
         call = Call(
             provider,
             session,
+            open_subs(provider, registry),
             limit=limit,
-            budget=budget,
             source=ChangeSource.USER,
-            recaller=recaller,
+            front=front,
         )
         try:
             with with_change_source(ChangeSource.USER):

@@ -37,8 +37,7 @@ from memory.actions.arguments import (
     Version,
     refuse,
 )
-from memory.actions.delegated_recall import Answer
-from memory.actions.spec import Action, Audience, Call, Command, Registry
+from memory.actions.spec import Action, Audience, Call, Command, Recalled, Registry
 from memory.contract.capabilities import (
     ChangelogReader,
     ConstraintStore,
@@ -124,7 +123,7 @@ async def _search(c: Call, args: SearchArgs) -> Any:
     query = SearchQuery(
         text=args.text, scope=SearchScope(args.scope), limit=args.limit, mode=SearchMode(args.mode)
     )
-    return await c.provider.search(c.session, query)
+    return await c.provider_as(Searcher).search(c.session, query)
 
 
 declare(
@@ -152,14 +151,13 @@ class RecallArgs(Arguments):
     question: Question
 
 
-async def _recall(c: Call, args: RecallArgs) -> Answer:
-    if c.recaller is None:
+async def _recall(c: Call, args: RecallArgs) -> Recalled:
+    if c.front.recaller is None:
         raise ContractError("recall needs a model, and none is configured here")
-    answer: Answer = await c.recaller(c.provider, c.session, args.question)
-    return answer
+    return await c.front.recaller(c.provider, c.session, args.question)
 
 
-async def _answer_text(c: Call, args: RecallArgs, answer: Answer) -> str:
+async def _answer_text(c: Call, args: RecallArgs, answer: Recalled) -> str:
     return answer.render()
 
 
@@ -174,6 +172,7 @@ declare(
         "citing the message ids and dates it rests on, or says nothing was found",
         _recall,
         render=_answer_text,
+        needs_model=True,
         command=Command(
             "ask",
             "<question> — answer a question from everything I remember, citing the messages",
@@ -218,7 +217,7 @@ class MessageArgs(Arguments):
 
 
 async def _read_message(c: Call, args: MessageArgs) -> Any:
-    return await c.provider.read_message(c.session, args.message_id)
+    return await c.provider_as(MessageReader).read_message(c.session, args.message_id)
 
 
 # People's `show <id>`: a message id (digits) when the provider reads messages.
@@ -244,7 +243,7 @@ class SummaryArgs(Arguments):
 
 
 async def _describe(c: Call, args: SummaryArgs) -> Any:
-    return await c.provider.describe(args.summary_id, c.session)
+    return await c.provider_as(Explorer).describe(args.summary_id, c.session)
 
 
 declare(
@@ -272,7 +271,7 @@ class ExpandArgs(Arguments):
 
 
 async def _expand(c: Call, args: ExpandArgs) -> Any:
-    return await c.provider.expand(args.summary_id, args.token_cap, c.session)
+    return await c.provider_as(Explorer).expand(args.summary_id, args.token_cap, c.session)
 
 
 declare(
@@ -302,7 +301,7 @@ class ContentArgs(Arguments):
 
 
 async def _get_profile(c: Call, args: NoArgs) -> Any:
-    return await c.provider.get_profile(*c.owner)
+    return await c.provider_as(ProfileStore).get_profile(*c.owner)
 
 
 async def _set_profile(c: Call, args: ContentArgs) -> Any:
@@ -312,7 +311,7 @@ async def _set_profile(c: Call, args: ContentArgs) -> Any:
 
 
 async def _get_soul(c: Call, args: NoArgs) -> Any:
-    return await c.provider.get_soul(*c.owner)
+    return await c.provider_as(ProfileStore).get_soul(*c.owner)
 
 
 async def _set_soul(c: Call, args: ContentArgs) -> Any:
@@ -386,7 +385,7 @@ class HistoryArgs(Arguments):
 
 
 async def _history(c: Call, args: HistoryArgs) -> Any:
-    return await c.provider.read_changelog(*c.owner, args.scope, args.limit)
+    return await c.provider_as(ChangelogReader).read_changelog(*c.owner, args.scope, args.limit)
 
 
 declare(
@@ -461,7 +460,7 @@ class ConstraintIdArgs(Arguments):
 
 
 async def _constraints(c: Call, args: NoArgs) -> Any:
-    return await c.provider.get_constraints(*c.owner)
+    return await c.provider_as(ConstraintStore).get_constraints(*c.owner)
 
 
 async def _add_constraint(c: Call, args: ConstraintArgs) -> Any:
@@ -556,36 +555,40 @@ class AliasArgs(Arguments):
     alias: Alias
 
 
+def _notes(c: Call) -> NoteStore:
+    return c.provider_as(NoteStore)
+
+
 async def _note_add(c: Call, args: NewNoteArgs) -> Any:
-    return await c.provider.note_add(c.session, args.name.strip(), args.content)
+    return await _notes(c).note_add(c.session, args.name.strip(), args.content)
 
 
 async def _note_get(c: Call, args: NoteArgs) -> Any:
-    return await c.provider.note_get(c.session, args.name.strip())
+    return await _notes(c).note_get(c.session, args.name.strip())
 
 
 async def _note_search(c: Call, args: NoteSearchArgs) -> Any:
-    return await c.provider.note_search(c.session, args.text, args.limit)
+    return await _notes(c).note_search(c.session, args.text, args.limit)
 
 
 async def _note_write(c: Call, args: NewNoteArgs) -> Any:
-    return await c.provider.note_write(c.session, args.name.strip(), args.content)
+    return await _notes(c).note_write(c.session, args.name.strip(), args.content)
 
 
 async def _note_rename(c: Call, args: RenameArgs) -> Any:
-    return await c.provider.note_rename(c.session, args.name.strip(), args.new_name.strip())
+    return await _notes(c).note_rename(c.session, args.name.strip(), args.new_name.strip())
 
 
 async def _note_alias(c: Call, args: AliasArgs) -> Any:
-    return await c.provider.note_alias(c.session, args.name.strip(), args.alias.strip())
+    return await _notes(c).note_alias(c.session, args.name.strip(), args.alias.strip())
 
 
 async def _note_remove(c: Call, args: NoteArgs) -> Any:
-    return await c.provider.note_remove(c.session, args.name.strip())
+    return await _notes(c).note_remove(c.session, args.name.strip())
 
 
 async def _note_list(c: Call, args: NoArgs) -> Any:
-    return await c.provider.note_list(c.session)
+    return await _notes(c).note_list(c.session)
 
 
 declare(

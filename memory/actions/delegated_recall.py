@@ -31,12 +31,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from memory.actions.citations import cite
-from memory.contract.capabilities import Explorer, MessageReader, NoteStore
+from memory.actions.spec import capability
+from memory.contract.capabilities import Explorer, MessageReader, NoteStore, Provider, Searcher
 from memory.contract.errors import ContractError, NotFound
-from memory.contract.tracing import unwrap
 from memory.contract.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
 from memory.text.tokens import estimate_tokens
 
@@ -166,14 +165,14 @@ class Material:
         return "\n".join(i.line() for i in self.items.values())
 
 
-async def _read_hit(provider: Any, session: Session, hit: SearchResult, m: Material) -> None:
+async def _read_hit(provider: Provider, session: Session, hit: SearchResult, m: Material) -> None:
     """Add what `hit` stands for: the message itself; a summary's source messages (its
     children expanded in turn); an archive or note's content. Only through `session`."""
-    inner = unwrap(provider)
     if hit.source_type == "message":
-        if isinstance(inner, MessageReader):
+        reader = capability(provider, MessageReader)
+        if reader is not None:
             try:
-                found = await provider.read_message(session, hit.source_id)
+                found = await reader.read_message(session, hit.source_id)
             except NotFound:
                 return
             msg = found.message
@@ -181,14 +180,16 @@ async def _read_hit(provider: Any, session: Session, hit: SearchResult, m: Mater
         else:
             m.add(Item(hit.source_id, "message", hit.content, hit.timestamp))
         return
-    if hit.source_type == "summary" and isinstance(inner, Explorer):
+    explorer = capability(provider, Explorer)
+    notes = capability(provider, NoteStore)
+    if hit.source_type == "summary" and explorer is not None:
         before = len(m.items)
-        await _expand(provider, session, hit.source_id, m, depth=0)
+        await _expand(explorer, session, hit.source_id, m, depth=0)
         if len(m.items) > before:
             return
-    elif hit.source_type in ("archive", "note") and isinstance(inner, NoteStore):
+    elif hit.source_type in ("archive", "note") and notes is not None:
         try:
-            entry = await provider.note_get(session, hit.source_id)
+            entry = await notes.note_get(session, hit.source_id)
         except NotFound:
             return
         m.add(Item(hit.source_id, hit.source_type, entry.content, entry.created_at))
@@ -197,24 +198,27 @@ async def _read_hit(provider: Any, session: Session, hit: SearchResult, m: Mater
 
 
 async def _expand(
-    provider: Any, session: Session, summary_id: str, m: Material, depth: int
+    explorer: Explorer, session: Session, summary_id: str, m: Material, depth: int
 ) -> None:
     if m.full or depth > 8:  # the DAG is shallow; the cap only guards a malformed one
         return
     try:
-        got = await provider.expand(summary_id, max(1, m.left), session)
+        got = await explorer.expand(summary_id, max(1, m.left), session)
     except NotFound:
         return
     for msg in got.messages:
         if msg.role in ("user", "assistant") and msg.content.strip():
             m.add(Item(msg.message_id, "message", msg.content, msg.created_at, msg.role))
     for child in got.children:
-        await _expand(provider, session, child.summary_id, m, depth + 1)
+        await _expand(explorer, session, child.summary_id, m, depth + 1)
 
 
-async def _gather(provider: Any, session: Session, words: str, m: Material) -> int:
+async def _gather(provider: Provider, session: Session, words: str, m: Material) -> int:
+    searcher = capability(provider, Searcher)
+    if searcher is None:  # `recall` is declared on searchers only
+        raise ContractError(f"the {provider.name} memory provider cannot search")
     query = SearchQuery(words, SearchScope.BOTH, HITS_PER_SEARCH, SearchMode.HYBRID)
-    hits = await provider.search(session, query)
+    hits = await searcher.search(session, query)
     for hit in hits:
         if m.full:
             break
@@ -229,7 +233,7 @@ def _clean(answer: str, material: Material) -> tuple[str, list[Item]]:
 
 
 async def recall(
-    provider: Any, session: Session, question: str, ask: Ask, bounds: Bounds
+    provider: Provider, session: Session, question: str, ask: Ask, bounds: Bounds
 ) -> Answer:
     """Answer `question` from `session`'s memory scope (module doc); past the time limit,
     an answer saying so (nothing cited: the material was not read to the end)."""
@@ -266,7 +270,7 @@ def _closest(material: Material) -> list[Item]:
 
 
 async def _rounds(
-    provider: Any,
+    provider: Provider,
     session: Session,
     question: str,
     ask: Ask,
@@ -305,5 +309,5 @@ class Recaller:
     ask: Ask
     bounds: Bounds = Bounds()
 
-    async def __call__(self, provider: Any, session: Session, question: str) -> Answer:
+    async def __call__(self, provider: Provider, session: Session, question: str) -> Answer:
         return await recall(provider, session, question, self.ask, self.bounds)

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory.actions.fitting import listing, one_line
-from memory.actions.spec import Call
+from memory.actions.spec import Call, capability
 from memory.contract.capabilities import NoteStore
 from memory.contract.errors import NotFound
-from memory.contract.tracing import unwrap
 from memory.contract.types import minute_utc
 from memory.storage import forget_requests as requests
 from memory.storage import forgetting as fg
@@ -121,10 +120,11 @@ async def confirm(c: Call, args: Any) -> ForgetReport | ErasureReport | Unconfir
     if request.everything:
         return await fg.erase(c.provider, owner, by_whom(c))
     report = await fg.forget(c.provider, owner, request.ids, request.needles)
-    if args.notes and isinstance(unwrap(c.provider), NoteStore):
+    notes = capability(c.provider, NoteStore)
+    if args.notes and notes is not None:
         for name in report.quoting_notes:
             try:
-                await c.provider.note_remove(c.session, name)
+                await notes.note_remove(c.session, name)
             except NotFound:
                 continue
         report.quoting_notes = []

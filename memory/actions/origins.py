@@ -22,10 +22,8 @@ reads that): a crash between storing and sending leaves exactly that.
 
 from __future__ import annotations
 
-from typing import Any
-
-from memory.contract.capabilities import AnswerOrigins, MessageReader
-from memory.contract.tracing import unwrap
+from memory.actions.spec import capability
+from memory.contract.capabilities import AnswerOrigins, MessageReader, Provider
 from memory.contract.types import Origin, Session
 
 TELEGRAM = "telegram"
@@ -49,39 +47,42 @@ def same_chat(origin: Origin | None, channel: str, chat_id: int) -> bool:
     return origin is not None and origin.channel == channel and origin.chat_id == chat_id
 
 
-async def answer_id(provider: Any, session: Session, asked: Origin) -> str | None:
+async def answer_id(provider: Provider, session: Session, asked: Origin) -> str | None:
     """The id of the stored answer to the message received from `asked` in `session`;
     None when the provider keeps no origins or no answer to it is stored. A channel
     looks it up while the answer is being sent, so that recording where it went
     (`answer_sent`) is a single insert once the answer is out."""
-    if not isinstance(unwrap(provider), AnswerOrigins):
+    origins = capability(provider, AnswerOrigins)
+    if origins is None:
         return None
-    turn = await provider.answered_turn(session, asked)
+    turn = await origins.answered_turn(session, asked)
     return None if turn is None else turn.answer_id
 
 
 async def answer_sent(
-    provider: Any, session: Session, asked: Origin, sent: Origin, answer: str | None = None
+    provider: Provider, session: Session, asked: Origin, sent: Origin, answer: str | None = None
 ) -> bool:
     """Record that the stored answer to the message received from `asked` (its id
     `answer`, when already looked up) went out as `sent` (module doc); False when the
     provider keeps no origins, the answer is not stored in `session`, or it has its
     origin already."""
-    if not isinstance(unwrap(provider), AnswerOrigins):
+    origins = capability(provider, AnswerOrigins)
+    if origins is None:
         return False
     found = answer if answer is not None else await answer_id(provider, session, asked)
-    return found is not None and await provider.add_origin(session, found, sent)
+    return found is not None and await origins.add_origin(session, found, sent)
 
 
-async def answer_shown(provider: Any, session: Session, asked: Origin) -> bool | None:
+async def answer_shown(provider: Provider, session: Session, asked: Origin) -> bool | None:
     """Whether the stored answer to the message received from `asked` has gone out (it
     has an origin, module doc); None when that cannot be told: the provider keeps no
     origins, or no answer to that message is stored in `session`."""
-    inner = unwrap(provider)
-    if not isinstance(inner, AnswerOrigins) or not isinstance(inner, MessageReader):
+    origins = capability(provider, AnswerOrigins)
+    reader = capability(provider, MessageReader)
+    if origins is None or reader is None:
         return None
-    turn = await provider.answered_turn(session, asked)
+    turn = await origins.answered_turn(session, asked)
     if turn is None:
         return None
-    found = await provider.read_message(session, turn.answer_id)
+    found = await reader.read_message(session, turn.answer_id)
     return found.origin is not None

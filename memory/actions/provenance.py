@@ -26,7 +26,15 @@ from datetime import datetime
 from typing import Any
 
 from memory.actions.citations import cite
-from memory.contract.capabilities import AnswerOrigins, Explorer, MessageReader, NoteStore
+from memory.actions.spec import capability
+from memory.contract.capabilities import (
+    AnswerOrigins,
+    Explorer,
+    MessageReader,
+    NoteStore,
+    Provider,
+    SessionManager,
+)
 from memory.contract.errors import ContractError
 from memory.contract.tracing import unwrap
 from memory.contract.types import Message, Origin, Session
@@ -157,7 +165,9 @@ class Cited:
     sources: list[Source] = field(default_factory=list)
 
 
-async def cited(provider: Any, session: Session, turn: Sequence[Message], answer: str) -> Cited:
+async def cited(
+    provider: Provider, session: Session, turn: Sequence[Message], answer: str
+) -> Cited:
     """`answer` with only the citations of items this turn's memory calls returned, each
     found again in `session`'s scope (module doc); numbered in order of citation."""
     known = returned(uses(turn))
@@ -176,32 +186,35 @@ async def cited(provider: Any, session: Session, turn: Sequence[Message], answer
     return Cited(text, [replace(found[r.id], number=n) for n, r in enumerate(refs, 1)])
 
 
-async def _lookup(provider: Any, session: Session, ref: Ref) -> Source | None:
-    inner = unwrap(provider)
+async def _lookup(provider: Provider, session: Session, ref: Ref) -> Source | None:
     try:
-        if ref.kind == "message" and isinstance(inner, MessageReader):
-            found = await provider.read_message(session, ref.id)
+        reader = capability(provider, MessageReader)
+        if ref.kind == "message" and reader is not None:
+            found = await reader.read_message(session, ref.id)
             msg = found.message
             return Source(0, ref, msg.created_at, first_words(msg.content, WORDS), found.origin)
-        if ref.kind == "summary" and isinstance(inner, Explorer):
-            d = await provider.describe(ref.id, session)
+        explorer = capability(provider, Explorer)
+        if ref.kind == "summary" and explorer is not None:
+            d = await explorer.describe(ref.id, session)
             return Source(0, ref, d.latest_at)
-        if ref.kind in ("archive", "note") and isinstance(inner, NoteStore):
-            entry = await provider.note_get(session, ref.id)
+        notes = capability(provider, NoteStore)
+        if ref.kind in ("archive", "note") and notes is not None:
+            entry = await notes.note_get(session, ref.id)
             return Source(0, ref, entry.created_at)
     except ContractError:  # NotFound among them: not the caller's, or gone
         return None
     return None
 
 
-async def answered(provider: Any, session: Session, asked: Origin) -> Cited | None:
+async def answered(provider: Provider, session: Session, asked: Origin) -> Cited | None:
     """The stored answer to the message received from `asked` (memory/actions/origins.py) with
     its sources found again from its turn, as `cited` found them when it was first
     shown: for an answer sent again later (after a restart). None when the provider
     cannot read a turn back by origin or the message has no stored answer."""
-    if not isinstance(unwrap(provider), AnswerOrigins):
+    origins = capability(provider, AnswerOrigins)
+    if origins is None:
         return None
-    turn = await provider.answered_turn(session, asked)
+    turn = await origins.answered_turn(session, asked)
     if turn is None:
         return None
     return await cited(provider, session, turn.messages, shown_answer(turn.messages))
@@ -219,7 +232,7 @@ def plain_sources(sources: Sequence[Source]) -> str:
 RECENT = 200  # messages read back for the newest turn before reading the whole history
 
 
-async def _newest_turn(provider: Any, session: Session) -> list[Message]:
+async def _newest_turn(provider: Provider, session: Session) -> list[Message]:
     """The newest turn's messages; from the newest `RECENT` when the provider reads those
     alone (memory.storage.history's `load_recent`), so a long conversation is not read whole."""
     recent = getattr(unwrap(provider), "load_recent", None)
@@ -228,7 +241,10 @@ async def _newest_turn(provider: Any, session: Session) -> list[Message]:
         turn = last_turn(newest)
         if turn or len(newest) < RECENT:
             return turn
-    return last_turn(await provider.load_history(session.id))
+    sessions = capability(provider, SessionManager)
+    if sessions is None:  # `why` is declared on session managers only
+        raise ContractError(f"the {provider.name} memory provider cannot read its turns back")
+    return last_turn(await sessions.load_history(session.id))
 
 
 @dataclass
@@ -242,7 +258,7 @@ class Why:
     cited: list[Ref] = field(default_factory=list)
 
 
-async def why(provider: Any, session: Session) -> Why | None:
+async def why(provider: Provider, session: Session) -> Why | None:
     """What the session's newest answer rests on; None when it has no answer yet (no
     turn, or the newest turn failed before answering)."""
     turn = await _newest_turn(provider, session)

@@ -6,6 +6,10 @@ text the model reads (memory tool) and, when people may ask for it, a `/memory`
 sub-command (`Command`: usage line, how its words become arguments, the reply). The
 memory tool's schema, the `/memory` dispatch, its usage lines and docs/CHAT.md's command
 table are all read from the registry, so a new action is one declaration and its handler.
+
+What an action needs of the front-end running it (a model for recall, the user's token
+limits and usage) comes through one `FrontEnd`, declared here and filled by the front-end,
+so memory never imports the bot and a new need is one field there, not a `Call` field.
 """
 
 from __future__ import annotations
@@ -13,24 +17,27 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar, cast
 
 from pydantic import BaseModel
 
-from memory.contract.capabilities import SessionSnapshotStore
+from memory.contract.capabilities import Provider, SessionSnapshotStore
 from memory.contract.context import (
     change_source_from_context,
     with_agent_id,
     with_session_id,
     with_user_id,
 )
+from memory.contract.errors import Unsupported
 from memory.contract.options import WriteOptions
 from memory.contract.tracing import unwrap
 from memory.contract.types import ChangeSource, Session
 from memory.storage import snapshots
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class Audience(enum.StrEnum):
@@ -52,24 +59,82 @@ class ContextBudget:
     compact_above: int | None
 
 
+# `Callable[..., T]`, not `type[T]`: mypy refuses a Protocol class where `type[T]` is
+# expected (type-abstract), and every capability is a Protocol.
+def capability(provider: Provider, cap: Callable[..., T]) -> T | None:
+    """`provider` as the capability `cap` when it implements it (under any tracing
+    wrapper: the check is on the innermost provider, the calls go through the wrapper),
+    else None."""
+    if isinstance(unwrap(provider), cast(type, cap)):
+        return cast(T, provider)
+    return None
+
+
+class Recalled(Protocol):
+    """What a recall answers (memory.actions.delegated_recall.Answer)."""
+
+    def render(self) -> str: ...
+
+
+class Recaller(Protocol):
+    """The delegated recall sub-call (memory.actions.delegated_recall.Recaller): a
+    question about `session`'s past answered by a model, citing what it read."""
+
+    async def __call__(self, provider: Provider, session: Session, question: str) -> Recalled: ...
+
+
+class UserLimits(Protocol):
+    """A user's token limits and usage, as the bot keeps them (bot/conversation/budgets.py)."""
+
+    async def refusal(self, user_id: int) -> str | None:
+        """Why `user_id` may not use the model now (over a limit), else None."""
+        ...
+
+    async def status_lines(self, user_id: int) -> list[str]:
+        """What the user's model calls cost, for /memory status."""
+        ...
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """What the front-end running an action provides besides the provider; None where it
+    has none (a test, reflect). A feature that needs something new of the front-end adds
+    it here, and the front-ends that have it fill it in."""
+
+    budget: ContextBudget | None = None  # the context limits people are shown
+    recaller: Recaller | None = None  # a model for `recall` (`Action.needs_model`)
+    limits: UserLimits | None = None  # the user's token limits and usage
+
+
+NO_FRONT_END = FrontEnd()
+
+
 @dataclass(frozen=True)
 class Call:
-    """One action being run: the provider, the session it acts for, and what the front-end
-    knows (the tool's offered actions; the reply limit and budget shown to people)."""
+    """One action being run: the provider, the session it acts for, what the front-end
+    offers for this provider (the tool's actions; `/memory`'s sub-commands open to
+    everyone), the reply limit people are shown, who writes, and the front-end's services."""
 
-    provider: Any
+    provider: Provider
     session: Session
     offered: tuple[str, ...] = ()
     limit: int = 0
-    budget: ContextBudget | None = None
     # Who writes (the model: agent; /memory: user; reflect); None: the caller's context.
     source: ChangeSource | None = None
-    # The delegated recall sub-call (memory.actions.delegated_recall), when the front-end has a model.
-    recaller: Any = None
+    front: FrontEnd = field(default=NO_FRONT_END)
 
     @property
     def owner(self) -> tuple[int, str]:
         return self.session.user_id, self.session.agent_id
+
+    def provider_as(self, cap: Callable[..., T]) -> T:
+        """The provider as `cap`, which the action's dispatch has checked it implements
+        (Unsupported if a handler reaches past its declared capability)."""
+        narrowed = capability(self.provider, cap)
+        if narrowed is None:
+            what = getattr(cap, "__name__", str(cap))
+            raise Unsupported(f"the {self.provider.name} memory provider is no {what}")
+        return narrowed
 
     def write_options(self) -> WriteOptions:
         """What a store write of this call records in the changelog."""
@@ -116,6 +181,8 @@ class Action:
     command: Command | None = None
     tool: bool = True  # offered to the model
     write: str = ""  # "" reads; else the scope written (a person's write moves the snapshot)
+    # Calls the model: `/memory` refuses it to a user over a token limit, as a turn is.
+    needs_model: bool = False
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -126,7 +193,7 @@ class Action:
         """Its parameters: the required ones first, as declared."""
         return tuple(self.args.model_fields)
 
-    def available(self, provider: Any) -> bool:
+    def available(self, provider: Provider) -> bool:
         return self.capability is None or isinstance(unwrap(provider), self.capability)
 
 
@@ -198,12 +265,13 @@ async def perform(action: Action, call: Call, args: BaseModel, render: Render) -
         return await render(call, args, result)
 
 
-async def advance_snapshot(provider: Any, session: Session) -> None:
+async def advance_snapshot(provider: Provider, session: Session) -> None:
     """After a person's memory write, the session sees it (its snapshot moves)."""
-    if not isinstance(unwrap(provider), SessionSnapshotStore):
+    store = capability(provider, SessionSnapshotStore)
+    if store is None:
         return
     try:
-        await provider.advance_snapshot(session.id, session.user_id, session.agent_id)
+        await store.advance_snapshot(session.id, session.user_id, session.agent_id)
     except Exception:
         # The write itself succeeded; the session sees it from its next snapshot.
         log.warning("advancing the snapshot of session %s failed", session.id, exc_info=True)

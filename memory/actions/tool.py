@@ -28,7 +28,7 @@ from memory.actions.arguments import (
     parameter_schemas,
 )
 from memory.actions.declarations import ACTIONS
-from memory.actions.spec import Call, perform
+from memory.actions.spec import NO_FRONT_END, Call, FrontEnd, perform
 from memory.contract.capabilities import Provider
 from memory.contract.errors import ContractError, NotFound
 from memory.contract.types import ChangeSource, Session
@@ -220,10 +220,11 @@ async def run_tool(
     *,
     allowed_actions: set[str] | None = None,
     source: ChangeSource | None = None,
-    recaller: Any = None,
+    front: FrontEnd = NO_FRONT_END,
 ) -> str:
     """Execute one `memory` tool call for `session`; always returns text for the model.
-    `recaller`: the delegated recall sub-call of the `recall` action, if the caller has one.
+    `front`: what the front-end provides the actions (a model for `recall`). A token
+    limit is not checked here: the turn calling the tool was admitted already.
 
     `allowed_actions` withholds actions (pass the set the schema was built with);
     writes record `source` (who called the tool: the agent in a turn, reflect), or the
@@ -236,7 +237,7 @@ async def run_tool(
         return f"error: {exc}"
     spec = ACTIONS[action]
     try:
-        call = Call(provider, session, tuple(offered), source=source, recaller=recaller)
+        call = Call(provider, session, tuple(offered), source=source, front=front)
         text = await perform(spec, call, args, spec.render)
     except NotFound as exc:
         return f"not found: {exc}" if str(exc) else "not found"

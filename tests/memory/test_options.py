@@ -119,9 +119,7 @@ async def test_memory_writes_record_who_made_them_not_the_context(
                 {"action": "constraint_add", "text": "be kind"},
                 source=ChangeSource.REFLECT,
             )
-            await run_memory_command(
-                provider, session, "constrain be calm", is_admin=False, budget=None
-            )
+            await run_memory_command(provider, session, "constrain be calm", is_admin=False)
         entries = await provider.read_changelog(7, "default", "constraint")
         sources = {e.after_text.rsplit("be ", 1)[-1].split('"')[0]: e.source for e in entries}
         assert sources == {"brief": "agent", "kind": "reflect", "calm": "user"}, sources
