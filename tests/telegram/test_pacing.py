@@ -27,7 +27,7 @@ async def test_the_bot_holds_the_21st_message_a_minute_into_a_group(
     tg.group(OTHER_GROUP)
     tg.private(PRIVATE)
     async with running_bot(tg, llm, tmp_path) as bot:
-        send = bot.app.services.bot.send_message
+        send = bot.app.bot.send_message
         for i in range(20):
             await send(GROUP, f"message {i}")
         held = asyncio.create_task(send(GROUP, "one too many"))
@@ -35,13 +35,13 @@ async def test_the_bot_holds_the_21st_message_a_minute_into_a_group(
             # Other chats, and what does not post a message, are not held meanwhile.
             await send(PRIVATE, "private")
             await send(OTHER_GROUP, "elsewhere")
-            await bot.app.services.bot.send_chat_action(GROUP, "typing")
+            await bot.app.bot.send_chat_action(GROUP, "typing")
             await _settle()
             assert not held.done()
             assert len(tg.calls_to("sendMessage", GROUP)) == 20
         finally:
             held.cancel()
-    assert isinstance(bot.app.services.bot.rate_limiter, GroupPacer)
+    assert isinstance(bot.app.bot.rate_limiter, GroupPacer)
 
 
 async def test_edits_count_and_an_id_as_text_is_the_same_group() -> None:
