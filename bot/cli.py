@@ -359,18 +359,17 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bot.channels.telegram.channel import MissingToken, require_token, run_bot
-    from bot.channels.telegram.startup import TokenRejected
+    from bot.app.run import run_channels, start_problems
+    from bot.channels.base import ChannelRefused
     from bot.model.client import MissingApiKey, require_api_key
 
     settings = _settings(args)
     # Everything missing is named at once: a newcomer fixes it in one go, not one run each.
-    missing = []
-    for require in (lambda: require_token(settings), lambda: require_api_key(settings.llm)):
-        try:
-            require()
-        except (MissingToken, MissingApiKey) as exc:
-            missing.append(str(exc))
+    missing = start_problems(settings)
+    try:
+        require_api_key(settings.llm)
+    except MissingApiKey as exc:
+        missing.append(str(exc))
     for line in missing:
         _error(line)
     if missing:
@@ -379,14 +378,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         from bot.app.database_file import prepare
 
         prepare(settings.database.url)
-        return _run_async(run_bot(settings))
-    except TokenRejected as exc:
+        return _run_async(run_channels(settings))
+    except ChannelRefused as exc:
         _error(str(exc))
         return EXIT_CONFIG
 
 
 def cmd_reflect(args: argparse.Namespace) -> int:
-    from bot.jobs.reflect.job import reflect_command
+    from bot.app.run import reflect_command
     from bot.model.client import MissingApiKey, require_api_key
 
     settings = _settings(args, ("llm.api_key",))

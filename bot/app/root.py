@@ -1,13 +1,15 @@
 """The application root: the one place that starts mnemo, runs its channels and stops it
-(`mnemo run` with Telegram, `mnemo chat` with the terminal, `mnemo reflect` with none).
+(`mnemo run` with the configured channels, bot.app.run; `mnemo chat` with the terminal;
+`mnemo reflect` with none).
 
 `Root(settings, channels).run()`, in order:
 1. SIGINT and SIGTERM set the stop event (from the first moment: a stop during start-up
    is honoured as soon as start-up is over, and the channels then end at once);
 2. the services (`bot.app.services.build_services`: migrations, provider, LLM client, pool);
-3. the scheduler (`bot.runtime.scheduler`, one per process) with every background job: the
-   embeddings worker's polling, reflect's interval job (`reflect.*`) and retention
-   (`memory.retention.*`, bot/jobs/retention.py);
+3. the scheduler (`bot.runtime.scheduler`, one per process) with the embeddings worker's
+   polling and every background job it is given (`Job`; by default
+   `bot.app.services.background_jobs`: reflect, `reflect.*`, and retention,
+   `memory.retention.*`);
 4. the health/metrics server, when `health.enabled`, and the web console, when
    `web.enabled` (bot/web/), if the command serves them;
 5. the channels, each built from the services, until the stop event, or until one ends
@@ -26,7 +28,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from bot.app.services import Services, build_services
+from bot.app.services import Job, Services, background_jobs, build_services
 from bot.channels.base import Channel, ChannelFactory
 from bot.config.settings import Settings
 from bot.runtime.scheduler import Scheduler
@@ -43,8 +45,10 @@ class Root:
     """Runs `channels` (factories: `Services` -> `Channel`) on one set of services.
 
     `health`: serve `/healthz` and `/metrics` when `health.enabled` (`mnemo run`; not
-    `mnemo chat`, which would take the running bot's port). `reflect`: schedule reflect
-    when `reflect.enabled`. `build`: how the services are built (tests inject clients).
+    `mnemo chat`, which would take the running bot's port). `jobs`: what is started on
+    the scheduler (default: `background_jobs(reflect=reflect)`; reflect schedules
+    itself only when `reflect.enabled`). `build`: how the services are built (tests
+    inject clients).
     """
 
     def __init__(
@@ -54,11 +58,13 @@ class Root:
         *,
         health: bool = True,
         reflect: bool = True,
+        jobs: Sequence[Job] | None = None,
         build: Build = build_services,
     ) -> None:
         self.settings = settings
         self.factories = tuple(channels)
-        self.serve_health, self.reflect = health, reflect
+        self.serve_health = health
+        self.jobs = tuple(background_jobs(reflect=reflect) if jobs is None else jobs)
         self.build = build
         self.stopping = asyncio.Event()
         self.signalled: signal.Signals | None = None  # the signal that stopped it, if one
@@ -120,13 +126,8 @@ class Root:
     def _schedule(self, services: Services) -> None:
         if services.embedding_worker is not None:
             services.embedding_worker.start(self.scheduler)
-        if self.reflect:
-            from bot.jobs.reflect.job import start_reflect
-
-            start_reflect(self.scheduler, services)
-        from bot.jobs.retention import start_retention
-
-        start_retention(self.scheduler, services)
+        for start in self.jobs:
+            start(self.scheduler, services)
 
     async def _serve(self) -> int:
         assert self.services is not None

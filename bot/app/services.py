@@ -6,6 +6,7 @@ its scheduler and ends with `Services.close()`; tools and tests may use them dir
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,11 +14,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.channels.registry import registered as registered_channels
 from bot.config.settings import Settings
 from bot.conversation.budgets import Budgets
 from bot.conversation.service import Conversations
 from bot.model.client import LLMClient
 from bot.runtime.metrics import instrument_engine, record_usage_row, trace_hook
+from bot.runtime.scheduler import Scheduler
 from memory.contract.capabilities import Provider, ProviderContext, Summarizer
 from memory.contract.registry import create_provider_async
 from memory.contract.tracing import with_tracing
@@ -119,16 +122,40 @@ def build_embedder(settings: Settings, usage: UsageRecorder | None = None) -> An
 
 
 def register_erasure_hooks() -> None:
-    """The rows outside memory's tables an erasure must reach (memory/storage/forgetting.py)."""
-    from bot.channels.telegram.erasure import register as telegram
+    """The rows outside memory's tables an erasure must reach (memory/storage/forgetting.py):
+    every registered channel's (its rows outlive a change of `channels:`), reflect's, the
+    chat imports' and the forget requests'."""
     from bot.chat_import.ledger import register as chat_imports
     from bot.jobs.reflect.state import register_erasure as reflect
     from memory.storage.forget_requests import register as forget_requests
 
-    telegram()
+    for channel in registered_channels():
+        channel.register_erasure()
     reflect()
     chat_imports()
     forget_requests()
+
+
+def admin_ids(settings: Settings) -> set[int]:
+    """The users every registered channel makes operators (exempt from token limits)."""
+    return {user for channel in registered_channels() for user in channel.admin_ids(settings)}
+
+
+# A background job: started on the root's scheduler with the running services.
+Job = Callable[[Scheduler, "Services"], object]
+
+
+def background_jobs(*, reflect: bool = True) -> list[Job]:
+    """The jobs the root starts (reflect schedules itself only when `reflect.enabled`)."""
+    from bot.jobs.retention import start_retention
+
+    jobs: list[Job] = []
+    if reflect:
+        from bot.jobs.reflect.job import start_reflect
+
+        jobs.append(start_reflect)
+    jobs.append(start_retention)
+    return jobs
 
 
 async def build_services(
@@ -153,7 +180,7 @@ async def build_services(
         budgets = Budgets(
             store,
             settings.limits,
-            exempt=settings.telegram.admin_ids,
+            exempt=admin_ids(settings),
             prices=settings.llm.price_table(),
         )
         llm = llm or LLMClient(settings.llm, usage=usage)

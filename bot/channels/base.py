@@ -2,22 +2,22 @@
 
 The application root (`bot.app.root`) builds the services once and runs every configured
 channel on them; a channel only turns its own kind of input into turns and commands of
-the shared pool, and declares what its messages can carry (`Limits`). Start-up, signals,
-the health server, background work and shutdown are the root's, never a channel's.
+the shared conversations, and declares what its messages can carry (`Limits`). Start-up,
+signals, the health server, background work and shutdown are the root's, never a
+channel's.
 
-To add a channel: a class with `name`, `limits` and `run(stop)`, and a factory that
-builds it from the running `Services` (see `bot.channels.terminal.Terminal`).
+A channel declares itself once (`ChannelPlugin`: its config section, secrets, erase hook,
+admins and factory) and is registered by one line in `bot.channels.registry`;
+docs/CHANNELS.md says what a durable channel provides besides.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import importlib
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from bot.app.services import Services
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,76 @@ class Channel(Protocol):
         ...
 
 
-ChannelFactory = Callable[["Services"], Channel]
+# Services -> Channel. `bot.app.services.Services` is not named here: the settings root
+# reads the declarations below, and the services are built from the settings.
+ChannelFactory = Callable[[Any], Channel]
+
+
+class ChannelRefused(Exception):
+    """The channel's service refused its credentials (a rejected bot token): a config
+    problem, which `mnemo run` reports in one line."""
+
+
+def _as_is(value: str) -> tuple[str, ...]:
+    return (value,)
+
+
+@dataclass(frozen=True)
+class SecretKey:
+    """A key of a channel's section that holds a secret: never shown in a config error
+    or `mnemo config show`, masked in every log line in each of its `forms`."""
+
+    key: str  # inside the section: `token`, `webhook.secret_token`
+    forms: Callable[[str], tuple[str, ...]] = _as_is
+
+
+@dataclass(frozen=True)
+class ChannelPlugin:
+    """Everything the bot needs to know of a channel, declared in the channel's folder.
+
+    - `name`: what `channels:` names, and the key of its config section;
+    - `factory`: `"module:attribute"`, a `ChannelFactory`; imported only to run it, so
+      reading the declarations (the settings root does) loads no channel;
+    - `settings`: the model of its section (`<name>:`), or None;
+    - `secrets`, `urls`: keys of its section holding secrets, and URLs whose embedded
+      credentials are secret;
+    - `erase`: `"module:attribute"`, a function registering what an erasure deletes of
+      the channel's own rows (`memory.storage.forgetting.on_erase`);
+    - `admins`: the user ids its section makes operators (exempt from token limits);
+    - `check`: what stops a start before it begins (a missing token), as one line.
+    """
+
+    name: str
+    factory: str
+    settings: type[Any] | None = None
+    secrets: tuple[SecretKey, ...] = ()
+    urls: tuple[str, ...] = ()
+    erase: str | None = None
+    admins: Callable[[Any], Collection[int]] | None = None
+    check: Callable[[Any], str | None] | None = None
+
+    def section(self, settings: Any) -> Any:
+        """Its section of the settings root (None without a settings model)."""
+        return getattr(settings, self.name, None) if self.settings is not None else None
+
+    def load(self) -> ChannelFactory:
+        factory: ChannelFactory = _resolve(self.factory)
+        return factory
+
+    def register_erasure(self) -> None:
+        if self.erase is not None:
+            _resolve(self.erase)()
+
+    def admin_ids(self, settings: Any) -> Collection[int]:
+        return () if self.admins is None else self.admins(self.section(settings))
+
+    def problem(self, settings: Any) -> str | None:
+        return None if self.check is None else self.check(self.section(settings))
+
+
+def _resolve(path: str) -> Any:
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 async def unless_stopped(work: Awaitable[object], stop: asyncio.Event) -> bool:

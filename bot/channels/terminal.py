@@ -32,7 +32,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from bot.channels.base import Limits, unless_stopped
 from bot.conversation.commands import handle_command
@@ -299,3 +299,9 @@ class Terminal:
             stop,
         )
         return 0
+
+
+def from_services(services: Any) -> Terminal:
+    """The terminal as `channels: [terminal]` runs it: conversation `main` on stdin and
+    stdout (`mnemo chat` builds its own, with a line editor and `--session`)."""
+    return Terminal(services.pool, terminal_session(services.settings.agent.id, "main"))

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import (
@@ -30,6 +30,9 @@ from pydantic import (
     model_validator,
 )
 
+from bot.channels.registry import registered as registered_channels
+from bot.config.section import Secret
+from bot.config.section import Section as _Section
 from bot.config.yaml_loader import ConfigYamlRefused, parse_config_yaml
 from bot.runtime.redact import MASK, config_secrets, mask, mask_database_url, secret_values
 from memory.contract.settings import MAX_MESSAGES  # message counts: keep_tail, fresh_tail
@@ -42,50 +45,33 @@ ENV_CONFIG = "MNEMO_CONFIG"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+# Secrets of the core sections; each channel declares its own (bot.channels.base.SecretKey).
+_CORE_SECRETS = ("llm.api_key", "embeddings.api_key", "web.session_secret")
+# URLs whose embedded credentials (`user:password@`, `?token=`) are secret.
+_CORE_URLS = ("llm.base_url", "embeddings.base_url")
+
+
+def _channel_secrets() -> list[tuple[str, Callable[[str], tuple[str, ...]]]]:
+    """(dotted key, its forms) of every secret a registered channel declares."""
+    return [
+        (f"{channel.name}.{secret.key}", secret.forms)
+        for channel in registered_channels()
+        for secret in channel.secrets
+    ]
+
+
 # Keys whose value a config error must not show (database.url: its password and secret
 # query parameters such as `?password=`).
-SECRET_KEYS = (
-    "telegram.token",
-    "llm.api_key",
-    "telegram.webhook.secret_token",
-    "database.url",
-    "embeddings.api_key",
-    "web.session_secret",
-)
+SECRET_KEYS = (*(key for key, _ in _channel_secrets()), *_CORE_SECRETS, "database.url")
 # Bounds of the numeric keys: each admits every sensible setting and refuses what would
 # fail later, at a worse time (an interval no timer can hold, a LIMIT no database takes).
 MAX_TOKENS = 10_000_000  # far above any model's context window
-TELEGRAM_ID = 2**63 - 1  # chat and user ids are 64-bit signed in the Bot API
 REFLECT_INTERVAL_S = (10.0, 365 * 86400.0)
 GUARD_WINDOW_S = (60.0, 31 * 86400.0)
-# A bot token as @BotFather issues it: the bot's numeric id, a colon, the secret part.
-# Anything else would be refused by Telegram anyway, and may not even form a URL.
-_TOKEN = re.compile(r"^\d+:[A-Za-z0-9_-]+$")
-# PTB's own form of a Bot API URL ends in /bot (or /bot{token}); ours is the server root.
-_PTB_SUFFIXES = ("/bot{token}", "/bot")
 
 
 class ConfigError(Exception):
     """A config problem, phrased as one line for the operator."""
-
-
-class Secret(SecretStr):
-    """pydantic's SecretStr: `**********` in repr, str and model_dump, so no log line or
-    traceback that shows the settings shows a token or key; `get_secret_value()` where
-    it is used. Equal to its plain value, so a comparison with text still works."""
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, str):
-            return self.get_secret_value() == other
-        return super().__eq__(other)
-
-    __hash__ = SecretStr.__hash__
-
-
-class _Section(BaseModel):
-    # No NaN or infinity anywhere: every comparison with one is false, so it would pass
-    # the bounds below and fail every turn (`llm.temperature: nan`).
-    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class AgentSettings(_Section):
@@ -191,51 +177,6 @@ class EmbeddingsSettings(_Section):
     cache_mb: int = Field(default=256, ge=16, le=65_536)  # cached vectors per process
     # The cosine an item found by meaning alone needs to be listed (model-specific).
     min_similarity: float = Field(default=DEFAULT_MIN_SIMILARITY, ge=-1.0, le=1.0)
-
-
-class WebhookSettings(_Section):
-    url: str = ""
-    listen: str = "0.0.0.0"
-    port: int = Field(default=8443, ge=1, le=65535)
-    secret_token: Secret = Secret("")
-
-
-TelegramId = Annotated[int, Field(ge=-TELEGRAM_ID, le=TELEGRAM_ID)]
-
-
-class TelegramSettings(_Section):
-    token: Secret = Secret("")
-    # A self-hosted Bot API server's root, e.g. http://localhost:8081; PTB's form
-    # (http://localhost:8081/bot) is accepted and read as the root.
-    base_url: str = ""
-    allowed_ids: list[TelegramId] = Field(default_factory=list)
-    admin_ids: list[TelegramId] = Field(default_factory=list)
-    group_mode: Literal["mention", "always", "disabled"] = "mention"
-    webhook: WebhookSettings = Field(default_factory=WebhookSettings)
-    concurrent_updates: int = Field(default=64, ge=1, le=4096)
-    # Telegram takes about one message (or edit) per second per chat: less is refused.
-    stream_edit_interval_s: float = Field(default=1.5, ge=1, le=60)
-
-    @field_validator("token")
-    @classmethod
-    def _token_shape(cls, v: Secret) -> Secret:
-        token = v.get_secret_value().strip()
-        if token and not _TOKEN.match(token):
-            raise ValueError("expected a bot token as @BotFather gives it, like 123456:ABC-def")
-        return v
-
-    @field_validator("base_url")
-    @classmethod
-    def _api_root(cls, v: str) -> str:
-        if not v:
-            return v
-        if not v.startswith(("http://", "https://")) or len(v.partition("://")[2]) == 0:
-            raise ValueError("expected the Bot API server's URL, like http://localhost:8081")
-        root = v.rstrip("/")
-        for suffix in _PTB_SUFFIXES:
-            if root.endswith(suffix):
-                return root.removesuffix(suffix)
-        return root
 
 
 class _Periodic(_Section):
@@ -443,12 +384,46 @@ class WebSettings(_Section):
         return parse_duration(self.session_ttl)
 
 
-class Settings(_Section):
+class _Core(_Section):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     llm: LLMSettings = Field(default_factory=LLMSettings)
     embeddings: EmbeddingsSettings = Field(default_factory=EmbeddingsSettings)
-    telegram: TelegramSettings = Field(default_factory=TelegramSettings)
+    # What `mnemo run` runs (bot.channels.registry has them all).
+    channels: list[str] = Field(default_factory=lambda: ["telegram"])
+
+    @field_validator("channels")
+    @classmethod
+    def _known_channels(cls, v: list[str]) -> list[str]:
+        known = sorted(channel.name for channel in registered_channels())
+        for name in v:
+            if name not in known:
+                raise ValueError(f"unknown channel {name!r}; known: {', '.join(known)}")
+        if not v:
+            raise ValueError(f"expected at least one channel; known: {', '.join(known)}")
+        if len(set(v)) < len(v):
+            raise ValueError("expected each channel once")
+        return v
+
+
+def _with_channel_sections() -> type[_Core]:
+    """The root with one section per registered channel that declares a settings model
+    (`telegram:`), so its keys, bounds and errors are written once, in the channel's folder."""
+    sections: dict[str, Any] = {
+        channel.name: (channel.settings, Field(default_factory=channel.settings))
+        for channel in registered_channels()
+        if channel.settings is not None
+    }
+    return create_model("_WithChannels", __base__=_Core, **sections)
+
+
+if TYPE_CHECKING:
+    _WithChannels = _Core  # a channel's section: its declaration's `section(settings)`
+else:
+    _WithChannels = _with_channel_sections()
+
+
+class Settings(_WithChannels):
     data_dir: str = "data"
     memory: MemorySettings = Field(default_factory=MemorySettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
@@ -594,36 +569,34 @@ def _secrets_in(data: Mapping[str, Any]) -> tuple[str, ...]:
         # All-digit secrets are YAML numbers; a wrong type is not ours to judge here.
         return str(value) if isinstance(value, str | int | float) else ""
 
-    return config_secrets(
-        token=at("telegram.token"),
-        api_key=at("llm.api_key"),
-        webhook_secret=at("telegram.webhook.secret_token"),
-        database_url=at("database.url"),
-        urls=(
-            at("llm.base_url"),
-            at("telegram.base_url"),
-            at("telegram.webhook.url"),
-            at("embeddings.base_url"),
-        ),
-    ) + secret_values(at("embeddings.api_key"), at("web.session_secret"))
+    return _secrets_at(at)
 
 
 def settings_secrets(settings: Settings) -> tuple[str, ...]:
     """Every secret the loaded settings hold, in every form a message may carry it."""
+
+    def at(key: str) -> str:
+        value: Any = settings
+        for part in key.split("."):
+            value = getattr(value, part, None)
+        if isinstance(value, SecretStr):
+            return value.get_secret_value()
+        return value if isinstance(value, str) else ""
+
+    return _secrets_at(at)
+
+
+def _secrets_at(at: Callable[[str], str]) -> tuple[str, ...]:
+    """The secrets of the core sections and of every registered channel's (as it
+    declares them), the database URL's password and the credentials in every URL key."""
+    channel_urls = [f"{c.name}.{url}" for c in registered_channels() for url in c.urls]
     return config_secrets(
-        token=settings.telegram.token.get_secret_value(),
-        api_key=settings.llm.api_key.get_secret_value(),
-        webhook_secret=settings.telegram.webhook.secret_token.get_secret_value(),
-        database_url=settings.database.url,
-        urls=(
-            settings.llm.base_url,
-            settings.telegram.base_url,
-            settings.telegram.webhook.url,
-            settings.embeddings.base_url,
+        secrets=(
+            *(form for key, forms in _channel_secrets() for form in forms(at(key))),
+            *(at(key) for key in _CORE_SECRETS),
         ),
-    ) + secret_values(
-        settings.embeddings.api_key.get_secret_value(),
-        settings.web.session_secret.get_secret_value(),
+        database_url=at("database.url"),
+        urls=tuple(at(key) for key in (*_CORE_URLS, *channel_urls)),
     )
 
 

@@ -3,10 +3,10 @@
 Libraries log what they were given: python-telegram-bot logs its Bot API URL, which
 carries the token, at DEBUG; an HTTP error may quote a URL. Rather than trust every
 logger's level, each log record is scrubbed when it is created: its message and any
-traceback text have every configured secret (bot token, API key, webhook secret,
-database password, secret query parameters of the database URL such as `?password=`,
-credentials embedded in the LLM and Telegram URLs; decoded and as written in the URL)
-replaced by `***`.
+traceback text have every configured secret (API keys, each channel's declared secrets
+such as a bot token, database password, secret query parameters of the database URL
+such as `?password=`, credentials embedded in URLs; decoded and as written in the URL)
+replaced by `***`. Which keys hold secrets is bot.config.settings's to say.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
@@ -57,16 +58,14 @@ def scrub(text: str) -> str:
 
 
 def config_secrets(
-    *, token: str, api_key: str, webhook_secret: str, database_url: str, urls: tuple[str, ...]
+    *, secrets: Iterable[str], database_url: str, urls: Iterable[str]
 ) -> tuple[str, ...]:
-    """Every secret a config sets, in every form a message may carry it: the bot token and
-    its secret part (after the bot id), the API key, the webhook secret, the database
-    URL's password and secret query values, and the credentials in the other `urls`."""
+    """Every secret a config sets, in every form a message may carry it: the `secrets`
+    (each already in the forms its owner declares, such as a bot token's secret part),
+    the database URL's password and secret query values, and the credentials in the
+    other `urls`."""
     return secret_values(
-        token,
-        token.partition(":")[2],
-        api_key,
-        webhook_secret,
+        *secrets,
         *(url_password_forms(database_url) if database_url else ()),
         *(form for url in urls for form in url_credential_forms(url)),
     )

@@ -97,7 +97,7 @@ def test_an_unexpected_error_prints_its_traceback_without_secrets(
     async def broken_run_bot(settings: object) -> int:
         raise RuntimeError(f"the server said no to {token} (key {key})")
 
-    monkeypatch.setattr("bot.channels.telegram.channel.run_bot", broken_run_bot)
+    monkeypatch.setattr("bot.app.run.run_channels", broken_run_bot)
     assert main(["run", "--config", str(config)]) == 1
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "RuntimeError: the server said no" in err

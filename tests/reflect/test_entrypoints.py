@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from bot.app.run import reflect_command
 from bot.config.settings import load_settings
 from bot.jobs.reflect import ReflectConfig, Reflector, run_forever, schedule_reflect
-from bot.jobs.reflect.job import reflect_command
 from bot.jobs.reflect.models import ReflectSlot
 from bot.runtime.scheduler import Scheduler
 from memory.compaction.summarizer import StaticSummarizer

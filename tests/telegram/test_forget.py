@@ -154,9 +154,7 @@ async def test_forget_everything(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Pa
         await _chat(tg, 3, planted=0)
         await ask(tg, "/new", "")
         await _chat(tg, 2, start=3)
-        live = await bot.pool.current_session(
-            base_session("default", Place(42, None, False), 42)
-        )
+        live = await bot.pool.current_session(base_session("default", Place(42, None, False), 42))
         await bot.provider.note_add(live, "secret", f"note {TOKEN}")
         tg.private(43).send("hello from someone else")
         await tg.wait_for_message(43, contains="echo: hello")

@@ -14,8 +14,7 @@ polling mode by our own loop (`bot.channels.telegram.delivery.polling`; python-t
 acknowledges at fetch time), in webhook mode by answering the POST only then. With the
 database `engine`, handled update ids are recorded so a redelivery is skipped.
 - `Telegram`: the channel (`bot.channels.base.Channel`) the application root (`bot.app.root`)
-  runs; `run_bot(settings)`: `mnemo run`, the root with this channel, until
-  SIGINT/SIGTERM.
+  runs when `channels:` names it (declared in `bot.channels.telegram.declaration`).
 
 Webhook mode: python-telegram-bot serves `telegram.webhook.listen:port` at the URL's path
 and rejects any request without the secret token (403). With no
@@ -49,6 +48,7 @@ from bot.channels.telegram.delivery.polling import Poller, prune_handled
 from bot.channels.telegram.delivery.sent import with_retry
 from bot.channels.telegram.handlers import TelegramChannel
 from bot.channels.telegram.http import AiohttpRequest
+from bot.channels.telegram.settings import MISSING_TOKEN, telegram_settings
 from bot.channels.telegram.startup import reach_bot_api
 from bot.channels.telegram.voice import MAX_AUDIO_BYTES
 from bot.config.settings import Settings
@@ -76,11 +76,9 @@ class MissingToken(RuntimeError):
 
 
 def require_token(settings: Settings) -> str:
-    token = settings.telegram.token.get_secret_value().strip()
+    token = telegram_settings(settings).token.get_secret_value().strip()
     if not token:
-        raise MissingToken(
-            "no Telegram bot token: set TELEGRAM_BOT_TOKEN (or telegram.token in the config)"
-        )
+        raise MissingToken(MISSING_TOKEN)
     return token
 
 
@@ -99,7 +97,7 @@ def build_application(
 ) -> Application:
     """The Application with every handler registered. Raises MissingToken. `engine`:
     where handled update ids are recorded (without it, redeliveries are not recognised)."""
-    tg = settings.telegram
+    tg = telegram_settings(settings)
     builder: ApplicationBuilder = (
         Application.builder()
         .token(require_token(settings))
@@ -167,7 +165,7 @@ async def running(
 ) -> AsyncIterator[Application]:
     """Run `app` (polling or webhook) for the duration of the block; at its end, updates
     in flight get `drain_s` seconds to finish."""
-    webhook = settings.telegram.webhook
+    webhook = telegram_settings(settings).webhook
     inflight: Inflight = app.bot_data[INFLIGHT]
     channel: TelegramChannel = app.bot_data[CHANNEL]
     poller: Poller | None = None
@@ -264,12 +262,3 @@ class Telegram:
             await stop.wait()
             log.info("stopping")
         return 0
-
-
-async def run_bot(settings: Settings) -> int:
-    """`mnemo run`: the application root running the Telegram channel, until SIGINT or
-    SIGTERM; 0 on a clean stop. Raises MissingToken, TokenRejected."""
-    from bot.app.root import Root
-
-    require_token(settings)
-    return await Root(settings, [Telegram]).run()

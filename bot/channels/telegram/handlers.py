@@ -127,6 +127,7 @@ from bot.channels.telegram.sessions import (
     is_allowed,
     strip_mention,
 )
+from bot.channels.telegram.settings import telegram_settings
 from bot.channels.telegram.voice import (
     NOT_LISTENING,
     RECORDINGS_AT_ONCE,
@@ -203,7 +204,7 @@ class TelegramChannel:
         self.reply_limit = reply_limit  # characters of a command answer (the channel's)
         self.inflight = inflight
         self.settings = settings
-        self.tg = settings.telegram
+        self.tg = telegram_settings(settings)
         # Voice is transcribed only when configured (bot.channels.telegram.voice says why).
         self.transcriber: Transcriber | None = (
             pool.llm

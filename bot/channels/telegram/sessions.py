@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from telegram import Chat, Message, MessageEntity
 
-from bot.config.settings import TelegramSettings
+from bot.channels.telegram.settings import TelegramSettings
 from memory.contract.types import Session
 
 CHANNEL = "telegram"

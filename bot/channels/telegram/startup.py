@@ -17,7 +17,7 @@ from telegram import Bot
 from telegram.error import InvalidToken, RetryAfter, TelegramError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential
 
-from bot.channels.base import unless_stopped
+from bot.channels.base import ChannelRefused, unless_stopped
 from bot.channels.telegram.delivery.sent import retry_after_seconds
 from bot.runtime.redact import scrub
 
@@ -27,7 +27,7 @@ FIRST_WAIT_S = 1.0
 MAX_WAIT_S = 60.0
 
 
-class TokenRejected(Exception):
+class TokenRejected(ChannelRefused):
     """The Bot API refused the bot token (HTTP 401, or 404 for a malformed one)."""
 
 

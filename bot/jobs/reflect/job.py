@@ -1,19 +1,16 @@
-"""Wiring of the reflect job (plugins/reflect) into the bot: the plugin takes its LLM
-conversation as an injected callable, and this is where the bot's own tool loop
+"""The reflect job on the bot's parts: the reflector takes its LLM conversation as an
+injected callable, and this is where the bot's own tool loop
 (`bot.model.tool_loop.run_turn`) is handed to it, so the project has one tool loop.
 
-- `start_reflect(scheduler, services)`: schedule it on the application's scheduler
-  (`bot.app.root`: `mnemo run`, and `mnemo reflect` as a worker).
-- `reflect_command(settings, once)`: `mnemo reflect --once` (one cycle, printed), or
-  `mnemo reflect` (the application root with no channel: the schedule, and the
-  embeddings worker when configured, until SIGINT/SIGTERM).
+- `start_reflect(scheduler, services)`: a `bot.app.services.Job`, started by the root
+  (`mnemo run`, and `mnemo reflect` as a worker: bot.app.run). The job knows nothing of
+  the root: it is given the scheduler and the services.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from bot.config.settings import Settings
 from bot.jobs.reflect import (
     CycleReport,
     ReflectConfig,
@@ -89,28 +86,3 @@ def render_report(report: CycleReport) -> str:
         detail = f": {s.detail}" if s.detail and s.status in ("failed", "changed") else ""
         lines.append(f"  {s.session_id}: {what}{detail}")
     return "\n".join(lines)
-
-
-async def reflect_command(settings: Settings, once: bool) -> int:
-    """`mnemo reflect [--once]`. Exit 1 when a review failed (for cron and alerts)."""
-    from bot.app.services import build_services
-
-    # `reflect.enabled` is about the schedule (inside `mnemo run` or this worker); an
-    # explicit --once still runs, so cron can take over from a disabled in-bot job.
-    if not settings.reflect.enabled and not once:
-        print(
-            "reflect is disabled (reflect.enabled: false): nothing to do; "
-            "`mnemo reflect --once` runs one cycle anyway"
-        )
-        return 0
-    if not once:
-        from bot.app.root import Root
-
-        return await Root(settings, health=False).run()
-    services = await build_services(settings)
-    try:
-        report = await build_reflector(services).run_cycle()
-        print(render_report(report))
-        return 1 if report.failed else 0
-    finally:
-        await services.close()
