@@ -28,7 +28,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +38,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memory.contract.errors import InvalidArgument
 from memory.contract.tracing import unwrap
 from memory.contract.types import ChangeEntry, as_utc
+from memory.contract.types import Dependents as Dependents
+from memory.contract.types import ErasureReport as ErasureReport
+from memory.contract.types import ForgetReport as ForgetReport
+from memory.contract.types import Owner as Owner
 from memory.search.text import like_pattern
 from memory.storage.db import lock_for_transaction, write_transaction
 from memory.storage.history import TITLE_CHARS, PartKind, conversations, messages, origins, parts
@@ -65,14 +69,6 @@ CHECKPOINT_ATTEMPTS = 20
 
 
 @dataclass(frozen=True)
-class Owner:
-    """Whose memory: the scope a forget never leaves."""
-
-    user_id: int
-    agent_id: str
-
-
-@dataclass(frozen=True)
 class ForgetItem:
     """One message to be forgotten, as a preview shows it."""
 
@@ -83,46 +79,6 @@ class ForgetItem:
     role: str
     created_at: datetime | None
     first_words: str
-
-
-@dataclass
-class Dependents:
-    """What a provider derived from messages about to be forgotten."""
-
-    summaries: int = 0  # summaries to rebuild or remove (lcm) / archives (simple)
-    quoting_notes: list[str] = field(default_factory=list)  # notes that quote them
-    # Profile, soul or rules that quote them: the user's or reflect's own words, shown
-    # (a forget does not rewrite them; the person decides).
-    quoting_stores: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ForgetReport:
-    messages: int = 0
-    summaries_rebuilt: int = 0
-    summaries_removed: int = 0
-    quoting_notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ErasureReport:
-    sessions: int = 0
-    messages: int = 0
-    summaries: int = 0
-    notes: int = 0
-    changelog_rows: int = 0
-    extra: dict[str, int] = field(default_factory=dict)  # front-end rows (Telegram)
-
-    def describe(self) -> str:
-        pieces = [
-            f"{self.sessions} session(s)",
-            f"{self.messages} message(s)",
-            f"{self.summaries} summary/archive(s)",
-            f"{self.notes} note(s)",
-            f"{self.changelog_rows} changelog row(s)",
-        ]
-        pieces += [f"{n} {what}" for what, n in self.extra.items() if n]
-        return ", ".join(pieces)
 
 
 def chunks(ids: Sequence[Any]) -> Iterable[Sequence[Any]]:
