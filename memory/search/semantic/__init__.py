@@ -2,7 +2,8 @@
 background through an OpenAI-compatible `/v1/embeddings` and searched in the process.
 
 - `client.Embedder`: texts -> unit vectors (batched, retried, `EmbeddingsUnavailable`).
-- `store`: the `embeddings` table; `sources`: what is embedded (`EmbeddingSource`).
+- `store`: the `embeddings` table; `sources`: what is embedded (the `EmbeddingSource`
+  protocol and the types it exchanges are in memory/contract/embedding.py).
 - `index.VectorIndex`: cached per-(user, agent) matrices, exact cosine search.
 - `backlog`: `embed_backlog` (`mnemo memory embed`) and the bot's `EmbeddingWorker`.
 - `search.SemanticSearch`: a query's vector hits, never failing a search.
