@@ -62,7 +62,7 @@ nginx:
 test: $(VENV)/.installed-dev chromium nginx
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict memory
+	$(BIN)/mypy --strict memory plugins
 	$(BIN)/pytest -q -n auto --maxprocesses 4
 
 # The inner loop: the suite without the `slow` marks, 2 to 3 minutes on 2 idle cores
@@ -74,7 +74,7 @@ test-fast: $(VENV)/.installed-dev chromium nginx
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict memory
+	$(BIN)/mypy --strict memory plugins
 	$(BIN)/mypy memory bot plugins
 
 bench: $(VENV)/.installed-dev

@@ -124,7 +124,7 @@ def cmd_providers(args: argparse.Namespace) -> int:
 def _static_capabilities(cls: type | None) -> list[str]:
     """Capabilities read off the provider class without opening a database: a plugin may
     declare `provider_class`; otherwise we can only say it is a Provider."""
-    from memory.contract.capabilities import capabilities_of
+    from memory.contract.capabilities import protocols_of
 
     if not isinstance(cls, type):
         return ["Provider"]
@@ -134,7 +134,7 @@ def _static_capabilities(cls: type | None) -> list[str]:
         probe: Any = object.__new__(cls)
     except TypeError:
         probe = _ClassProbe(cls)
-    return ["Provider", *capabilities_of(probe)]
+    return ["Provider", *protocols_of(probe)]
 
 
 class _ClassProbe:

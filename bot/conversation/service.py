@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
 
 from bot.config.settings import Settings
 from bot.conversation.budgets import Budgets
@@ -39,6 +38,7 @@ from bot.model.prompt import MemoryReader
 from bot.model.tool_loop import Completer
 from bot.runtime.metrics import record_turn
 from memory.actions import origins, provenance
+from memory.contract.capabilities import Provider
 from memory.contract.errors import SessionArchived
 from memory.contract.types import CompactionResult, Origin, Session
 
@@ -64,7 +64,7 @@ SESSION_MOVES = 3
 class Conversations:
     def __init__(
         self,
-        provider: Any,
+        provider: Provider,
         llm: Completer,
         settings: Settings,
         *,

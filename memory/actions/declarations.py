@@ -51,7 +51,6 @@ from memory.contract.capabilities import (
     VersionedProfileStore,
 )
 from memory.contract.errors import ContractError
-from memory.contract.options import store_write
 from memory.contract.types import SearchMode, SearchQuery, SearchScope
 
 DEFAULT_LIMIT = 10  # search, note_search and profile_history results
@@ -305,9 +304,7 @@ async def _get_profile(c: Call, args: NoArgs) -> Any:
 
 
 async def _set_profile(c: Call, args: ContentArgs) -> Any:
-    return await store_write(
-        c.provider, "set_profile", *c.owner, args.content, options=c.write_options()
-    )
+    return await c.provider.set_profile(*c.owner, args.content, options=c.write_options())
 
 
 async def _get_soul(c: Call, args: NoArgs) -> Any:
@@ -315,9 +312,7 @@ async def _get_soul(c: Call, args: NoArgs) -> Any:
 
 
 async def _set_soul(c: Call, args: ContentArgs) -> Any:
-    return await store_write(
-        c.provider, "set_soul", *c.owner, args.content, options=c.write_options()
-    )
+    return await c.provider.set_soul(*c.owner, args.content, options=c.write_options())
 
 
 declare(
@@ -413,9 +408,7 @@ class RollbackArgs(Arguments):
 
 
 async def _rollback(c: Call, args: RollbackArgs) -> Any:
-    return await store_write(
-        c.provider, "rollback", *c.owner, args.scope, args.version, options=c.write_options()
-    )
+    return await c.provider.rollback(*c.owner, args.scope, args.version, options=c.write_options())
 
 
 def _rollback_words(words: str) -> dict[str, Any] | None:
@@ -464,15 +457,11 @@ async def _constraints(c: Call, args: NoArgs) -> Any:
 
 
 async def _add_constraint(c: Call, args: ConstraintArgs) -> Any:
-    return await store_write(
-        c.provider, "add_constraint", *c.owner, args.text, options=c.write_options()
-    )
+    return await c.provider.add_constraint(*c.owner, args.text, options=c.write_options())
 
 
 async def _remove_constraint(c: Call, args: ConstraintIdArgs) -> Any:
-    return await store_write(
-        c.provider, "remove_constraint", *c.owner, args.id.strip(), options=c.write_options()
-    )
+    return await c.provider.remove_constraint(*c.owner, args.id.strip(), options=c.write_options())
 
 
 _RULES = "rules (constraints)"

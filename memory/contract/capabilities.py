@@ -23,10 +23,8 @@ Duties a caller passes explicitly (memory/contract/options.py), which a provider
 - `ChangelogWriter.write_changelog(entry)` records `entry.source` and `entry.session_id`
   (empty: from the context likewise).
 
-Compatibility: a provider whose `append` predates `options` still loads and works:
-`memory.contract.options.append_messages` calls it without them and logs once what to change (its
-hook does not run, so the caller records after the append; archived sessions are not
-refused). Store writes are called without options unless the caller has them to pass.
+Every provider takes `options` (the shims for ones that did not are gone:
+docs/PROVIDERS.md, "Changes to the contract").
 """
 
 from __future__ import annotations
@@ -38,31 +36,39 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from memory.contract.embedding import (
+    DEFAULT_CACHE_BYTES,
+    EmbeddingSource,
+    QueryEmbedder,
+    VectorHit,
+)
+from memory.contract.graph import SummaryGraphReader
+from memory.contract.maintenance import Exporter, IntegrityChecker, OverlaySchema
 from memory.contract.options import AppendOptions, WriteOptions
-from memory.search.semantic import DEFAULT_CACHE_BYTES
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from memory.storage.forgetting import Dependents, ErasureReport, ForgetReport, Owner
-    from memory.storage.history import AnsweredTurn, FoundMessage
-
 from memory.contract.types import (
+    AnsweredTurn,
     ChangeEntry,
     CompactionMode,
     CompactionResult,
     ConstraintEntry,
+    Dependents,
     DescribeResult,
+    ErasureReport,
     ExpandResult,
+    ForgetReport,
+    FoundMessage,
     ListOptions,
     Message,
     NoteEntry,
     NoteHit,
     NoteKind,
     Origin,
+    Owner,
     SearchQuery,
     SearchResult,
+    SearchScope,
     Session,
+    SessionCounts,
     SessionInfo,
     SessionSnapshot,
     SessionStats,
@@ -70,8 +76,7 @@ from memory.contract.types import (
 )
 
 if TYPE_CHECKING:
-    from memory.search.semantic.client import Embedder
-    from memory.search.semantic.sources import EmbeddingSource
+    from collections.abc import Sequence
 
 
 @runtime_checkable
@@ -96,7 +101,7 @@ class ProviderContext:
     data_dir: Path = Path("data")
     config: dict[str, Any] = field(default_factory=dict)
     settings: Any = None
-    embedder: Embedder | None = None
+    embedder: QueryEmbedder | None = None
     vector_cache_bytes: int = DEFAULT_CACHE_BYTES
 
 
@@ -169,6 +174,35 @@ class AnswerOrigins(Protocol):
     async def answered_turn(self, session: Session, asked: Origin) -> AnsweredTurn | None: ...
 
     async def add_origin(self, session: Session, message_id: str, origin: Origin) -> bool: ...
+
+
+@runtime_checkable
+class SessionCounter(Protocol):
+    """A provider that counts every listed session's messages and summaries in a fixed
+    number of queries (`HistoryStore.list_counts`); the counts equal its `stats`. Not a
+    capability plugins must offer: a listing falls back to `stats` per session."""
+
+    async def list_counts(self, opts: ListOptions) -> list[SessionCounts]: ...
+
+
+@runtime_checkable
+class ExtraSource(Protocol):
+    """A provider's searchable memory outside the indexed tables (simple's notes), which
+    `memory.search.recall.Recall` searches beside them."""
+
+    async def search_extra(
+        self, session: Session, text: str, terms: list[str], scope: SearchScope, limit: int
+    ) -> list[SearchResult]:
+        """Hits for `terms` ranked by a BM25 score (or, with `terms` empty, for `text`
+        literally, newest first), within `scope`; at most `limit`."""
+        ...
+
+    async def resolve_extra(
+        self, session: Session, hits: list[VectorHit], needles: list[str]
+    ) -> list[SearchResult]:
+        """Its own items among semantic `hits` as results (score: the hit's), in order;
+        others, and items gone since they were embedded, left out."""
+        ...
 
 
 @runtime_checkable
@@ -384,3 +418,24 @@ CAPABILITIES: dict[str, type] = {
 def capabilities_of(provider: object) -> list[str]:
     """Names of the capabilities `provider` (already unwrapped) implements."""
     return [name for name, proto in CAPABILITIES.items() if isinstance(provider, proto)]
+
+
+# Optional protocols beside CAPABILITIES: what progress counts, listings, search, the
+# operator commands and the console use when a provider offers it. The tracing wrapper
+# exposes only CAPABILITIES, so callers reach these through `unwrap`.
+OPTIONAL_PROTOCOLS: dict[str, type] = {
+    "CompactionEstimator": CompactionEstimator,
+    "SessionCounter": SessionCounter,
+    "ExtraSource": ExtraSource,
+    "Exporter": Exporter,
+    "OverlaySchema": OverlaySchema,
+    "IntegrityChecker": IntegrityChecker,
+    "SummaryGraphReader": SummaryGraphReader,
+}
+
+
+def protocols_of(provider: object) -> list[str]:
+    """Names of every protocol `provider` (already unwrapped) implements: the
+    capabilities, then the optional protocols (what `mnemo providers` lists)."""
+    every = {**CAPABILITIES, **OPTIONAL_PROTOCOLS}
+    return [name for name, proto in every.items() if isinstance(provider, proto)]

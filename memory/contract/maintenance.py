@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.contract.errors import InvalidArgument
@@ -94,3 +95,12 @@ class IntegrityChecker(Protocol):
     async def check_integrity(self) -> list[Fault]:
         """Faults in the provider's own rows across the whole database (empty = clean)."""
         ...
+
+
+@runtime_checkable
+class OverlaySchema(Protocol):
+    """An `Exporter` whose `provider.data` has a schema: validated with the rest of the
+    document, before anything is written. The validation context carries `seqs`, the
+    document's message seqs, for the provider's references to messages."""
+
+    overlay_model: type[BaseModel]

@@ -4,8 +4,8 @@
 registers theirs; the bot never imports a plugin module directly.
 
 An entry point names a `ProviderPlugin`: the factory with what can be known without
-building a provider (its settings model, its class for the capabilities). A bare factory
-is still accepted (read as a plugin with no settings model; its section stays a dict).
+building a provider (its settings model, its class for the capabilities). Nothing else is
+accepted (bare factories were, until 2026-11-27: docs/PROVIDERS.md).
 
 A name registered by two installed distributions is refused rather than resolved to
 whichever one importlib happens to list last: the operator must uninstall one.
@@ -121,21 +121,10 @@ def _load(ep: EntryPoint) -> ProviderEntry:
         target = ep.load()
     except Exception as exc:  # any import failure is reported, never raised here
         return ProviderEntry(ep.name, ep.value, dist, error=f"{type(exc).__name__}: {exc}")
-    plugin = _as_plugin(ep.name, target)
-    if plugin is None:
-        return ProviderEntry(ep.name, ep.value, dist, error="entry point is not callable")
-    return ProviderEntry(ep.name, ep.value, dist, factory=plugin, plugin=plugin)
-
-
-def _as_plugin(name: str, target: Any) -> ProviderPlugin | None:
-    """The plugin an entry point names; a bare factory (the older form) is read as a
-    plugin without a settings model, its `provider_class` attribute honoured."""
-    if isinstance(target, ProviderPlugin):
-        return target
-    if not callable(target):
-        return None
-    cls = getattr(target, "provider_class", None)
-    return ProviderPlugin(name, target, provider_class=cls if isinstance(cls, type) else None)
+    if not isinstance(target, ProviderPlugin):
+        why = f"entry point names a {type(target).__name__}, not a ProviderPlugin"
+        return ProviderEntry(ep.name, ep.value, dist, error=why)
+    return ProviderEntry(ep.name, ep.value, dist, factory=target, plugin=target)
 
 
 def list_providers() -> list[ProviderEntry]:

@@ -176,7 +176,7 @@ def with_tracing(provider: Provider, hooks: TraceHook) -> Provider:
     return cast(Provider, _wrapper_class(capabilities)(provider, hooks))
 
 
-def unwrap(provider: Any) -> Any:
+def unwrap(provider: object) -> Any:
     """The innermost provider under any number of tracing (or compatible) wrappers: a
     wrapper marks itself with a `__wrapped_provider__` attribute."""
     seen = 0

@@ -399,3 +399,87 @@ class NoteEntry:
 class NoteHit:
     entry: NoteEntry
     score: float
+
+
+# --- reading history back --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionCounts:
+    """One row of a session listing: the session and what it holds, counted in SQL."""
+
+    info: SessionInfo
+    message_count: int
+    summary_count: int
+    token_count: int = 0  # of its stored messages
+
+
+@dataclass(frozen=True)
+class AnsweredTurn:
+    """A stored turn read back by where its user message came from (`answered_turn`):
+    its messages, user message first, and the id of its final answer."""
+
+    answer_id: str
+    messages: list[Message]
+
+
+@dataclass(frozen=True)
+class FoundMessage:
+    """One stored message and the conversation it belongs to (`read_message`), with
+    where it came from when its channel said (`Message.origin`)."""
+
+    session: SessionInfo
+    seq: int
+    message: Message
+    origin: Origin | None = None
+
+
+# --- forgetting (memory/storage/forgetting.py) -----------------------------------
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose memory: the scope a forget never leaves."""
+
+    user_id: int
+    agent_id: str
+
+
+@dataclass
+class Dependents:
+    """What a provider derived from messages about to be forgotten."""
+
+    summaries: int = 0  # summaries to rebuild or remove (lcm) / archives (simple)
+    quoting_notes: list[str] = field(default_factory=list)  # notes that quote them
+    # Profile, soul or rules that quote them: the user's or reflect's own words, shown
+    # (a forget does not rewrite them; the person decides).
+    quoting_stores: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ForgetReport:
+    messages: int = 0
+    summaries_rebuilt: int = 0
+    summaries_removed: int = 0
+    quoting_notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ErasureReport:
+    sessions: int = 0
+    messages: int = 0
+    summaries: int = 0
+    notes: int = 0
+    changelog_rows: int = 0
+    extra: dict[str, int] = field(default_factory=dict)  # front-end rows (Telegram)
+
+    def describe(self) -> str:
+        pieces = [
+            f"{self.sessions} session(s)",
+            f"{self.messages} message(s)",
+            f"{self.summaries} summary/archive(s)",
+            f"{self.notes} note(s)",
+            f"{self.changelog_rows} changelog row(s)",
+        ]
+        pieces += [f"{n} {what}" for what, n in self.extra.items() if n]
+        return ", ".join(pieces)

@@ -25,11 +25,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from memory.contract.capabilities import ExtraSource as ExtraSource
+from memory.contract.embedding import VectorHit
 from memory.contract.errors import InvalidArgument
 from memory.contract.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
 from memory.search import lexical
@@ -41,7 +43,6 @@ from memory.storage.history import conversations
 if TYPE_CHECKING:
     import numpy as np
 
-    from memory.search.semantic.index import VectorHit
     from memory.search.semantic.search import SemanticSearch
 
 MAX_LIMIT = 200
@@ -58,24 +59,6 @@ _VECTOR_SOURCES: dict[SearchScope, set[str] | None] = {
 # patterns over 50,000 bytes.
 MAX_QUERY_CHARS = 10_000
 WORDS, SUBSTRING = "words", "substring"
-
-
-class ExtraSource(Protocol):
-    """A provider's searchable memory outside the indexed tables (simple's notes)."""
-
-    async def search_extra(
-        self, session: Session, text: str, terms: list[str], scope: SearchScope, limit: int
-    ) -> list[SearchResult]:
-        """Hits for `terms` ranked by a BM25 score (or, with `terms` empty, for `text`
-        literally, newest first), within `scope`; at most `limit`."""
-        ...
-
-    async def resolve_extra(
-        self, session: Session, hits: list[VectorHit], needles: list[str]
-    ) -> list[SearchResult]:
-        """Its own items among semantic `hits` as results (score: the hit's), in order;
-        others, and items gone since they were embedded, left out."""
-        ...
 
 
 async def owned_conversations(conn: AsyncConnection, user_id: int, agent_id: str) -> list[int]:

@@ -28,16 +28,21 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from memory.contract.errors import InvalidArgument
+from memory.contract.capabilities import ConstraintStore, Forgetter, ProfileStore, Provider
+from memory.contract.errors import InvalidArgument, Unsupported
 from memory.contract.tracing import unwrap
 from memory.contract.types import ChangeEntry, as_utc
+from memory.contract.types import Dependents as Dependents
+from memory.contract.types import ErasureReport as ErasureReport
+from memory.contract.types import ForgetReport as ForgetReport
+from memory.contract.types import Owner as Owner
 from memory.search.text import like_pattern
 from memory.storage.db import lock_for_transaction, write_transaction
 from memory.storage.history import TITLE_CHARS, PartKind, conversations, messages, origins, parts
@@ -65,14 +70,6 @@ CHECKPOINT_ATTEMPTS = 20
 
 
 @dataclass(frozen=True)
-class Owner:
-    """Whose memory: the scope a forget never leaves."""
-
-    user_id: int
-    agent_id: str
-
-
-@dataclass(frozen=True)
 class ForgetItem:
     """One message to be forgotten, as a preview shows it."""
 
@@ -83,46 +80,6 @@ class ForgetItem:
     role: str
     created_at: datetime | None
     first_words: str
-
-
-@dataclass
-class Dependents:
-    """What a provider derived from messages about to be forgotten."""
-
-    summaries: int = 0  # summaries to rebuild or remove (lcm) / archives (simple)
-    quoting_notes: list[str] = field(default_factory=list)  # notes that quote them
-    # Profile, soul or rules that quote them: the user's or reflect's own words, shown
-    # (a forget does not rewrite them; the person decides).
-    quoting_stores: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ForgetReport:
-    messages: int = 0
-    summaries_rebuilt: int = 0
-    summaries_removed: int = 0
-    quoting_notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ErasureReport:
-    sessions: int = 0
-    messages: int = 0
-    summaries: int = 0
-    notes: int = 0
-    changelog_rows: int = 0
-    extra: dict[str, int] = field(default_factory=dict)  # front-end rows (Telegram)
-
-    def describe(self) -> str:
-        pieces = [
-            f"{self.sessions} session(s)",
-            f"{self.messages} message(s)",
-            f"{self.summaries} summary/archive(s)",
-            f"{self.notes} note(s)",
-            f"{self.changelog_rows} changelog row(s)",
-        ]
-        pieces += [f"{n} {what}" for what, n in self.extra.items() if n]
-        return ", ".join(pieces)
 
 
 def chunks(ids: Sequence[Any]) -> Iterable[Sequence[Any]]:
@@ -557,7 +514,7 @@ class ForgetPreview:
 MIN_TEXT = 3  # a shorter text matches too much to be what someone meant
 
 
-def engine_of(provider: Any) -> AsyncEngine:
+def engine_of(provider: Provider) -> AsyncEngine:
     """The database of an SQL provider (a traced one forwards only its capabilities)."""
     engine: AsyncEngine = unwrap(provider).engine
     return engine
@@ -567,7 +524,15 @@ class SelectorError(InvalidArgument):
     """The words do not name anything forgettable (said to the person as they are)."""
 
 
-async def preview(provider: Any, owner: Owner, selector: str) -> ForgetPreview:
+def forgetter(provider: Provider) -> Forgetter:
+    """`provider` as the `Forgetter` every caller has checked it is (a traced provider
+    answers as its inner one does)."""
+    if not isinstance(provider, Forgetter):
+        raise Unsupported(f"the {provider.name} provider cannot forget")
+    return provider
+
+
+async def preview(provider: Provider, owner: Owner, selector: str) -> ForgetPreview:
     """The messages `selector` (a message id, a summary id, or text) names in `owner`'s
     memory, with their tool partners, and what depends on them. Nothing changes."""
     # Cleaned as stored text was (U+FFFD for NUL and lone surrogates): the needle is also
@@ -578,7 +543,7 @@ async def preview(provider: Any, owner: Owner, selector: str) -> ForgetPreview:
     if selector.isdigit() and len(selector) <= 18:
         ids = [int(selector)]
     elif selector.startswith("sum_") and " " not in selector:
-        ids = await provider.summary_sources(owner, selector)
+        ids = await forgetter(provider).summary_sources(owner, selector)
     else:
         if len(selector) < MIN_TEXT:
             raise SelectorError(f"the text to forget needs at least {MIN_TEXT} characters")
@@ -592,7 +557,7 @@ async def preview(provider: Any, owner: Owner, selector: str) -> ForgetPreview:
     async with engine_of(provider).connect() as conn:
         ids = await with_tool_partners(conn, ids)
         found = await owned_items(conn, owner, ids)
-    dependents = await provider.forget_dependents(owner, [i.id for i in found], needles)
+    dependents = await forgetter(provider).forget_dependents(owner, [i.id for i in found], needles)
     if found:
         dependents.quoting_stores = await quoting_stores(provider, owner, found, needles)
     return ForgetPreview(owner, found, dependents, needles)
@@ -602,11 +567,11 @@ MIN_QUOTE = 8  # shorter message texts are too common to say something quotes th
 
 
 async def quoted_texts(
-    provider: Any, found: Sequence[ForgetItem], needles: Sequence[str]
+    engine: AsyncEngine, found: Sequence[ForgetItem], needles: Sequence[str]
 ) -> list[str]:
     """What a note or store "quotes" a forgotten message by: the whole text of one of
     them (of at least MIN_QUOTE characters), or the text forgotten by, case-folded."""
-    async with engine_of(provider).connect() as conn:
+    async with engine.connect() as conn:
         rows = await conn.execute(
             sa.select(messages.c.content).where(
                 messages.c.id.in_([i.id for i in found][:_IN_CHUNK])
@@ -617,22 +582,20 @@ async def quoted_texts(
 
 
 async def quoting_stores(
-    provider: Any, owner: Owner, found: Sequence[ForgetItem], needles: Sequence[str]
+    provider: Provider, owner: Owner, found: Sequence[ForgetItem], needles: Sequence[str]
 ) -> list[str]:
     """Which of `owner`'s profile, soul and rules quote the forgotten messages."""
-    from memory.contract.capabilities import ConstraintStore, ProfileStore
-
-    inner = unwrap(provider)
-    quoted = await quoted_texts(provider, found, needles)
+    quoted = await quoted_texts(engine_of(provider), found, needles)
     if not quoted:
         return []
     out = []
-    if isinstance(inner, ProfileStore):
+    # A traced provider has exactly its inner one's capabilities (memory/contract/tracing.py).
+    if isinstance(provider, ProfileStore):
         for name, read in (("profile", provider.get_profile), ("soul", provider.get_soul)):
             text = (await read(owner.user_id, owner.agent_id)).casefold()
             if any(q in text for q in quoted):
                 out.append(name)
-    if isinstance(inner, ConstraintStore):
+    if isinstance(provider, ConstraintStore):
         for rule in await provider.get_constraints(owner.user_id, owner.agent_id):
             if any(q in rule.text.casefold() for q in quoted):
                 out.append(f"rule {rule.id}")
@@ -640,22 +603,22 @@ async def quoting_stores(
 
 
 async def forget(
-    provider: Any, owner: Owner, ids: Sequence[int], needles: Sequence[str] = ()
+    provider: Provider, owner: Owner, ids: Sequence[int], needles: Sequence[str] = ()
 ) -> ForgetReport:
     """Forget messages `ids` of `owner` (ids outside the owner's memory are ignored) and
     everything derived from them; then leave no trace in the database's bytes."""
-    report: ForgetReport = await provider.forget_messages(owner, ids, needles)
+    report = await forgetter(provider).forget_messages(owner, ids, needles)
     await after_forget(provider, owner)
     return report
 
 
-async def erase(provider: Any, owner: Owner, by: str) -> ErasureReport:
-    report: ErasureReport = await provider.erase_owner(owner, by)
+async def erase(provider: Provider, owner: Owner, by: str) -> ErasureReport:
+    report = await forgetter(provider).erase_owner(owner, by)
     await after_forget(provider, owner)
     return report
 
 
-async def after_forget(provider: Any, owner: Owner) -> None:
+async def after_forget(provider: Provider, owner: Owner) -> None:
     """The copies outside the transaction: SQLite's index segments and WAL, and this
     process's cached vectors of the owner (other replicas reload theirs when they find
     rows gone, memory/search/semantic/index.py)."""

@@ -21,13 +21,16 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypedDict, runtime_checkable
+from typing import Any, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from memory.contract.capabilities import SessionCounter as SessionCounter
 from memory.contract.errors import NotFound, SessionArchived
 from memory.contract.options import AppendOptions
+from memory.contract.types import AnsweredTurn as AnsweredTurn
+from memory.contract.types import FoundMessage as FoundMessage
 from memory.contract.types import (
     ListOptions,
     Message,
@@ -39,6 +42,7 @@ from memory.contract.types import (
     as_utc,
     utcnow,
 )
+from memory.contract.types import SessionCounts as SessionCounts
 from memory.search.text import like_pattern
 from memory.storage.db import conflict_insert, lock_for_transaction, write_transaction
 from memory.storage.history_models import Conversation, MessageOriginRow, MessagePart, MessageRow
@@ -65,25 +69,6 @@ class PartKind(enum.StrEnum):
     TOOL_RESULT = "tool_result"
 
 
-@dataclass(frozen=True)
-class SessionCounts:
-    """One row of a session listing: the session and what it holds, counted in SQL."""
-
-    info: SessionInfo
-    message_count: int
-    summary_count: int
-    token_count: int = 0  # of its stored messages
-
-
-@runtime_checkable
-class SessionCounter(Protocol):
-    """A provider that counts every listed session's messages and summaries in a fixed
-    number of queries (`HistoryStore.list_counts`); the counts equal its `stats`. Not a
-    capability plugins must offer: a listing falls back to `stats` per session."""
-
-    async def list_counts(self, opts: ListOptions) -> list[SessionCounts]: ...
-
-
 RECENT_TURN_MESSAGES = 200  # where `answered_turn` looks first for the message answered
 
 
@@ -96,26 +81,6 @@ def origin_values(message_id: int, origin: Origin) -> dict[str, Any]:
         "channel_message_id": origin.message_id,
         "thread_id": origin.thread_id,
     }
-
-
-@dataclass(frozen=True)
-class AnsweredTurn:
-    """A stored turn read back by where its user message came from (`answered_turn`):
-    its messages, user message first, and the id of its final answer."""
-
-    answer_id: str
-    messages: list[Message]
-
-
-@dataclass(frozen=True)
-class FoundMessage:
-    """One stored message and the conversation it belongs to (`read_message`), with
-    where it came from when its channel said (`Message.origin`)."""
-
-    session: SessionInfo
-    seq: int
-    message: Message
-    origin: Origin | None = None
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from memory.contract.capabilities import Provider
 from memory.contract.types import Message, SearchMode, SearchQuery, Session
 from memory.search.semantic.backlog import embed_backlog
+from memory.search.semantic.client import Embedder
 from memory.testing.conformance import HOSTILE_PATTERNS
 
 HYBRID, FULL_TEXT = SearchMode.HYBRID, SearchMode.FULL_TEXT
@@ -34,7 +36,7 @@ class SemanticConformance:
         uid = self.user_id if user_id is None else user_id
         return Session(f"semantic:{uid}:{uuid.uuid4().hex[:8]}", user_id=uid, channel="test")
 
-    async def _stored(self, provider: Any, session: Session) -> None:
+    async def _stored(self, provider: Provider, session: Session) -> None:
         await provider.bootstrap(session)
         await provider.append(
             session, *(Message(role="user", content=f"small talk number {i}") for i in range(8))
@@ -55,7 +57,7 @@ class SemanticConformance:
             assert [h.content for h in hybrid] == [h.content for h in words], text
 
     async def test_on_a_hit_found_both_ways_says_so(
-        self, make_provider: Callable[..., Any], embedder: Any
+        self, make_provider: Callable[..., Any], embedder: Embedder
     ) -> None:
         provider = make_provider(embedder)
         s = self.session()
@@ -67,7 +69,7 @@ class SemanticConformance:
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
     async def test_half_backfilled_new_items_are_found_by_words(
-        self, make_provider: Callable[..., Any], embedder: Any
+        self, make_provider: Callable[..., Any], embedder: Embedder
     ) -> None:
         provider = make_provider(embedder)
         s = self.session()
@@ -78,7 +80,7 @@ class SemanticConformance:
         assert hits and hits[0].content == "a zeppelin flew over the town"
 
     async def test_hostile_text_and_other_users(
-        self, make_provider: Callable[..., Any], embedder: Any
+        self, make_provider: Callable[..., Any], embedder: Embedder
     ) -> None:
         provider = make_provider(embedder)
         mine, theirs = self.session(), self.session(self.other_user_id)

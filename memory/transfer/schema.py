@@ -34,9 +34,7 @@ from typing import (
     Any,
     BinaryIO,
     Literal,
-    Protocol,
     TypeVar,
-    runtime_checkable,
 )
 
 import sqlalchemy as sa
@@ -53,6 +51,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from memory.contract.errors import InvalidArgument
+from memory.contract.maintenance import OverlaySchema as OverlaySchema
 from memory.contract.types import ChangeSource, Role
 from memory.storage.history import PartKind, conversations, origins
 from memory.storage.stores import changelog_table, snapshot_table
@@ -295,15 +294,6 @@ def refused_at(loc: tuple[str | int, ...], message: str) -> Refused:
 
 
 # --- providers ------------------------------------------------------------------------
-
-
-@runtime_checkable
-class OverlaySchema(Protocol):
-    """An `Exporter` whose `provider.data` has a schema: validated with the rest of the
-    document, before anything is written. The validation context carries `seqs`, the
-    document's message seqs, for the provider's references to messages."""
-
-    overlay_model: type[BaseModel]
 
 
 def message_seqs(info: ValidationInfo) -> set[int]:

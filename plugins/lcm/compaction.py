@@ -39,6 +39,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -89,7 +90,7 @@ class _Node:
 @dataclass
 class _Planned:
     record: SummaryRecord
-    sources: list  # leaf: message ids; condensed: child summary ids (in order)
+    sources: list[Any]  # leaf: message ids; condensed: child summary ids (in order)
     inputs: list[Key]  # the context items it replaces, in order
     # The summary whose text the summarizer was shown as `previous`: if a forget replaced
     # it meanwhile, this summary may quote what was forgotten and must not land.

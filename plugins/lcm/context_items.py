@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -56,7 +57,7 @@ _COLUMNS = (
 )
 
 
-def _select() -> sa.Select:
+def _select() -> sa.Select[*tuple[Any, ...]]:
     return (
         sa.select(*_COLUMNS)
         .select_from(context_items)
@@ -65,7 +66,7 @@ def _select() -> sa.Select:
     )
 
 
-def _items(rows: Sequence[sa.Row]) -> list[Item]:
+def _items(rows: Sequence[sa.Row[*tuple[Any, ...]]]) -> list[Item]:
     return [Item(*row) for row in rows]
 
 
@@ -91,7 +92,7 @@ _APPEND = sa.insert(context_items).from_select(
 )
 
 
-def _with_messages(page: sa.Subquery) -> sa.Select:
+def _with_messages(page: sa.Subquery) -> sa.Select[*tuple[Any, ...]]:
     """A page of items with each message item's message and parts, in one statement:
     item columns first (as `Item`), then the message, then one row per part."""
     return (
@@ -203,8 +204,8 @@ async def page_with_messages(
         params["before"] = before
     query = _LAST_PAGE_MESSAGES if before is None else _PAGE_BEFORE_MESSAGES
     out: list[tuple[Item, Message | None]] = []
-    current: sa.Row | None = None
-    part_rows: list[dict] = []
+    current: sa.Row[*tuple[Any, ...]] | None = None
+    part_rows: list[dict[str, Any]] = []
 
     def flush() -> None:
         if current is None:

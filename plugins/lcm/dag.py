@@ -6,6 +6,7 @@ import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -104,7 +105,7 @@ class SummaryRecord:
             created_at=_utc(row["created_at"]),
         )
 
-    def row(self) -> dict:
+    def row(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "conversation_id": self.conversation_id,
@@ -163,7 +164,7 @@ async def source_message_ids(conn: AsyncConnection, summary_id: str) -> list[int
 
 
 async def insert_summaries(
-    conn: AsyncConnection, records: Sequence[SummaryRecord], sources: dict[str, list]
+    conn: AsyncConnection, records: Sequence[SummaryRecord], sources: dict[str, list[Any]]
 ) -> None:
     """Insert summary rows and their edges: `sources[id]` is a leaf's message ids or a
     condensed summary's child ids, in order."""

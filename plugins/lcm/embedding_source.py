@@ -3,6 +3,8 @@ id, position the integer `pk`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from memory.search.semantic.sources import TableSource
@@ -13,7 +15,7 @@ from plugins.lcm.models import summaries
 class SummariesSource(TableSource):
     name = "summary"
 
-    def _eligible(self) -> sa.Select:
+    def _eligible(self) -> sa.Select[*tuple[Any, ...]]:
         return (
             sa.select(
                 summaries.c.pk,

@@ -59,7 +59,7 @@ def _parse_time(value: Any, where: str) -> datetime | None:
     return None if value is None else parse_timestamp(value, where)
 
 
-def _parent_links(conv_id: int) -> sa.Select:
+def _parent_links(conv_id: int) -> sa.Select[*tuple[Any, ...]]:
     """(condensed summary, constituent) pairs of a conversation, in order."""
     return (
         sa.select(summary_parents.c.summary_id, summary_parents.c.child_id)

@@ -20,10 +20,10 @@ from urllib.parse import unquote
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from memory.contract.embedding import Batch, Item
 from memory.contract.errors import StoreCorrupt
 from memory.contract.types import NoteEntry, NoteKind
-from memory.search.semantic.sources import Batch
-from memory.search.semantic.store import Item, delete_keys, embeddings
+from memory.search.semantic.store import delete_keys, embeddings
 from plugins.simple.notes_store import NotesStore, file_stamp
 
 SOURCES = {NoteKind.NOTE: "note", NoteKind.ARCHIVE: "archive"}

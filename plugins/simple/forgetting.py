@@ -118,7 +118,7 @@ class SimpleForgetting:
     async def _quoting_notes(
         self, owner: Owner, found: list[fg.ForgetItem], needles: Sequence[str]
     ) -> list[str]:
-        quoted = await fg.quoted_texts(self, found, needles)
+        quoted = await fg.quoted_texts(self.engine, found, needles)
         if not quoted:
             return []
         return [

@@ -71,7 +71,7 @@ from memory.text.transcript import render_transcript, safe_start, without_leadin
 from plugins.simple import markers
 
 if TYPE_CHECKING:
-    from memory.search.semantic.index import VectorHit
+    from memory.contract.embedding import VectorHit
 from plugins.simple.embedding_source import note_key
 from plugins.simple.forgetting import SimpleForgetting
 from plugins.simple.graph import SimpleGraph

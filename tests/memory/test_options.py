@@ -1,13 +1,8 @@
-"""A provider written before the contract's options (`append(session, *msgs)`) still
-works for callers, through `memory.contract.options.append_messages`, and is told what to change."""
+"""The contract's options reach the provider: `memory.contract.options.append_messages`
+passes them through tracing, and store writes record who made them."""
 
 from __future__ import annotations
 
-import logging
-
-import pytest
-
-from memory.contract.append_hook import AppendHook
 from memory.contract.options import AppendOptions, append_messages
 from memory.contract.tracing import with_tracing
 from memory.contract.types import Message, Session, SessionStats
@@ -15,10 +10,8 @@ from memory.contract.types import Message, Session, SessionStats
 S = Session("s1", "agent", 1, "test")
 
 
-class LegacyProvider:
-    """Today's contract as a third party wrote it: no `options` anywhere."""
-
-    name = "legacy"
+class StoringProvider:
+    name = "storing"
 
     def __init__(self) -> None:
         self.stored: list[str] = []
@@ -26,7 +19,9 @@ class LegacyProvider:
     async def bootstrap(self, session: Session) -> None:
         return None
 
-    async def append(self, session: Session, *msgs: Message) -> None:
+    async def append(
+        self, session: Session, *msgs: Message, options: AppendOptions | None = None
+    ) -> None:
         self.stored += [m.content for m in msgs]
 
     async def assemble(self, session: Session, budget: int, fresh_tail: int) -> list[Message]:
@@ -39,7 +34,7 @@ class LegacyProvider:
         return None
 
 
-class CurrentProvider(LegacyProvider):
+class CurrentProvider(StoringProvider):
     name = "current"
 
     def __init__(self) -> None:
@@ -51,30 +46,6 @@ class CurrentProvider(LegacyProvider):
     ) -> None:
         self.options.append(options)
         await super().append(session, *msgs)
-
-
-async def _never(conn: object) -> None:
-    raise AssertionError("a legacy provider cannot run the hook")
-
-
-@pytest.mark.parametrize("traced", [False, True])
-async def test_a_legacy_append_still_stores_and_says_once_what_to_change(
-    traced: bool, caplog: pytest.LogCaptureFixture
-) -> None:
-    inner = type("Legacy", (LegacyProvider,), {})()  # a class not warned about yet
-    provider = with_tracing(inner, lambda event: None) if traced else inner
-    hook = AppendHook(_never)
-    with caplog.at_level(logging.WARNING, logger="memory.contract.options"):
-        for text in ("one", "two"):
-            await append_messages(
-                provider, S, [Message("user", text)], AppendOptions(live_only=True, hook=hook)
-            )
-    assert inner.stored == ["one", "two"]
-    assert not hook.ran  # the caller then records after the append, as documented
-    warnings = [r.getMessage() for r in caplog.records if r.name == "memory.contract.options"]
-    assert len(warnings) == 1
-    assert "options: AppendOptions | None = None" in warnings[0]
-    assert "\n" not in warnings[0]
 
 
 async def test_a_current_append_gets_the_options_through_tracing() -> None:

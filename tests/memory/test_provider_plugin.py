@@ -1,6 +1,6 @@
 """Plugin-owned settings: a provider's settings model (exported through its
 `ProviderPlugin`) validates `memory.<name>` in config.yaml and reaches the factory as
-`ctx.settings`; the bare-factory form still loads."""
+`ctx.settings`."""
 
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ MNEMO = Path(sys.executable).with_name("mnemo")
 MODULES = ("acme_memory", "acme_broken", "acme_bogus", "rival_memory", "acme_leaky")
 
 ACME = """
+from memory.contract.registry import ProviderPlugin
 from memory.contract.types import SearchResult, SessionStats
 
 
@@ -39,18 +40,14 @@ class AcmeProvider:
         self.ctx = ctx
 
     async def bootstrap(self, session): ...
-    async def append(self, session, *msgs): ...
+    async def append(self, session, *msgs, options=None): ...
     async def assemble(self, session, budget, fresh_tail): return []
     async def stats(self, session): return SessionStats()
     async def close(self): ...
     async def search(self, session, query): return [SearchResult("message", "1", query.text)]
 
 
-def create(ctx):
-    return AcmeProvider(ctx)
-
-
-create.provider_class = AcmeProvider
+create = ProviderPlugin("acme", AcmeProvider, provider_class=AcmeProvider)
 """
 
 
@@ -63,7 +60,11 @@ def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     (site / "acme_broken.py").write_text(
         "import acme_dependency_that_is_missing\n", encoding="utf-8"
     )
-    (site / "acme_bogus.py").write_text("def create(ctx):\n    return object()\n", encoding="utf-8")
+    (site / "acme_bogus.py").write_text(
+        "from memory.contract.registry import ProviderPlugin\n"
+        "create = ProviderPlugin('acme-bogus', lambda ctx: object())\n",
+        encoding="utf-8",
+    )
     info = site / "acme_memory-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(
@@ -275,6 +276,8 @@ def _migrated(url: str) -> None:
 LEAKY = '''
 import asyncio
 
+from memory.contract.registry import ProviderPlugin
+
 made = []
 
 
@@ -312,16 +315,9 @@ class FailingClose:
         raise RuntimeError("the plugin cannot even close")
 
 
-def create(ctx):
-    return Leaky()
-
-
-def create_context(ctx):
-    return LeakyContext()
-
-
-def create_failing(ctx):
-    return FailingClose()
+create = ProviderPlugin("leaky", lambda ctx: Leaky())
+create_context = ProviderPlugin("leaky-context", lambda ctx: LeakyContext())
+create_failing = ProviderPlugin("leaky-failing", lambda ctx: FailingClose())
 '''
 
 

@@ -20,6 +20,8 @@ MODULE = "acme_async_leaky"
 SOURCE = '''
 import asyncio
 
+from memory.contract.registry import ProviderPlugin
+
 made = []
 
 
@@ -51,16 +53,9 @@ class SyncClose:
         self.closed = True
 
 
-def create(ctx):
-    return SlowClose()
-
-
-def create_failing(ctx):
-    return FailingClose()
-
-
-def create_sync(ctx):
-    return SyncClose()
+create = ProviderPlugin("slow", lambda ctx: SlowClose())
+create_failing = ProviderPlugin("slow-failing", lambda ctx: FailingClose())
+create_sync = ProviderPlugin("slow-sync", lambda ctx: SyncClose())
 '''
 
 

@@ -17,6 +17,7 @@ from memory.contract.context import (
     with_change_source,
 )
 from memory.contract.errors import Conflict, InvalidArgument, NotFound
+from memory.contract.options import AppendOptions, WriteOptions
 from memory.contract.tracing import TraceEvent, with_tracing
 from memory.contract.types import (
     ChangeEntry,
@@ -52,7 +53,9 @@ class Core:
 
     async def bootstrap(self, session: Session) -> None: ...
 
-    async def append(self, session: Session, *msgs: Message) -> None: ...
+    async def append(
+        self, session: Session, *msgs: Message, options: AppendOptions | None = None
+    ) -> None: ...
 
     async def assemble(self, session: Session, budget: int, fresh_tail: int) -> list[Message]:
         return []
@@ -154,7 +157,9 @@ class Full(Core):
     async def get_profile(self, user_id: int, agent_id: str) -> str:
         return self.profile.get(user_id, "")
 
-    async def set_profile(self, user_id: int, agent_id: str, content: str) -> int:
+    async def set_profile(
+        self, user_id: int, agent_id: str, content: str, options: WriteOptions | None = None
+    ) -> int:
         if "\x00" in content:
             raise InvalidArgument("content holds a NUL character")
         before = self.profile.get(user_id, "")
@@ -164,7 +169,9 @@ class Full(Core):
     async def get_soul(self, user_id: int, agent_id: str) -> str:
         return self.soul.get(user_id, "")
 
-    async def set_soul(self, user_id: int, agent_id: str, content: str) -> int:
+    async def set_soul(
+        self, user_id: int, agent_id: str, content: str, options: WriteOptions | None = None
+    ) -> int:
         before = self.soul.get(user_id, "")
         self.soul[user_id] = content
         return self._write(user_id, agent_id, "soul", before, content)
@@ -172,14 +179,20 @@ class Full(Core):
     async def get_constraints(self, user_id: int, agent_id: str) -> list[ConstraintEntry]:
         return list(self.constraints.get(user_id, []))
 
-    async def add_constraint(self, user_id: int, agent_id: str, text: str) -> list[ConstraintEntry]:
+    async def add_constraint(
+        self, user_id: int, agent_id: str, text: str, options: WriteOptions | None = None
+    ) -> list[ConstraintEntry]:
         entries = self.constraints.setdefault(user_id, [])
         entries.append(ConstraintEntry(f"c{len(entries) + 1}", text.strip(), "2025-01-02T03:04:00"))
         self._write(user_id, agent_id, "constraint", "", text)
         return list(entries)
 
     async def remove_constraint(
-        self, user_id: int, agent_id: str, constraint_id: str
+        self,
+        user_id: int,
+        agent_id: str,
+        constraint_id: str,
+        options: WriteOptions | None = None,
     ) -> list[ConstraintEntry]:
         entries = self.constraints.get(user_id, [])
         kept = [e for e in entries if e.id != constraint_id]
@@ -200,7 +213,14 @@ class Full(Core):
     async def get_soul_at(self, user_id: int, agent_id: str, version: int) -> str:
         return next((t for v, s, t in reversed(self.history) if s == "soul" and v <= version), "")
 
-    async def rollback(self, user_id: int, agent_id: str, scope: str, version: int) -> int:
+    async def rollback(
+        self,
+        user_id: int,
+        agent_id: str,
+        scope: str,
+        version: int,
+        options: WriteOptions | None = None,
+    ) -> int:
         if version > self.version:
             raise InvalidArgument(f"no version {version}: the current version is {self.version}")
         if scope == "profile":

@@ -26,6 +26,7 @@ from apscheduler.jobstores.base import JobLookupError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.contract.capabilities import EmbeddingSources, Provider
+from memory.contract.embedding import EmbeddingSource, Item
 from memory.contract.tracing import unwrap
 from memory.search.semantic.client import (
     RECHECK_S,
@@ -33,8 +34,7 @@ from memory.search.semantic.client import (
     EmbeddingRejected,
     EmbeddingsUnavailable,
 )
-from memory.search.semantic.sources import EmbeddingSource
-from memory.search.semantic.store import Item, delete_other_dims, store_vectors
+from memory.search.semantic.store import delete_other_dims, store_vectors
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import numpy as np
 import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from memory.search.semantic import DEFAULT_MIN_SIMILARITY
+from memory.search.semantic.defaults import DEFAULT_MIN_SIMILARITY
 from memory.storage.usage import TokenUsage, UsageRecorder, split_by_scope
 from memory.text.server_error import not_supported, server_message
 from memory.text.tokens import estimate_tokens

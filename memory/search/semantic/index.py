@@ -34,21 +34,13 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.search.semantic import DEFAULT_CACHE_BYTES
+from memory.contract.embedding import DEFAULT_CACHE_BYTES, VectorHit
 from memory.search.semantic.store import embeddings
 
 DEFAULT_MAX_BYTES = DEFAULT_CACHE_BYTES
 ID_LOOKBACK = 1000
 REVALIDATE_S = 300.0
 THREAD_ROWS = 20_000  # larger matrices are multiplied off the event loop
-
-
-@dataclass(frozen=True)
-class VectorHit:
-    source: str
-    key: str
-    score: float
-    nearest: bool = True  # False: asked for by key (`also`), not among the nearest
 
 
 @dataclass

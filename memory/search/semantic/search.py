@@ -12,9 +12,9 @@ from collections.abc import Collection
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.search.semantic import DEFAULT_CACHE_BYTES
-from memory.search.semantic.client import Embedder, EmbeddingError, EmbeddingsUnavailable
-from memory.search.semantic.index import VectorHit, VectorIndex
+from memory.contract.embedding import DEFAULT_CACHE_BYTES, QueryEmbedder, VectorHit
+from memory.search.semantic.client import EmbeddingError, EmbeddingsUnavailable
+from memory.search.semantic.index import VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ WARN_EVERY_S = 300.0  # a failing server is named at most this often, not per se
 
 class SemanticSearch:
     def __init__(
-        self, engine: AsyncEngine, embedder: Embedder, *, max_bytes: int = DEFAULT_CACHE_BYTES
+        self, engine: AsyncEngine, embedder: QueryEmbedder, *, max_bytes: int = DEFAULT_CACHE_BYTES
     ) -> None:
         self.embedder = embedder
         self.index = VectorIndex(engine, embedder.model, max_bytes=max_bytes)

@@ -17,38 +17,17 @@ notes and archives.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from memory.contract.embedding import Batch, Item
 from memory.contract.types import Role
-from memory.search.semantic.store import Item, embeddings, last_position
+from memory.search.semantic.store import embeddings, last_position
 from memory.storage.history import conversations, messages
 
 LOOKBACK = 1000
-
-
-@dataclass(frozen=True)
-class Batch:
-    """Pending items, and where a full scan continues (None: the scan is over)."""
-
-    items: list[Item]
-    next_after: int | None
-
-
-@runtime_checkable
-class EmbeddingSource(Protocol):
-    name: str
-
-    async def pending(self, model: str, *, limit: int, after: int | None = None) -> Batch:
-        """At most `limit` items lacking a row for `model` (see the module's docstring)."""
-        ...
-
-    async def counts(self, model: str) -> tuple[int, int]:
-        """(items to embed, of those the ones with a row for `model`)."""
-        ...
 
 
 class TableSource:

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlmodel import Field, SQLModel
 
+from memory.contract.embedding import Item
 from memory.contract.types import utcnow
 from memory.storage.db import conflict_insert, write_transaction
 from memory.storage.store_models import BigIntPK
@@ -52,19 +53,6 @@ class EmbeddingRow(SQLModel, table=True):
 
 
 embeddings: sa.Table = EmbeddingRow.__table__  # type: ignore[attr-defined]
-
-
-@dataclass(frozen=True)
-class Item:
-    """One thing to embed: `key` is unique within its source; `item_id` is its integer
-    id where it has one (the worker's position), else None."""
-
-    source: str
-    key: str
-    user_id: int
-    agent_id: str
-    text: str
-    item_id: int | None = None
 
 
 async def store_vectors(
