@@ -304,7 +304,9 @@ async def _get_profile(c: Call, args: NoArgs) -> Any:
 
 
 async def _set_profile(c: Call, args: ContentArgs) -> Any:
-    return await c.provider.set_profile(*c.owner, args.content, options=c.write_options())
+    return await c.provider_as(ProfileStore).set_profile(
+        *c.owner, args.content, options=c.write_options()
+    )
 
 
 async def _get_soul(c: Call, args: NoArgs) -> Any:
@@ -312,7 +314,9 @@ async def _get_soul(c: Call, args: NoArgs) -> Any:
 
 
 async def _set_soul(c: Call, args: ContentArgs) -> Any:
-    return await c.provider.set_soul(*c.owner, args.content, options=c.write_options())
+    return await c.provider_as(ProfileStore).set_soul(
+        *c.owner, args.content, options=c.write_options()
+    )
 
 
 declare(
@@ -408,7 +412,9 @@ class RollbackArgs(Arguments):
 
 
 async def _rollback(c: Call, args: RollbackArgs) -> Any:
-    return await c.provider.rollback(*c.owner, args.scope, args.version, options=c.write_options())
+    return await c.provider_as(VersionedProfileStore).rollback(
+        *c.owner, args.scope, args.version, options=c.write_options()
+    )
 
 
 def _rollback_words(words: str) -> dict[str, Any] | None:
@@ -457,11 +463,15 @@ async def _constraints(c: Call, args: NoArgs) -> Any:
 
 
 async def _add_constraint(c: Call, args: ConstraintArgs) -> Any:
-    return await c.provider.add_constraint(*c.owner, args.text, options=c.write_options())
+    return await c.provider_as(ConstraintStore).add_constraint(
+        *c.owner, args.text, options=c.write_options()
+    )
 
 
 async def _remove_constraint(c: Call, args: ConstraintIdArgs) -> Any:
-    return await c.provider.remove_constraint(*c.owner, args.id.strip(), options=c.write_options())
+    return await c.provider_as(ConstraintStore).remove_constraint(
+        *c.owner, args.id.strip(), options=c.write_options()
+    )
 
 
 _RULES = "rules (constraints)"
