@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from bot.config.settings import Settings
 from bot.conversation.budgets import Budgets
 from bot.conversation.session_binding import bind_session
 from bot.runtime.metrics import record_compaction, record_compaction_failure
-from memory.contract.capabilities import Compactor
+from memory.actions.spec import capability
+from memory.contract.capabilities import Compactor, Provider
 from memory.contract.context import with_change_source
 from memory.contract.errors import CompactionIncomplete, Unsupported
 from memory.contract.types import ChangeSource, CompactionMode, CompactionResult, Session
@@ -50,7 +50,7 @@ class CompactionScheduler:
 
     def __init__(
         self,
-        provider: Any,
+        provider: Provider,
         settings: Settings,
         *,
         usage: UsageRecorder | None = None,
@@ -95,14 +95,17 @@ class CompactionScheduler:
     async def _auto_compact(self, session: Session) -> None:
         try:
             with bind_session(session), with_change_source(ChangeSource.SYSTEM):
-                if not await self.provider.needs_compaction(session, self._threshold()):
+                compactor = capability(self.provider, Compactor)
+                if compactor is None or not await compactor.needs_compaction(
+                    session, self._threshold()
+                ):
                     return
                 if self.budgets is not None and not await self.budgets.allow_background(
                     "summary", session.user_id
                 ):
                     return  # put off: the next turn asks again
                 async with self._slots, self.usage.collecting(committed_on_success=True):
-                    result = await self.provider.compact(session, CompactionMode.INCREMENTAL)
+                    result = await compactor.compact(session, CompactionMode.INCREMENTAL)
             _rebuilt(result)
             record_compaction(self.provider.name, CompactionMode.INCREMENTAL, result)
             log.info(

@@ -22,9 +22,8 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any
 
-from memory.contract.capabilities import SessionManager
+from memory.contract.capabilities import Provider, SessionManager
 from memory.contract.errors import NotFound
 from memory.contract.types import ListOptions, Session, SessionInfo, parse_session_id
 
@@ -42,7 +41,7 @@ class SessionRotation:
 
     def __init__(
         self,
-        provider: Any,
+        provider: Provider,
         *,
         replicas: bool,
         hold: Callable[[str], AbstractAsyncContextManager[None]],

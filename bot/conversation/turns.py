@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -48,15 +48,15 @@ from bot.model.tool_loop import Completer, Tool, run_turn
 from memory.actions import provenance
 from memory.actions.citations import cite
 from memory.actions.provenance import Source
-from memory.actions.spec import FrontEnd
+from memory.actions.spec import FrontEnd, Recaller
 from memory.contract.append_hook import AppendHook
-from memory.contract.capabilities import ChangelogReader, ProfileStore, SessionManager
+from memory.contract.capabilities import ChangelogReader, ProfileStore, Provider, SessionManager
 from memory.contract.context import with_change_source
 from memory.contract.errors import SessionArchived
 from memory.contract.options import AppendOptions, append_messages
 from memory.contract.types import ChangeSource, Message, Origin, Session
 from memory.storage.db import RECONNECT_ATTEMPTS, CommitUncertain, retry_on_disconnect
-from memory.storage.identity import seed_identity
+from memory.storage.identity import IdentityStore, seed_identity
 from memory.storage.usage import Ledger, UsageRecorder, current_ledger
 from memory.text.tokens import Calibration, estimate_tokens
 
@@ -125,7 +125,7 @@ Context = tuple[str, list[Tool], list[Message]]
 _schemas: weakref.WeakKeyDictionary[Any, dict[str, Any] | None] = weakref.WeakKeyDictionary()
 
 
-def _tool_schema(provider: Any) -> dict[str, Any] | None:
+def _tool_schema(provider: Provider) -> dict[str, Any] | None:
     from memory.actions import tool as memory_tool
 
     try:
@@ -141,7 +141,9 @@ def _tool_schema(provider: Any) -> dict[str, Any] | None:
     return schema
 
 
-def memory_tools(provider: Any, session: Session, recaller: Any = None) -> list[Tool]:
+def memory_tools(
+    provider: Provider, session: Session, recaller: Recaller | None = None
+) -> list[Tool]:
     """The `memory` tool for `session`, from `memory.actions.tool` (every write tagged `agent`);
     `recaller`: the delegated recall sub-call its `recall` action runs."""
     from memory.actions import tool as memory_tool
@@ -167,7 +169,7 @@ class Turns:
 
     def __init__(
         self,
-        provider: Any,
+        provider: Provider,
         llm: Completer,
         settings: Settings,
         *,
@@ -461,7 +463,10 @@ class Turns:
         # Idempotent (the changelog tells what was seeded), so a pair evicted below is
         # merely checked again on its next turn.
         await seed_identity(
-            self.provider, Path(self.settings.data_dir), session.user_id, session.agent_id
+            cast(IdentityStore, self.provider),  # `_can_seed` checked both capabilities
+            Path(self.settings.data_dir),
+            session.user_id,
+            session.agent_id,
         )
         self._seeded[key] = None
         while len(self._seeded) > SEEDED_CACHE_SIZE:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from memory.contract.capabilities import Forgetter
+from memory.contract.capabilities import Forgetter, Provider
 from memory.contract.tracing import unwrap
 from memory.contract.types import utcnow
 from memory.storage import forgetting as fg
@@ -36,7 +36,7 @@ def cutoff_for(days: int, now: datetime | None = None) -> datetime:
     return (now or utcnow()) - timedelta(days=days)
 
 
-async def run_retention(provider: Any, cutoff: datetime) -> RetentionRun:
+async def run_retention(provider: Provider, cutoff: datetime) -> RetentionRun:
     """Forget every message created before `cutoff`."""
     run = RetentionRun(cutoff, report=ForgetReport())
     if not isinstance(unwrap(provider), Forgetter):

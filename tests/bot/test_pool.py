@@ -384,12 +384,12 @@ async def test_a_memory_failure_is_told_plainly_without_exception_names(
     append = pool.provider.append
     calls = 0
 
-    async def flaky_append(session: Session, *messages):
+    async def flaky_append(session: Session, *messages, options=None):
         nonlocal calls
         calls += 1
         if calls == failing_call:  # 1: the user's message, 2: the answer
             raise OperationalError("INSERT", {}, Exception("disk I/O error"))
-        return await append(session, *messages)
+        return await append(session, *messages, options=options)
 
     monkeypatch.setattr(pool.provider, "append", flaky_append)
     reply = await pool.chat(ALICE, "hello")

@@ -15,15 +15,16 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.jobs.reflect.activity import activity_source
 from bot.jobs.reflect.prompt import build_messages
 from bot.jobs.reflect.state import Candidate, Lease, ReflectState
+from memory.actions.spec import capability
 from memory.actions.tool import build_tool, run_tool, tool_actions
-from memory.contract.capabilities import ConstraintStore, ProfileStore, Reviewer
+from memory.contract.capabilities import ConstraintStore, ProfileStore, Provider, Reviewer
 from memory.contract.context import with_agent_id, with_change_source, with_session_id, with_user_id
 from memory.contract.tracing import unwrap
 from memory.contract.types import ChangeSource, Message, utcnow
@@ -127,7 +128,7 @@ class Reflector:
     def __init__(
         self,
         engine: AsyncEngine,
-        provider: Any,
+        provider: Provider,
         run_turn: TurnRunner,
         config: ReflectConfig,
         *,
@@ -222,7 +223,9 @@ class Reflector:
             return SessionOutcome(session.id, "busy")
         writes = 0
         try:
-            context = await self.provider.build_review_context(session, lease.watermark)
+            # run_cycle refuses a provider that is not a Reviewer (`unsupported`).
+            reviewer = cast(Reviewer, self.provider)
+            context = await reviewer.build_review_context(session, lease.watermark)
             if not context.strip():
                 await self._succeed(lease)
                 return SessionOutcome(session.id, "nothing_new")
@@ -275,9 +278,11 @@ class Reflector:
         # The live memory, not the session's snapshot: reflect merges into what is
         # current, or it would undo a newer change.
         s = lease.session
-        profile = await self.provider.get_profile(s.user_id, s.agent_id)
-        soul = await self.provider.get_soul(s.user_id, s.agent_id)
+        store = cast(ProfileStore, self.provider)  # checked by `unsupported`
+        profile = await store.get_profile(s.user_id, s.agent_id)
+        soul = await store.get_soul(s.user_id, s.agent_id)
         constraints = None
-        if isinstance(unwrap(self.provider), ConstraintStore):
-            constraints = await self.provider.get_constraints(s.user_id, s.agent_id)
+        rules = capability(self.provider, ConstraintStore)
+        if rules is not None:
+            constraints = await rules.get_constraints(s.user_id, s.agent_id)
         return build_messages(context, profile, soul, constraints)
