@@ -1,10 +1,11 @@
-"""The `mnemo` command line. Each sub-command is a short function; the heavy modules are
-imported only by the command that needs them, so `mnemo --help` stays instant."""
+"""The `mnemo` command line. Each sub-command is a short function; the parser is built
+from light modules only and every heavy one (the settings, providers, SQLAlchemy, the
+model client, Telegram) is imported by the command that needs it, so `mnemo --help`
+stays instant (tests/cli/test_startup_imports.py)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import signal
@@ -14,14 +15,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from bot.app.database_file import DatabaseMissing
-from bot.config.settings import ConfigError, Settings, load_settings
 from memory.contract.types import GENERATION_SEP, SearchMode
-from memory.search.recall import MAX_LIMIT as SEARCH_MAX_LIMIT
+from memory.search import MAX_LIMIT as SEARCH_MAX_LIMIT
 from memory.text.display import terminal_safe
 
 if TYPE_CHECKING:
     from bot.channels.terminal import Terminal
+    from bot.config.settings import Settings
 
 log = logging.getLogger("mnemo")
 
@@ -58,7 +58,7 @@ def _error(line: str) -> None:
 def _settings(args: argparse.Namespace, secrets: tuple[str, ...] = ()) -> Settings:
     """The settings (file and environment); `secrets`: the secret keys this command uses
     (a `${VAR}` with VAR unset stops it only there, `run` naming all of them)."""
-    from bot.config.settings import SECRET_KEYS, settings_secrets
+    from bot.config.settings import SECRET_KEYS, load_settings, settings_secrets
     from bot.runtime.redact import install_redaction
 
     # An unknown memory.provider stops every command, `providers` included: its error
@@ -71,6 +71,8 @@ def _settings(args: argparse.Namespace, secrets: tuple[str, ...] = ()) -> Settin
 
 
 def _run_async(coro: Coroutine[Any, Any, int]) -> int:
+    import asyncio  # not at the top: `mnemo --help` has no event loop to run
+
     return asyncio.run(coro)
 
 
@@ -761,7 +763,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --help and --version end here: nothing heavy imported
+    from bot.app.database_file import DatabaseMissing
+    from bot.config.settings import ConfigError
+
     setup_logging()
     try:
         return int(args.func(args) or 0)
