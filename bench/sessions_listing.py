@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import append_results, machine  # noqa: E402
 from bot.config.settings import Settings  # noqa: E402
-from bot.ops import operator  # noqa: E402
+from bot.ops import sessions  # noqa: E402
 from memory.compaction.summarizer import TruncatingSummarizer  # noqa: E402
 from memory.contract.capabilities import ProviderContext  # noqa: E402
 from memory.contract.registry import create_provider_async  # noqa: E402
@@ -99,7 +99,7 @@ async def measure(settings: Settings, repeat: int) -> tuple[float, int, str]:
         event.listen(Engine, "before_cursor_execute", count)
         try:
             start = time.perf_counter()
-            assert await operator.sessions(settings, out=out) == 0
+            assert await sessions.sessions(settings, out=out) == 0
             best = min(best, time.perf_counter() - start)
         finally:
             event.remove(Engine, "before_cursor_execute", count)

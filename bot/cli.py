@@ -1,10 +1,11 @@
-"""The `mnemo` command line. Each sub-command is a short function; the heavy modules are
-imported only by the command that needs them, so `mnemo --help` stays instant."""
+"""The `mnemo` command line. Each sub-command is a short function; the parser is built
+from light modules only and every heavy one (the settings, providers, SQLAlchemy, the
+model client, Telegram) is imported by the command that needs it, so `mnemo --help`
+stays instant (tests/cli/test_startup_imports.py)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import signal
@@ -14,14 +15,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from bot.app.database_file import DatabaseMissing
-from bot.config.settings import ConfigError, Settings, load_settings
 from memory.contract.types import GENERATION_SEP, SearchMode
-from memory.search.recall import MAX_LIMIT as SEARCH_MAX_LIMIT
+from memory.search import MAX_LIMIT as SEARCH_MAX_LIMIT
 from memory.text.display import terminal_safe
 
 if TYPE_CHECKING:
     from bot.channels.terminal import Terminal
+    from bot.config.settings import Settings
 
 log = logging.getLogger("mnemo")
 
@@ -58,7 +58,7 @@ def _error(line: str) -> None:
 def _settings(args: argparse.Namespace, secrets: tuple[str, ...] = ()) -> Settings:
     """The settings (file and environment); `secrets`: the secret keys this command uses
     (a `${VAR}` with VAR unset stops it only there, `run` naming all of them)."""
-    from bot.config.settings import SECRET_KEYS, settings_secrets
+    from bot.config.settings import SECRET_KEYS, load_settings, settings_secrets
     from bot.runtime.redact import install_redaction
 
     # An unknown memory.provider stops every command, `providers` included: its error
@@ -71,6 +71,8 @@ def _settings(args: argparse.Namespace, secrets: tuple[str, ...] = ()) -> Settin
 
 
 def _run_async(coro: Coroutine[Any, Any, int]) -> int:
+    import asyncio  # not at the top: `mnemo --help` has no event loop to run
+
     return asyncio.run(coro)
 
 
@@ -294,21 +296,30 @@ MEMORY_SECRETS = {"compact": ("llm.api_key",), "embed": ("llm.api_key", "embeddi
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    """`mnemo memory ACTION`: the operator commands live in bot/ops/operator.py."""
-    from bot.ops import operator
-    from bot.ops.embeddings import embed_command
-    from bot.ops.erase import erase
-    from bot.ops.import_chat import import_chat
-    from bot.ops.usage import usage_command
-
+    """`mnemo memory ACTION`: the operator commands, one module per group in bot/ops/
+    (imported only when run: `mnemo memory --help` needs none of them)."""
     action = args.memory_command
     settings = _settings(args, MEMORY_SECRETS.get(action, ()))
     if action == "backup":
-        return operator.backup(settings, args.path)
-    runs = {
-        "status": lambda: operator.status(settings, args.session),
-        "sessions": lambda: operator.sessions(settings),
-        "search": lambda: operator.search(
+        from bot.ops.backup import backup
+
+        return backup(settings, args.path)
+    return _run_async(_memory_action(action, settings, args))
+
+
+def _memory_action(
+    action: str, settings: Settings, args: argparse.Namespace
+) -> Coroutine[Any, Any, int]:
+    if action in ("status", "sessions"):
+        from bot.ops import sessions
+
+        if action == "status":
+            return sessions.status(settings, args.session)
+        return sessions.sessions(settings)
+    if action == "search":
+        from bot.ops.search import search
+
+        return search(
             settings,
             args.session,
             args.text,
@@ -316,21 +327,42 @@ def cmd_memory(args: argparse.Namespace) -> int:
             agent=args.agent,
             mode=args.mode,
             limit=args.limit,
-        ),
-        "export": lambda: operator.export(settings, args.session, args.format),
-        "import": lambda: operator.import_(settings, args.path),
-        "compact": lambda: operator.compact(settings, args.session, args.all),
-        "doctor": lambda: operator.doctor(settings),
-        "embed": lambda: embed_command(settings, prune=args.prune),
-        "usage": lambda: usage_command(settings, args.by, args.days),
-        "erase": lambda: erase(
+        )
+    if action in ("export", "import"):
+        from bot.ops import transfer
+
+        if action == "export":
+            return transfer.export(settings, args.session, args.format)
+        return transfer.import_(settings, args.path)
+    if action == "compact":
+        from bot.ops.compact import compact
+
+        return compact(settings, args.session, args.all)
+    if action == "doctor":
+        from bot.ops.doctor import doctor
+
+        return doctor(settings)
+    if action == "embed":
+        from bot.ops.embeddings import embed_command
+
+        return embed_command(settings, prune=args.prune)
+    if action == "usage":
+        from bot.ops.usage import usage_command
+
+        return usage_command(settings, args.by, args.days)
+    if action == "erase":
+        from bot.ops.erase import erase
+
+        return erase(
             settings, args.user, args.agent, args.older_than, args.dry_run, scrub=args.scrub
-        ),
-        "import-chat": lambda: import_chat(
+        )
+    if action == "import-chat":
+        from bot.ops.import_chat import import_chat
+
+        return import_chat(
             settings, args.file, args.format, args.user, args.agent, args.chat, args.dry_run
-        ),
-    }
-    return _run_async(runs[action]())
+        )
+    raise AssertionError(action)  # the parser offers no other action
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -730,7 +762,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --help and --version end here: nothing heavy imported
+    from bot.app.database_file import DatabaseMissing
+    from bot.config.settings import ConfigError
+
     setup_logging()
     try:
         return int(args.func(args) or 0)

@@ -16,6 +16,10 @@ from memory.storage import forgetting as fg
 from memory.storage.db import conflict_insert
 from memory.storage.forgetting import Owner
 
+# The channel of every imported session (`default:import:42:telegram:7`): the ledger's
+# sessions are named by it, and the importer makes them.
+CHANNEL = "import"
+
 _meta = sa.MetaData()
 chat_imports = sa.Table(
     "chat_imports",
@@ -104,8 +108,6 @@ def recorder(
 
 async def uncompacted(engine: AsyncEngine, limit: int = 100) -> list[Session]:
     """Imported sessions the background compaction has not seen since their import."""
-    from bot.chat_import.importer import CHANNEL
-
     async with engine.connect() as conn:
         rows = await conn.execute(
             sa.select(chat_imports.c.session_id, chat_imports.c.agent_id, chat_imports.c.user_id)

@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 
 import ijson
 
-from bot.chat_import.sources import ImportRefused
+from bot.chat_import.refused import ImportRefused
 
 MB = 2**20
 READ_BYTES = 4096  # 4096 levels of paths at most before the depth is seen: ~40 MB

@@ -1,4 +1,4 @@
-"""The dry run's read of an export (`importer._scan`), in a child process whose memory is
+"""The dry run's read of an export (`scan.scan`), in a child process whose memory is
 capped (RLIMIT_AS) and whose time is limited.
 
 Why a child process, not a thread: a thread shares the bot's memory, so an export that
@@ -25,11 +25,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bot.chat_import.sources import ImportRefused
+from bot.chat_import.refused import ImportRefused
 
 if TYPE_CHECKING:
     from bot.chat_import import ledger
-    from bot.chat_import.importer import Plan
+    from bot.chat_import.scan import Plan
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 async def scan(plan: Plan, done: dict[str, ledger.Progress], chat: str | None) -> Plan:
-    """`importer._scan(plan, done, chat)` in a capped child; ImportRefused (one line)
+    """`scan.scan(plan, done, chat)` in a capped child; ImportRefused (one line)
     for what the child refused, and for a child that ran out of memory or time."""
     limits = plan.limits
     path = [_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")]
@@ -111,13 +111,13 @@ def _answer(verdict: str, value: Any) -> None:
 
 
 def main() -> None:
-    from bot.chat_import.importer import _scan
+    from bot.chat_import.scan import scan
 
     # Our own parent's pickle: the plan to fill, what is imported already, the filter.
     plan, done, chat = pickle.loads(sys.stdin.buffer.read())
     _cap(plan.limits.memory_mb, plan.limits.seconds)
     try:
-        answer: tuple[str, Any] = ("ok", _scan(plan, done, chat))
+        answer: tuple[str, Any] = ("ok", scan(plan, done, chat))
     except ImportRefused as exc:
         answer = ("refused", str(exc))
     except MemoryError:

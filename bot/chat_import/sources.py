@@ -11,21 +11,17 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
 from pydantic import ValidationError
 
-if TYPE_CHECKING:
-    from bot.chat_import.limits import Limits
+from bot.chat_import.limits import Limits
+from bot.chat_import.refused import ImportRefused
 
 # Text of one imported message, at most (the bot refuses longer turns too): a longer one
 # is cut, saying so, rather than refusing a whole export for one pasted log.
 MAX_MESSAGE_CHARS = 65_536
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.-]{1,100}")
-
-
-class ImportRefused(Exception):
-    """The export cannot be imported; the message is one line saying why."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from bot.chat_import.importer import ChatPlan, Plan, Report
+from bot.chat_import.importer import Report
+from bot.chat_import.scan import ChatPlan, Plan
 
 TITLE_CHARS = 60  # of a chat's name in a listing: 20 of them and the question fit a message
 FORMAT_NAMES = {"telegram": "Telegram export", "chatgpt": "ChatGPT export"}

@@ -194,7 +194,7 @@ def _from_cwd(path: tuple[str, ...], value: str) -> str:
     """A relative path from the environment is relative to the current directory (the
     config file's own are relative to its directory)."""
     if path == ("database", "url"):
-        from bot.config.settings import anchored_sqlite_url
+        from bot.config.paths import anchored_sqlite_url
 
         return anchored_sqlite_url(value, Path.cwd())
     p = Path(value).expanduser()
@@ -205,6 +205,9 @@ class _Resolver:
     """Variable names to keys, walking the settings models (providers' sections too)."""
 
     def __init__(self, model: type[BaseModel], providers: tuple[str, ...]) -> None:
+        # A model whose build is deferred completes its fields when built (the settings'
+        # `memory` gains the installed providers' sections then): built before walking.
+        model.model_rebuild()
         self.model = model
         self.providers = providers
 

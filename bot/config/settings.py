@@ -9,19 +9,21 @@ the line would carry it, so one pasted into another key is hidden too.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
     SecretStr,
     ValidationError,
     create_model,
@@ -31,6 +33,7 @@ from pydantic import (
 )
 
 from bot.channels.registry import registered as registered_channels
+from bot.config.paths import anchored, anchored_sqlite_url
 from bot.config.section import Secret
 from bot.config.section import Section as _Section
 from bot.config.yaml_loader import ConfigYamlRefused, parse_config_yaml
@@ -232,11 +235,15 @@ def _field_name(provider: str) -> str:
     return provider if provider.isidentifier() else "_".join(re.findall(r"\w+", provider))
 
 
-def _memory_settings() -> type[_MemoryBase]:
+@functools.cache
+def memory_settings() -> type[_MemoryBase]:
     """`memory` with one section per installed provider whose plugin exports a settings
     model: `memory.lcm` is validated by lcm's own model, so its keys, bounds and errors
-    are written once, in the plugin. Built when this module is imported, from the
-    providers installed then (a plugin that fails to load is reported where it is used)."""
+    are written once, in the plugin. Built on first use (the first validation of
+    Settings), not when this module is imported: finding the providers imports every
+    one of them and SQLAlchemy, which `mnemo --help` never needs. A plugin that fails to
+    load is reported where it is used. From then on `Settings.model_fields["memory"]`
+    names this model, so whatever walks the settings' fields sees the sections."""
     from memory.contract.registry import list_providers
     from memory.contract.settings import section_model
 
@@ -248,13 +255,21 @@ def _memory_settings() -> type[_MemoryBase]:
             continue
         section = section_model(model)
         sections[name] = (section, Field(default_factory=section, alias=entry.name))
-    return create_model("MemorySettings", __base__=_MemoryBase, **sections)
+    built = create_model("MemorySettings", __base__=_MemoryBase, **sections)
+    Settings.model_fields["memory"].annotation = built
+    return built
 
 
-if TYPE_CHECKING:
-    MemorySettings = _MemoryBase
-else:
-    MemorySettings = _memory_settings()
+class _ProviderSections:
+    """`Settings.memory`'s validation: the model `memory_settings` builds, asked for
+    when pydantic builds Settings' validator, which it defers to the first validation."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        return handler(memory_settings())
+
+
+def _memory_defaults() -> _MemoryBase:
+    return memory_settings()()
 
 
 class CompactionSettings(_Section):
@@ -424,8 +439,13 @@ else:
 
 
 class Settings(_WithChannels):
+    # Built on first validation (memory_settings): importing this module finds no provider.
+    model_config = ConfigDict(
+        extra="forbid", validate_default=True, allow_inf_nan=False, defer_build=True
+    )
+
     data_dir: str = "data"
-    memory: MemorySettings = Field(default_factory=MemorySettings)
+    memory: Annotated[_MemoryBase, _ProviderSections()] = Field(default_factory=_memory_defaults)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     reflect: ReflectSettings = Field(default_factory=ReflectSettings)
     recall: RecallSettings = Field(default_factory=RecallSettings)
@@ -695,6 +715,7 @@ def load_config(
     from bot.config.env import read_environment
     from memory.contract.registry import provider_names
 
+    memory_settings()  # the providers' sections, before the environment names keys in them
     p = resolve_path(path)
     raw = _read_file(p, explicit=path is not None or bool(os.environ.get(ENV_CONFIG)), flag=path)
     layer = read_environment(
@@ -835,7 +856,7 @@ def anchor_paths(settings: Settings, base: Path) -> None:
     Keys the file leaves out take their defaults, anchored the same way."""
     from memory.contract.settings import path_fields
 
-    settings.data_dir = str(_anchored(base, settings.data_dir))
+    settings.data_dir = str(anchored(base, settings.data_dir))
     settings.database.url = anchored_sqlite_url(settings.database.url, base)
     for name in type(settings.memory).model_fields:
         section = getattr(settings.memory, name, None)
@@ -844,30 +865,7 @@ def anchor_paths(settings: Settings, base: Path) -> None:
         for key in path_fields(type(section)):
             value = getattr(section, key)
             if isinstance(value, str) and value:
-                setattr(section, key, str(_anchored(base, value)))
-
-
-def _anchored(base: Path, path: str) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else base / p
-
-
-def anchored_sqlite_url(url: str, base: Path) -> str:
-    """A SQLite URL whose relative file path is made absolute from `base`; any other
-    URL (PostgreSQL, `:memory:`, a `file:` URI) as it is."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    if not url.startswith("sqlite"):
-        return url
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return url
-    db = parsed.database
-    if not db or db == ":memory:" or db.startswith("file:"):
-        return url
-    return parsed.set(database=str(_anchored(base, db))).render_as_string(hide_password=False)
+                setattr(section, key, str(anchored(base, value)))
 
 
 def _provider_section_errors(data: Any, installed: list[str]) -> list[str]:
@@ -878,7 +876,7 @@ def _provider_section_errors(data: Any, installed: list[str]) -> list[str]:
     memory = data.get("memory") if isinstance(data, dict) else None
     if not isinstance(memory, dict):
         return []
-    fields = MemorySettings.model_fields
+    fields = memory_settings().model_fields
     known = set(fields) | {f.alias for f in fields.values() if f.alias}
     out = []
     for key, value in memory.items():

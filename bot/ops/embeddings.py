@@ -8,13 +8,13 @@ from typing import Any, TextIO
 
 from bot.app.services import build_embedder
 from bot.config.settings import Settings
-from bot.ops.operator import (
+from bot.ops.common import (
     EXIT_FAULT,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     StopFlag,
-    _err,
+    err,
     open_memory,
     stop_on_ctrl_c,
 )
@@ -33,13 +33,13 @@ async def embed_command(
 
     embedder = build_embedder(settings)
     if embedder is None:
-        _err("embeddings are off: set embeddings.model in the config (docs/OPERATIONS.md)")
+        err("embeddings are off: set embeddings.model in the config (docs/OPERATIONS.md)")
         return EXIT_USAGE
     stop = StopFlag()
     try:
         async with open_memory(settings) as m:
             if not sources_of(m.provider):
-                _err(f"the {m.provider.name} provider offers nothing to embed")
+                err(f"the {m.provider.name} provider offers nothing to embed")
                 return EXIT_FAULT
             # The backfill's tokens are recorded like the worker's (memory/storage/usage.py).
             from memory.storage.usage import UsageRecorder, UsageStore
@@ -63,13 +63,13 @@ async def embed_command(
                         m.provider, embedder, progress=progress, engine=m.engine
                     )
             except StopRequested:
-                _err(
+                err(
                     f"stopped by Ctrl-C: {seen[0]} item(s) embedded and kept in {m.where}. "
                     "Run `mnemo memory embed` again to continue with the rest."
                 )
                 return EXIT_INTERRUPTED
             except EmbeddingError as exc:
-                _err(f"embedding stopped (what is stored is kept; run again): {exc.reason}")
+                err(f"embedding stopped (what is stored is kept; run again): {exc.reason}")
                 return EXIT_FAULT
             finally:
                 if bar:

@@ -12,7 +12,7 @@ from typing import TextIO
 from bot.app.services import register_erasure_hooks
 from bot.config.settings import Settings, parse_duration
 from bot.jobs.retention import run_retention
-from bot.ops.operator import EXIT_FAULT, EXIT_OK, EXIT_USAGE, _err, _when, open_memory
+from bot.ops.common import EXIT_FAULT, EXIT_OK, EXIT_USAGE, err, open_memory, when
 from memory.contract.capabilities import Forgetter
 from memory.contract.context import with_change_source
 from memory.contract.tracing import unwrap
@@ -33,14 +33,14 @@ async def erase(
     scrub: bool = False,
 ) -> int:
     if (user is None) == (older_than is None) and (user is not None or not scrub):
-        _err("give --user ID or --older-than DURATION (like 90d), and/or --scrub")
+        err("give --user ID or --older-than DURATION (like 90d), and/or --scrub")
         return EXIT_USAGE
     code = EXIT_OK
     if older_than is not None:
         try:
             age_s = parse_duration(older_than)
         except ValueError as exc:
-            _err(f"--older-than: {exc}")
+            err(f"--older-than: {exc}")
             return EXIT_USAGE
         code = await _older_than(settings, age_s, dry_run, out)
     elif user is not None:
@@ -75,7 +75,7 @@ async def _scrub(settings: Settings, dry_run: bool, out: TextIO) -> int:
         done = await scrub_disk(m.engine)
     print(f"rewrote {len(done.tables)} table(s) with VACUUM FULL", file=out)
     if done.wal_left:
-        _err(done.wal_left)
+        err(done.wal_left)
     else:
         print("switched and checkpointed the WAL: every older segment is deleted", file=out)
     return EXIT_OK
@@ -85,7 +85,7 @@ async def _user(settings: Settings, owner: Owner, dry_run: bool, out: TextIO) ->
     register_erasure_hooks()
     async with open_memory(settings) as m:
         if not isinstance(unwrap(m.provider), Forgetter):
-            _err(f"the {m.provider.name} provider cannot forget")
+            err(f"the {m.provider.name} provider cannot forget")
             return EXIT_FAULT
         sessions, messages = await fg.owner_counts(m.engine, owner)
         who = f"user {owner.user_id} agent {owner.agent_id}"
@@ -109,7 +109,7 @@ async def _older_than(settings: Settings, age_s: float, dry_run: bool, out: Text
     if dry_run:
         async with open_memory(settings) as m:
             expired = await fg.expired(m.engine, cutoff)
-            print(f"messages created before {_when(cutoff)} UTC:", file=out)
+            print(f"messages created before {when(cutoff)} UTC:", file=out)
             for owner, ids in expired.items():
                 print(
                     f"  user {owner.user_id} agent {owner.agent_id}: {len(ids)} message(s)",
@@ -127,14 +127,14 @@ async def _older_than(settings: Settings, age_s: float, dry_run: bool, out: Text
     try:
         require_api_key(settings.llm)  # rebuilt summaries need the model
     except MissingApiKey as exc:
-        _err(str(exc))
+        err(str(exc))
         return EXIT_USAGE
     async with open_memory(settings, with_llm=True) as m:
         with with_change_source(ChangeSource.SYSTEM):
             run = await run_retention(m.provider, cutoff)
     report = run.report or fg.ForgetReport()
     print(
-        f"{fg.changelog_text(report)} (messages before {_when(cutoff)} UTC, "
+        f"{fg.changelog_text(report)} (messages before {when(cutoff)} UTC, "
         f"{run.owners} owner(s), {run.failed} failed)",
         file=out,
     )

@@ -10,25 +10,20 @@ batches stored so far; the same command continues after them.
 from __future__ import annotations
 
 import stat
-import sys
 import time
 from pathlib import Path
 
 from bot.chat_import import importer
 from bot.chat_import.ledger import ImportConflict
 from bot.chat_import.limits import operator_limits
-from bot.chat_import.sources import ImportRefused
+from bot.chat_import.refused import ImportRefused
 from bot.chat_import.summary import plan_lines, report_line
 from bot.config.settings import Settings
-from bot.ops.operator import EXIT_FAULT, EXIT_OK, open_memory
+from bot.ops.common import EXIT_FAULT, EXIT_OK, err, open_memory
 from bot.ops.progress import ProgressBar
 from memory.text.display import terminal_safe
 
 SHOW_EVERY_S = 0.5  # progress lines at most this often (a plain line each, off a terminal)
-
-
-def _err(message: str) -> None:
-    print(f"mnemo: {terminal_safe(message)}", file=sys.stderr)
 
 
 async def import_chat(
@@ -45,7 +40,7 @@ async def import_chat(
     try:
         size = _regular_size(source)
     except ImportRefused as exc:
-        _err(f"import refused, nothing was written: {exc}")
+        err(f"import refused, nothing was written: {exc}")
         return EXIT_FAULT
     async with open_memory(settings, create=True) as m:
         try:
@@ -59,7 +54,7 @@ async def import_chat(
                 chat,
             )
         except ImportRefused as exc:
-            _err(f"import refused, nothing was written: {exc}")
+            err(f"import refused, nothing was written: {exc}")
             return EXIT_FAULT
         for line in plan_lines(plan, max_chats=1_000_000):
             print(terminal_safe(line))
@@ -83,7 +78,7 @@ async def import_chat(
             report = await importer.run(m.provider, m.engine, plan, on_progress=progress)
         except (ImportRefused, ImportConflict) as exc:
             bar.close()
-            _err(f"import stopped: {exc}; what was stored is kept, run the command again")
+            err(f"import stopped: {exc}; what was stored is kept, run the command again")
             return EXIT_FAULT
         bar.close()
     print(report_line(report, time.monotonic() - started))

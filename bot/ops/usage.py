@@ -13,15 +13,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TextIO
 
-import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config.settings import Settings
 from memory.contract.types import utcnow
 from memory.storage.db import create_engine
+from memory.storage.operator_reads import spend_per_user, usage_recorded
 from memory.storage.prices import Price, format_cost
-from memory.storage.usage import BACKGROUND_KINDS, ReportRow, UsageStore, day_start, usage_records
+from memory.storage.usage import BACKGROUND_KINDS, ReportRow, UsageStore, day_start
 
 EXIT_OK, EXIT_FAULT = 0, 1
 GROUPINGS = ("user", "kind", "day", "model")
@@ -36,11 +36,6 @@ def _missing_sqlite(url: str) -> str | None:
     if not path or path == ":memory:" or path.startswith("file:"):
         return None
     return None if Path(path).exists() else path
-
-
-async def has_usage_table(engine: AsyncEngine) -> bool:
-    async with engine.connect() as conn:
-        return bool(await conn.run_sync(lambda c: sa.inspect(c).has_table(usage_records.name)))
 
 
 def _cost(row: ReportRow, prices: dict[str, Price]) -> str:
@@ -90,7 +85,7 @@ async def usage_command(
         return EXIT_FAULT
     engine = create_engine(settings.database.url)
     try:
-        if not await has_usage_table(engine):
+        if not await usage_recorded(engine):
             print(
                 "no usage recorded: this database predates usage accounting "
                 "(`mnemo migrate`, or the bot's next start, adds it)",
@@ -119,7 +114,7 @@ async def guard_report(settings: Settings, engine: AsyncEngine) -> list[str]:
     """Doctor's lines on the background spend guard: the window's spend against the
     caps, and the users at their cap now."""
     guard = settings.limits.background
-    if not await has_usage_table(engine):
+    if not await usage_recorded(engine):
         return []
     store = UsageStore(engine)
     since = utcnow() - timedelta(seconds=guard.window_s)
@@ -136,19 +131,11 @@ async def guard_report(settings: Settings, engine: AsyncEngine) -> list[str]:
             "note: the background total cap is reached: summaries, reflect and "
             "embeddings are put off until the window moves on"
         )
-    t = usage_records.c
-    query = (
-        sa.select(t.user_id, sa.func.count(), sa.func.sum(t.prompt_tokens + t.completion_tokens))
-        .where(t.at >= since, t.kind.in_(BACKGROUND_KINDS))
-        .group_by(t.user_id)
-    )
-    async with engine.connect() as conn:
-        per_user = (await conn.execute(query)).all()
     held = [
         str(user_id)
-        for user_id, n, spent in per_user
+        for user_id, n, spent in await spend_per_user(engine, since, BACKGROUND_KINDS)
         if (guard.calls_per_user and n >= guard.calls_per_user)
-        or (guard.tokens_per_user and int(spent or 0) >= guard.tokens_per_user)
+        or (guard.tokens_per_user and spent >= guard.tokens_per_user)
     ]
     if held:
         lines.append(

@@ -512,7 +512,8 @@ class Console:
 
     async def usage(self, request: web.Request) -> web.Response:
         """What model calls cost (`mnemo memory usage`): by kind, user, day or model."""
-        from bot.ops.usage import GROUPINGS, has_usage_table
+        from bot.ops.usage import GROUPINGS
+        from memory.storage.operator_reads import usage_recorded
         from memory.storage.usage import UsageStore, day_start
 
         by = request.query.get("by", "kind")
@@ -520,7 +521,7 @@ class Console:
         days = whole("days", request.query.get("days"), 30, low=1, high=3660)
         since = day_start(utcnow()) - timedelta(days=days - 1)
         rows = []
-        if await has_usage_table(self.engine):
+        if await usage_recorded(self.engine):
             rows = await UsageStore(self.engine).report(by, since)  # type: ignore[arg-type]
         prices = self.settings.llm.price_table()
         return await self._page(

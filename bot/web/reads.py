@@ -1,14 +1,14 @@
 """What the console's pages show, read through the same parts the bot and `mnemo memory`
-use: the provider's listing counts, `assemble` and the system prompt (bot/model/prompt.py),
-the shared history, the stores' versions and changelog. Every read here is read-only: a
-page view never creates a snapshot or a session. The one write is `rollback`."""
+use: the provider, `assemble` and the system prompt (bot/model/prompt.py), and the shared
+tables through memory/storage/operator_reads.py (the operators' one door to them). Every
+read here is read-only: a page view never creates a snapshot or a session. The one write
+is `rollback`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config.settings import Settings
@@ -34,14 +34,10 @@ from memory.contract.types import (
     Session,
     SessionInfo,
 )
-from memory.storage import snapshots
-from memory.storage.history import HistoryStore, SessionCounter, SessionCounts, messages
-from memory.storage.stores import (
-    changelog_entry,
-    changelog_table,
-    parse_constraints,
-    snapshot_table,
-)
+from memory.storage import operator_reads, snapshots
+from memory.storage.history import HistoryStore, SessionCounts
+from memory.storage.operator_reads import HistoryPage
+from memory.storage.stores import parse_constraints
 from memory.text.tokens import estimate_tokens, message_tokens
 
 PAGE = 50  # sessions, messages and changelog rows per page
@@ -52,16 +48,7 @@ async def list_sessions(
     provider: Provider, engine: AsyncEngine, opts: ListOptions
 ) -> list[SessionCounts]:
     """One page of the listing, as `mnemo memory sessions` counts it."""
-    inner = unwrap(provider)
-    if isinstance(inner, SessionCounter):
-        return await inner.list_counts(opts)
-    rows = await HistoryStore(engine).list_counts(opts)
-    out = []
-    for row in rows:  # a provider that cannot count in bulk: its stats, page by page
-        i = row.info
-        stats = await provider.stats(Session(i.id, i.agent_id, i.user_id, i.channel))
-        out.append(replace(row, summary_count=stats.summary_count))
-    return out
+    return await operator_reads.session_counts(provider, engine, opts)
 
 
 @dataclass
@@ -78,11 +65,7 @@ class ContextView:
 
 
 async def snapshot_of(engine: AsyncEngine, session_id: str) -> int | None:
-    async with engine.connect() as conn:
-        version = await conn.scalar(
-            sa.select(snapshot_table.c.version).where(snapshot_table.c.session_id == session_id)
-        )
-    return None if version is None else int(version)
+    return await operator_reads.snapshot_version(engine, session_id)
 
 
 async def assembled_context(
@@ -103,50 +86,12 @@ async def assembled_context(
     return ContextView(system, system_tokens, history, budget, version)
 
 
-@dataclass
-class HistoryPage:
-    rows: list[tuple[int, int, int, Message]]  # (message id, seq, tokens, message)
-    page: int
-    pages: int
-
-
 async def history_page(
     engine: AsyncEngine, session_id: str, page: int | None, at_message: int | None
 ) -> HistoryPage:
     """Page `page` (1-based; None = the last) of the stored messages, PAGE a page, or
     the page holding message id `at_message`."""
-    history = HistoryStore(engine)
-    async with engine.connect() as conn:
-        conv_id = await history.conversation_id(session_id, conn)
-        if conv_id is None:
-            raise NotFound(f"session {session_id!r} not found")
-        last = int(
-            await conn.scalar(
-                sa.select(sa.func.coalesce(sa.func.max(messages.c.seq), 0)).where(
-                    messages.c.conversation_id == conv_id
-                )
-            )
-            or 0
-        )
-        pages = max(1, -(-last // PAGE))
-        if at_message is not None:
-            seq = await conn.scalar(
-                sa.select(messages.c.seq).where(
-                    messages.c.id == at_message, messages.c.conversation_id == conv_id
-                )
-            )
-            if seq is not None:
-                page = (int(seq) - 1) // PAGE + 1
-        page = pages if page is None else min(max(1, page), pages)
-        low = (page - 1) * PAGE + 1
-        loaded = await history.load_messages(
-            conn,
-            sa.and_(
-                messages.c.conversation_id == conv_id,
-                messages.c.seq.between(low, low + PAGE - 1),
-            ),
-        )
-    return HistoryPage([(s.id, s.seq, s.token_count, m) for s, m in loaded], page=page, pages=pages)
+    return await operator_reads.history_page(engine, session_id, page, at_message, PAGE)
 
 
 # --- profile, soul, constraints ---------------------------------------------------------
@@ -253,18 +198,9 @@ class ChangelogFilter:
 
 async def changelog_page(engine: AsyncEngine, f: ChangelogFilter) -> tuple[list[ChangeEntry], bool]:
     """Newest first, PAGE rows from page `f.page`; and whether an older page exists."""
-    query = sa.select(changelog_table).order_by(changelog_table.c.id.desc())
-    if f.user_id is not None:
-        query = query.where(changelog_table.c.user_id == f.user_id)
-    if f.scope:
-        query = query.where(changelog_table.c.scope == f.scope)
-    if f.source:
-        query = query.where(changelog_table.c.source == f.source)
-    query = query.limit(PAGE + 1).offset((max(1, f.page) - 1) * PAGE)
-    async with engine.connect() as conn:
-        rows = (await conn.execute(query)).all()
-    entries = [changelog_entry(r) for r in rows[:PAGE]]
-    return entries, len(rows) > PAGE
+    return await operator_reads.changelog_page(
+        engine, user_id=f.user_id, scope=f.scope, source=f.source, page=f.page, page_size=PAGE
+    )
 
 
 async def session_info(engine: AsyncEngine, session_id: str) -> SessionInfo:

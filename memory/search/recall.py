@@ -34,7 +34,7 @@ from memory.contract.capabilities import ExtraSource as ExtraSource
 from memory.contract.embedding import VectorHit
 from memory.contract.errors import InvalidArgument
 from memory.contract.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
-from memory.search import lexical
+from memory.search import MAX_LIMIT, lexical
 from memory.search.fusion import fuse
 from memory.search.lexical import TextIndex
 from memory.search.text import clean_query, ranked_terms
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
     from memory.search.semantic.search import SemanticSearch
 
-MAX_LIMIT = 200
 # Hybrid search fuses this many of each list's best (or `limit`, if more): enough that
 # an item ranked low by one signal and high by the other is in both lists.
 HYBRID_POOL = 50

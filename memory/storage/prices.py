@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from memory.storage.usage import TokenUsage
+if TYPE_CHECKING:  # the settings read prices; the usage ledger's SQL is not needed for that
+    from memory.storage.usage import TokenUsage
 
 PER = 1_000_000
 

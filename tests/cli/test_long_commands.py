@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot.config.settings import load_settings
-from bot.ops import operator
+from bot.ops import doctor
 from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.ops.conftest import ALICE, populate
 from tests.waits import scaled
@@ -80,7 +80,7 @@ async def test_compact_counts_summaries_stops_cleanly_and_continues(tmp_path: Pa
         # The bar counted summaries (not "0/1"), with rate and time left.
         assert re.search(r"\] 2/\d+ summaries \([0-9.]+/s, \S+ left\)", err), err
         assert len(llm.requests) == 3
-        assert await operator.doctor(settings) == 0  # what was kept is consistent
+        assert await doctor.doctor(settings) == 0  # what was kept is consistent
 
         code, out, err = await _compact(config)  # continues where it stopped
         assert code == 0, err

@@ -5,7 +5,7 @@ refused in one line naming the problem, with no traceback, and leaves the databa
 exactly as it was (a full dump of every table compared, and simple's notes files). The
 exporter's own documents, for lcm and simple, are accepted and round-trip exactly.
 
-The whole corpus runs in-process through `bot.ops.operator.import_` (what the CLI calls); the
+The whole corpus runs in-process through `bot.ops.transfer.import_` (what the CLI calls); the
 seven cases of issue #15 also run through `mnemo memory import` as a subprocess."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bot.ops import operator
+from bot.ops import transfer
 from memory.storage.db import create_engine
 from memory.transfer.schema import MAX_DEPTH, validate_document
 from tests.ops.conftest import ALICE, make_settings, populate
@@ -346,7 +346,7 @@ SIMPLE_ONLY = [
 
 async def _exported(settings: Any) -> Doc:
     out = io.StringIO()
-    assert await operator.export(settings, ALICE.id, "json", out=out) == 0
+    assert await transfer.export(settings, ALICE.id, "json", out=out) == 0
     doc = json.loads(out.getvalue())
     # As the bot names sessions (the id names the user), unlike the fixture's.
     doc["session"]["id"] = SID
@@ -392,7 +392,7 @@ async def _assert_refused(
     path = tmp_path / "hostile.json"
     for label, damage, message in cases:
         path.write_text(_text(base, damage), encoding="utf-8")
-        code = await operator.import_(settings, str(path))
+        code = await transfer.import_(settings, str(path))
         err = capsys.readouterr().err
         assert code == 1, (label, err)
         assert err.startswith(REFUSED) or NOT_JSON in err, (label, err)
@@ -401,7 +401,7 @@ async def _assert_refused(
     assert await _dump(url, tmp_path / "notes") == before
     # The untouched document goes in: the dump would have seen any write.
     path.write_text(json.dumps(base), encoding="utf-8")
-    assert await operator.import_(settings, str(path)) == 0
+    assert await transfer.import_(settings, str(path)) == 0
     assert await _dump(url, tmp_path / "notes") != before
 
 
@@ -438,9 +438,9 @@ async def test_every_exported_document_passes_the_schema(
     validate_document(doc, None if provider is None else _provider_stub(provider))
     path = tmp_path / "doc.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
-    assert await operator.import_(target, str(path)) == 0
+    assert await transfer.import_(target, str(path)) == 0
     out = io.StringIO()
-    assert await operator.export(target, SID, "json", out=out) == 0
+    assert await transfer.export(target, SID, "json", out=out) == 0
     assert json.loads(out.getvalue()) == doc
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bot.ops import operator
+from bot.ops import transfer
 from memory.storage.db import create_engine
 from memory.storage.history import conversations, messages, parts
 from memory.storage.stores import changelog_table, snapshot_table, state_table
@@ -43,7 +43,7 @@ def _lengthen(doc: dict[str, Any], where: tuple[str | int, ...], limit: int) -> 
 
 async def _export(settings: Any, session_id: str) -> str:
     out = io.StringIO()
-    assert await operator.export(settings, session_id, "json", out=out) == 0
+    assert await transfer.export(settings, session_id, "json", out=out) == 0
     return out.getvalue()
 
 
@@ -78,7 +78,7 @@ async def test_too_long_values_are_refused_by_name_and_nothing_is_written(
         doc = json.loads(exported)
         message = _lengthen(doc, where, limit)
         path.write_text(json.dumps(doc), encoding="utf-8")
-        assert await operator.import_(target, str(path)) == 1, message
+        assert await transfer.import_(target, str(path)) == 1, message
         err = capsys.readouterr().err
         assert "import refused, nothing was written" in err and message in err, err
         assert await _row_counts(other_db_url) == [0, 0, 0, 0, 0, 0], message
@@ -96,7 +96,7 @@ async def test_values_at_the_limit_are_imported_intact(
     doc["snapshot"].update(agent_id="a" * 128)
     path = tmp_path / "edge.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
-    assert await operator.import_(target, str(path)) == 0
+    assert await transfer.import_(target, str(path)) == 0
     back = json.loads(await _export(target, "é" * 255))
     assert back["session"] == doc["session"]
     assert back["messages"] == doc["messages"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from bot.ops import operator
+from bot.ops import doctor, transfer
 from memory.storage.db import create_engine
 from memory.storage.history import conversations, messages
 from plugins.lcm.models import context_items, summaries, summary_messages
@@ -18,13 +18,13 @@ from tests.ops.conftest import ALICE, GROUP, make_settings, populate
 
 async def _export(settings, session_id: str, fmt: str = "json") -> str:
     out = io.StringIO()
-    assert await operator.export(settings, session_id, fmt, out=out) == 0
+    assert await transfer.export(settings, session_id, fmt, out=out) == 0
     return out.getvalue()
 
 
 async def _doctor(settings) -> tuple[int, str]:
     out = io.StringIO()
-    return await operator.doctor(settings, out=out), out.getvalue()
+    return await doctor.doctor(settings, out=out), out.getvalue()
 
 
 async def test_dag_round_trip_is_exact(db_url: str, other_db_url: str, tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ async def test_dag_round_trip_is_exact(db_url: str, other_db_url: str, tmp_path:
     assert any(i["summary_id"] for i in data["data"]["context_items"])
     path = tmp_path / "alice.json"
     path.write_text(exported, encoding="utf-8")
-    assert await operator.import_(target, str(path)) == 0
+    assert await transfer.import_(target, str(path)) == 0
     assert await _export(target, ALICE.id) == exported
     code, out = await _doctor(target)
     assert code == 0, out
@@ -60,7 +60,7 @@ async def test_lcm_data_is_refused_by_another_provider(
     await populate(source, tmp_path)
     path = tmp_path / "alice.json"
     path.write_text(await _export(source, ALICE.id), encoding="utf-8")
-    assert await operator.import_(make_settings(other_db_url, tmp_path, "simple"), str(path)) == 1
+    assert await transfer.import_(make_settings(other_db_url, tmp_path, "simple"), str(path)) == 1
     assert "set memory.provider: lcm to import it" in capsys.readouterr().err
 
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from bot.channels.telegram.delivery.handled import telegram_updates
 from bot.channels.telegram.delivery.inbox import telegram_inbox
-from bot.ops import operator
+from bot.ops import backup, compact, doctor, search, sessions, transfer
 from memory.contract.types import utcnow
 from memory.storage.db import create_engine
 from memory.storage.history import conversations, messages
@@ -24,13 +24,13 @@ from tests.ops.conftest import ALICE, GROUP, make_settings, populate
 
 async def _export(settings, session_id: str, fmt: str = "json") -> str:
     out = io.StringIO()
-    assert await operator.export(settings, session_id, fmt, out=out) == 0
+    assert await transfer.export(settings, session_id, fmt, out=out) == 0
     return out.getvalue()
 
 
 async def _doctor(settings) -> tuple[int, str]:
     out = io.StringIO()
-    code = await operator.doctor(settings, out=out)
+    code = await doctor.doctor(settings, out=out)
     return code, out.getvalue()
 
 
@@ -61,7 +61,7 @@ async def test_export_import_round_trip_is_exact(
             assert doc["provider"]["data"]["markers"][0]["through_seq"] > 0
         path = tmp_path / f"{session.user_id}.json"
         path.write_text(exported, encoding="utf-8")
-        assert await operator.import_(target, str(path)) == 0
+        assert await transfer.import_(target, str(path)) == 0
         assert await _export(target, session.id) == exported
     assert (await _doctor(target))[0] == 0
 
@@ -77,7 +77,7 @@ async def test_sqlite_export_imports_into_postgres(tmp_path: Path) -> None:
         exported = await _export(source, ALICE.id)
         path = tmp_path / "alice.json"
         path.write_text(exported, encoding="utf-8")
-        assert await operator.import_(target, str(path)) == 0
+        assert await transfer.import_(target, str(path)) == 0
         assert await _export(target, ALICE.id) == exported
 
 
@@ -89,7 +89,7 @@ async def test_import_refuses_an_existing_session_and_writes_nothing(
     before = await _export(settings, ALICE.id)
     path = tmp_path / "alice.json"
     path.write_text(before, encoding="utf-8")
-    assert await operator.import_(settings, str(path)) == 1
+    assert await transfer.import_(settings, str(path)) == 1
     assert "already exists" in capsys.readouterr().err
     assert await _export(settings, ALICE.id) == before
 
@@ -116,7 +116,7 @@ async def test_bad_import_is_refused_whole(
         damage(doc)
         path = tmp_path / "bad.json"
         path.write_text(json.dumps(doc), encoding="utf-8")
-        assert await operator.import_(target, str(path)) == 1
+        assert await transfer.import_(target, str(path)) == 1
         assert message in capsys.readouterr().err
     engine = create_engine(other_db_url)
     try:
@@ -131,10 +131,10 @@ async def test_bad_import_is_refused_whole(
 async def test_import_of_a_file_that_is_not_json(db_url: str, tmp_path: Path, capsys) -> None:
     path = tmp_path / "x.json"
     path.write_text("{not json", encoding="utf-8")
-    assert await operator.import_(make_settings(db_url, tmp_path), str(path)) == 1
+    assert await transfer.import_(make_settings(db_url, tmp_path), str(path)) == 1
     assert "is not a JSON export" in capsys.readouterr().err
     assert (
-        await operator.import_(make_settings(db_url, tmp_path), str(tmp_path / "missing.json")) == 1
+        await transfer.import_(make_settings(db_url, tmp_path), str(tmp_path / "missing.json")) == 1
     )
     assert "cannot read" in capsys.readouterr().err
 
@@ -232,20 +232,20 @@ async def test_sqlite_backup_restores_to_a_clean_database(tmp_path: Path, capsys
         await populate(settings, tmp_path)
         original = await _export(settings, ALICE.id)
         copy = tmp_path / "backups" / "mnemo.db"
-        assert operator.backup(settings, str(copy)) == 0
+        assert backup.backup(settings, str(copy)) == 0
         assert "backed up" in capsys.readouterr().out
         restored = make_settings(f"sqlite+aiosqlite:///{copy}", tmp_path)
         code, out = await _doctor(restored)
         assert code == 0, out
         assert await _export(restored, ALICE.id) == original
         # A backup never overwrites.
-        assert operator.backup(settings, str(copy)) == 1
+        assert backup.backup(settings, str(copy)) == 1
         assert "exists" in capsys.readouterr().err
 
 
 def test_postgres_backup_prints_the_pg_dump_command(tmp_path: Path, capsys) -> None:
     settings = make_settings("postgresql+psycopg://mnemo:secret@db:5432/mnemo", tmp_path)
-    assert operator.backup(settings, "/backups/mnemo.dump") == 1
+    assert backup.backup(settings, "/backups/mnemo.dump") == 1
     captured = capsys.readouterr()
     assert captured.out.strip() == (
         "pg_dump --format=custom --no-owner --file /backups/mnemo.dump 'postgresql://mnemo@db:5432/mnemo'"
@@ -257,7 +257,7 @@ async def test_sessions_status_and_search(db_url: str, tmp_path: Path, capsys) -
     settings = make_settings(db_url, tmp_path)
     await populate(settings, tmp_path)
     out = io.StringIO()
-    assert await operator.sessions(settings, out=out) == 0
+    assert await sessions.sessions(settings, out=out) == 0
     lines = out.getvalue().splitlines()
     assert lines[0].split()[:5] == ["SESSION", "USER", "MESSAGES", "SUMMARIES", "LAST"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
@@ -265,15 +265,15 @@ async def test_sessions_status_and_search(db_url: str, tmp_path: Path, capsys) -
     assert rows[GROUP.id][1:3] == [str(GROUP.user_id), "12"]
 
     out = io.StringIO()
-    assert await operator.status(settings, ALICE.id, out=out) == 0
+    assert await sessions.status(settings, ALICE.id, out=out) == 0
     status = dict(line.split(None, 1) for line in out.getvalue().splitlines())
     assert status["messages"].startswith("24 (")
     assert status["provider"] == "simple"
     assert status["memory"] == "snapshot version 5, current version 5"
-    assert await operator.status(settings, "nobody", out=io.StringIO()) == 1
+    assert await sessions.status(settings, "nobody", out=io.StringIO()) == 1
 
     out = io.StringIO()
-    assert await operator.search(settings, GROUP.id, "question 2", out=out) == 0
+    assert await search.search(settings, GROUP.id, "question 2", out=out) == 0
     assert "question 2" in out.getvalue()
 
 
@@ -281,14 +281,14 @@ async def test_compact_all_with_progress(db_url: str, tmp_path: Path, capsys) ->
     async with FakeOpenAI() as llm:
         settings = make_settings(db_url, tmp_path, llm_url=llm.base_url)
         await populate(settings, tmp_path, compact=False)
-        assert await operator.compact(settings, None, True) == 0
+        assert await compact.compact(settings, None, True) == 0
         captured = capsys.readouterr()
         assert captured.err.splitlines()[-1].startswith("[" + "#" * 30 + "] 2/2 ")
         assert captured.out.startswith("compacted 2/2 session(s)")
         assert llm.requests  # the summaries came from the LLM
         # Compacting again changes nothing and still succeeds.
-        assert await operator.compact(settings, ALICE.id, False) == 0
-        assert await operator.compact(settings, None, False) == 2
+        assert await compact.compact(settings, ALICE.id, False) == 0
+        assert await compact.compact(settings, None, False) == 2
         code, out = await _doctor(settings)
         assert code == 0, out
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bot.ops import operator
+from bot.ops import transfer
 from memory.storage.db import create_engine
 from memory.storage.history import conversations
 from plugins.lcm.models import SUMMARY_ID_LENGTH, context_items, summaries
@@ -26,14 +26,14 @@ async def _exported(url: str, tmp_path: Path, provider: str) -> dict[str, Any]:
     settings = make_settings(url, tmp_path, provider)
     await populate(settings, tmp_path)
     out = io.StringIO()
-    assert await operator.export(settings, ALICE.id, "json", out=out) == 0
+    assert await transfer.export(settings, ALICE.id, "json", out=out) == 0
     return json.loads(out.getvalue())
 
 
 async def _import(url: str, tmp_path: Path, provider: str, doc: dict[str, Any]) -> int:
     path = tmp_path / f"{provider}.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
-    return await operator.import_(make_settings(url, tmp_path, provider), str(path))
+    return await transfer.import_(make_settings(url, tmp_path, provider), str(path))
 
 
 async def _count(url: str, *tables: sa.Table) -> list[int]:

@@ -15,7 +15,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from bot.config.settings import Settings
-from bot.ops import operator
+from bot.ops import sessions
 from memory.compaction.summarizer import TruncatingSummarizer
 from memory.contract import registry
 from memory.contract.capabilities import ProviderContext
@@ -130,7 +130,7 @@ async def expected_listing(settings: Settings, tmp: Path) -> str:
 async def listing(settings: Settings) -> tuple[str, int]:
     out = io.StringIO()
     with sql_statements() as statements:
-        assert await operator.sessions(settings, out=out) == 0
+        assert await sessions.sessions(settings, out=out) == 0
     return out.getvalue(), len(statements)
 
 
@@ -198,5 +198,5 @@ async def test_no_sessions(db_url: str, tmp_path: Path) -> None:
     engine = create_engine(db_url)
     await migrate(engine)  # a database, with no session in it
     await engine.dispose()
-    assert await operator.sessions(make_settings(db_url, tmp_path), out=out) == 0
+    assert await sessions.sessions(make_settings(db_url, tmp_path), out=out) == 0
     assert out.getvalue().startswith("no sessions in ")

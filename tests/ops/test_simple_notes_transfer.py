@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from bot.config.settings import Settings
-from bot.ops import operator
+from bot.ops import common, doctor, transfer
 from memory.contract.types import NoteKind, SearchMode, SearchQuery, SearchScope, Session
 from memory.storage.db import create_engine
 from memory.storage.history import conversations
@@ -25,21 +25,21 @@ ALICE_2 = Session("tg:alice#2", ALICE.agent_id, ALICE.user_id, "telegram")
 
 async def _export(settings: Settings, session_id: str) -> str:
     out = io.StringIO()
-    assert await operator.export(settings, session_id, "json", out=out) == 0
+    assert await transfer.export(settings, session_id, "json", out=out) == 0
     return out.getvalue()
 
 
 async def _import(settings: Settings, text: str, tmp_path: Path) -> int:
     path = tmp_path / "export.json"
     path.write_text(text, encoding="utf-8")
-    return await operator.import_(settings, str(path))
+    return await transfer.import_(settings, str(path))
 
 
 async def _with_notes(settings: Settings, tmp_path: Path) -> None:
     """The fixture's sessions (ALICE compacted: one archive) plus a note with an alias
     and a second session of ALICE's user."""
     await populate(settings, tmp_path)
-    async with operator.open_memory(settings) as m:
+    async with common.open_memory(settings) as m:
         await m.provider.note_add(ALICE, "Groceries", "milk, eggs and saffron")
         await m.provider.note_alias(ALICE, "Groceries", "shopping")
         await m.provider.bootstrap(ALICE_2)
@@ -76,7 +76,7 @@ async def test_notes_move_from_sqlite_to_postgres_with_another_store_dir(tmp_pat
         ]
 
         assert await _import(target, exported, tmp_path) == 0
-        async with operator.open_memory(target) as m:
+        async with common.open_memory(target) as m:
             listed = {e.name: e for e in await m.provider.note_list(ALICE)}
             assert listed["Groceries"].aliases == ["shopping"]
             assert listed["archive-tg-alice-1"].kind == NoteKind.ARCHIVE
@@ -92,7 +92,7 @@ async def test_notes_move_from_sqlite_to_postgres_with_another_store_dir(tmp_pat
             assert [r.source_id for r in found] == ["archive-tg-alice-1"]
         # Byte-equal, notes included: the target's file kept the ids.
         assert await _export(target, ALICE.id) == exported
-        assert (await operator.doctor(target, out=io.StringIO())) == 0
+        assert (await doctor.doctor(target, out=io.StringIO())) == 0
 
 
 async def test_sessions_of_one_user_carry_the_same_notes_once(
@@ -124,10 +124,10 @@ async def test_notes_merge_beside_other_notes_of_the_user(
         make_settings(other_db_url, tmp_path / "target"),
     )
     await _with_notes(source, tmp_path)
-    async with operator.open_memory(target, create=True) as m:  # a fresh database
+    async with common.open_memory(target, create=True) as m:  # a fresh database
         await m.provider.note_add(ALICE, "Birthday", "12 May")
     assert await _import(target, await _export(source, ALICE.id), tmp_path) == 0
-    async with operator.open_memory(target) as m:
+    async with common.open_memory(target) as m:
         entries = await m.provider.note_list(ALICE)
     assert [e.name for e in entries] == ["Birthday", "archive-tg-alice-1", "Groceries"]
     assert len({e.id for e in entries}) == 3
@@ -141,7 +141,7 @@ async def test_a_differing_note_in_the_target_refuses_the_import(
         make_settings(other_db_url, tmp_path / "target"),
     )
     await _with_notes(source, tmp_path)
-    async with operator.open_memory(target, create=True) as m:  # a fresh database
+    async with common.open_memory(target, create=True) as m:  # a fresh database
         await m.provider.note_add(ALICE, "groceries", "bread")  # same name, other text
     before = _notes_file(target).read_bytes()
     assert await _import(target, await _export(source, ALICE.id), tmp_path) == 1

@@ -34,7 +34,8 @@ import pytest
 import sqlalchemy as sa
 
 from bot.config.settings import load_settings
-from bot.ops.operator import doctor, open_memory
+from bot.ops.common import open_memory
+from bot.ops.doctor import doctor
 from memory.contract.types import Session
 from memory.storage.history import conversations, messages
 from memory.testing.databases import temp_database_url

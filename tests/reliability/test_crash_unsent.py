@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from bot.config.settings import load_settings
-from bot.ops.operator import open_memory
+from bot.ops.common import open_memory
 from memory.storage.history import messages, origins
 from memory.testing.databases import temp_database_url
 from tests.fakes.openai_server import FakeOpenAI

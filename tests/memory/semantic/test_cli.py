@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from bot.config.settings import load_settings
-from bot.ops import operator
+from bot.ops import doctor
 from bot.ops.embeddings import embed_command
 from memory.compaction.summarizer import TruncatingSummarizer
 from memory.contract.capabilities import ProviderContext
@@ -70,7 +70,7 @@ async def in_process(
     settings = load_settings(config)
     out = io.StringIO()
     if command == "doctor":
-        code = await operator.doctor(settings, out=out)
+        code = await doctor.doctor(settings, out=out)
     else:
         code = await embed_command(settings, prune="--prune" in args, out=out)
     return code, out.getvalue(), capsys.readouterr().err

@@ -1,0 +1,67 @@
+"""`mnemo memory export` and `mnemo memory import`: one session out as JSON (lossless)
+or Markdown (for reading), and a JSON export back in, in one transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from bot.config.settings import Settings
+from bot.ops.common import EXIT_FAULT, EXIT_OK, err, open_memory
+from memory.contract.errors import ContractError, InvalidArgument
+from memory.text.display import json_terminal_safe, terminal_safe
+
+
+async def export(settings: Settings, session_id: str, fmt: str, out: TextIO = sys.stdout) -> int:
+    from memory.contract.errors import NotFound
+    from memory.transfer.session import export_session, render_markdown
+
+    async with open_memory(settings) as m:
+        try:
+            doc = await export_session(m.engine, session_id, m.provider)
+        except NotFound:
+            err(f"no session {session_id!r} (see `mnemo memory sessions`)")
+            return EXIT_FAULT
+        if fmt == "markdown":
+            out.write(render_markdown(doc, m.provider))  # escaped for display
+        else:  # lossless: escaped only as JSON escapes
+            out.write(json_terminal_safe(json.dumps(doc, indent=2, ensure_ascii=False)) + "\n")
+    return EXIT_OK
+
+
+def _read_document(path: str) -> Any:
+    from memory.transfer.schema import read_document  # bounded: a size cap, read in chunks
+
+    if path == "-":
+        return read_document(sys.stdin.buffer)
+    with Path(path).open("rb") as stream:
+        return read_document(stream)
+
+
+async def import_(settings: Settings, path: str) -> int:
+    from memory.transfer.session import import_session
+
+    try:
+        doc = await asyncio.to_thread(_read_document, path)
+    except OSError as exc:
+        err(f"cannot read {path}: {exc.strerror or exc}")
+        return EXIT_FAULT
+    except InvalidArgument as exc:
+        err(f"{path} is not a JSON export: {exc}")
+        return EXIT_FAULT
+    async with open_memory(settings, create=True) as m:
+        try:
+            report = await import_session(m.engine, doc, m.provider)
+        except ContractError as exc:
+            err(f"import refused, nothing was written: {exc}")
+            return EXIT_FAULT
+    for note in report.notes:
+        print(f"note: {terminal_safe(note)}", file=sys.stderr)
+    print(
+        f"imported session {terminal_safe(report.session_id)} ({report.messages} messages) "
+        f"into {m.where}"
+    )
+    return EXIT_OK
