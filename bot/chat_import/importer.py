@@ -34,7 +34,7 @@ from bot.chat_import.refused import ImportRefused
 from bot.chat_import.scan import ChatPlan, Plan, import_session
 from bot.chat_import.sources import ExportFormat, SourceChat, SourceItem
 from bot.chat_import.telegram_export import TelegramExport
-from memory.contract.capabilities import SessionManager
+from memory.contract.capabilities import Provider, SessionManager
 from memory.contract.errors import NotFound
 from memory.contract.options import AppendOptions, append_messages
 from memory.contract.tracing import unwrap
@@ -73,7 +73,7 @@ OnProgress = Callable[[int], Any]
 
 
 async def run(
-    provider: Any,
+    provider: Provider,
     engine: AsyncEngine,
     p: Plan,
     *,
