@@ -1,81 +1,19 @@
-"""What the bot does with each kind of update.
+"""What the bot does with each kind of update: one short handler per kind.
 
-Decisions (docs/CHAT.md "Telegram" repeats them for operators):
-- Text: one turn of the conversation (see `sessions` for which one). In a group the
-  stored text is prefixed with the sender's name, `[Alice] ...`, so the model can tell
-  members apart; the bot's @handle is removed.
-- Group mode `mention` (default): a group message is answered, and stored, only when it
-  @mentions the bot or replies to one of its messages; `always`: every message;
-  `disabled`: the bot stays silent in groups, commands included.
-- Each stored message keeps its origin (chat, message and topic ids; memory/actions/origins.py).
-  An answer citing what the memory tool returned ends with its sources
-  (bot/channels/telegram/sources.py): links in a supergroup; in a private chat a reply quoting
-  the first cited message, and each source's date and first words. Once Telegram has
-  taken an answer, its first message becomes the stored answer's origin, so the bot's
-  own answers link too; an answer sent after a restart has its sources found again.
-- Commands: /start /help /new /compact /memory, answered in one plain-text message. An
-  unknown command gets a short help line (in a group only when addressed to this bot by
-  `/cmd@bot`, since plain `/cmd` may be meant for another bot).
-- A `/memory forget` preview carries a Forget button (bot.channels.telegram.confirmations): a
-  press runs `/memory forget confirm <its preview's code>` for the presser, with their
-  rights; a preview whose request ended (confirmed, cancelled, superseded) loses it.
-- Not allowed (`telegram.allowed_ids`): one polite line, and nothing of the message is
-  stored (the pool is never called).
-- Text documents (a text MIME type or file name, `attachments.TEXT_EXTENSIONS`; at
-  most 512 KiB) are downloaded and read as UTF-8: one turn, the caption first, then
-  `[file name]` and the content. Too big, not UTF-8, or not downloadable: one line,
-  nothing stored; over `MAX_INPUT_CHARS` once read: the too-long line.
-- A document named `result.json` or `conversations.json` in a private chat is a chat
-  export to import, not a turn (bot.channels.telegram.imports): the bot answers with what it
-  holds and an Import button; nothing is stored before the confirmation.
-- Voice messages, audio files and video notes are transcribed only when
-  `llm.transcription_model` is set (empty by default: transcription costs money and
-  many self-hosted servers lack `/audio/transcriptions`; e.g. `whisper-1` or
-  `gpt-4o-mini-transcribe` on OpenAI). Then: at most 20 MB (the Bot API's download
-  limit, refused by `file_size` before downloading), one turn, the caption first, then
-  `[voice message, transcribed]` and the transcript; too big, not downloadable, no
-  words heard, or the server failing past its retries (or lacking the endpoint, 404/400):
-  one line, nothing stored (`bot.channels.telegram.voice`). Off: without a caption, one line
-  asking to type it; with one, as below.
-- Photos are shown to the model only when `llm.vision` is on (off by default: many
-  self-hosted OpenAI-compatible servers and models reject image parts; gpt-4o-mini on
-  OpenAI takes them). Then a photo, captioned or not, is downloaded (Telegram's largest
-  size of at most 10 MB; none that small, or not downloadable: one line, nothing stored)
-  and is one turn whose stored text is `[photo]` then the caption; the image goes to the
-  model with that message in this turn only and is never stored: later turns see the
-  text and the answer (what was said about the photo). A turn resumed after a crash is
-  answered from the text. A server rejecting images (400) fails the turn like any model
-  error: the apology line, the `[photo]` message kept (`bot.channels.telegram.photos`).
-- A photo (vision off), video, animation, audio, voice message or other document with a
-  caption: one turn, a note that the user attached something the model cannot see, then
-  the caption. Without a caption, and stickers, locations,
-  polls, contacts, dice: "I only read text for now"; nothing is stored. In groups these
-  follow the text rules (mention in the caption, `[Name]`).
-- Edited messages are ignored, without a reply: the original already had its answer,
-  and answering the edit would store a second turn the user did not send as one. To ask
-  again, send a new message.
-- A message over `MAX_INPUT_CHARS` (only a self-hosted Bot API server lets one through)
-  is refused with one line; nothing is stored.
-- Two messages in one conversation are answered in the order they arrived, one after
-  the other; different conversations are answered in parallel. The updates of a chat
-  (or forum topic) reach these handlers one at a time, in order
-  (`bot.channels.telegram.delivery.chat_queues`), so no handler orders turns itself.
-- The database away (PostgreSQL down, SQLite's file locked): a turn is held, its update
-  unacknowledged, and tried again with backoff for up to 10 minutes (`bot.conversation.store_wait`);
-  one line says the answer is delayed (or, when part of it was streamed, that it is not
-  saved yet). Past that: "NOT saved, please send it again", acknowledged.
-- An unexpected error in any handler: one plain apology line (`FAILED`), never its text.
-- Redelivered updates (the bot died after storing a message, before Telegram heard so):
-  a turn (text, text document, captioned media, voice, photo) or command recorded as
-  handled is skipped silently (the record is written with the user's message, or right
-  after the command ran); a document, recording or photo is looked up before it is
-  downloaded, so a redelivery is not fetched (nor transcribed) again. A turn
-  stored but not answered (a stop or crash mid-turn) is answered at the next start
-  (`bot.channels.telegram.delivery.resume`), as a reply quoting it. A stored answer Telegram does not
-  take (flood control, or unreachable past the retries) is owed: marked at once and
-  sent later by `bot.channels.telegram.delivery.outbox`, or else at the next start. Refusals and the one-line
-  answers to media, unreadable files, unknown commands or over-long text are not
-  recorded (a disallowed user leaves no row): after a crash they may be said twice.
+What users see of each (groups, files, voice, photos, edits, refusals) is documented
+once, in docs/CHAT.md "Telegram"; the delivery guarantees in docs/RELIABILITY.md. What
+the code relies on:
+- The updates of a chat (or forum topic) reach these handlers one at a time, in order
+  (`delivery/chat_queues.py`): no handler orders turns itself.
+- Nothing is stored of what is refused (not allowed, too long, unreadable, media the
+  model cannot see without a caption), so a refusal needs no cleanup; it is not
+  recorded as handled either, so after a crash it may be said twice.
+- Edited messages are ignored: the original was answered, and answering the edit would
+  store a turn the user did not send as one.
+- A turn or command recorded as handled is skipped on redelivery; a download is looked
+  up before it is fetched, so a redelivered voice message is not transcribed again.
+- A database that is away holds the turn (`bot.conversation.store_wait`); any other
+  unexpected error gets one apology line (`FAILED`), never its text.
 """
 
 from __future__ import annotations
