@@ -80,7 +80,9 @@ class ChannelPlugin:
     - `erase`: `"module:attribute"`, a function registering what an erasure deletes of
       the channel's own rows (`memory.storage.forgetting.on_erase`);
     - `admins`: the user ids its section makes operators (exempt from token limits);
-    - `check`: what stops a start before it begins (a missing token), as one line.
+    - `check`: what stops a start before it begins (a missing token), as one line;
+    - `doctor`: `"module:attribute"`, an async function of the engine returning the
+      lines `mnemo memory doctor` prints of what the channel left for its next start.
     """
 
     name: str
@@ -91,6 +93,7 @@ class ChannelPlugin:
     erase: str | None = None
     admins: Callable[[Any], Collection[int]] | None = None
     check: Callable[[Any], str | None] | None = None
+    doctor: str | None = None
 
     def section(self, settings: Any) -> Any:
         """Its section of the settings root (None without a settings model)."""
@@ -106,6 +109,12 @@ class ChannelPlugin:
 
     def admin_ids(self, settings: Any) -> Collection[int]:
         return () if self.admins is None else self.admins(self.section(settings))
+
+    async def doctor_notes(self, engine: Any) -> list[str]:
+        if self.doctor is None:
+            return []
+        lines: list[str] = await _resolve(self.doctor)(engine)
+        return lines
 
     def problem(self, settings: Any) -> str | None:
         return None if self.check is None else self.check(self.section(settings))

@@ -22,4 +22,5 @@ TELEGRAM = ChannelPlugin(
     erase="bot.channels.telegram.erasure:register",
     admins=_admins,
     check=missing_token,
+    doctor="bot.channels.telegram.doctor:notes",
 )
