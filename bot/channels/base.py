@@ -82,7 +82,9 @@ class ChannelPlugin:
     - `admins`: the user ids its section makes operators (exempt from token limits);
     - `check`: what stops a start before it begins (a missing token), as one line;
     - `doctor`: `"module:attribute"`, an async function of the engine returning the
-      lines `mnemo memory doctor` prints of what the channel left for its next start.
+      lines `mnemo memory doctor` prints of what the channel left for its next start;
+    - `env`: well-known environment variables (name, key in its section) read besides
+      the `MNEMO_<NAME>__<KEY>` ones, e.g. `TELEGRAM_BOT_TOKEN`.
     """
 
     name: str
@@ -94,6 +96,7 @@ class ChannelPlugin:
     admins: Callable[[Any], Collection[int]] | None = None
     check: Callable[[Any], str | None] | None = None
     doctor: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
 
     def section(self, settings: Any) -> Any:
         """Its section of the settings root (None without a settings model)."""

@@ -34,16 +34,21 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from bot.channels.registry import registered as registered_channels
+
 PREFIX = "MNEMO_"
 NESTED = "__"
 FILE_SUFFIX = "_FILE"
 # name -> the keys it sets. DATABASE_URL first: MNEMO_DATABASE_URL, applied after it, wins.
+# A channel's own names (TELEGRAM_BOT_TOKEN...) come from its declaration (`env`).
 WELL_KNOWN: dict[str, tuple[str, ...]] = {
     "DATABASE_URL": ("database.url",),
     "MNEMO_DATABASE_URL": ("database.url",),
-    "TELEGRAM_BOT_TOKEN": ("telegram.token",),
-    "TELEGRAM_WEBHOOK_URL": ("telegram.webhook.url",),
-    "TELEGRAM_WEBHOOK_SECRET": ("telegram.webhook.secret_token",),
+    **{
+        name: (f"{channel.name}.{key}",)
+        for channel in registered_channels()
+        for name, key in channel.env
+    },
     "OPENAI_API_KEY": ("llm.api_key",),
     "OPENAI_BASE_URL": ("llm.base_url",),
     "MNEMO_MODEL": ("llm.model",),

@@ -23,4 +23,9 @@ TELEGRAM = ChannelPlugin(
     admins=_admins,
     check=missing_token,
     doctor="bot.channels.telegram.doctor:notes",
+    env=(
+        ("TELEGRAM_BOT_TOKEN", "token"),
+        ("TELEGRAM_WEBHOOK_URL", "webhook.url"),
+        ("TELEGRAM_WEBHOOK_SECRET", "webhook.secret_token"),
+    ),
 )
