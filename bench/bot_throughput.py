@@ -371,16 +371,16 @@ async def turns_only(args: argparse.Namespace) -> str:
 
             async def turn(session: Session, text: str) -> None:
                 async with gate:
-                    reply = await services.pool.chat(session, text)
+                    reply = await services.conversations.chat(session, text)
                 if reply.error:
                     raise RuntimeError(reply.text)
 
             await asyncio.gather(*(turn(s, "warm up") for s in sessions))
-            await services.pool.drain()
+            await services.conversations.drain()
             statements, cpu, start = 0, time.process_time(), time.monotonic()
             for r in range(args.rounds):
                 await asyncio.gather(*(turn(s, f"message {r} from {s.user_id}") for s in sessions))
-            await services.pool.drain()
+            await services.conversations.drain()
             wall, cpu = time.monotonic() - start, time.process_time() - cpu
             await services.close()
     finally:

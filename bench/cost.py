@@ -357,7 +357,7 @@ async def run_mnemo(provider: str, config: str, msgs: list[str], tmp: Path) -> R
         )
         services = await build_services(settings)
         try:
-            pool = services.pool
+            pool = services.conversations
             session = await pool.current_session(Session("tg:1", "default", 1, "telegram"))
             previous: str | None = None
             started = time.perf_counter()

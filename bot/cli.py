@@ -243,7 +243,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         )
 
     def channel(services: Any) -> Terminal:
-        return Terminal(services.pool, base, editor=editor, banner=banner)
+        return Terminal(services.conversations, base, editor=editor, banner=banner)
 
     # The running bot's health port and reflect schedule are its own, not the chat's.
     root = Root(settings, [channel], health=False, reflect=False)

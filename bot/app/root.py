@@ -5,7 +5,7 @@
 `Root(settings, channels).run()`, in order:
 1. SIGINT and SIGTERM set the stop event (from the first moment: a stop during start-up
    is honoured as soon as start-up is over, and the channels then end at once);
-2. the services (`bot.app.services.build_services`: migrations, provider, LLM client, pool);
+2. the services (`bot.app.services.build_services`: migrations, provider, LLM client, conversations);
 3. the scheduler (`bot.runtime.scheduler`, one per process) with the embeddings worker's
    polling and every background job it is given (`Job`; by default
    `bot.app.services.background_jobs`: reflect, `reflect.*`, and retention,
@@ -16,7 +16,7 @@
    by itself (the terminal at end of input) or fails (its error ends the run).
 At the stop, at once: the channels finish what is in flight (each its own drain) while
 the background jobs get `JOB_GRACE_S`, then are cancelled; then the health server stops,
-and last the services close (pool, turn locks, provider, LLM client, database engine).
+and last the services close (conversations, turn locks, provider, LLM client, database engine).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class Root:
                 )
             yield services
         finally:
-            # Jobs use the pool and the provider: ended before those close.
+            # Jobs use the conversation service and the provider: ended before those close.
             await self.scheduler.stop(JOB_GRACE_S)
             if self.health is not None:
                 await self.health.stop()

@@ -1,5 +1,5 @@
 """The application built in one place: engine, migrations, summarizer, provider, LLM
-client, pool and the embeddings worker (built, not started), from `Settings`. The
+client, conversations and the embeddings worker (built, not started), from `Settings`. The
 application root (`bot.app.root`) starts from `build_services`, runs the background work on
 its scheduler and ends with `Services.close()`; tools and tests may use them directly."""
 
@@ -38,7 +38,7 @@ class Services:
     engine: AsyncEngine
     provider: Provider
     llm: LLMClient
-    pool: Conversations
+    conversations: Conversations
     locks: SessionLocks
     embedder: Any = None  # memory.search.semantic.client.Embedder when embeddings.model is set
     embedding_worker: Any = None  # memory.search.semantic.backlog.EmbeddingWorker, not started
@@ -56,7 +56,7 @@ class Services:
                 stack.push_async_callback(self.embedder.close)
             stack.push_async_callback(self.provider.close)
             stack.push_async_callback(self.locks.close)
-            stack.push_async_callback(self.pool.close)
+            stack.push_async_callback(self.conversations.close)
             if self.embedding_worker is not None:
                 stack.push_async_callback(self.embedding_worker.stop)
 
@@ -205,7 +205,7 @@ async def build_services(
         provider = with_tracing(provider, _trace)
         locks = SessionLocks(engine)
         undo.push_async_callback(locks.close)
-        pool = Conversations(provider, llm, settings, locks=locks, budgets=budgets)
+        conversations = Conversations(provider, llm, settings, locks=locks, budgets=budgets)
         undo.pop_all()  # built: from now on Services.close closes them
     from bot.app.database_file import describe
 
@@ -218,7 +218,7 @@ async def build_services(
         engine=engine,
         provider=provider,
         llm=llm,
-        pool=pool,
+        conversations=conversations,
         locks=locks,
         embedder=embedder,
         embedding_worker=worker,

@@ -1,4 +1,4 @@
-"""The terminal channel (`mnemo chat`): the same pool as Telegram, from a shell.
+"""The terminal channel (`mnemo chat`): the same conversation service as Telegram, from a shell.
 
 Lines starting with `/` go to the shared command handler (the local operator is an
 admin); end-of-input or `/quit` ends the session. Replies stream when stdout is a
@@ -170,7 +170,7 @@ async def _read_line(loop: asyncio.AbstractEventLoop, stream: TextIO) -> str:
 
 
 async def run_terminal(
-    pool: Conversations,
+    conversations: Conversations,
     base: Session,
     *,
     stdin: TextIO = sys.stdin,
@@ -194,7 +194,7 @@ async def run_terminal(
             + (banner + "\n" if banner else "")
         )
         stdout.flush()
-    await answer_left(pool, base, stdout, interactive=interactive)
+    await answer_left(conversations, base, stdout, interactive=interactive)
     while True:
         if editor is not None and interactive:
             line = await _in_thread(loop, editor.read)
@@ -212,15 +212,17 @@ async def run_terminal(
             break
         if text.startswith("/"):
             name, _, args = text.partition(" ")
-            answer = await handle_command(pool, base, name, args, is_admin=True, limit=limit)
+            answer = await handle_command(
+                conversations, base, name, args, is_admin=True, limit=limit
+            )
             _show(stdout, answer + "\n\n")
             stdout.flush()
             continue
-        session = await pool.current_session(base)
+        session = await conversations.current_session(base)
         printer = _Printer(stdout) if interactive else None
         if printer is not None:
             stdout.write("mnemo> ")
-        _print_reply(stdout, await pool.chat(session, text, on_delta=printer), printer)
+        _print_reply(stdout, await conversations.chat(session, text, on_delta=printer), printer)
     return 0
 
 
@@ -237,7 +239,7 @@ def _print_reply(out: TextIO, reply: Reply, printer: _Printer | None) -> None:
 
 
 async def answer_left(
-    pool: Conversations, base: Session, out: TextIO, *, interactive: bool
+    conversations: Conversations, base: Session, out: TextIO, *, interactive: bool
 ) -> bool:
     """Answer the conversation's last message if it was left unanswered (the chat stopped
     during its answer: Ctrl-C, a kill), saying so first; True if it was. `Conversations.resume`
@@ -256,8 +258,9 @@ async def answer_left(
         assert printer is not None
         await printer(text)
 
-    reply = await pool.resume(
-        await pool.current_session(base), on_delta=on_delta if printer is not None else None
+    reply = await conversations.resume(
+        await conversations.current_session(base),
+        on_delta=on_delta if printer is not None else None,
     )
     if reply is None:
         return False
@@ -267,14 +270,14 @@ async def answer_left(
 
 
 class Terminal:
-    """The terminal channel: one conversation, `session`, on the root's pool."""
+    """The terminal channel: one conversation, `session`, on the root's conversations."""
 
     name = "terminal"
     limits = LIMITS
 
     def __init__(
         self,
-        pool: Conversations,
+        conversations: Conversations,
         session: Session,
         *,
         stdin: TextIO = sys.stdin,
@@ -282,13 +285,18 @@ class Terminal:
         editor: LineEditor | None = None,
         banner: str = "",
     ) -> None:
-        self.pool, self.session, self.stdin, self.stdout = pool, session, stdin, stdout
+        self.conversations, self.session, self.stdin, self.stdout = (
+            conversations,
+            session,
+            stdin,
+            stdout,
+        )
         self.editor, self.banner = editor, banner
 
     async def run(self, stop: asyncio.Event) -> int:
         await unless_stopped(
             run_terminal(
-                self.pool,
+                self.conversations,
                 self.session,
                 stdin=self.stdin,
                 stdout=self.stdout,
@@ -304,4 +312,4 @@ class Terminal:
 def from_services(services: Any) -> Terminal:
     """The terminal as `channels: [terminal]` runs it: conversation `main` on stdin and
     stdout (`mnemo chat` builds its own, with a line editor and `--session`)."""
-    return Terminal(services.pool, terminal_session(services.settings.agent.id, "main"))
+    return Terminal(services.conversations, terminal_session(services.settings.agent.id, "main"))

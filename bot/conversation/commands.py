@@ -5,7 +5,7 @@ keeps the commands of the chat itself and the wording of failures.
 
 Decisions:
 - `session` may be a channel's base session or its live one: the live session is always
-  resolved through `pool.current_session`, so `/new` rotation works the same everywhere.
+  resolved through `conversations.current_session`, so `/new` rotation works the same everywhere.
 - Writes from commands are tagged with change source `user` and advance the session's
   snapshot, so the next turn's system prompt shows them (a rule a person sets applies at
   once, at the cost of one uncached request; the model's own writes wait for the next
@@ -69,7 +69,7 @@ command_parts = split_words  # `/name@bot args` -> ("name", "args")
 
 
 async def handle_command(
-    pool: Conversations,
+    conversations: Conversations,
     session: Session,
     name: str,
     args: str,
@@ -79,31 +79,33 @@ async def handle_command(
 ) -> str:
     """Answer `/name args`, in at most `limit` characters (the channel's). Never raises
     for user or provider errors."""
-    return clip(await _answer(pool, session, name, args, is_admin=is_admin), limit)
+    return clip(await _answer(conversations, session, name, args, is_admin=is_admin), limit)
 
 
 async def _answer(
-    pool: Conversations, session: Session, name: str, args: str, *, is_admin: bool
+    conversations: Conversations, session: Session, name: str, args: str, *, is_admin: bool
 ) -> str:
     command = name.strip().lstrip("/").split("@", 1)[0].lower()
     base = session.base()
     try:
         if command in ("start", "help"):
-            return _start(pool) if command == "start" else HELP
+            return _start(conversations) if command == "start" else HELP
         if command in ("new", "compact") and args.strip():
             # `/new please` or `/compact now` must not act on words it does not read.
             return f"/{command} takes no arguments. Usage: /{command} — {dict(COMMANDS)[command]}"
         if command == "new":
-            await pool.new_session(base)
+            await conversations.new_session(base)
             return (
                 "Started a new conversation; the previous one is archived. "
                 "Your profile, rules and notes stay with you."
             )
         # Resolving the live session reads the database: inside the try, like the rest.
         if command == "compact":
-            return await _compact(pool, await pool.current_session(base))
+            return await _compact(conversations, await conversations.current_session(base))
         if command == "memory":
-            return await _memory(pool, await pool.current_session(base), args, is_admin=is_admin)
+            return await _memory(
+                conversations, await conversations.current_session(base), args, is_admin=is_admin
+            )
         return f"Unknown command /{command}.\n\n{HELP}"
     except NotFound:
         return "Not found."
@@ -139,18 +141,18 @@ def failure_reason(exc: BaseException) -> str:
     return fallback
 
 
-def _start(pool: Conversations) -> str:
+def _start(conversations: Conversations) -> str:
     return (
         "Hi! I'm mnemo: I remember our conversations, however long they get. "
         "Just write to me.\n\n" + HELP
     )
 
 
-async def _compact(pool: Conversations, session: Session) -> str:
-    if not isinstance(pool.provider, Compactor):
-        return f"The {pool.provider.name} memory provider does not compact conversations."
+async def _compact(conversations: Conversations, session: Session) -> str:
+    if not isinstance(conversations.provider, Compactor):
+        return f"The {conversations.provider.name} memory provider does not compact conversations."
     try:
-        result = await pool.compact(session)
+        result = await conversations.compact(session)
     except CompactionIncomplete as exc:
         # Not "nothing was changed": the rounds done are kept, and the user should know
         # that trying again continues. The cause goes to the log, like any failure.
@@ -162,19 +164,19 @@ async def _compact(pool: Conversations, session: Session) -> str:
             + " Send /compact again to finish."
         )
     if not result.changed:
-        return _nothing_to_compact(pool, result.tokens_before)
+        return _nothing_to_compact(conversations, result.tokens_before)
     text = _compacted(result)
     if result.summary.strip():
         text += "\n\nSummary:\n" + result.summary.strip()
     return clip(text)
 
 
-def _nothing_to_compact(pool: Conversations, tokens: int) -> str:
+def _nothing_to_compact(conversations: Conversations, tokens: int) -> str:
     """Why a compaction changed nothing, in the terms `/memory status` uses: the context
     may well be above the auto-compaction threshold, yet be all in the newest messages,
     which compaction keeps as they are."""
-    keep = pool.settings.compaction.keep_tail
-    above = pool.settings.compaction.max_tokens
+    keep = conversations.settings.compaction.keep_tail
+    above = conversations.settings.compaction.max_tokens
     text = (
         f"Nothing to compact yet: the context is {tokens} tokens, but none of it is in "
         f"messages old enough to summarise (the newest {keep} messages are always kept as "
@@ -195,15 +197,19 @@ def _compacted(result: CompactionResult) -> str:
     )
 
 
-async def _memory(pool: Conversations, session: Session, args: str, *, is_admin: bool) -> str:
-    compact_above = pool.settings.compaction.max_tokens
+async def _memory(
+    conversations: Conversations, session: Session, args: str, *, is_admin: bool
+) -> str:
+    compact_above = conversations.settings.compaction.max_tokens
     budget = ContextBudget(
-        pool.settings.memory.budget_tokens, None if compact_above == -1 else compact_above
+        conversations.settings.memory.budget_tokens, None if compact_above == -1 else compact_above
     )
     # What the actions may ask of the bot: the model (recall), the user's token limits
     # (refusing an action that needs the model; /memory status shows the usage).
-    front = FrontEnd(budget=budget, recaller=pool.recaller, limits=pool.budgets)
-    return await run_memory_command(pool.provider, session, args, is_admin=is_admin, front=front)
+    front = FrontEnd(budget=budget, recaller=conversations.recaller, limits=conversations.budgets)
+    return await run_memory_command(
+        conversations.provider, session, args, is_admin=is_admin, front=front
+    )
 
 
 def command_table() -> str:

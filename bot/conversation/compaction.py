@@ -1,4 +1,4 @@
-"""Compaction for the pool: automatic compaction in the background after a turn, and
+"""Compaction for the conversation service: automatic compaction in the background after a turn, and
 `/compact` now.
 
 Automatic compaction runs *after* the reply, as a background task outside the session's

@@ -1,6 +1,6 @@
 """Session rotation (`/new`): which session of a conversation is live.
 
-A channel hands the pool a *base* session (say one per private chat); its live session is
+A channel hands the conversation service a *base* session (say one per private chat); its live session is
 generation n of it (`Session.at_generation`, stored as `<base>#<n>`; the base session
 itself is generation 0). `/new` archives the live session through `SessionManager`
 (`SessionInfo.archived`); the live generation is then found again after a restart as "the

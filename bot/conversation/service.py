@@ -75,7 +75,7 @@ class Conversations:
         budgets: Budgets | None = None,
     ) -> None:
         """`locks`: shared turn locks (the app passes `SessionLocks`); without them the
-        pool keeps in-process locks, one slot per session, reaped after `idle_s`.
+        service keeps in-process locks, one slot per session, reaped after `idle_s`.
         `budgets`: token limits and the background spend guard (bot.conversation.budgets)."""
         self.provider = provider
         self.llm = llm
@@ -139,7 +139,7 @@ class Conversations:
         turn may wait for a memory store that is down (`bot.conversation.store_wait`; none by
         default)."""
         if self._closed:
-            raise RuntimeError("the pool is closed")
+            raise RuntimeError("the conversation service is closed")
         if not text.strip():
             return Reply("There is nothing to answer: the message is empty.", error=True)
         wait = wait or no_wait()
@@ -199,7 +199,7 @@ class Conversations:
         was archived by a /new (for providers on `memory.storage.history`, which check that).
         The turn's images were never stored: a resumed photo is answered from its text."""
         if self._closed:
-            raise RuntimeError("the pool is closed")
+            raise RuntimeError("the conversation service is closed")
         started = time.monotonic()
         async with self._hold(session.id):
             with bind_session(session):
@@ -223,7 +223,7 @@ class Conversations:
         channel that could not send it. None when the conversation does not end with an
         answer, or was archived by a /new since (the user has moved on, as in `resume`)."""
         if self._closed:
-            raise RuntimeError("the pool is closed")
+            raise RuntimeError("the conversation service is closed")
         async with self._hold(session.id):  # not half-way through a turn
             with bind_session(session):
                 if await self._rotation.archived(session):

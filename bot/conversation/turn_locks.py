@@ -2,7 +2,7 @@
 turns, different sessions run in parallel.
 
 The app passes shared locks (`memory.storage.session_lock.SessionLocks`, which also serialise one
-session's turns across replicas on PostgreSQL); without them the pool keeps
+session's turns across replicas on PostgreSQL); without them the conversation service keeps
 `LocalTurnLocks`: one in-process slot (a lock) per session, reaped when idle.
 """
 

@@ -1,4 +1,4 @@
-"""One turn of a conversation, run under the session's turn lock (the pool takes it):
+"""One turn of a conversation, run under the session's turn lock (the conversation service takes it):
 
 1. bootstrap the session; seed the identity files (SOUL.md, USER.md) once per
    (user, agent); get or create the session's snapshot version;
@@ -164,7 +164,7 @@ def memory_tools(
 
 
 class Turns:
-    """The steps of a turn against one provider and one model. Holds no lock: the pool
+    """The steps of a turn against one provider and one model. Holds no lock: the conversation service
     runs each turn under its session's turn lock, with the session bound."""
 
     def __init__(
@@ -244,7 +244,7 @@ class Turns:
             )
             return Reply("", skipped=True)
         except SessionArchived:
-            raise  # archived by a /new since the channel resolved it: the pool moves on
+            raise  # archived by a /new since the channel resolved it: the conversation service moves on
         except Exception:
             log.exception("memory failed before the model was called (session %s)", session.id)
             return Reply(MEMORY_FAILED_KEPT if kept else MEMORY_DOWN, error=True)
@@ -428,7 +428,7 @@ class Turns:
                 session, result.messages, live_only=live_only, ledger=ledger, wait=wait
             )
         except SessionArchived:
-            raise  # only when live_only: the pool's resume() drops the answer
+            raise  # only when live_only: the conversation service's resume() drops the answer
         except Exception:
             log.exception("could not store the answer of session %s", session.id)
             return Reply(ANSWER_NOT_SAVED, error=True)

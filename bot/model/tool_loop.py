@@ -9,7 +9,7 @@ exception here. A call repeated within the turn (same name, same arguments) is n
 again: its result is a note pointing at the first; a round of nothing but repeats makes
 the next round the last. Text the model writes next to its tool calls is part of the
 answer, before the final round's text (and streamed so), never shown twice.
-The runner only collects messages; the pool decides what to store. Images the user sent
+The runner only collects messages; the conversation service decides what to store. Images the user sent
 with the turn ride on the current user message of every round's request, never on what
 the runner collects (`bot.model.images`).
 """

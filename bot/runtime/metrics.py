@@ -1,7 +1,7 @@
 """Prometheus metrics of a running bot, and the small functions that record them.
 
 The metrics live in one module-level registry (`REGISTRY`, with the process collector)
-that `bot.runtime.health` serves at `/metrics`. Callers never touch the metric objects: the pool
+that `bot.runtime.health` serves at `/metrics`. Callers never touch the metric objects: the conversation service
 calls `record_turn`, the LLM client `record_llm_call`, the compaction path
 `record_compaction`, the reflect job `record_reflect_run`; `trace_hook` plugs into
 `memory.contract.tracing.with_tracing` and counts every provider operation; `instrument_engine`

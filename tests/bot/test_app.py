@@ -89,7 +89,7 @@ async def test_close_goes_on_when_the_pool_fails_to_close(
     async def pool_close() -> None:
         raise RuntimeError("pool close failed")
 
-    monkeypatch.setattr(services.pool, "close", pool_close)
+    monkeypatch.setattr(services.conversations, "close", pool_close)
     with pytest.raises(RuntimeError, match="pool close failed"):
         await services.close()
     assert closings.closed == ["provider", "llm"]

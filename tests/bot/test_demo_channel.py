@@ -30,11 +30,11 @@ class Demo:
     limits = Limits(max_message=500, markdown=False)
 
     def __init__(self, services: object) -> None:
-        self.pool = services.pool  # type: ignore[attr-defined]
+        self.conversations = services.conversations  # type: ignore[attr-defined]
 
     async def run(self, stop: asyncio.Event) -> int:
-        session = await self.pool.current_session(SPEAKER)
-        ANSWERS.append((await self.pool.chat(session, SCRIPT)).text)
+        session = await self.conversations.current_session(SPEAKER)
+        ANSWERS.append((await self.conversations.chat(session, SCRIPT)).text)
         return 0  # ended by itself: the root stops and closes everything
 
 

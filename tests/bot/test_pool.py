@@ -361,7 +361,9 @@ async def test_build_services_wires_a_registered_provider(llm_server: FakeOpenAI
     try:
         assert services.provider.name == "lcm"
         for i in range(3):
-            assert (await services.pool.chat(ALICE, f"message {i}")).text == f"echo: message {i}"
+            assert (
+                await services.conversations.chat(ALICE, f"message {i}")
+            ).text == f"echo: message {i}"
         history = await services.provider.load_history(ALICE.id)
         assert [m.content for m in history][-2:] == ["message 2", "echo: message 2"]
     finally:

@@ -37,7 +37,7 @@ class FakeChannel:
     limits = Limits(max_message=500, markdown=False)
 
     def __init__(self, services: Services) -> None:
-        self.pool = services.pool
+        self.conversations = services.conversations
         self.inbox: asyncio.Queue[str] = asyncio.Queue()
         self.replies: asyncio.Queue[str] = asyncio.Queue()
         self.running = asyncio.Event()
@@ -46,8 +46,8 @@ class FakeChannel:
     async def _serve(self) -> None:
         while True:
             line = await self.inbox.get()
-            session = await self.pool.current_session(ALICE)
-            await self.replies.put((await self.pool.chat(session, line)).text)
+            session = await self.conversations.current_session(ALICE)
+            await self.replies.put((await self.conversations.chat(session, line)).text)
 
     async def run(self, stop: asyncio.Event) -> int:
         self.running.set()
@@ -109,8 +109,8 @@ async def test_reflect_and_the_embeddings_worker_run_on_the_roots_one_scheduler(
     root = Root(settings, health=False)
     async with root.started() as services:
         assert sorted(job.id for job in root.scheduler.get_jobs()) == ["embeddings", "reflect"]
-        session = await services.pool.current_session(ALICE)
-        assert not (await services.pool.chat(session, "I play the cello")).error
+        session = await services.conversations.current_session(ALICE)
+        assert not (await services.conversations.chat(session, "I play the cello")).error
         await services.embedding_worker.next_pass()  # a pass of the scheduler's job
         async with services.engine.connect() as conn:
             stored = (await conn.execute(sa.select(embeddings.c.source))).scalars().all()
@@ -139,15 +139,15 @@ async def test_jobs_in_flight_are_ended_before_the_pool_closes(
     seen_at_close: list[tuple[bool, int]] = []
     gate = asyncio.Event()  # never set: the reflect cycle waits on the model
     async with root.started() as services:
-        close = services.pool.close
+        close = services.conversations.close
 
         async def observed_close() -> None:
             seen_at_close.append((root.scheduler.running, root.scheduler.in_flight))
             await close()
 
-        services.pool.close = observed_close  # type: ignore[method-assign]
-        session = await services.pool.current_session(ALICE)
-        assert not (await services.pool.chat(session, "I collect stamps")).error
+        services.conversations.close = observed_close  # type: ignore[method-assign]
+        session = await services.conversations.current_session(ALICE)
+        assert not (await services.conversations.chat(session, "I collect stamps")).error
         asked = len(llm_server.requests)
         llm_server.push(gated(gate, text("never sent")))
         root.scheduler.get_job("reflect").modify(next_run_time=datetime.now(UTC))
@@ -168,7 +168,7 @@ async def test_command_answers_are_clipped_to_the_channels_declared_limit(
         lcm_settings(llm_server, tmp_path),
         [
             lambda services: NarrowTerminal(
-                services.pool, base, stdin=io.StringIO("/help\n"), stdout=out
+                services.conversations, base, stdin=io.StringIO("/help\n"), stdout=out
             )
         ],
         health=False,

@@ -57,7 +57,7 @@ async def rows(services: Services) -> list[Any]:
 
 
 async def status(services: Services, session: Session = S) -> str:
-    return await handle_command(services.pool, session, "memory", "status", is_admin=False)
+    return await handle_command(services.conversations, session, "memory", "status", is_admin=False)
 
 
 async def test_a_turn_with_a_tool_round_is_recorded_call_by_call(
@@ -71,7 +71,7 @@ async def test_a_turn_with_a_tool_round_is_recorded_call_by_call(
     before = metrics.sample(
         "mnemo_llm_tokens_total", {"kind": "chat", "model": "acct-model", "type": "cached_prompt"}
     )
-    reply = await services.pool.chat(S, "how is my memory doing?")
+    reply = await services.conversations.chat(S, "how is my memory doing?")
     assert reply.text == "All is well with you." and not reply.error
     first, second = llm_server.requests
     stored = await rows(services)
@@ -109,7 +109,7 @@ async def test_a_server_without_usage_gets_estimates_flagged(
 ) -> None:
     services = await services_for()
     llm_server.report_usage = False
-    await services.pool.chat(S, "Привет! 你好")
+    await services.conversations.chat(S, "Привет! 你好")
     [row] = await rows(services)
     request = llm_server.requests[0]
     assert (
@@ -125,7 +125,7 @@ async def test_a_failed_turn_still_records_what_was_spent(
 ) -> None:
     services = await services_for(llm={"max_retries": 0})
     llm_server.push(tool_call("memory", {"action": "status"}), error(400))
-    reply = await services.pool.chat(S, "this will fail")
+    reply = await services.conversations.chat(S, "this will fail")
     assert reply.error
     [row] = await rows(services)  # the first round was answered, and paid for
     assert row.kind == "chat" and row.completion_tokens > 0
@@ -135,11 +135,11 @@ async def test_over_the_daily_limit_the_message_is_stored_not_answered(
     services_for: Any, llm_server: FakeOpenAI
 ) -> None:
     services = await services_for(limits={"tokens_per_day": 50}, telegram={"admin_ids": [7]})
-    await services.pool.chat(S, "first message, answered")
+    await services.conversations.chat(S, "first message, answered")
     assert sum(r.prompt_tokens + r.completion_tokens for r in await rows(services)) >= 50
     sent = len(llm_server.requests)
     limited = metrics.sample("mnemo_limited_turns_total")
-    reply = await services.pool.chat(S, "second message, over the limit")
+    reply = await services.conversations.chat(S, "second message, over the limit")
     assert metrics.sample("mnemo_limited_turns_total") == limited + 1
     assert reply.error and reply.limited
     assert "today's 50 tokens" in reply.text and "at 00:00 UTC" in reply.text
@@ -149,7 +149,7 @@ async def test_over_the_daily_limit_the_message_is_stored_not_answered(
     assert "of 50" in await status(services)
     # An admin is exempt.
     for _ in range(3):
-        assert not (await services.pool.chat(ADMIN, "admin talks a lot")).error
+        assert not (await services.conversations.chat(ADMIN, "admin talks a lot")).error
 
 
 async def test_summaries_are_recorded_with_their_compaction_and_the_guard_defers(
@@ -162,8 +162,8 @@ async def test_summaries_are_recorded_with_their_compaction_and_the_guard_defers
     )
     deferred_before = metrics.sample("mnemo_background_deferred_total", {"kind": "summary"})
     for i in range(6):
-        await services.pool.chat(S, f"message number {i} with some words in it")
-        await services.pool.drain()
+        await services.conversations.chat(S, f"message number {i} with some words in it")
+        await services.conversations.drain()
     summaries = [r for r in await rows(services) if r.kind == "summary"]
     # One compaction (its calls: the fake's long echo escalates), then the guard (1 call
     # per user per hour, asked before each compaction) put the next ones off.
@@ -180,7 +180,7 @@ async def test_summaries_are_recorded_with_their_compaction_and_the_guard_defers
 async def test_calibration_follows_the_server(services_for: Any, llm_server: FakeOpenAI) -> None:
     services = await services_for(llm={"model": "scaled-model"})
     llm_server.prompt_scale = 1.5  # this server's tokenizer counts half again as much
-    await services.pool.chat(S, "hello there")
+    await services.conversations.chat(S, "hello there")
     calibration = services.llm.calibration
     assert calibration.factor("scaled-model") == pytest.approx(1.5, rel=0.02)
     assert calibration.scaled_budget("scaled-model", 4000) == pytest.approx(2667, abs=30)
@@ -197,8 +197,8 @@ async def test_the_compaction_threshold_is_in_the_servers_tokens(
     )
     llm_server.prompt_scale = scale
     for i in range(2):
-        await services.pool.chat(S, f"message number {i} with some words in it")
-        await services.pool.drain()
+        await services.conversations.chat(S, f"message number {i} with some words in it")
+        await services.conversations.drain()
     assert 30 < (await services.provider.stats(S)).token_count < 60  # what was said
     summaries = [r for r in await rows(services) if r.kind == "summary"]
     assert bool(summaries) is compacted
@@ -210,7 +210,7 @@ async def test_an_answer_that_could_not_be_stored_still_has_its_usage(
     """The rows ride in the answer's append; when that append rolls back, they are
     written on their own (the tokens were spent)."""
     services = await services_for()
-    await services.pool.chat(S, "first")
+    await services.conversations.chat(S, "first")
     assert len(await rows(services)) == 1
     from memory.storage.usage import Ledger
 
@@ -219,7 +219,7 @@ async def test_an_answer_that_could_not_be_stored_still_has_its_usage(
         raise RuntimeError("the disk filled up mid-append")
 
     monkeypatch.setattr(Ledger, "write", broken_write)
-    reply = await services.pool.chat(S, "second")
+    reply = await services.conversations.chat(S, "second")
     assert reply.error and "saving the answer" in reply.text
     stored = await rows(services)
     assert len(stored) == 2 and len({r.id for r in stored}) == 2  # once each, not lost

@@ -151,8 +151,8 @@ async def test_a_real_turn_and_compaction_are_counted(tmp_path) -> None:
         try:
             session = Session("tg:counted", "default", 77, "telegram")
             for i in range(3):
-                assert not (await services.pool.chat(session, f"hello {i}")).error
-            await services.pool.compact(session)
+                assert not (await services.conversations.chat(session, f"hello {i}")).error
+            await services.conversations.compact(session)
         finally:
             await services.close()
     assert metrics.sample(*turns) == before["turns"] + 3

@@ -42,7 +42,7 @@ def system_prompt(request: dict) -> str:
 
 
 async def test_reflect_through_the_app(services: Services, fake_llm: FakeOpenAI) -> None:
-    pool = services.pool
+    pool = services.conversations
     base = Session("tg:9", "default", 9, "telegram")
     session = await pool.current_session(base)
     assert not (await pool.chat(session, "Hi, I'm Zoe and I fly planes for a living.")).error
@@ -92,7 +92,7 @@ async def test_reflect_usage_is_recorded_for_the_user_and_guarded(
 
     from memory.storage.usage import usage_records
 
-    pool = services.pool
+    pool = services.conversations
     session = await pool.current_session(Session("tg:9", "default", 9, "telegram"))
     await pool.chat(session, "I moved to Lisbon last spring.")
     fake_llm.push(text("nothing to change"))

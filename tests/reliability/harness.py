@@ -133,7 +133,7 @@ async def live_bot(
         )
         try:
             app = build_application(
-                settings, services.pool, engine=services.engine if record_updates else None
+                settings, services.conversations, engine=services.engine if record_updates else None
             )
             async with running(app, settings, poll_timeout=1):
                 yield LiveBot(services, app, settings)

@@ -59,7 +59,7 @@ async def test_a_text_turn_failing_unexpectedly_gets_one_apology(
 ) -> None:
     async with live_bot(tmp_path, tg, llm, record_updates=True) as bot:
         chat, group = tg.private(2), tg.group(-100)
-        real = bot.services.pool.current_session
+        real = bot.services.conversations.current_session
         failing = {"once": True}
 
         async def current_session(base: Any) -> Any:
@@ -67,7 +67,7 @@ async def test_a_text_turn_failing_unexpectedly_gets_one_apology(
                 raise Bug(f"token {SECRET_TOKEN} in a bug's message")
             return await real(base)
 
-        monkeypatch.setattr(bot.services.pool, "current_session", current_session)
+        monkeypatch.setattr(bot.services.conversations, "current_session", current_session)
         assert await ask(tg, chat, "first") == FAILED
         assert "echo: second" in await ask(tg, chat, "second")
         assert _said(tg, 2) == [FAILED, "echo: second"]

@@ -197,7 +197,7 @@ async def test_groups_topics_and_private_chats_are_separate(
         assert f"{SECRET}-GROUP-RULE" in await ask(tg, second, "/memory constraints", user=bob)
         status = await ask(tg, second, "/memory status", user=bob)
         assert f"{GROUP}:8" in status and f"{GROUP}:7" not in status
-        assert bot.services.pool is not None
+        assert bot.services.conversations is not None
 
 
 async def test_disallowed_user_leaves_no_rows(

@@ -41,7 +41,7 @@ async def test_the_turn_after_a_compaction_alternates(
         # request merges what would be two user turns in a row.
         await say(tg, "after the summary", "after the summary")
         await say(tg, "and once more", "echo: and once more")
-        await bot.pool.drain()
+        await bot.conversations.drain()
     assert llm.rejected == []
     after = llm.requests[-2]
     assert roles(after)[0] == "system" and roles(after)[1] == "user"
@@ -59,7 +59,7 @@ async def test_the_message_a_failed_turn_left_is_answered_with_the_next(
         answer = await say(tg, "please try again", "please try again")
         assert "what about zebras" in answer
         await say(tg, "thanks", "echo: thanks")
-        await bot.pool.drain()
+        await bot.conversations.drain()
     assert llm.rejected == []
     merged = llm.requests[-2]["messages"]
     assert roles(llm.requests[-2]) == ["system", "user", "assistant", "user"]

@@ -43,7 +43,7 @@ async def test_compact_status_and_usage_agree(
 
         help_lcm = await ask(tg, "/memory help", "/memory expand <summary_id>")
         assert "/memory notes" not in help_lcm
-        await bot.pool.drain()
+        await bot.conversations.drain()
 
 
 async def test_simple_lists_its_own_sub_commands_and_names_a_missing_note(
@@ -56,4 +56,4 @@ async def test_simple_lists_its_own_sub_commands_and_names_a_missing_note(
         await ask(
             tg, "/memory notes a b", "No note or archive is named “a b”; /memory notes lists them."
         )
-        await bot.pool.drain()
+        await bot.conversations.drain()

@@ -48,7 +48,7 @@ async def test_commands(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provi
         tg.private(7).send("/memory rollback profile 1")
         admin_answer = await tg.wait_for(lambda: tg.bot_messages(7))
         assert "operators only" not in admin_answer[0].text
-        await bot.pool.drain()
+        await bot.conversations.drain()
     # commands never reach the model
     assert all(
         not m["content"].startswith("/")

@@ -87,7 +87,7 @@ async def test_forget_a_message_deep_in_a_twice_compacted_chat(
         for summary_id in quoted[:2]:  # rebuilt under new ids: the old ones are gone
             await ask(tg, f"/memory show {summary_id}", "ot found")
             await ask(tg, f"/memory expand {summary_id}", "ot found")
-        await bot.pool.drain()
+        await bot.conversations.drain()
         # The conversation goes on, and the model never sees the forgotten line again.
         before = len(llm.requests)
         await _chat(tg, 1, start=20)
@@ -154,7 +154,9 @@ async def test_forget_everything(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Pa
         await _chat(tg, 3, planted=0)
         await ask(tg, "/new", "")
         await _chat(tg, 2, start=3)
-        live = await bot.pool.current_session(base_session("default", Place(42, None, False), 42))
+        live = await bot.conversations.current_session(
+            base_session("default", Place(42, None, False), 42)
+        )
         await bot.provider.note_add(live, "secret", f"note {TOKEN}")
         tg.private(43).send("hello from someone else")
         await tg.wait_for_message(43, contains="echo: hello")

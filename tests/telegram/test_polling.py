@@ -103,7 +103,7 @@ async def bot_on(
         summarizer=StaticSummarizer("summary"),
     )
     try:
-        app = build_application(settings, services.pool, engine=services.engine)
+        app = build_application(settings, services.conversations, engine=services.engine)
         async with running(app, settings, poll_timeout=1, drain_s=drain_s):
             yield services
     finally:
@@ -332,7 +332,7 @@ async def test_a_stop_acknowledges_only_what_is_durable(
             settings, llm=LLMClient(settings.llm), summarizer=StaticSummarizer("summary")
         )
         try:
-            app = build_application(settings, services.pool, engine=services.engine)
+            app = build_application(settings, services.conversations, engine=services.engine)
             async with running(app, settings, poll_timeout=1, drain_s=0.2):
                 alice.send("m1")  # stored, then stuck at the model
                 await llm.wait_for_requests(1)

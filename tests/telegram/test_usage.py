@@ -43,7 +43,7 @@ async def test_status_and_the_daily_limit(
 ) -> None:
     settings = settings_for(tg, llm, tmp_path)
     services = await build_services(settings)
-    app = build_application(settings, services.pool, engine=services.engine)
+    app = build_application(settings, services.conversations, engine=services.engine)
     try:
         async with running(app, settings, poll_timeout=1, drain_s=1):
             tg.private(42).send("hello")
@@ -70,7 +70,7 @@ async def test_status_and_the_daily_limit(
         history = await services.provider.load_history("default:telegram:42")
         assert [m.content for m in history][-1] == "and now?"
         # The next start owes nothing: the refused message is not answered then either.
-        app = build_application(settings, services.pool, engine=services.engine)
+        app = build_application(settings, services.conversations, engine=services.engine)
         asked = len(llm.requests)
         async with running(app, settings, poll_timeout=1, drain_s=1):
             tg.private(7).send("still there?")
@@ -86,7 +86,7 @@ async def test_a_transcription_is_the_users_usage(
     settings = settings_for(tg, llm, tmp_path, limit=0, transcription_model="whisper-1")
     llm.push_transcription(text("buy oat milk"))
     services = await build_services(settings)
-    app = build_application(settings, services.pool, engine=services.engine)
+    app = build_application(settings, services.conversations, engine=services.engine)
     try:
         async with running(app, settings, poll_timeout=1, drain_s=1):
             tg.private(42).send_voice(content=b"OggS-fake")

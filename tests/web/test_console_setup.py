@@ -157,8 +157,10 @@ async def test_the_running_bot_serves_the_console_of_its_own_turns(
     root = Root(settings, reflect=False)
     async with root.started() as services:
         llm_server.push(text("Cellos are lovely."))
-        session = await services.pool.current_session(Session("fake:7", "default", 7, "fake"))
-        assert not (await services.pool.chat(session, "I play the cello")).error
+        session = await services.conversations.current_session(
+            Session("fake:7", "default", 7, "fake")
+        )
+        assert not (await services.conversations.chat(session, "I play the cello")).error
         base = f"http://127.0.0.1:{port}"
         jar = aiohttp.CookieJar(unsafe=True)
         async with aiohttp.ClientSession(cookie_jar=jar) as http:

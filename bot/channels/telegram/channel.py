@@ -1,6 +1,6 @@
 """The Telegram application, built in one place, and its lifecycle.
 
-- `build_application(settings, pool)`: python-telegram-bot `Application` with our
+- `build_application(settings, conversations)`: python-telegram-bot `Application` with our
   handlers; `telegram.base_url` points it at a self-hosted Bot API server (or a test
   double); updates wait in per-chat queues and `telegram.concurrent_updates` of them,
   each of a different chat, are handled at once (`bot.channels.telegram.delivery.chat_queues`), with an
@@ -93,7 +93,7 @@ def derived_webhook_secret(token: str) -> str:
 
 
 def build_application(
-    settings: Settings, pool: Conversations, *, engine: AsyncEngine | None = None
+    settings: Settings, conversations: Conversations, *, engine: AsyncEngine | None = None
 ) -> Application:
     """The Application with every handler registered. Raises MissingToken. `engine`:
     where handled update ids are recorded (without it, redeliveries are not recognised)."""
@@ -128,7 +128,7 @@ def build_application(
     app.bot_data[INFLIGHT] = inflight
     app.update_queue.inflight = inflight  # type: ignore[attr-defined]
     channel = app.bot_data[CHANNEL] = TelegramChannel(
-        pool, settings, inflight, reply_limit=LIMITS.max_message
+        conversations, settings, inflight, reply_limit=LIMITS.max_message
     )
     channel.register(app)
     return app
@@ -248,7 +248,9 @@ class Telegram:
 
     def __init__(self, services: Services) -> None:
         self.settings = services.settings
-        self.app = build_application(services.settings, services.pool, engine=services.engine)
+        self.app = build_application(
+            services.settings, services.conversations, engine=services.engine
+        )
 
     async def run(self, stop: asyncio.Event) -> int:
         if not await reach_bot_api(self.app.bot, stop):  # retried until up, or stopped

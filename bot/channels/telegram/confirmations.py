@@ -64,14 +64,16 @@ def pressed(data: str) -> tuple[str, str] | None:
     return code, f"forget confirm {code}" + (" notes" if action == _NOTES else "")
 
 
-def _engine(pool: Any) -> AsyncEngine | None:
+def _engine(conversations: Any) -> AsyncEngine | None:
     try:
-        return fg.engine_of(pool.provider)
+        return fg.engine_of(conversations.provider)
     except AttributeError:  # a memory without a database keeps no forget requests
         return None
 
 
-async def reply(bot: Bot, pool: Any, target: Target, answer: str, memory_words: str | None) -> None:
+async def reply(
+    bot: Bot, conversations: Any, target: Target, answer: str, memory_words: str | None
+) -> None:
     """Send a command's answer; for `/memory forget ...` (`memory_words`: the words after
     `/memory`), the buttons of the chat's ended previews taken off first (so none is
     left live once the answer is seen), then with the preview's buttons, recorded with
@@ -79,7 +81,7 @@ async def reply(bot: Bot, pool: Any, target: Target, answer: str, memory_words: 
     if memory_words is None or split_words(memory_words)[0] != "forget":
         await send_plain_reply(bot, target, answer)
         return
-    engine = _engine(pool)
+    engine = _engine(conversations)
     if engine is not None:
         with _best_effort("take the buttons off ended previews"):
             await settle(bot, engine, target.chat_id)
@@ -90,11 +92,11 @@ async def reply(bot: Bot, pool: Any, target: Target, answer: str, memory_words: 
             await requests.shown(engine, asked[0], target.chat_id, message_id)
 
 
-async def after_press(bot: Bot, pool: Any, message: Message, code: str | None) -> None:
+async def after_press(bot: Bot, conversations: Any, message: Message, code: str | None) -> None:
     """After a press on `message`'s button for request `code` (None: a button from
     before codes): take its buttons off unless the request is still live (a press by
     someone not allowed to confirm leaves it), and settle the chat."""
-    engine = _engine(pool)
+    engine = _engine(conversations)
     with _best_effort("take the buttons off ended previews"):
         if engine is None or code is None or not await requests.is_live(engine, code):
             await _unbutton(bot, message.chat_id, message.message_id)

@@ -128,25 +128,25 @@ def _sender_name(message: Message) -> str:
 
 
 class TelegramChannel:
-    """The handlers, bound to one pool and one config."""
+    """The handlers, bound to one conversation service and one config."""
 
     def __init__(
         self,
-        pool: Conversations,
+        conversations: Conversations,
         settings: Settings,
         inflight: Inflight | None = None,
         *,
         reply_limit: int,
     ) -> None:
-        self.pool = pool
+        self.conversations = conversations
         self.reply_limit = reply_limit  # characters of a command answer (the channel's)
         self.inflight = inflight
         self.settings = settings
         self.tg = telegram_settings(settings)
         # Voice is transcribed only when configured (bot.channels.telegram.voice says why).
         self.transcriber: Transcriber | None = (
-            pool.llm
-            if settings.llm.transcription_model and isinstance(pool.llm, Transcriber)
+            conversations.llm
+            if settings.llm.transcription_model and isinstance(conversations.llm, Transcriber)
             else None
         )
         # A recording may be 20 MB, held whole while it is transcribed: a few at a time.
@@ -158,7 +158,7 @@ class TelegramChannel:
         self.pacer = EditPacer(EDIT_MIN_GAP_S)
         self.outbox = Outbox()  # answers Telegram could not take yet
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
-        self.imports = ChatImports(pool, settings)  # exports sent in private chats
+        self.imports = ChatImports(conversations, settings)  # exports sent in private chats
         self.started = (
             utcnow()
         )  # turns handled since are this run's (bot.channels.telegram.delivery.resume)
@@ -169,7 +169,7 @@ class TelegramChannel:
             return 0
         return await OwedAnswers(
             bot,
-            self.pool,
+            self.conversations,
             self.inflight.handled,
             self.settings,
             self.pacer,
@@ -302,7 +302,7 @@ class TelegramChannel:
     async def _usage_of(self, base: Session) -> AsyncIterator[None]:
         """Model calls in the block are `base`'s user's, and their usage rows go into a
         ledger the turn's first append stores (memory/storage/usage.py)."""
-        usage: UsageRecorder | None = getattr(self.pool.llm, "usage", None)
+        usage: UsageRecorder | None = getattr(self.conversations.llm, "usage", None)
         with bind_session(base):
             if usage is None:
                 yield
@@ -400,7 +400,8 @@ class TelegramChannel:
         wait = StoreWait(None if quiet else functools.partial(self._delayed, stream))
         try:
             session = await wait.run(
-                lambda: self.pool.current_session(base), f"the session of update {update.update_id}"
+                lambda: self.conversations.current_session(base),
+                f"the session of update {update.update_id}",
             )
         except Exception as exc:
             if not transient(exc):
@@ -410,7 +411,7 @@ class TelegramChannel:
         asked = Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id)
         async with contextlib.nullcontext() if quiet else typing(context.bot, target):
             try:
-                reply = await self.pool.chat(
+                reply = await self.conversations.chat(
                     session,
                     text,
                     on_delta=None if quiet else stream.on_delta,
@@ -420,7 +421,7 @@ class TelegramChannel:
                     wait=wait,
                 )
                 answer, failed, cited = reply.text, reply.error, reply.sources
-            except Exception:  # the pool reports its own failures; this is a bug
+            except Exception:  # the conversation service reports its own failures; this is a bug
                 log.exception("turn of %s failed", session.id)
                 answer, failed, cited = FAILED, True, []
         if receipt is not None and receipt.duplicate:
@@ -481,11 +482,11 @@ class TelegramChannel:
         # Stored, so never lost: what Telegram does not take now is owed, marked so a
         # restart sends it, and shown later by the outbox (bot.channels.telegram.delivery.outbox).
         marks = receipt is not None and not failed
-        stored = None if failed else sources.look_up(self.pool, session, asked)
+        stored = None if failed else sources.look_up(self.conversations, session, asked)
 
         async def after() -> None:  # the answer is shown: its origin, its sources apart
             if not failed:  # first: until it is recorded, a crash means a resend
-                await sources.record_sent(self.pool, session, asked, stream, stored)
+                await sources.record_sent(self.conversations, session, asked, stream, stored)
             if apart and quote is not None:
                 with contextlib.suppress(TelegramError):  # the answer is shown; this is extra
                     await send_plain_reply(
@@ -539,7 +540,7 @@ class TelegramChannel:
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         async with typing(context.bot, target):
             answer = await handle_command(
-                self.pool,
+                self.conversations,
                 base,
                 name,
                 args.strip(),
@@ -549,7 +550,7 @@ class TelegramChannel:
         if receipt is not None:
             await receipt.record()  # its effect happened: never run it twice
         words = args if name == "memory" else None  # a forget preview gets its buttons
-        await confirmations.reply(context.bot, self.pool, target, answer, words)
+        await confirmations.reply(context.bot, self.conversations, target, answer, words)
 
     async def on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """A button under a forget preview (bot/channels/telegram/confirmations.py): the command
@@ -565,20 +566,20 @@ class TelegramChannel:
             return
         target = self._target(message, place)
         if button is None:  # a button from before codes: its preview is unknown
-            await confirmations.after_press(context.bot, self.pool, message, None)
+            await confirmations.after_press(context.bot, self.conversations, message, None)
             await confirmations.no_longer_valid(context.bot, target)
             return
         code, words = button
         base = base_session(self.settings.agent.id, place, user.id)
         answer = await handle_command(
-            self.pool,
+            self.conversations,
             base,
             "memory",
             words,
             is_admin=is_admin(self.tg, user.id),
             limit=self.reply_limit,
         )
-        await confirmations.after_press(context.bot, self.pool, message, code)
+        await confirmations.after_press(context.bot, self.conversations, message, code)
         await send_plain_reply(context.bot, target, answer)
 
     async def on_import_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:

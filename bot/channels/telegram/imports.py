@@ -112,8 +112,8 @@ def pressed(data: str) -> tuple[str, str]:
 
 
 class ChatImports:
-    def __init__(self, pool: Conversations, settings: Settings) -> None:
-        self.pool = pool
+    def __init__(self, conversations: Conversations, settings: Settings) -> None:
+        self.conversations = conversations
         self.agent_id = settings.agent.id
         self.dir = Path(settings.data_dir) / "imports"
         self._offers: dict[int, _Offer] = {}  # user id -> the newest offer
@@ -128,7 +128,7 @@ class ChatImports:
         fmt = export_format(doc)
         assert fmt is not None
         try:
-            engine = fg.engine_of(self.pool.provider)
+            engine = fg.engine_of(self.conversations.provider)
         except AttributeError:
             await send_plain_reply(bot, target, "My memory store cannot take imports.")
             return
@@ -237,10 +237,13 @@ class ChatImports:
         message_id = await send_plain_reply(bot, target, f"Importing… 0 of {total} messages")
         done = [0]
         started = time.monotonic()
-        engine = fg.engine_of(self.pool.provider)
+        engine = fg.engine_of(self.conversations.provider)
         work = asyncio.create_task(
             importer.run(
-                self.pool.provider, engine, plan, on_progress=lambda n: done.__setitem__(0, n)
+                self.conversations.provider,
+                engine,
+                plan,
+                on_progress=lambda n: done.__setitem__(0, n),
             )
         )
         try:
@@ -277,7 +280,7 @@ class ChatImports:
 
     async def _compact(self, engine: AsyncEngine, sessions: list[Session]) -> None:
         for session in sessions:
-            self.pool.schedule_compaction(session)
+            self.conversations.schedule_compaction(session)
             await ledger.mark_compacted(engine, session.id)
 
     async def start(self) -> None:
@@ -285,9 +288,9 @@ class ChatImports:
         background what the CLI imported meanwhile."""
         await asyncio.to_thread(shutil.rmtree, self.dir, True)
         try:
-            engine = fg.engine_of(self.pool.provider)
+            engine = fg.engine_of(self.conversations.provider)
             for session in await ledger.uncompacted(engine):
-                self.pool.schedule_compaction(session)
+                self.conversations.schedule_compaction(session)
                 await ledger.mark_compacted(engine, session.id)
         except Exception as exc:  # never worth not starting
             log.warning("could not look for imported sessions to compact: %s", exc)

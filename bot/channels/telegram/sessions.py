@@ -5,7 +5,7 @@ message is addressed to it.
 - Group: one conversation per chat, or per forum topic (`message_thread_id`); the memory
   scope is the group itself (its chat id stands as the user id), so a group never sees a
   member's private memory and a private chat never sees the group's.
-- `/new` rotates the live session through the pool; the base session here never changes.
+- `/new` rotates the live session through the conversation service; the base session here never changes.
 - Access: `telegram.allowed_ids` lists user ids and/or group chat ids (empty = everyone);
   `telegram.admin_ids` lists the user ids allowed operator-only sub-commands (empty =
   nobody: an operator must name themselves).

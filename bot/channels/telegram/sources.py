@@ -68,7 +68,9 @@ def quoted(sources: Sequence[Source], chat_id: int) -> int | None:
     return None
 
 
-def look_up(pool: Conversations, session: Session, asked: Origin) -> asyncio.Task[str | None]:
+def look_up(
+    conversations: Conversations, session: Session, asked: Origin
+) -> asyncio.Task[str | None]:
     """The stored answer's id, looked up in the background while the answer is sent:
     once Telegram took it, `record_sent` then writes its origin in one insert. Until
     that commits, a crash makes the next start send the answer again
@@ -76,7 +78,7 @@ def look_up(pool: Conversations, session: Session, asked: Origin) -> asyncio.Tas
 
     async def find() -> str | None:
         try:
-            return await pool.answer_id(session, asked)
+            return await conversations.answer_id(session, asked)
         except Exception as exc:  # record_sent looks again
             log.warning("could not look up the stored answer of %s: %s", session.id, exc)
             return None
@@ -85,7 +87,7 @@ def look_up(pool: Conversations, session: Session, asked: Origin) -> asyncio.Tas
 
 
 async def record_sent(
-    pool: Conversations,
+    conversations: Conversations,
     session: Session,
     asked: Origin,
     stream: ReplyStream,
@@ -100,6 +102,8 @@ async def record_sent(
     target = stream.target
     sent = Origin(CHANNEL, target.chat_id, stream.message_ids[0], target.thread_id)
     try:
-        await pool.answer_sent(session, asked, sent, None if answer is None else await answer)
+        await conversations.answer_sent(
+            session, asked, sent, None if answer is None else await answer
+        )
     except Exception as exc:
         log.warning("could not record where the answer of %s was sent: %s", session.id, exc)

@@ -34,8 +34,8 @@ async def test_replies_do_not_wait_for_embeddings_and_vectors_follow(
     off = await build_services(settings())
     try:
         assert off.embedding_worker is None and off.embedder is None
-        session = await off.pool.current_session(ALICE)
-        assert not (await off.pool.chat(session, "stored while embeddings were off")).error
+        session = await off.conversations.current_session(ALICE)
+        assert not (await off.conversations.chat(session, "stored while embeddings were off")).error
     finally:
         await off.close()
 
@@ -46,7 +46,7 @@ async def test_replies_do_not_wait_for_embeddings_and_vectors_follow(
         assert [job.id for job in root.scheduler.get_jobs()] == ["embeddings"]
         await server.wait_for_embedding_requests(1)  # the worker found the backlog, asked
         assert server.in_flight == 1
-        reply = await services.pool.chat(session, "remember the lighthouse keeper")
+        reply = await services.conversations.chat(session, "remember the lighthouse keeper")
         assert not reply.error and "lighthouse" in reply.text
         gate.set()
         await services.embedding_worker.next_pass()

@@ -2,7 +2,7 @@
 Telegram, because a crash from then on loses nothing.
 
 An update is durable once the handler says so (`UpdateReceipt`): a text message when
-its append committed (the pool calls `UpdateReceipt.stored`), a command once it ran and
+its append committed (the conversation service calls `UpdateReceipt.stored`), a command once it ran and
 was recorded; and in any case when its handling ended, however it ended (a `finally`:
 a handler that raised must not pin the acknowledgement forever). Only cancellation at
 shutdown leaves an update undurable, so Telegram sends it again to the next process.

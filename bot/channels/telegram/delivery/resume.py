@@ -45,7 +45,7 @@ Rows marked before revision bot_0006 carry no text: the latest answer is read ba
 latest (not after the user wrote again, nor after a /new).
 
 Sessions are resumed in the background, `RESUME_AT_ONCE` at a time (after a crash under
-load there may be many), while new updates are handled; the pool's per-session lock
+load there may be many), while new updates are handled; the conversation service's per-session lock
 keeps a resumed turn and a new one apart.
 """
 
@@ -78,12 +78,12 @@ RESUME_AT_ONCE = 4
 
 
 class OwedAnswers:
-    """What a previous run stored but did not answer, answered through `pool`."""
+    """What a previous run stored but did not answer, answered through `conversations`."""
 
     def __init__(
         self,
         bot: Bot,
-        pool: Conversations,
+        conversations: Conversations,
         handled: HandledUpdates,
         settings: Settings,
         pacer: EditPacer,
@@ -93,7 +93,7 @@ class OwedAnswers:
     ) -> None:
         self.bot = bot
         self.started = started  # rows handled since are this run's own turns
-        self.pool = pool
+        self.conversations = conversations
         self.handled = handled
         self.agent_id = settings.agent.id
         self.pacer = pacer
@@ -128,7 +128,7 @@ class OwedAnswers:
             settled: list[int] = []
             for row in rows:
                 # Owed, but its origin says it went: a crash before the mark was cleared.
-                if row.undelivered and await self.pool.answer_shown(session, _asked(row)):
+                if row.undelivered and await self.conversations.answer_shown(session, _asked(row)):
                     settled.append(row.update_id)
                 elif row.undelivered and row.answer is not None:
                     sent |= await self._send(
@@ -146,7 +146,9 @@ class OwedAnswers:
             stream = self._stream(last)
             quiet = self.outbox.owes(last.chat_id)  # no calls in a held chat
             async with contextlib.nullcontext() if quiet else typing(self.bot, stream.target):
-                reply = await self.pool.resume(session, on_delta=None if quiet else stream.on_delta)
+                reply = await self.conversations.resume(
+                    session, on_delta=None if quiet else stream.on_delta
+                )
             if reply is not None:  # stored now (unless an apology): owed like any answer
                 sent |= await self._send(
                     session,
@@ -177,8 +179,8 @@ class OwedAnswers:
     async def _unshown(self, session: Session, row: PendingReply) -> bool:
         """Send the stored answer to `row`'s message if Telegram never took it (module
         doc); True if it went, or is owed through the outbox."""
-        async with self.pool.turn_lock(session):
-            reply = await self.pool.unshown(session, _asked(row))
+        async with self.conversations.turn_lock(session):
+            reply = await self.conversations.unshown(session, _asked(row))
             if reply is None:
                 return False
             return await self._send(
@@ -213,10 +215,10 @@ class OwedAnswers:
         """Show `answer` to `row`'s message now or through the outbox; its row is
         settled once it went, and the stored answer linked to where it went."""
 
-        stored = sources.look_up(self.pool, session, _asked(row))
+        stored = sources.look_up(self.conversations, session, _asked(row))
 
         async def settle() -> None:
-            await sources.record_sent(self.pool, session, _asked(row), stream, stored)
+            await sources.record_sent(self.conversations, session, _asked(row), stream, stored)
             await self.handled.settle([row.update_id])
 
         async def dropped() -> None:  # a 400 or a timeout: not worth another start's try
@@ -235,7 +237,7 @@ class OwedAnswers:
         text may lack them (an answer whose sources followed on their own, or a row
         marked before they existed). None when the turn cannot be read back."""
         try:
-            found = await self.pool.answered(session, _asked(row))
+            found = await self.conversations.answered(session, _asked(row))
         except Exception as exc:  # the row's own text is sent instead
             log.warning("could not read back the answer of session %s: %s", session.id, exc)
             return None
@@ -244,7 +246,7 @@ class OwedAnswers:
     async def _stored_answer(self, session: Session, row: PendingReply) -> str | None:
         """The latest answer read back from the history, unless the user wrote since
         (rows marked before revision bot_0006 carry no text of their own)."""
-        answer = await self._again(session, row) or await self.pool.stored_answer(session)
+        answer = await self._again(session, row) or await self.conversations.stored_answer(session)
         # Checked after the read: a message stored since would be the latest turn.
         if answer is None or await self.handled.latest_turn(session.id) != row.update_id:
             log.info(

@@ -105,7 +105,7 @@ async def typing(
 
 
 class ReplyStream:
-    """Streams one answer into the chat. Use `on_delta` as the pool's callback, then
+    """Streams one answer into the chat. Use `on_delta` as the conversation service's callback, then
     `finish(final_text)`."""
 
     def __init__(self, bot: Bot, target: Target, pacer: EditPacer, interval: float) -> None:
