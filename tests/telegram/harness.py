@@ -41,7 +41,7 @@ from tests.waits import eventually
 @dataclass
 class RunningBot:
     app: Application
-    pool: Conversations
+    conversations: Conversations
     provider: Any
     settings: Settings
 
@@ -74,7 +74,9 @@ def make_settings(
                 **telegram,
             },
             "compaction": {"max_tokens": -1, "keep_tail": 2},
-            "memory": {"fresh_tail": 4},
+            # The simple provider's notes live outside the database: each bot its own
+            # directory, or parallel tests see each other's notes.
+            "memory": {"fresh_tail": 4, "simple": {"store_dir": str(tmp_path / "notes")}},
         }
     )
 
