@@ -341,7 +341,7 @@ def _memory_action(
     if action == "doctor":
         from bot.ops.doctor import doctor
 
-        return doctor(settings)
+        return doctor(settings, offline=args.offline)
     if action == "embed":
         from bot.ops.embeddings import embed_command
 
@@ -463,7 +463,7 @@ EXAMPLES: dict[str, list[str]] = {
         "mnemo memory export --format markdown default:telegram:42 > session.md",
     ],
     "memory compact": ["mnemo memory compact default:telegram:42", "mnemo memory compact --all"],
-    "memory doctor": ["mnemo memory doctor"],
+    "memory doctor": ["mnemo memory doctor", "mnemo memory doctor --offline"],
     "memory embed": ["mnemo memory embed", "mnemo memory embed --prune"],
     "memory usage": ["mnemo memory usage --by user --days 7"],
     "memory erase": [
@@ -634,7 +634,16 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument(
         "--all", action="store_true", help="every session instead of one (default: off)"
     )
-    madd("doctor", "check stored memory for integrity faults")
+    doctor = madd(
+        "doctor",
+        "check stored memory for integrity faults; note what waits and whether the chat "
+        "and embeddings models answer",
+    )
+    doctor.add_argument(
+        "--offline",
+        action="store_true",
+        help="send no request to the model servers (default: one tiny request to each)",
+    )
     embed = madd(
         "embed",
         "embed every stored message, summary and note lacking a vector of "

@@ -85,9 +85,10 @@ async def embed_command(
     return EXIT_OK
 
 
-async def embeddings_report(settings: Settings, m: Any) -> list[str]:
-    """Doctor's lines on embeddings: off, or the model's coverage, the endpoint's state,
-    and vectors that are never compared (other models, other dimensions)."""
+async def embeddings_report(settings: Settings, m: Any, *, probe: bool = True) -> list[str]:
+    """Doctor's lines on embeddings: off, or the model's coverage, the endpoint's state
+    (one request; not asked unless `probe`), and vectors that are never compared (other
+    models, other dimensions: the latter known only from the endpoint)."""
     from memory.search.semantic.backlog import sources_of
     from memory.search.semantic.client import EmbeddingError
     from memory.search.semantic.store import model_counts
@@ -95,13 +96,15 @@ async def embeddings_report(settings: Settings, m: Any) -> list[str]:
     embedder = build_embedder(settings)
     if embedder is None:
         return ["embeddings: off (embeddings.model is empty; search is lexical)"]
+    dim: int | None = None
+    endpoint = "endpoint not probed (--offline)"
     try:
-        try:
-            dim: int | None = (await embedder.embed(["doctor probe"])).shape[1]
-            endpoint = f"endpoint ok, {dim} dimensions"
-        except EmbeddingError as exc:
-            dim = None
-            endpoint = f"endpoint unavailable ({exc.reason}): search is lexical only"
+        if probe:
+            try:
+                dim = (await embedder.embed(["doctor probe"])).shape[1]
+                endpoint = f"endpoint ok, {dim} dimensions"
+            except EmbeddingError as exc:
+                endpoint = f"endpoint unavailable ({exc.reason}): search is lexical only"
     finally:
         await embedder.close()
     total = done = 0

@@ -24,7 +24,8 @@ async def _export(settings, session_id: str, fmt: str = "json") -> str:
 
 async def _doctor(settings) -> tuple[int, str]:
     out = io.StringIO()
-    return await doctor.doctor(settings, out=out), out.getvalue()
+    # The data only: these settings name no model server (its probe: test_doctor_models.py).
+    return await doctor.doctor(settings, out=out, offline=True), out.getvalue()
 
 
 async def test_dag_round_trip_is_exact(db_url: str, other_db_url: str, tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ async def test_notes_move_from_sqlite_to_postgres_with_another_store_dir(tmp_pat
             assert [r.source_id for r in found] == ["archive-tg-alice-1"]
         # Byte-equal, notes included: the target's file kept the ids.
         assert await _export(target, ALICE.id) == exported
-        assert (await doctor.doctor(target, out=io.StringIO())) == 0
+        assert (await doctor.doctor(target, out=io.StringIO(), offline=True)) == 0
 
 
 async def test_sessions_of_one_user_carry_the_same_notes_once(
