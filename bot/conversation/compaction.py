@@ -18,10 +18,10 @@ from bot.config.settings import Settings
 from bot.conversation.budgets import Budgets
 from bot.conversation.session_binding import bind_session
 from bot.runtime.metrics import record_compaction, record_compaction_failure
-from memory.actions.spec import capability
 from memory.contract.capabilities import Compactor, Provider
 from memory.contract.context import with_change_source
 from memory.contract.errors import CompactionIncomplete, Unsupported
+from memory.contract.tracing import capability
 from memory.contract.types import ChangeSource, CompactionMode, CompactionResult, Session
 from memory.storage import snapshots
 from memory.storage.usage import UsageRecorder

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 from memory.actions import origins
 from memory.actions.fitting import clip, listing, one_line
 from memory.actions.provenance import Why
-from memory.actions.spec import Call, capability
+from memory.actions.spec import Call
 from memory.contract.capabilities import (
     SessionManager,
     VersionedProfileStore,
 )
 from memory.contract.errors import NotFound, StoreCorrupt
-from memory.contract.tracing import unwrap
+from memory.contract.tracing import capability, unwrap
 from memory.contract.types import (
     ChangeEntry,
     ConstraintEntry,

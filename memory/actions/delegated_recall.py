@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from memory.actions.citations import cite
-from memory.actions.spec import capability
 from memory.contract.capabilities import Explorer, MessageReader, NoteStore, Provider, Searcher
 from memory.contract.errors import ContractError, NotFound
+from memory.contract.tracing import capability
 from memory.contract.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
 from memory.text.tokens import estimate_tokens
 

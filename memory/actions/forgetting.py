@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory.actions.fitting import listing, one_line
-from memory.actions.spec import Call, capability
+from memory.actions.spec import Call
 from memory.contract.capabilities import NoteStore
 from memory.contract.errors import NotFound
+from memory.contract.tracing import capability
 from memory.contract.types import minute_utc
 from memory.storage import forget_requests as requests
 from memory.storage import forgetting as fg

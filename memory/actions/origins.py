@@ -22,8 +22,8 @@ reads that): a crash between storing and sending leaves exactly that.
 
 from __future__ import annotations
 
-from memory.actions.spec import capability
 from memory.contract.capabilities import AnswerOrigins, MessageReader, Provider
+from memory.contract.tracing import capability
 from memory.contract.types import Origin, Session
 
 TELEGRAM = "telegram"

@@ -26,7 +26,6 @@ from datetime import datetime
 from typing import Any
 
 from memory.actions.citations import cite
-from memory.actions.spec import capability
 from memory.contract.capabilities import (
     AnswerOrigins,
     Explorer,
@@ -36,7 +35,7 @@ from memory.contract.capabilities import (
     SessionManager,
 )
 from memory.contract.errors import ContractError
-from memory.contract.tracing import unwrap
+from memory.contract.tracing import capability, unwrap
 from memory.contract.types import Message, Origin, Session
 from memory.storage.forgetting import first_words
 

@@ -18,7 +18,7 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -31,7 +31,7 @@ from memory.contract.context import (
 )
 from memory.contract.errors import Unsupported
 from memory.contract.options import WriteOptions
-from memory.contract.tracing import unwrap
+from memory.contract.tracing import capability, unwrap
 from memory.contract.types import ChangeSource, Session
 from memory.storage import snapshots
 
@@ -57,17 +57,6 @@ class ContextBudget:
 
     tokens: int
     compact_above: int | None
-
-
-# `Callable[..., T]`, not `type[T]`: mypy refuses a Protocol class where `type[T]` is
-# expected (type-abstract), and every capability is a Protocol.
-def capability(provider: Provider, cap: Callable[..., T]) -> T | None:
-    """`provider` as the capability `cap` when it implements it (under any tracing
-    wrapper: the check is on the innermost provider, the calls go through the wrapper),
-    else None."""
-    if isinstance(unwrap(provider), cast(type, cap)):
-        return cast(T, provider)
-    return None
 
 
 class Recalled(Protocol):

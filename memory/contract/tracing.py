@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from memory.contract.capabilities import CAPABILITIES, Provider
 from memory.contract.context import session_id_from_context
@@ -184,3 +184,17 @@ def unwrap(provider: object) -> Any:
         provider = inner
         seen += 1
     return provider
+
+
+T = TypeVar("T")
+
+
+# `Callable[..., T]`, not `type[T]`: mypy refuses a Protocol class where `type[T]` is
+# expected (type-abstract), and every capability is a Protocol.
+def capability(provider: Provider, cap: Callable[..., T]) -> T | None:
+    """`provider` as the capability `cap` when it implements it (under any tracing
+    wrapper: the check is on the innermost provider, the calls go through the wrapper),
+    else None."""
+    if isinstance(unwrap(provider), cast(type, cap)):
+        return cast(T, provider)
+    return None

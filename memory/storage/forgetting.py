@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.contract.capabilities import ConstraintStore, Forgetter, ProfileStore, Provider
 from memory.contract.errors import InvalidArgument, Unsupported
-from memory.contract.tracing import unwrap
+from memory.contract.tracing import capability, unwrap
 from memory.contract.types import ChangeEntry, as_utc
 from memory.contract.types import Dependents as Dependents
 from memory.contract.types import ErasureReport as ErasureReport
@@ -527,9 +527,10 @@ class SelectorError(InvalidArgument):
 def forgetter(provider: Provider) -> Forgetter:
     """`provider` as the `Forgetter` every caller has checked it is (a traced provider
     answers as its inner one does)."""
-    if not isinstance(provider, Forgetter):
+    narrowed = capability(provider, Forgetter)
+    if narrowed is None:
         raise Unsupported(f"the {provider.name} provider cannot forget")
-    return provider
+    return narrowed
 
 
 async def preview(provider: Provider, owner: Owner, selector: str) -> ForgetPreview:

@@ -22,11 +22,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.jobs.reflect.activity import activity_source
 from bot.jobs.reflect.prompt import build_messages
 from bot.jobs.reflect.state import Candidate, Lease, ReflectState
-from memory.actions.spec import capability
 from memory.actions.tool import build_tool, run_tool, tool_actions
 from memory.contract.capabilities import ConstraintStore, ProfileStore, Provider, Reviewer
 from memory.contract.context import with_agent_id, with_change_source, with_session_id, with_user_id
-from memory.contract.tracing import unwrap
+from memory.contract.tracing import capability, unwrap
 from memory.contract.types import ChangeSource, Message, utcnow
 from memory.storage.usage import UsageRecorder, call_kind
 
