@@ -42,6 +42,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.contract.types import SearchResult, as_utc
+from memory.search import stems
 from memory.search.text import fts5_string, like_pattern, snippet
 
 K1, B = 1.2, 0.75
@@ -115,7 +116,7 @@ async def _sqlite_bm25(
 ) -> list[Hit]:
     columns = "{content context}" if index.context else "content"
     weights = f"0.0, 1.0, {CONTEXT_WEIGHT}" if index.context else "0.0, 1.0"
-    words = " OR ".join(fts5_string(t) for t in terms)
+    words = stems.fts5_terms(terms)
     rows = await conn.execute(
         sa.text(
             f"SELECT rowid, bm25({index.fts}, {weights}) AS rank FROM {index.fts} "
