@@ -35,7 +35,7 @@ from memory.contract.capabilities import ExtraSource as ExtraSource
 from memory.contract.embedding import VectorHit
 from memory.contract.errors import InvalidArgument
 from memory.contract.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
-from memory.search import MAX_LIMIT, lexical, turn
+from memory.search import MAX_LIMIT, labels, lexical, turn
 from memory.search.fusion import fuse
 from memory.search.lexical import TextIndex
 from memory.search.text import clean_query, ranked_terms
@@ -58,7 +58,7 @@ _VECTOR_SOURCES: dict[SearchScope, set[str] | None] = {
 # Longer text is cut to its head: a pasted page is no query, and SQLite refuses LIKE
 # patterns over 50,000 bytes.
 MAX_QUERY_CHARS = 10_000
-WORDS, SUBSTRING = "words", "substring"
+WORDS, SUBSTRING = labels.WORDS, "substring"
 
 
 async def owned_conversations(conn: AsyncConnection, user_id: int, agent_id: str) -> list[int]:
@@ -148,7 +148,7 @@ class Recall:
         shown = ranked[:limit]
         if terms:
             async with self.engine.connect() as conn:
-                await lexical.with_reply_context(conn, shown, terms)
+                await labels.label_context_hits(conn, shown, terms)
         return shown
 
     async def _hybrid(
