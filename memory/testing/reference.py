@@ -283,7 +283,15 @@ class ReferenceProvider(SharedStores):
                     score = len(matched) + sum(w in terms for w in words) / (len(words) + 1)
                     hits.append(SearchResult(kind, sid, snippet(text, sorted(matched)), score, at))
         hits.sort(key=lambda h: (h.score, as_utc(h.timestamp or utcnow())), reverse=True)
-        return hits[:limit]
+        return [self._placed(h) for h in hits[:limit]]
+
+    def _placed(self, hit: SearchResult) -> SearchResult:
+        """`hit` with the conversation it came from."""
+        if hit.source_type == "message":
+            hit.session_id = hit.source_id.rsplit(":", 1)[0]
+        elif hit.source_id in self._summaries:
+            hit.session_id = self._summaries[hit.source_id].session_id
+        return hit
 
     # -- SessionManager ---------------------------------------------------------
 
