@@ -126,7 +126,8 @@ async def test_after_a_forget_search_says_no_close_matches(
         await embed_backlog(bot.provider, bot.services.embedder)
 
         found = await ask(tg, chat, f"/memory search {token}")
-        assert f"matches for “{token}”:\n• [message" in found and f"keep {token}" in found
+        assert f"matches for “{token}”:\nFrom this conversation:\n• [message" in found
+        assert f"keep {token}" in found
         preview = await ask(tg, chat, f"/memory forget {token}")
         done = await ask(tg, chat, f"/memory forget confirm {code_of(preview)}")
         assert "Forgot 2 message(s)" in done, done
