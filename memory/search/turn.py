@@ -20,7 +20,10 @@ MESSAGE = "message"  # SearchResult.source_type of a message (memory/search/lexi
 _IN_PROGRESS = sa.text(
     "SELECT m.id FROM messages m JOIN conversations c ON c.id = m.conversation_id "
     "WHERE c.session_id = :sid AND m.seq >= ("
-    "SELECT max(u.seq) FROM messages u WHERE u.conversation_id = c.id AND u.role = 'user')"
+    # Walked back from the end through (conversation_id, seq): max() would read every row
+    # of a long conversation for its role.
+    "SELECT u.seq FROM messages u WHERE u.conversation_id = c.id AND u.role = 'user' "
+    "ORDER BY u.seq DESC LIMIT 1)"
 )
 
 
