@@ -152,7 +152,7 @@ def memory_tools(
     if schema is None:
         return []
 
-    front = FrontEnd(recaller=recaller)
+    front = FrontEnd(recaller=recaller, in_turn=True)
 
     async def handler(args: dict[str, Any]) -> str:
         with bind_session(session), with_change_source(ChangeSource.AGENT):

@@ -7,15 +7,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from memory.actions import origins
+from memory.actions import hit_groups, origins
 from memory.actions.fitting import clip, listing, one_line
 from memory.actions.provenance import Why
 from memory.actions.spec import Call
 from memory.contract.capabilities import (
-    SessionManager,
     VersionedProfileStore,
 )
-from memory.contract.errors import NotFound, StoreCorrupt
+from memory.contract.errors import StoreCorrupt
 from memory.contract.tracing import capability, unwrap
 from memory.contract.types import (
     ChangeEntry,
@@ -96,13 +95,15 @@ async def search(c: Call, args: Any, hits: list[SearchResult]) -> str:
             # Meaning was asked too: nothing near it either (far neighbours are no match).
             return f"No close matches for “{asked}”."
         return f"No matches for “{asked}”."
+    lines = []
+    for group in await hit_groups.by_conversation(c, hits[:SHOWN_HITS]):
+        lines.append(f"From {group.name()}:")
+        lines += [
+            f"• [{h.source_type} {h.source_id}] {minute_utc(h.timestamp)}: "
+            f"{one_line(h.content, 300)}"
+            for h in group.hits
+        ]
     shown = hits[:SHOWN_HITS]
-    origins = await _origins(c, shown)
-    lines = [
-        f"• [{h.source_type} {h.source_id}] {minute_utc(h.timestamp)}"
-        f"{origins.get(h.session_id, '')}: {one_line(h.content, 300)}"
-        for h in shown
-    ]
     if len(hits) > len(shown):
         total = f"{len(hits)}+" if len(hits) >= args.limit else str(len(hits))
         header = f"First {len(shown)} of {total} matches for “{asked}”:"
@@ -110,24 +111,6 @@ async def search(c: Call, args: Any, hits: list[SearchResult]) -> str:
         header = f"{len(hits)} match{'es' if len(hits) != 1 else ''} for “{asked}”:"
     footer = "\n(/memory show <id> shows one in full)"
     return listing(lines, header, c.limit - len(footer)) + footer
-
-
-async def _origins(c: Call, hits: list[SearchResult]) -> dict[str, str]:
-    """Where each hit's conversation is, as a suffix: nothing for this one, else the
-    earlier conversation's title and start."""
-    out: dict[str, str] = {}
-    sessions = capability(c.provider, SessionManager)
-    for sid in {h.session_id for h in hits if h.session_id and h.session_id != c.session.id}:
-        if sessions is None:
-            out[sid] = " (an earlier conversation)"
-            continue
-        try:
-            info = await sessions.load_info(sid)
-        except NotFound:
-            continue
-        title = one_line(info.title, 40) or "untitled"
-        out[sid] = f" (earlier conversation “{title}”, begun {minute_utc(info.created_at)[:10]})"
-    return out
 
 
 async def message(c: Call, args: Any, found: FoundMessage) -> str:

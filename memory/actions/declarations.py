@@ -120,7 +120,11 @@ class SearchArgs(Arguments):
 
 async def _search(c: Call, args: SearchArgs) -> Any:
     query = SearchQuery(
-        text=args.text, scope=SearchScope(args.scope), limit=args.limit, mode=SearchMode(args.mode)
+        text=args.text,
+        scope=SearchScope(args.scope),
+        limit=args.limit,
+        mode=SearchMode(args.mode),
+        in_turn=c.front.in_turn,
     )
     return await c.provider_as(Searcher).search(c.session, query)
 
@@ -153,7 +157,7 @@ class RecallArgs(Arguments):
 async def _recall(c: Call, args: RecallArgs) -> Recalled:
     if c.front.recaller is None:
         raise ContractError("recall needs a model, and none is configured here")
-    return await c.front.recaller(c.provider, c.session, args.question)
+    return await c.front.recaller(c.provider, c.session, args.question, in_turn=c.front.in_turn)
 
 
 async def _answer_text(c: Call, args: RecallArgs, answer: Recalled) -> str:

@@ -213,11 +213,15 @@ async def _expand(
         await _expand(explorer, session, child.summary_id, m, depth + 1)
 
 
-async def _gather(provider: Provider, session: Session, words: str, m: Material) -> int:
+async def _gather(
+    provider: Provider, session: Session, words: str, m: Material, in_turn: bool
+) -> int:
     searcher = capability(provider, Searcher)
     if searcher is None:  # `recall` is declared on searchers only
         raise ContractError(f"the {provider.name} memory provider cannot search")
-    query = SearchQuery(words, SearchScope.BOTH, HITS_PER_SEARCH, SearchMode.HYBRID)
+    query = SearchQuery(
+        words, SearchScope.BOTH, HITS_PER_SEARCH, SearchMode.HYBRID, in_turn=in_turn
+    )
     hits = await searcher.search(session, query)
     for hit in hits:
         if m.full:
@@ -233,10 +237,17 @@ def _clean(answer: str, material: Material) -> tuple[str, list[Item]]:
 
 
 async def recall(
-    provider: Provider, session: Session, question: str, ask: Ask, bounds: Bounds
+    provider: Provider,
+    session: Session,
+    question: str,
+    ask: Ask,
+    bounds: Bounds,
+    *,
+    in_turn: bool = False,
 ) -> Answer:
     """Answer `question` from `session`'s memory scope (module doc); past the time limit,
-    an answer saying so (nothing cited: the material was not read to the end)."""
+    an answer saying so (nothing cited: the material was not read to the end). `in_turn`:
+    asked while a turn of `session` is answered, which its searches leave out."""
     material = Material(bounds.max_tokens)
     out = Answer(NOTHING_FOUND)
     asking = False
@@ -250,7 +261,7 @@ async def recall(
 
     try:
         async with asyncio.timeout(bounds.timeout_s):
-            await _rounds(provider, session, question, timed_ask, bounds, material, out)
+            await _rounds(provider, session, question, timed_ask, bounds, material, out, in_turn)
     except TimeoutError:
         read = len(material.items)
         return Answer(
@@ -277,13 +288,14 @@ async def _rounds(
     bounds: Bounds,
     material: Material,
     out: Answer,
+    in_turn: bool,
 ) -> None:
     """Search and ask until the model answers, fills `out` (cited stays empty when the
     model cited nothing it was given)."""
     words = question
     for round_no in range(1, bounds.max_rounds + 1):
         out.searches.append(words)
-        await _gather(provider, session, words, material)
+        await _gather(provider, session, words, material, in_turn)
         if not material.items:  # nothing to read: no model call to pay for
             return
         last = round_no == bounds.max_rounds or material.full
@@ -309,5 +321,7 @@ class Recaller:
     ask: Ask
     bounds: Bounds = Bounds()
 
-    async def __call__(self, provider: Provider, session: Session, question: str) -> Answer:
-        return await recall(provider, session, question, self.ask, self.bounds)
+    async def __call__(
+        self, provider: Provider, session: Session, question: str, *, in_turn: bool = False
+    ) -> Answer:
+        return await recall(provider, session, question, self.ask, self.bounds, in_turn=in_turn)

@@ -69,7 +69,9 @@ class Recaller(Protocol):
     """The delegated recall sub-call (memory.actions.delegated_recall.Recaller): a
     question about `session`'s past answered by a model, citing what it read."""
 
-    async def __call__(self, provider: Provider, session: Session, question: str) -> Recalled: ...
+    async def __call__(
+        self, provider: Provider, session: Session, question: str, *, in_turn: bool = False
+    ) -> Recalled: ...
 
 
 class UserLimits(Protocol):
@@ -93,6 +95,9 @@ class FrontEnd:
     budget: ContextBudget | None = None  # the context limits people are shown
     recaller: Recaller | None = None  # a model for `recall` (`Action.needs_model`)
     limits: UserLimits | None = None  # the user's token limits and usage
+    # The action runs while a turn is answered (the model's tool in a turn): searches
+    # leave that turn out (`SearchQuery.in_turn`).
+    in_turn: bool = False
 
 
 NO_FRONT_END = FrontEnd()

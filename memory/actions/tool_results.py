@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memory.actions import hit_groups
 from memory.actions.fitting import one_line
 from memory.actions.spec import Call
 from memory.contract.capabilities import capabilities_of
@@ -55,18 +56,18 @@ async def search(c: Call, args: Any, hits: list[SearchResult]) -> str:
     if not hits:
         return f"no results for {shown}"
     order = "newest first" if args.mode == SearchMode.SUBSTRING else "best first"
-    lines = [f"{len(hits)} result(s) for {shown}, {order}:"]
-    for hit in hits:
-        head = f"[{hit.source_type} {hit.source_id}]"
-        if hit.timestamp:
-            head += f" {minute_utc(hit.timestamp)}"
-        head += f", score {hit.score:.3g}"
-        if hit.session_id and hit.session_id != c.session.id:
-            head += ", in an earlier conversation"
-        if hit.signals:
-            head += f", found by {'+'.join(hit.signals)}"
-        lines.append(head)
-        lines.append(f"  {one_line(hit.content, 500)}")
+    lines = [f"{len(hits)} result(s) for {shown}, by conversation, {order}:"]
+    for group in await hit_groups.by_conversation(c, hits):
+        lines.append(f"in {group.name()}:")
+        for hit in group.hits:
+            head = f"[{hit.source_type} {hit.source_id}]"
+            if hit.timestamp:
+                head += f" {minute_utc(hit.timestamp)}"
+            head += f", score {hit.score:.3g}"
+            if hit.signals:
+                head += f", found by {'+'.join(hit.signals)}"
+            lines.append(head)
+            lines.append(f"  {one_line(hit.content, 500)}")
     if any(h.source_type == "summary" for h in hits):
         lines.append("(describe or expand a summary id to see what it covers)")
     return "\n".join(lines)

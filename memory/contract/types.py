@@ -235,6 +235,10 @@ class SearchQuery:
     scope: SearchScope = SearchScope.BOTH
     limit: int = 20
     mode: SearchMode = SearchMode.FULL_TEXT
+    # Asked while answering the session's latest user message (the model's memory tool,
+    # delegated recall): that message and everything after it in the session's
+    # conversation, the turn in progress, are not hits, so a question never finds itself.
+    in_turn: bool = False
 
 
 @dataclass

@@ -42,6 +42,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.contract.types import SearchResult, as_utc
+from memory.search import stems
 from memory.search.text import fts5_string, like_pattern, snippet
 
 K1, B = 1.2, 0.75
@@ -115,7 +116,7 @@ async def _sqlite_bm25(
 ) -> list[Hit]:
     columns = "{content context}" if index.context else "content"
     weights = f"0.0, 1.0, {CONTEXT_WEIGHT}" if index.context else "0.0, 1.0"
-    words = " OR ".join(fts5_string(t) for t in terms)
+    words = stems.fts5_terms(terms)
     rows = await conn.execute(
         sa.text(
             f"SELECT rowid, bm25({index.fts}, {weights}) AS rank FROM {index.fts} "
@@ -276,43 +277,3 @@ def _result(index: TextIndex, row: sa.RowMapping, score: float, needles: list[st
         timestamp=_utc(row["stamp"]),
         session_id=row["session_id"],
     )
-
-
-async def with_reply_context(
-    conn: AsyncConnection, results: list[SearchResult], terms: list[str]
-) -> None:
-    """A message hit found through its context only (none of `terms` in its own text)
-    shows that context too, so a bare "noted" is seen to answer what was asked. One
-    query for all of `results` (the few shown, after ranking)."""
-    bare = {
-        r.source_id: r
-        for r in results
-        if r.source_type == MESSAGES.label
-        and r.source_id.isdigit()
-        and not _mentions(r.content, terms)
-    }
-    if not bare:
-        return
-    rows = await conn.execute(
-        sa.text(
-            "SELECT m.id AS id, (SELECT p.content FROM messages p "
-            "WHERE p.conversation_id = m.conversation_id AND p.seq < m.seq "
-            "AND p.role <> 'tool' AND p.content <> '' ORDER BY p.seq DESC LIMIT 1) AS prev "
-            "FROM messages m WHERE m.id IN :ids"
-        ).bindparams(sa.bindparam("ids", expanding=True)),
-        {"ids": [int(i) for i in bare]},
-    )
-    for row in rows:
-        result = bare.get(str(row.id))
-        if result is not None and row.prev:
-            result.content = (
-                f"{snippet(result.content, terms, 200)} (replying to: "
-                f"{snippet(row.prev, terms, 280)})"
-            )
-
-
-def _mentions(content: str, terms: list[str]) -> bool:
-    """Whether `content` seems to hold one of `terms` itself: a term's first four
-    letters, so stemmed forms count ("adopted" for "adopt", "puppy" for "puppies")."""
-    folded = content.casefold()
-    return any(term[:4] in folded for term in terms)

@@ -16,7 +16,8 @@ archives, an `ExtraSource`). `Recall` decides what a query means and merges the 
 
 Scope: the memory belongs to the user (the group, in a group), so it is every
 conversation of the session's (user, agent), current and
-archived, and nothing else. Blank text finds nothing (an empty list, not an error).
+archived, and nothing else. Blank text finds nothing (an empty list, not an error). A
+query made while a turn is answered (`in_turn`) leaves that turn out (memory/search/turn.py).
 Results carry their time, the conversation they came from and what found them.
 """
 
@@ -34,7 +35,7 @@ from memory.contract.capabilities import ExtraSource as ExtraSource
 from memory.contract.embedding import VectorHit
 from memory.contract.errors import InvalidArgument
 from memory.contract.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
-from memory.search import MAX_LIMIT, lexical
+from memory.search import MAX_LIMIT, labels, lexical, turn
 from memory.search.fusion import fuse
 from memory.search.lexical import TextIndex
 from memory.search.text import clean_query, ranked_terms
@@ -57,7 +58,7 @@ _VECTOR_SOURCES: dict[SearchScope, set[str] | None] = {
 # Longer text is cut to its head: a pasted page is no query, and SQLite refuses LIKE
 # patterns over 50,000 bytes.
 MAX_QUERY_CHARS = 10_000
-WORDS, SUBSTRING = "words", "substring"
+WORDS, SUBSTRING = labels.WORDS, "substring"
 
 
 async def owned_conversations(conn: AsyncConnection, user_id: int, agent_id: str) -> list[int]:
@@ -128,14 +129,18 @@ class Recall:
             results: list[SearchResult] = []
             async with self.engine.connect() as conn:
                 conv_ids = await owned_conversations(conn, session.user_id, session.agent_id)
+                skip = await turn.in_progress(conn, session) if query.in_turn else frozenset()
                 for index in self._indexes_for(scope):
-                    results += await self._from_index(conn, index, conv_ids, text, terms, pool)
+                    results += await self._from_index(
+                        conn, index, conv_ids, text, terms, pool + len(skip)
+                    )
+            results = turn.without(results, skip)
             if self.extra is not None:
                 results += await self.extra.search_extra(session, text, terms, scope, pool)
             ranked = _best_first(results) if terms else _newest_first(results)
             if vector is not None:
                 ranked = await self._hybrid(
-                    session, conv_ids, await vector, terms or [text], scope, pool, ranked
+                    session, conv_ids, await vector, terms or [text], scope, pool, ranked, skip
                 )
         finally:
             if vector is not None and not vector.done():
@@ -143,7 +148,7 @@ class Recall:
         shown = ranked[:limit]
         if terms:
             async with self.engine.connect() as conn:
-                await lexical.with_reply_context(conn, shown, terms)
+                await labels.label_context_hits(conn, shown, terms)
         return shown
 
     async def _hybrid(
@@ -155,9 +160,11 @@ class Recall:
         scope: SearchScope,
         pool: int,
         lexical_hits: list[SearchResult],
+        skip: frozenset[str] = frozenset(),
     ) -> list[SearchResult]:
         """`lexical_hits` fused with the items nearest to the question's `vector` in
-        meaning (memory/search/fusion.py)."""
+        meaning (memory/search/fusion.py); the messages `skip` (the turn in progress,
+        memory/search/turn.py) are no item."""
         if vector is None or self.semantic is None:
             return lexical_hits  # the question has no vector: the words' ranking stands
         words = {_key(r): r for r in lexical_hits}
@@ -166,12 +173,13 @@ class Recall:
             session.agent_id,
             vector,
             sources=_VECTOR_SOURCES[scope],
-            limit=pool,
+            limit=pool + len(skip),
             # Every word hit weighed by its meaning too (memory/search/fusion.py). simple's notes
             # are embedded under a key of their content, not their name: they have meaning
             # only when among the nearest.
             also=list(words),
         )
+        vector_hits = [h for h in vector_hits if not turn.held(h.source, h.key, skip)]
         nearest = [h for h in vector_hits if h.nearest]
         similarity = {(h.source, h.key): h.score for h in vector_hits if not h.nearest}
         meaning = await self._resolve_vectors(session, conv_ids, nearest, needles)

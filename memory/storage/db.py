@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from memory.search import stems
 from memory.storage import sqlite_inline
 from memory.text.sanitize import clean_parameters, storable
 
@@ -90,6 +91,9 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def
     # that deletes free anyway.
     cur.execute("PRAGMA secure_delete=ON")
     cur.close()
+    # The search index's tokens (memory/search/stems.py), called by its triggers: every
+    # connection that writes messages or summaries needs it.
+    dbapi_conn.create_function(stems.SQL_FUNCTION, 1, stems.index_text, deterministic=True)
 
 
 def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]

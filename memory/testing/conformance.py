@@ -51,6 +51,7 @@ from memory.contract.capabilities import (
     ConstraintStore,
     Explorer,
     Forgetter,
+    MessageReader,
     NoteStore,
     ProfileStore,
     Provider,
@@ -65,7 +66,7 @@ from memory.contract.capabilities import (
 from memory.contract.context import with_change_source, with_session_id
 from memory.contract.errors import Conflict, InvalidArgument, NotFound, SessionArchived
 from memory.contract.options import AppendOptions, WriteOptions
-from memory.contract.tracing import unwrap
+from memory.contract.tracing import capability, unwrap
 from memory.contract.types import (
     ChangeEntry,
     ChangeSource,
@@ -495,7 +496,8 @@ class ProviderConformance:
                 assert any(expected in h.content for h in hits), (mode, text)
 
     async def test_tool_results_are_not_search_hits(self, provider: Provider) -> None:
-        """Earlier searches' results (tool messages) never crowd out what was said."""
+        """Earlier searches' results (tool messages) never crowd out what was said, and
+        the tool calls (assistant messages with no text) are no hits either."""
         if not isinstance(provider, Searcher):
             pytest.skip("provider is not a Searcher")
         s = self.session()
@@ -514,6 +516,44 @@ class ProviderConformance:
             hits = await provider.search(s, SearchQuery("capybara", mode=mode))
             assert any(h.content == "the capybara is my favourite" for h in hits), mode
             assert not any("1 result" in h.content for h in hits), mode
+            # The tool-call row has no text of its own: no hit, though the message before
+            # it (its context in the index) holds the word.
+            reader = capability(provider, MessageReader)
+            for hit in hits:
+                if reader is not None and hit.source_type == "message":
+                    found = await reader.read_message(s, hit.source_id)
+                    assert found.message.content.strip(), (mode, found.message)
+
+    async def test_the_turn_in_progress_is_not_a_hit(self, provider: Provider) -> None:
+        """A search made while a turn is answered (`in_turn`: the model's memory tool)
+        never finds the question being answered nor anything stored after it; the same
+        search outside a turn does; other conversations' last messages are found."""
+        if not isinstance(provider, Searcher):
+            pytest.skip("provider is not a Searcher")
+        s, other = self.session(), self.session(label="other")
+        for each in (s, other):
+            await provider.bootstrap(each)
+        await provider.append(
+            other, Message(role="user", content="is an axolotl a fish, asked elsewhere?")
+        )
+        await provider.append(
+            s,
+            Message(role="user", content="my axolotl is called Pink"),
+            Message(role="assistant", content="Pink is a fine axolotl name"),
+            Message(role="user", content="what is my axolotl called?"),
+            Message(role="assistant", content="let me look up your axolotl"),
+        )
+        turn = ("what is my axolotl", "let me look up")
+        for mode in SearchMode:
+            asked = await provider.search(s, SearchQuery("axolotl", mode=mode, in_turn=True))
+            found = [h.content for h in asked]
+            assert not [c for c in found if c.startswith(turn)], mode
+            assert any("called Pink" in c for c in found), mode
+            assert any("asked elsewhere" in c for c in found), mode
+            plain = await provider.search(s, SearchQuery("axolotl", mode=mode))
+            assert any(h.content.startswith(turn[0]) for h in plain), mode
+            limited = SearchQuery("axolotl", mode=mode, limit=3, in_turn=True)
+            assert len(await provider.search(s, limited)) == 3, mode
 
     async def test_substring_search_is_literal(self, provider: Provider) -> None:
         if not isinstance(provider, Searcher):

@@ -107,6 +107,15 @@ def _tail_start(msgs: list[Message], n: int) -> int:
     return safe_start(msgs, len(msgs) - max(n, 0))
 
 
+def _searched(conv: _Conversation, session: Session, query: SearchQuery) -> int:
+    """How many of `conv`'s messages `query` searches: a search made while answering
+    leaves the turn in progress out (the session's last user message and what follows)."""
+    users = [i for i, m in enumerate(conv.messages) if m.role == "user"]
+    if query.in_turn and conv.session.id == session.id and users:
+        return users[-1]
+    return len(conv.messages)
+
+
 class ReferenceProvider(SharedStores):
     """Core contract + Searcher + SessionManager + Reviewer + shared stores."""
 
@@ -244,7 +253,7 @@ class ReferenceProvider(SharedStores):
         candidates: list[tuple[str, str, str, datetime]] = []
         for conv in self._visible(session):
             if query.scope != SearchScope.SUMMARIES:
-                for i, m in enumerate(conv.messages):
+                for i, m in enumerate(conv.messages[: _searched(conv, session, query)]):
                     if m.role != "tool":  # tool results are not searched
                         candidates.append(
                             ("message", f"{conv.session.id}:{i}", m.text(), m.created_at)
@@ -274,7 +283,15 @@ class ReferenceProvider(SharedStores):
                     score = len(matched) + sum(w in terms for w in words) / (len(words) + 1)
                     hits.append(SearchResult(kind, sid, snippet(text, sorted(matched)), score, at))
         hits.sort(key=lambda h: (h.score, as_utc(h.timestamp or utcnow())), reverse=True)
-        return hits[:limit]
+        return [self._placed(h) for h in hits[:limit]]
+
+    def _placed(self, hit: SearchResult) -> SearchResult:
+        """`hit` with the conversation it came from."""
+        if hit.source_type == "message":
+            hit.session_id = hit.source_id.rsplit(":", 1)[0]
+        elif hit.source_id in self._summaries:
+            hit.session_id = self._summaries[hit.source_id].session_id
+        return hit
 
     # -- SessionManager ---------------------------------------------------------
 

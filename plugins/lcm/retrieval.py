@@ -1,9 +1,10 @@
 """What lcm adds to search: its summaries, indexed like messages.
 
-Messages are core's shared index (core revision 0004); summaries have lcm's own tables
-(lcm_0001: FTS5 porter and trigram on SQLite; lcm_0002/0003: tsvector side table with
-document lengths on PostgreSQL, and pg_trgm on the content). memory/search/recall.py searches
-both through memory/search/lexical.py, so summaries rank on the same BM25 scale as messages.
+Messages are core's shared index (core revisions 0004, 0009); summaries have lcm's own
+tables (on SQLite: lcm_0001's FTS5 trigram table, lcm_0006's FTS5 table over the shared
+stemmer's tokens; on PostgreSQL: lcm_0002/0003's tsvector side table with document
+lengths, and pg_trgm on the content). memory/search/recall.py searches both through
+memory/search/lexical.py, so summaries rank on the same BM25 scale as messages.
 """
 
 from __future__ import annotations

@@ -74,8 +74,9 @@ async def test_status_search_show_expand_and_compact(pool: Conversations):
     assert "Memory provider: reference" in status and "Messages: 6" in status
     assert "You can also use: /memory search" in status and "Compactor" not in status
     found = await cmd(pool, "/memory search blue kite")
-    header, best = found.splitlines()[:2]
+    header, group, best = found.splitlines()[:3]
     assert header.endswith("for “blue kite”:") and best.endswith(": the blue kite flies")
+    assert group == "From this conversation:"
     assert (await cmd(pool, "/memory search zeppelin")) == "No matches for “zeppelin”."
 
     answer = await cmd(pool, "/compact")

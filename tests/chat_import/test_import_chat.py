@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memory.actions.delegated_recall import SYSTEM_PROMPT
-from memory.contract.types import ListOptions, SearchQuery, Session
+from memory.contract.types import ListOptions, SearchQuery, Session, utcnow
 from tests.fakes.openai_server import FakeOpenAI, Response, echo, text
 from tests.fakes.telegram_server import BotMessage, FakeTelegram
 from tests.telegram.harness import running_bot
@@ -55,7 +55,18 @@ async def test_an_export_sent_in_chat_is_offered_confirmed_and_imported_for_its_
         assert (await _reply(tg, 43, 1)).text.startswith("No matches")
         before = len(tg.bot_messages(42))
         alice.send("/memory search lemon tart")
-        assert "lemon tart" in (await _reply(tg, 42, before)).text
+        found = (await _reply(tg, 42, before)).text
+        assert "lemon tart" in found
+        # Grouped under the chat, named once with the span of its messages, not the day
+        # of the import. Alice's reply quotes too little to hold the words: it is found
+        # through the message before it, which it names as "after"; "replying to" is
+        # only its own stored text.
+        [group] = [line for line in found.splitlines() if line.startswith("From ")]
+        assert group == "From conversation “Telegram: Family”, 2022-12-24:", found
+        assert utcnow().strftime("%Y-%m-%d") not in found
+        assert '[Alice, replying to Mum: "Dinner is at 7, Alice please bring the…"]' in found
+        assert "(after: [Mum] Dinner is at 7, Alice please bring the lemon tart)" in found
+        assert found.count("replying to") == 1
 
         before = len(tg.bot_messages(42))
         alice.send_document(file_name="result.json", content=export)  # again: nothing new

@@ -33,7 +33,7 @@ async def test_full_text_is_bm25_ranked_and_stemmed(make_provider) -> None:
         Message("assistant", "nice"),
     )
     hits = await p.search(s, q("gardens"))
-    contents = [h.content.split(" (replying to:")[0] for h in hits]
+    contents = [h.content.split(" (after:")[0] for h in hits]
     # Stemmed; the message saying it most (and shortest) first; a reply is found through
     # the message it answers (its context), below that message.
     assert contents[0] == garden

@@ -53,9 +53,7 @@ async def test_an_answer_is_found_through_the_question_it_answers(provider) -> N
         "Biscuit, the beagle",
     ]
     # The answer shows what it answers: its own words alone would not explain the hit.
-    assert hits[1].content == (
-        "Biscuit, the beagle (replying to: which puppy did we adopt last spring?)"
-    )
+    assert hits[1].content == ("Biscuit, the beagle (after: which puppy did we adopt last spring?)")
     assert hits[0].score > hits[1].score > 0
 
 
@@ -129,3 +127,23 @@ async def test_one_ranking_on_both_databases(tmp_path: Path) -> None:
     for lite, pg in zip(orders["sqlite"], orders["postgres"], strict=True):
         assert sorted(lite) == sorted(pg) and lite[:2] == pg[:2], (lite, pg)
     assert orders["sqlite"][0][0] == "quinoa salad recipe with lemon"
+
+
+async def test_a_reply_reads_as_stored_and_a_neighbour_says_what_it_came_after(
+    provider,  # noqa: ANN001
+) -> None:
+    await _filler(provider)
+    reply = '[Ann, replying to Bob: "we should paint the fence"] agreed, blue'
+    await provider.append(
+        S,
+        Message("user", "[Bob] we should paint the fence"),
+        Message("user", reply),
+        Message("user", "[Cid] ok"),
+    )
+    hits = await provider.search(S, SearchQuery("fence painting", mode=SearchMode.FULL_TEXT))
+    shown = {h.content for h in hits}
+    # A real reply holds the words (its quote): shown as stored, once.
+    assert reply in shown
+    # A neighbour found through the message before it says "after", never "replying to".
+    assert f"[Cid] ok (after: {reply})" in shown
+    assert not any(c.count("replying to") > 1 for c in shown)

@@ -485,10 +485,13 @@ async def test_search_renders_ids_scores_snippets() -> None:
     )
     assert provider.calls == ["search:tea:summaries:substring:5"]
     lines = out.splitlines()
-    assert lines[0] == "2 result(s) for “tea” (substring, summaries), newest first:"
-    assert lines[1] == "[summary sum_a] 2025-01-02 03:04 UTC, score 2.5"
-    assert lines[2].startswith("  Ana likes tea") and len(lines[2]) <= 503
-    assert lines[3] == "[message 17], score 0.75"
+    assert (
+        lines[0] == "2 result(s) for “tea” (substring, summaries), by conversation, newest first:"
+    )
+    assert lines[1] == "in no known conversation:"  # this provider names none
+    assert lines[2] == "[summary sum_a] 2025-01-02 03:04 UTC, score 2.5"
+    assert lines[3].startswith("  Ana likes tea") and len(lines[3]) <= 503
+    assert lines[4] == "[message 17], score 0.75"
     assert "describe or expand" in out
     assert (
         await call(provider, {"action": "search", "text": "nothing"})

@@ -72,10 +72,15 @@ async def test_memory_search_counts_hits_names_their_conversation_and_shows_one(
         found = await ask(tg, "/memory search kiwi", "matches for “kiwi”")
         # 7 messages and their 7 echoes hold the word: the answer says how many it shows.
         assert found.startswith("First 10 of 14 matches for “kiwi”:"), found
-        assert "earlier conversation “kiwi fact 0”" in found
+        # The conversation is named once, above its hits, with the dates of its messages
+        # (all of one day here); the ten best are all in it.
+        [group] = [line for line in found.splitlines() if line.startswith("From ")]
+        assert re.fullmatch(r"From conversation “kiwi fact 0”, \d{4}-\d\d-\d\d:", group), found
+        assert found.splitlines()[1] == group
         found = await ask(tg, "/memory search sleeping kiwis", "matches for “sleeping kiwis”")
-        best = found.splitlines()[1]
-        assert best.endswith(": it's fine, the kiwi sleeps") and "earlier" not in best  # here
+        assert found.splitlines()[1] == "From this conversation:"  # the best hit is here
+        best = found.splitlines()[2]
+        assert best.endswith(": it's fine, the kiwi sleeps")
         message_id = re.search(r"\[message (\d+)\]", best)[1]  # type: ignore[index]
         shown = await ask(tg, f"/memory show {message_id}", f"Message {message_id} (user, ")
         assert shown.endswith("it's fine, the kiwi sleeps") and "this conversation" in shown

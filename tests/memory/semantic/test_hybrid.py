@@ -29,7 +29,7 @@ async def _load(provider, session: Session = ME) -> None:  # noqa: ANN001
 
 
 def _contents(hits) -> list[str]:  # noqa: ANN001
-    return [h.content.split(" (replying to:")[0] for h in hits]
+    return [h.content.split(" (after:")[0] for h in hits]
 
 
 @PROVIDERS

@@ -74,7 +74,7 @@ async def test_far_neighbours_found_by_meaning_alone_are_no_match(
     # Found by meaning alone and close: kept.
     assert _cosine("vehicle", INSURANCE, synonyms) < 0.5 < _cosine("vehicle", AUTOMOBILE, synonyms)
     hits = await provider.search(ME, SearchQuery("vehicle", mode=HYBRID))
-    assert sorted(h.content.split(" (replying to:")[0] for h in hits) == [AUTOMOBILE, INSURANCE]
+    assert sorted(h.content.split(" (after:")[0] for h in hits) == [AUTOMOBILE, INSURANCE]
     assert all(h.signals == ("meaning",) for h in hits)
 
     # Word hits always stay, the one far in meaning too; each item kept scores exactly
@@ -94,7 +94,7 @@ async def test_far_neighbours_found_by_meaning_alone_are_no_match(
     # The floor is the model's: a stricter one drops the farther meaning-only hit.
     strict = make_provider(engine, name, make_embedder(min_similarity=0.5))
     hits = await strict.search(ME, SearchQuery("vehicle", mode=HYBRID))
-    assert [h.content.split(" (replying to:")[0] for h in hits] == [AUTOMOBILE]
+    assert [h.content.split(" (after:")[0] for h in hits] == [AUTOMOBILE]
 
 
 @pytest.mark.parametrize(
@@ -126,7 +126,8 @@ async def test_after_a_forget_search_says_no_close_matches(
         await embed_backlog(bot.provider, bot.services.embedder)
 
         found = await ask(tg, chat, f"/memory search {token}")
-        assert f"matches for “{token}”:\n• [message" in found and f"keep {token}" in found
+        assert f"matches for “{token}”:\nFrom this conversation:\n• [message" in found
+        assert f"keep {token}" in found
         preview = await ask(tg, chat, f"/memory forget {token}")
         done = await ask(tg, chat, f"/memory forget confirm {code_of(preview)}")
         assert "Forgot 2 message(s)" in done, done

@@ -1,0 +1,77 @@
+"""Search hits grouped by the conversation they came from, for the model and for people.
+
+A search covers every conversation of the user (each `/new` starts one, each imported
+chat is one), so the same conversation used to be named on every hit it gave. Hits are
+now listed under their conversation, once, with its real span: the dates of its first
+and last messages (`Provider.stats`), not when it was created, which for an imported
+chat is the day of the import. Groups come in the order of their best hit; hits keep
+their order inside a group. Notes and archives belong to no conversation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from memory.actions.fitting import one_line
+from memory.actions.spec import Call
+from memory.contract.capabilities import SessionManager
+from memory.contract.errors import NotFound
+from memory.contract.tracing import capability
+from memory.contract.types import SearchResult, minute_utc
+
+TITLE_CHARS = 40
+KEPT = {"note", "archive"}  # kept by the provider, outside every conversation
+
+
+@dataclass
+class Group:
+    session_id: str  # "" for hits of no conversation (notes, archives)
+    current: bool  # the conversation the search was made in
+    title: str = ""
+    first: datetime | None = None
+    last: datetime | None = None
+    hits: list[SearchResult] = field(default_factory=list)
+
+    def span(self) -> str:
+        """The dates of the conversation's first and last messages ("" when unknown)."""
+        first, last = (minute_utc(t)[:10] if t else "" for t in (self.first, self.last))
+        if not first:
+            return ""
+        return first if first == last or not last else f"{first} → {last}"
+
+    def name(self) -> str:
+        """The group's heading, without punctuation around it."""
+        if not self.session_id:
+            kept = all(h.source_type in KEPT for h in self.hits)
+            return "notes and archives" if kept else "no known conversation"
+        if self.current:
+            return "this conversation"
+        span = self.span()
+        return f"conversation “{self.title or 'untitled'}”" + (f", {span}" if span else "")
+
+
+async def by_conversation(c: Call, hits: list[SearchResult]) -> list[Group]:
+    """`hits` grouped by conversation (module doc), each group described once."""
+    groups: dict[str, Group] = {}
+    for hit in hits:
+        sid = hit.session_id
+        if sid not in groups:
+            groups[sid] = Group(sid, current=sid == c.session.id)
+        groups[sid].hits.append(hit)
+    sessions = capability(c.provider, SessionManager)
+    for group in groups.values():
+        if not group.session_id or group.current:
+            continue
+        if sessions is not None:
+            try:
+                info = await sessions.load_info(group.session_id)
+            except NotFound:
+                pass
+            else:
+                group.title = one_line(info.title, TITLE_CHARS)
+        # The hit's conversation is the caller's own (a search's scope is its user's).
+        stats = await c.provider.stats(dataclasses.replace(c.session, id=group.session_id))
+        group.first, group.last = stats.oldest_at, stats.newest_at
+    return list(groups.values())
