@@ -43,6 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.contract.types import SearchResult, as_utc
 from memory.search.text import fts5_string, like_pattern, snippet
+from memory.storage.sqlite_inline import off_loop
 
 K1, B = 1.2, 0.75
 # A word of the previous message counts this much of one of the message's own (measured
@@ -105,9 +106,10 @@ async def bm25(
     """Rows holding any of `terms`, best BM25 first (scores higher-is-better)."""
     if not terms or not conv_ids:
         return []
-    if conn.dialect.name == "sqlite":
-        return await _sqlite_bm25(conn, index, conv_ids, terms, limit)
-    return await _pg_bm25(conn, index, conv_ids, terms, limit)
+    async with off_loop(conn):
+        if conn.dialect.name == "sqlite":
+            return await _sqlite_bm25(conn, index, conv_ids, terms, limit)
+        return await _pg_bm25(conn, index, conv_ids, terms, limit)
 
 
 async def _sqlite_bm25(
@@ -179,6 +181,13 @@ async def literal(
     candidate must still be checked against (None when the index was exact)."""
     if not text or not conv_ids:
         return [], None
+    async with off_loop(conn):
+        return await _literal(conn, index, conv_ids, text, limit)
+
+
+async def _literal(
+    conn: AsyncConnection, index: TextIndex, conv_ids: list[int], text: str, limit: int
+) -> tuple[list[Hit], str | None]:
     if conn.dialect.name == "sqlite" and len(text) >= TRIGRAM:
         indexed = text[:MAX_INDEXED_PATTERN]
         match = f"{_scope_filter(conv_ids)} AND content : {fts5_string(indexed)}"
