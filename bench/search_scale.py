@@ -63,7 +63,7 @@ from memory.storage.db import create_engine, migrate  # noqa: E402
 from memory.testing.databases import PG_ADMIN_URL  # noqa: E402
 
 CACHE = Path(os.environ.get("MNEMO_SCALE_CACHE", REPO / "bench" / ".cache" / "search_scale"))
-GENERATOR = 1  # bump when the corpus changes: cached databases are rebuilt
+GENERATOR = 2  # bump when the corpus changes: cached databases are rebuilt
 USER, AGENT, CHATS, LIMIT = 1, "bench", 20, 20
 VOCABULARY, SEED = 60_000, 34
 NAMES = [
@@ -116,6 +116,9 @@ ME = "Alex"  # the user: a speaker in every chat, as in an export of one's own a
 _SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
 _STOPS = sorted(STOP_WORDS)
 BATCH = 50_000
+# Past the stop words, the commonest word of a chat is in a few percent of its messages
+# (the speakers' names are far commoner): Zipf-Mandelbrot, exponent 1.05, offset 40.
+WORD_ZIPF = (1.05, 40.0)
 
 
 # --- the corpus -------------------------------------------------------------------------
@@ -132,8 +135,9 @@ def vocabulary() -> list[str]:
     return list(words)
 
 
-def zipf(n: int, s: float) -> np.ndarray:
-    weights = 1.0 / np.arange(1, n + 1) ** s
+def zipf(n: int, s: float, offset: float = 0.0) -> np.ndarray:
+    """Cumulative Zipf-Mandelbrot weights: the offset flattens the head."""
+    weights = 1.0 / (np.arange(1, n + 1) + offset) ** s
     return np.cumsum(weights / weights.sum())
 
 
@@ -152,7 +156,7 @@ def speakers(chat: int) -> list[str]:
 def messages(total: int) -> Iterator[tuple[int, int, str, datetime]]:
     """(chat, seq, content, created_at) of every message, chat by chat."""
     rng = np.random.default_rng(SEED + total)
-    vocab, word_cdf, stop_cdf = vocabulary(), zipf(VOCABULARY, 1.05), zipf(len(_STOPS), 1.0)
+    vocab, word_cdf, stop_cdf = vocabulary(), zipf(VOCABULARY, *WORD_ZIPF), zipf(len(_STOPS), 1.0)
     start = datetime(2019, 1, 1, tzinfo=UTC)
     for chat, size in enumerate(chat_sizes(total)):
         people = speakers(chat)
@@ -181,20 +185,26 @@ class Query:
 
 def queries(questions: int, words: int) -> list[Query]:
     rng = np.random.default_rng(SEED * 3)
-    vocab, cdf = vocabulary(), zipf(VOCABULARY, 1.05)
+    vocab, cdf = vocabulary(), zipf(VOCABULARY, *WORD_ZIPF)
+    chats = np.cumsum(chat_sizes(10_000)) / 10_000
     openers = ["what did", "when did", "who told me about", "do you remember", "where is"]
     out = []
-    for _ in range(questions):
+    while len(out) < questions:
         size = int(rng.integers(5, 13))
         parts = [openers[int(rng.integers(0, len(openers)))]]
-        if rng.random() < 0.4:
-            parts.append(NAMES[int(rng.integers(0, len(NAMES)))])
+        if rng.random() < 0.7:  # someone of the chats, by name, the busiest chats likelier
+            people = speakers(int(np.searchsorted(chats, rng.random())))[1:]
+            parts.append(people[int(rng.integers(0, len(people)))])
         while len(" ".join(parts).split()) < size:
             if rng.random() < 0.4:
                 parts.append(_STOPS[int(rng.integers(0, 60))])
+            elif rng.random() < 0.5:  # an everyday word (1-5% of messages)
+                parts.append(vocab[int(rng.integers(0, 300))])
             else:  # a word of any frequency, as people ask about anything
                 parts.append(vocab[int(np.searchsorted(cdf, rng.random()))])
-        out.append(Query(" ".join(" ".join(parts).split()[:size]) + "?", "question"))
+        text = " ".join(" ".join(parts).split()[:size]) + "?"
+        if ranked_terms(text):  # a question of stop words alone is searched literally
+            out.append(Query(text, "question"))
     for _ in range(words):
         rank = int(np.exp(rng.uniform(np.log(10), np.log(5000))))
         out.append(Query(vocab[rank], "word"))

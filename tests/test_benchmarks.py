@@ -253,4 +253,4 @@ def test_search_scale_runs(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| 400 | sqlite | question |" in done.stdout
-    assert (tmp_path / "sqlite-400-v1.db").exists()  # cached for the next run
+    assert (tmp_path / "sqlite-400-v2.db").exists()  # cached for the next run

@@ -34,7 +34,7 @@ range on conversation_id), bounded by that user's history rather than the whole 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +42,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.contract.types import SearchResult, as_utc
+from memory.search import maxscore
 from memory.search.text import fts5_string, like_pattern, snippet
 from memory.storage.sqlite_inline import off_loop
 
@@ -68,6 +69,9 @@ class TextIndex:
     pg_side: str  # PostgreSQL side table: key, conversation_id, tsv, doclen
     pg_key: str
     context: bool = False  # whether rows have a context field (FTS5 column, tsv weight B)
+    # PostgreSQL tables of per-conversation totals (n, doclen) and lexeme df (revision 0009)
+    pg_totals: str | None = None
+    pg_terms: str | None = None
     indexed: str = "TRUE"  # which rows of `table` the indexes hold (SQL, on `table`)
 
 
@@ -82,6 +86,8 @@ MESSAGES = TextIndex(
     pg_key="message_id",
     context=True,
     indexed="role <> 'tool'",
+    pg_totals="messages_search_totals",
+    pg_terms="messages_search_terms",
 )
 
 
@@ -112,6 +118,20 @@ async def bm25(
         return await _pg_bm25(conn, index, conv_ids, terms, limit)
 
 
+async def bm25_exhaustive(
+    conn: AsyncConnection, index: TextIndex, conv_ids: list[int], terms: list[str], limit: int
+) -> list[Hit]:
+    """What `bm25` returns, computed by scoring every row holding any of `terms` and
+    counting the totals anew: the reference the pruned evaluation is checked against."""
+    if not terms or not conv_ids:
+        return []
+    async with off_loop(conn):
+        if conn.dialect.name == "sqlite":
+            return await _sqlite_bm25(conn, index, conv_ids, terms, limit)
+        counted = replace(index, pg_totals=None, pg_terms=None)
+        return await _pg_rank(conn, counted, conv_ids, terms, limit)
+
+
 async def _sqlite_bm25(
     conn: AsyncConnection, index: TextIndex, conv_ids: list[int], terms: list[str], limit: int
 ) -> list[Hit]:
@@ -131,25 +151,49 @@ async def _sqlite_bm25(
 
 # BM25 as FTS5 computes it: an idf at or below zero counts as 1e-6; a context occurrence
 # (weight B) counts CONTEXT_WEIGHT in tf, as FTS5's column weights do. A lexeme becomes a
-# one-lexeme tsquery quoted, quotes and backslashes doubled; the OR of them finds the
-# candidates through the GIN index.
-_PG_BM25 = r"""
-WITH scope AS MATERIALIZED (
-  SELECT count(*) AS n, greatest(avg(doclen), 1) AS avgdl FROM {side}
-  WHERE conversation_id IN :convs),
+# one-lexeme tsquery quoted, quotes and backslashes doubled; the OR of the `gate`d ones
+# finds the candidates through the GIN index. `scope` (n, avgdl) and `idf` come either
+# from counting the user's rows (the exhaustive form) or from the per-conversation totals
+# (core revision 0009); both give the same numeric values, so the same scores.
+_PG_TERMS = r"""
 terms AS MATERIALIZED (
   SELECT lexeme, '''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || '''' AS q
-  FROM (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english'::regconfig, :text))) t),
+  FROM (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english'::regconfig, :text))) t)"""
+_PG_COUNTED = (
+    r"""
+scope AS MATERIALIZED (
+  SELECT count(*) AS n, greatest(avg(doclen), 1) AS avgdl FROM {side}
+  WHERE conversation_id IN :convs),"""
+    + _PG_TERMS
+    + r""",
 idf AS MATERIALIZED (
-  SELECT t.lexeme, greatest(ln((s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf
+  SELECT t.lexeme, d.df, greatest(ln((s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf
   FROM terms t CROSS JOIN scope s
   CROSS JOIN LATERAL (
     SELECT count(*) AS df FROM {side}
-    WHERE conversation_id IN :convs AND tsv @@ t.q::tsquery) d),
+    WHERE conversation_id IN :convs AND tsv @@ t.q::tsquery) d)"""
+)
+# avg(doclen) is numeric sum / count: the same division as here.
+_PG_KEPT = (
+    r"""
+scope AS MATERIALIZED (
+  SELECT coalesce(sum(n), 0) AS n, greatest(sum(doclen) / sum(n), 1) AS avgdl
+  FROM {totals} WHERE conversation_id IN :convs),"""
+    + _PG_TERMS
+    + r""",
+idf AS MATERIALIZED (
+  SELECT t.lexeme, d.df, greatest(ln((s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf
+  FROM terms t CROSS JOIN scope s
+  CROSS JOIN LATERAL (
+    SELECT coalesce(sum(df), 0) AS df FROM {terms}
+    WHERE conversation_id IN :convs AND lexeme = t.lexeme) d)"""
+)
+_PG_RANK = r"""
+WITH {stats},
 hits AS MATERIALIZED (
   SELECT {key} AS rowid, tsv, doclen FROM {side}
   WHERE conversation_id IN :convs
-    AND tsv @@ (SELECT string_agg(q, ' | ') FROM terms)::tsquery)
+    AND tsv @@ (SELECT string_agg(q, ' | ') FROM terms WHERE {gate})::tsquery)
 SELECT h.rowid, sum(i.idf * u.tf * ({k1} + 1)
                     / (u.tf + {k1} * (1 - {b} + {b} * h.doclen / s.avgdl))) AS rank
 FROM hits h CROSS JOIN scope s
@@ -161,17 +205,66 @@ CROSS JOIN LATERAL (
 GROUP BY h.rowid
 ORDER BY rank DESC, h.rowid DESC LIMIT :limit
 """
+# Each query lexeme's document frequency and idf in the user's scope: the plan's input.
+_PG_PLAN = "WITH {stats} SELECT lexeme, df, idf::float8 AS idf FROM idf"
+
+
+def _pg_sql(template: str, index: TextIndex, gate: str = "TRUE") -> str:
+    kept = index.pg_totals is not None and index.pg_terms is not None
+    stats = (_PG_KEPT if kept else _PG_COUNTED).format(
+        side=index.pg_side, totals=index.pg_totals, terms=index.pg_terms
+    )
+    return template.format(
+        stats=stats,
+        side=index.pg_side,
+        key=index.pg_key,
+        gate=gate,
+        k1=K1,
+        b=B,
+        ctx=CONTEXT_WEIGHT,
+    )
+
+
+async def _pg_rank(
+    conn: AsyncConnection,
+    index: TextIndex,
+    conv_ids: list[int],
+    terms: list[str],
+    limit: int,
+    essential: list[str] | None = None,
+) -> list[Hit]:
+    """The best `limit` rows by BM25 over all of `terms`, among the rows holding one
+    of the `essential` lexemes (None: any)."""
+    gate = "TRUE" if essential is None else "lexeme = ANY (CAST(:essential AS text[]))"
+    params: dict[str, Any] = {"text": " ".join(terms), "convs": conv_ids, "limit": limit}
+    if essential is not None:
+        params["essential"] = essential
+    rows = await conn.execute(
+        sa.text(_pg_sql(_PG_RANK, index, gate)).bindparams(sa.bindparam("convs", expanding=True)),
+        params,
+    )
+    return [Hit(r.rowid, float(r.rank)) for r in rows]
 
 
 async def _pg_bm25(
     conn: AsyncConnection, index: TextIndex, conv_ids: list[int], terms: list[str], limit: int
 ) -> list[Hit]:
-    sql = _PG_BM25.format(side=index.pg_side, key=index.pg_key, k1=K1, b=B, ctx=CONTEXT_WEIGHT)
-    rows = await conn.execute(
-        sa.text(sql).bindparams(sa.bindparam("convs", expanding=True)),
-        {"text": " ".join(terms), "convs": conv_ids, "limit": limit},
+    """MaxScore (memory/search/maxscore.py) over the kept totals: the rows of the rarest
+    lexemes are scored in full, until the others cannot reach the `limit`-th score."""
+    if index.pg_totals is None or index.pg_terms is None:
+        return await _pg_rank(conn, index, conv_ids, terms, limit)
+    plan = await conn.execute(
+        sa.text(_pg_sql(_PG_PLAN, index)).bindparams(sa.bindparam("convs", expanding=True)),
+        {"text": " ".join(terms), "convs": conv_ids},
     )
-    return [Hit(r.rowid, float(r.rank)) for r in rows]
+    lexemes = maxscore.Terms.of([(r.lexeme, int(r.df), float(r.idf)) for r in plan if r.df], K1)
+    take = lexemes.first_cut(limit)
+    while True:
+        hits = await _pg_rank(conn, index, conv_ids, terms, limit, lexemes.names[:take])
+        need = lexemes.needed(hits[-1].score if len(hits) >= limit else None)
+        if need <= take:
+            return hits
+        take = need
 
 
 async def literal(

@@ -199,7 +199,7 @@ async def test_search_statements_use_the_indexes(make_provider, engine, db_kind)
                 # GIN index; without the conversation filter only the GIN index is left,
                 # which shows the query's expression is the indexed one.
                 unscoped = re.sub(
-                    r"conversation_id IN \((?:%\(\w+\)s(?:, )?)+\) AND ", "", statement
+                    r"conversation_id IN \((?:%\(\w+\)s(?:, )?)+\)\s+AND\s", "", statement
                 )
                 assert unscoped != statement
                 async with driver.cursor() as cur:
