@@ -16,7 +16,8 @@ times, words of every frequency) and one-word queries. For each, per query:
 - mnemo: the lcm provider's `search` (full_text, limit 20: the scope lookup, the ranking,
   the snippets), CPU (this process's plus, on PostgreSQL, the server backends' of the
   database, from /proc/<pid>/schedstat) and wall, and the longest event-loop stall seen
-  by a ticker coroutine (1 ms sleeps) while it ran;
+  by a ticker coroutine (1 ms sleeps) while it ran, beside the control: the same ticker
+  while the loop only sleeps as long (the shared machine's own scheduling delays);
 - the physical references: raw FTS5 `bm25()` with `ORDER BY ... LIMIT 20` over the whole
   table (no scope), and PostgreSQL's GIN `@@` with `ts_rank_cd` and `LIMIT 20`;
 - identity: the top 20 of `memory.search.lexical.bm25` against the exhaustive BM25
@@ -205,9 +206,10 @@ def queries(questions: int, words: int) -> list[Query]:
         text = " ".join(" ".join(parts).split()[:size]) + "?"
         if ranked_terms(text):  # a question of stop words alone is searched literally
             out.append(Query(text, "question"))
-    for _ in range(words):
+    while len(out) < questions + words:
         rank = int(np.exp(rng.uniform(np.log(10), np.log(5000))))
-        out.append(Query(vocab[rank], "word"))
+        if ranked_terms(vocab[rank]):  # made-up words can be stop words ("more")
+            out.append(Query(vocab[rank], "word"))
     return out
 
 
@@ -445,7 +447,8 @@ class Outcome:
     ranking: dict[str, Figures]
     exhaustive: dict[str, Figures]
     mismatches: dict[str, int]
-    matched_rows: float  # mean rows holding any query word, questions
+    idle: dict[str, Figures]
+    matched_rows: float = 0.0  # mean rows holding any query word, questions
 
 
 async def measure(kind: str, built: Path | str, qs: list[Query]) -> Outcome:
@@ -500,7 +503,7 @@ async def _measure_all(
         {k: Figures() for k in kinds},
         {k: Figures() for k in kinds},
         dict.fromkeys(kinds, 0),
-        0.0,
+        {k: Figures() for k in kinds},
     )
     for q in qs[:3]:  # warm the caches
         await provider.search(session, SearchQuery(q.text, mode=SearchMode.FULL_TEXT))
@@ -511,6 +514,10 @@ async def _measure_all(
         await measured(
             functools.partial(provider.search, session, query), server, out.mnemo[q.kind]
         )
+        # The control: the same ticker while the loop only sleeps as long (the machine's
+        # own scheduling delays, which no change to search can remove).
+        idle = functools.partial(asyncio.sleep, out.mnemo[q.kind].wall[-1] / 1000)
+        await measured(idle, ServerCpu(None), out.idle[q.kind])
         timed_sync(functools.partial(raw, terms), raw_pid, out.raw[q.kind])
         new = await measured(
             functools.partial(_ranked, engine, lexical.bm25, conv_ids, terms),
@@ -576,9 +583,9 @@ def main() -> int:
         "event-loop stall p50 / max",
         "",
         "| messages | database | query | rows matched | mnemo search CPU | wall p50 "
-        "| loop stall p50 / max | ranking CPU | exhaustive BM25 CPU | physical ref CPU "
+        "| loop stall p50 / max | idle loop stall p50 / max | ranking CPU | exhaustive BM25 CPU | physical ref CPU "
         "| top-20 mismatches |",
-        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for n in [int(s) for s in args.sizes.split(",")]:
         for kind in args.db.split(","):
@@ -594,6 +601,7 @@ def main() -> int:
                     f"| {n:,} | {kind} | {k} | {r.matched_rows:,.0f} | {_cell(m)} "
                     f"| {percentile(m.wall, 0.5):.1f} "
                     f"| {percentile(m.stall, 0.5):.1f} / {max(m.stall):.1f} "
+                    f"| {percentile(r.idle[k].stall, 0.5):.1f} / {max(r.idle[k].stall):.1f} "
                     f"| {_cell(r.ranking[k])} | {_cell(r.exhaustive[k])} | {_cell(r.raw[k])} "
                     f"| {r.mismatches[k]} |"
                 )

@@ -3,8 +3,7 @@
 One implementation for every provider and both databases. A `TextIndex` names the tables
 that index one source (core's messages, lcm's summaries); the functions here query them.
 Scope (the memory belongs to the user) is a list of the user's conversation ids, part
-of every index lookup,
-so no query can reach another user's rows.
+of every index lookup, so no query can reach another user's rows.
 
 Ranked (`bm25`): the query's terms are its words minus English stop words
 (memory/search/text.py); a row matches when it holds ANY of them, stemmed, and ranks by
@@ -18,13 +17,31 @@ fields separately, each normalised by its own length (bench/RESULTS.md).
 - PostgreSQL: the same formula computed in SQL over the stored tsvectors (content at
   weight A, context at B); rows are found through the GIN index with an OR tsquery built
   from the terms' own lexemes, so no user text is parsed as tsquery syntax.
-  N, mean length and df are the user's own rows' (N and avgdl from the conversation
-  index, which carries the lengths; df through the GIN index with the conversation
-  filter): whole-table figures would cost a pass over every user's rows per query, or a
-  totals row every insert updates, and would let other users' writing move this user's
-  scores, a side channel across the memory scope. FTS5 keeps whole-table figures; for
-  one user, or users who write alike, the two agree. tsvector keeps at most 255
-  positions per lexeme, so tf stops there (FTS5 counts on): nothing at chat sizes.
+  N, mean length and df are the user's own rows': whole-table figures would let other
+  users' writing move this user's scores, a side channel across the memory scope. FTS5
+  keeps whole-table figures; for one user, or users who write alike, the two agree.
+  tsvector keeps at most 255 positions per lexeme, so tf stops there (FTS5 counts on):
+  nothing at chat sizes.
+
+  Exact and pruned (issue 34): counting N, avgdl and df over the user's rows, and
+  scoring every row holding any query word, cost 3.6 s of CPU at 1M messages, most of
+  the rows scored holding only a speaker's name (every imported message starts with
+  one). Core revision 0009 keeps the totals per conversation (rows, summed doclen,
+  each lexeme's df), by a trigger in the transaction of the index's own write, so every
+  replica reads what the index holds; `bm25` evaluates MaxScore over them
+  (memory/search/maxscore.py): rows of the rarest lexemes are scored over every query
+  lexeme, and commoner lexemes are taken only while their bounds could still reach the
+  `limit`-th score. The scores are the exhaustive form's numeric SQL on the same inputs,
+  so the top k is identical, ties included; `bm25_exhaustive` is that form, the
+  reference tests/memory/test_bm25_exact.py and bench/search_scale.py check against.
+  Chosen over a search library (tantivy, a side index on local disk) because the index
+  must stay in the database's transactions and be shared by replicas; over WAND or
+  block-max indexes because those need postings ordered by impact, which neither GIN
+  nor FTS5 exposes, while a per-lexeme df and idf are all MaxScore needs.
+
+Off the event loop: on SQLite (an inline driver, memory/storage/sqlite_inline.py) ranked
+and literal lookups run on a worker thread (`off_loop`), so a long search does not stall
+every other chat; PostgreSQL's driver already waits without blocking the loop.
 
 Literal (`substring`): case-insensitive, newest first. SQLite: FTS5 trigram phrase query;
 PostgreSQL: pg_trgm serving `ILIKE` with `%`, `_` and `\\` escaped. Patterns shorter
@@ -36,6 +53,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
@@ -129,7 +147,7 @@ async def bm25_exhaustive(
         if conn.dialect.name == "sqlite":
             return await _sqlite_bm25(conn, index, conv_ids, terms, limit)
         counted = replace(index, pg_totals=None, pg_terms=None)
-        return await _pg_rank(conn, counted, conv_ids, terms, limit)
+        return _hits(await _pg_rank(conn, counted, conv_ids, terms, limit))
 
 
 async def _sqlite_bm25(
@@ -193,7 +211,9 @@ WITH {stats},
 hits AS MATERIALIZED (
   SELECT {key} AS rowid, tsv, doclen FROM {side}
   WHERE conversation_id IN :convs
-    AND tsv @@ (SELECT string_agg(q, ' | ') FROM terms WHERE {gate})::tsquery)
+    AND tsv @@ (SELECT string_agg(q, ' | ') FROM terms WHERE {gate})::tsquery
+    AND NOT coalesce(tsv @@ (SELECT string_agg(q, ' | ') FROM terms WHERE {seen})::tsquery,
+                     false))
 SELECT h.rowid, sum(i.idf * u.tf * ({k1} + 1)
                     / (u.tf + {k1} * (1 - {b} + {b} * h.doclen / s.avgdl))) AS rank
 FROM hits h CROSS JOIN scope s
@@ -209,7 +229,7 @@ ORDER BY rank DESC, h.rowid DESC LIMIT :limit
 _PG_PLAN = "WITH {stats} SELECT lexeme, df, idf::float8 AS idf FROM idf"
 
 
-def _pg_sql(template: str, index: TextIndex, gate: str = "TRUE") -> str:
+def _pg_sql(template: str, index: TextIndex, gate: str = "TRUE", seen: str = "FALSE") -> str:
     kept = index.pg_totals is not None and index.pg_terms is not None
     stats = (_PG_KEPT if kept else _PG_COUNTED).format(
         side=index.pg_side, totals=index.pg_totals, terms=index.pg_terms
@@ -219,6 +239,7 @@ def _pg_sql(template: str, index: TextIndex, gate: str = "TRUE") -> str:
         side=index.pg_side,
         key=index.pg_key,
         gate=gate,
+        seen=seen,
         k1=K1,
         b=B,
         ctx=CONTEXT_WEIGHT,
@@ -232,39 +253,55 @@ async def _pg_rank(
     terms: list[str],
     limit: int,
     essential: list[str] | None = None,
-) -> list[Hit]:
-    """The best `limit` rows by BM25 over all of `terms`, among the rows holding one
-    of the `essential` lexemes (None: any)."""
-    gate = "TRUE" if essential is None else "lexeme = ANY (CAST(:essential AS text[]))"
+    seen: list[str] | None = None,
+) -> list[tuple[int, Decimal]]:
+    """The best `limit` (rowid, score) by BM25 over all of `terms`, among the rows
+    holding one of the `essential` lexemes (None: any) and none of the `seen` ones.
+    Scores stay numeric: two rows whose scores differ in numeric may not as floats."""
     params: dict[str, Any] = {"text": " ".join(terms), "convs": conv_ids, "limit": limit}
+    gate, not_seen = "TRUE", "FALSE"
     if essential is not None:
-        params["essential"] = essential
+        gate, params["essential"] = "lexeme = ANY (CAST(:essential AS text[]))", essential
+    if seen:
+        not_seen, params["seen"] = "lexeme = ANY (CAST(:seen AS text[]))", seen
     rows = await conn.execute(
-        sa.text(_pg_sql(_PG_RANK, index, gate)).bindparams(sa.bindparam("convs", expanding=True)),
+        sa.text(_pg_sql(_PG_RANK, index, gate, not_seen)).bindparams(
+            sa.bindparam("convs", expanding=True)
+        ),
         params,
     )
-    return [Hit(r.rowid, float(r.rank)) for r in rows]
+    return [(int(r.rowid), Decimal(r.rank)) for r in rows]
 
 
 async def _pg_bm25(
     conn: AsyncConnection, index: TextIndex, conv_ids: list[int], terms: list[str], limit: int
 ) -> list[Hit]:
     """MaxScore (memory/search/maxscore.py) over the kept totals: the rows of the rarest
-    lexemes are scored in full, until the others cannot reach the `limit`-th score."""
+    lexemes are scored in full, then those of commoner ones not scored yet, until the
+    others cannot reach the `limit`-th score."""
     if index.pg_totals is None or index.pg_terms is None:
-        return await _pg_rank(conn, index, conv_ids, terms, limit)
+        return _hits(await _pg_rank(conn, index, conv_ids, terms, limit))
     plan = await conn.execute(
         sa.text(_pg_sql(_PG_PLAN, index)).bindparams(sa.bindparam("convs", expanding=True)),
         {"text": " ".join(terms), "convs": conv_ids},
     )
     lexemes = maxscore.Terms.of([(r.lexeme, int(r.df), float(r.idf)) for r in plan if r.df], K1)
-    take = lexemes.first_cut(limit)
+    done, take = 0, lexemes.first_cut(limit)
+    top: list[tuple[int, Decimal]] = []
     while True:
-        hits = await _pg_rank(conn, index, conv_ids, terms, limit, lexemes.names[:take])
-        need = lexemes.needed(hits[-1].score if len(hits) >= limit else None)
+        more = await _pg_rank(
+            conn, index, conv_ids, terms, limit, lexemes.names[done:take], lexemes.names[:done]
+        )
+        # The same order as the SQL's: score, then rowid, newest first.
+        top = sorted(top + more, key=lambda h: (h[1], h[0]), reverse=True)[:limit]
+        need = lexemes.needed(float(top[-1][1]) if len(top) >= limit else None)
         if need <= take:
-            return hits
-        take = need
+            return _hits(top)
+        done, take = take, need
+
+
+def _hits(scored: list[tuple[int, Decimal]]) -> list[Hit]:
+    return [Hit(rowid, float(score)) for rowid, score in scored]
 
 
 async def literal(
