@@ -11,6 +11,7 @@ The storage benchmarks take longer and run on their own:
     .venv/bin/python -m bench.recall --append-results                      # recall (issue 14)
     .venv/bin/python bench/cost.py --append-results                        # cost (issue 17)
     .venv/bin/python -m bench.fusion_study --db all                        # hybrid fusion variants
+    .venv/bin/python bench/search_scale.py --sizes 10000,100000,1000000     # word search at scale (issue 34)
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ conversation whose right answers are known."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -238,3 +239,18 @@ def test_import_bench_runs() -> None:
     )  # fmt: skip
     rows = [line for line in out.splitlines() if line.startswith("| lcm | sqlite |")]
     assert len(rows) == 2 and all(row.endswith("| yes |") for row in rows), out
+
+
+def test_search_scale_runs(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "bench/search_scale.py", "--sizes", "400", "--db", "sqlite"]
+        + ["--questions", "3", "--words", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=scaled(240),
+        env={**os.environ, "MNEMO_SCALE_CACHE": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| 400 | sqlite | question |" in done.stdout
+    assert (tmp_path / "sqlite-400-v2.db").exists()  # cached for the next run

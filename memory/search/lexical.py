@@ -3,8 +3,7 @@
 One implementation for every provider and both databases. A `TextIndex` names the tables
 that index one source (core's messages, lcm's summaries); the functions here query them.
 Scope (the memory belongs to the user) is a list of the user's conversation ids, part
-of every index lookup,
-so no query can reach another user's rows.
+of every index lookup, so no query can reach another user's rows.
 
 Ranked (`bm25`): the query's terms are its words minus English stop words
 (memory/search/text.py); a row matches when it holds ANY of them, stemmed, and ranks by
@@ -13,18 +12,37 @@ BM25 (k1 1.2, b 0.75): more and rarer shared terms rank higher. A message's `con
 there counts CONTEXT_WEIGHT of one of the message's own, and the row's length is both
 fields' (FTS5's weighted `bm25()`). Measured on bench/recall.py, this beat ranking the two
 fields separately, each normalised by its own length (bench/RESULTS.md).
-- SQLite: FTS5 (porter) `bm25()` with column weights; the terms are quoted, so `AND`,
-  `NEAR`, `-`, `*` or `col:x` in user text are words, never operators.
+- SQLite: FTS5 `bm25()` with column weights, over Snowball stems (memory/search/stems.py);
+  the terms are quoted, so `AND`, `NEAR`, `-`, `*` or `col:x` in user text are words,
+  never operators.
 - PostgreSQL: the same formula computed in SQL over the stored tsvectors (content at
   weight A, context at B); rows are found through the GIN index with an OR tsquery built
   from the terms' own lexemes, so no user text is parsed as tsquery syntax.
-  N, mean length and df are the user's own rows' (N and avgdl from the conversation
-  index, which carries the lengths; df through the GIN index with the conversation
-  filter): whole-table figures would cost a pass over every user's rows per query, or a
-  totals row every insert updates, and would let other users' writing move this user's
-  scores, a side channel across the memory scope. FTS5 keeps whole-table figures; for
-  one user, or users who write alike, the two agree. tsvector keeps at most 255
-  positions per lexeme, so tf stops there (FTS5 counts on): nothing at chat sizes.
+  N, mean length and df are the user's own rows': whole-table figures would let other
+  users' writing move this user's scores, a side channel across the memory scope. FTS5
+  keeps whole-table figures; for one user, or users who write alike, the two agree.
+  tsvector keeps at most 255 positions per lexeme, so tf stops there (FTS5 counts on):
+  nothing at chat sizes.
+
+  Exact and pruned (issue 34): counting N, avgdl and df over the user's rows, and
+  scoring every row holding any query word, cost 3.6 s of CPU at 1M messages, most of
+  the rows scored holding only a speaker's name (every imported message starts with
+  one). Core revision 0009 keeps the totals per conversation (rows, summed doclen,
+  each lexeme's df), by a trigger in the transaction of the index's own write, so every
+  replica reads what the index holds; `bm25` evaluates MaxScore over them
+  (memory/search/maxscore.py): rows of the rarest lexemes are scored over every query
+  lexeme, and commoner lexemes are taken only while their bounds could still reach the
+  `limit`-th score. The scores are the exhaustive form's numeric SQL on the same inputs,
+  so the top k is identical, ties included; `bm25_exhaustive` is that form, the
+  reference tests/memory/test_bm25_exact.py and bench/search_scale.py check against.
+  Chosen over a search library (tantivy, a side index on local disk) because the index
+  must stay in the database's transactions and be shared by replicas; over WAND or
+  block-max indexes because those need postings ordered by impact, which neither GIN
+  nor FTS5 exposes, while a per-lexeme df and idf are all MaxScore needs.
+
+Off the event loop: on SQLite (an inline driver, memory/storage/sqlite_inline.py) ranked
+and literal lookups run on a worker thread (`off_loop`), so a long search does not stall
+every other chat; PostgreSQL's driver already waits without blocking the loop.
 
 Literal (`substring`): case-insensitive, newest first. SQLite: FTS5 trigram phrase query;
 PostgreSQL: pg_trgm serving `ILIKE` with `%`, `_` and `\\` escaped. Patterns shorter
@@ -34,16 +52,18 @@ range on conversation_id), bounded by that user's history rather than the whole 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.contract.types import SearchResult, as_utc
-from memory.search import stems
+from memory.search import maxscore, stems
 from memory.search.text import fts5_string, like_pattern, snippet
+from memory.storage.sqlite_inline import off_loop
 
 K1, B = 1.2, 0.75
 # A word of the previous message counts this much of one of the message's own (measured
@@ -63,11 +83,14 @@ class TextIndex:
     table: str
     rowid: str  # the key the indexes use
     stamp: str  # the row's time
-    fts: str  # SQLite FTS5 (porter): scope, content[, context]
+    fts: str  # SQLite FTS5 over stems.index_text: scope, content[, context]
     trigram: str  # SQLite contentless FTS5 (trigram): scope, content
     pg_side: str  # PostgreSQL side table: key, conversation_id, tsv, doclen
     pg_key: str
     context: bool = False  # whether rows have a context field (FTS5 column, tsv weight B)
+    # PostgreSQL tables of per-conversation totals (n, doclen) and lexeme df (revision 0009)
+    pg_totals: str | None = None
+    pg_terms: str | None = None
     indexed: str = "TRUE"  # which rows of `table` the indexes hold (SQL, on `table`)
 
 
@@ -82,6 +105,8 @@ MESSAGES = TextIndex(
     pg_key="message_id",
     context=True,
     indexed="role <> 'tool'",
+    pg_totals="messages_search_totals",
+    pg_terms="messages_search_terms",
 )
 
 
@@ -106,9 +131,24 @@ async def bm25(
     """Rows holding any of `terms`, best BM25 first (scores higher-is-better)."""
     if not terms or not conv_ids:
         return []
-    if conn.dialect.name == "sqlite":
-        return await _sqlite_bm25(conn, index, conv_ids, terms, limit)
-    return await _pg_bm25(conn, index, conv_ids, terms, limit)
+    async with off_loop(conn):
+        if conn.dialect.name == "sqlite":
+            return await _sqlite_bm25(conn, index, conv_ids, terms, limit)
+        return await _pg_bm25(conn, index, conv_ids, terms, limit)
+
+
+async def bm25_exhaustive(
+    conn: AsyncConnection, index: TextIndex, conv_ids: list[int], terms: list[str], limit: int
+) -> list[Hit]:
+    """What `bm25` returns, computed by scoring every row holding any of `terms` and
+    counting the totals anew: the reference the pruned evaluation is checked against."""
+    if not terms or not conv_ids:
+        return []
+    async with off_loop(conn):
+        if conn.dialect.name == "sqlite":
+            return await _sqlite_bm25(conn, index, conv_ids, terms, limit)
+        counted = replace(index, pg_totals=None, pg_terms=None)
+        return _hits(await _pg_rank(conn, counted, conv_ids, terms, limit))
 
 
 async def _sqlite_bm25(
@@ -130,25 +170,51 @@ async def _sqlite_bm25(
 
 # BM25 as FTS5 computes it: an idf at or below zero counts as 1e-6; a context occurrence
 # (weight B) counts CONTEXT_WEIGHT in tf, as FTS5's column weights do. A lexeme becomes a
-# one-lexeme tsquery quoted, quotes and backslashes doubled; the OR of them finds the
-# candidates through the GIN index.
-_PG_BM25 = r"""
-WITH scope AS MATERIALIZED (
-  SELECT count(*) AS n, greatest(avg(doclen), 1) AS avgdl FROM {side}
-  WHERE conversation_id IN :convs),
+# one-lexeme tsquery quoted, quotes and backslashes doubled; the OR of the `gate`d ones
+# finds the candidates through the GIN index. `scope` (n, avgdl) and `idf` come either
+# from counting the user's rows (the exhaustive form) or from the per-conversation totals
+# (core revision 0009); both give the same numeric values, so the same scores.
+_PG_TERMS = r"""
 terms AS MATERIALIZED (
   SELECT lexeme, '''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || '''' AS q
-  FROM (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english'::regconfig, :text))) t),
+  FROM (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english'::regconfig, :text))) t)"""
+_PG_COUNTED = (
+    r"""
+scope AS MATERIALIZED (
+  SELECT count(*) AS n, greatest(avg(doclen), 1) AS avgdl FROM {side}
+  WHERE conversation_id IN :convs),"""
+    + _PG_TERMS
+    + r""",
 idf AS MATERIALIZED (
-  SELECT t.lexeme, greatest(ln((s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf
+  SELECT t.lexeme, d.df, greatest(ln((s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf
   FROM terms t CROSS JOIN scope s
   CROSS JOIN LATERAL (
     SELECT count(*) AS df FROM {side}
-    WHERE conversation_id IN :convs AND tsv @@ t.q::tsquery) d),
+    WHERE conversation_id IN :convs AND tsv @@ t.q::tsquery) d)"""
+)
+# avg(doclen) is numeric sum / count: the same division as here.
+_PG_KEPT = (
+    r"""
+scope AS MATERIALIZED (
+  SELECT coalesce(sum(n), 0) AS n, greatest(sum(doclen) / sum(n), 1) AS avgdl
+  FROM {totals} WHERE conversation_id IN :convs),"""
+    + _PG_TERMS
+    + r""",
+idf AS MATERIALIZED (
+  SELECT t.lexeme, d.df, greatest(ln((s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf
+  FROM terms t CROSS JOIN scope s
+  CROSS JOIN LATERAL (
+    SELECT coalesce(sum(df), 0) AS df FROM {terms}
+    WHERE conversation_id IN :convs AND lexeme = t.lexeme) d)"""
+)
+_PG_RANK = r"""
+WITH {stats},
 hits AS MATERIALIZED (
   SELECT {key} AS rowid, tsv, doclen FROM {side}
   WHERE conversation_id IN :convs
-    AND tsv @@ (SELECT string_agg(q, ' | ') FROM terms)::tsquery)
+    AND tsv @@ (SELECT string_agg(q, ' | ') FROM terms WHERE {gate})::tsquery
+    AND NOT coalesce(tsv @@ (SELECT string_agg(q, ' | ') FROM terms WHERE {seen})::tsquery,
+                     false))
 SELECT h.rowid, sum(i.idf * u.tf * ({k1} + 1)
                     / (u.tf + {k1} * (1 - {b} + {b} * h.doclen / s.avgdl))) AS rank
 FROM hits h CROSS JOIN scope s
@@ -160,17 +226,83 @@ CROSS JOIN LATERAL (
 GROUP BY h.rowid
 ORDER BY rank DESC, h.rowid DESC LIMIT :limit
 """
+# Each query lexeme's document frequency and idf in the user's scope: the plan's input.
+_PG_PLAN = "WITH {stats} SELECT lexeme, df, idf::float8 AS idf FROM idf"
+
+
+def _pg_sql(template: str, index: TextIndex, gate: str = "TRUE", seen: str = "FALSE") -> str:
+    kept = index.pg_totals is not None and index.pg_terms is not None
+    stats = (_PG_KEPT if kept else _PG_COUNTED).format(
+        side=index.pg_side, totals=index.pg_totals, terms=index.pg_terms
+    )
+    return template.format(
+        stats=stats,
+        side=index.pg_side,
+        key=index.pg_key,
+        gate=gate,
+        seen=seen,
+        k1=K1,
+        b=B,
+        ctx=CONTEXT_WEIGHT,
+    )
+
+
+async def _pg_rank(
+    conn: AsyncConnection,
+    index: TextIndex,
+    conv_ids: list[int],
+    terms: list[str],
+    limit: int,
+    essential: list[str] | None = None,
+    seen: list[str] | None = None,
+) -> list[tuple[int, Decimal]]:
+    """The best `limit` (rowid, score) by BM25 over all of `terms`, among the rows
+    holding one of the `essential` lexemes (None: any) and none of the `seen` ones.
+    Scores stay numeric: two rows whose scores differ in numeric may not as floats."""
+    params: dict[str, Any] = {"text": " ".join(terms), "convs": conv_ids, "limit": limit}
+    gate, not_seen = "TRUE", "FALSE"
+    if essential is not None:
+        gate, params["essential"] = "lexeme = ANY (CAST(:essential AS text[]))", essential
+    if seen:
+        not_seen, params["seen"] = "lexeme = ANY (CAST(:seen AS text[]))", seen
+    rows = await conn.execute(
+        sa.text(_pg_sql(_PG_RANK, index, gate, not_seen)).bindparams(
+            sa.bindparam("convs", expanding=True)
+        ),
+        params,
+    )
+    return [(int(r.rowid), Decimal(r.rank)) for r in rows]
 
 
 async def _pg_bm25(
     conn: AsyncConnection, index: TextIndex, conv_ids: list[int], terms: list[str], limit: int
 ) -> list[Hit]:
-    sql = _PG_BM25.format(side=index.pg_side, key=index.pg_key, k1=K1, b=B, ctx=CONTEXT_WEIGHT)
-    rows = await conn.execute(
-        sa.text(sql).bindparams(sa.bindparam("convs", expanding=True)),
-        {"text": " ".join(terms), "convs": conv_ids, "limit": limit},
+    """MaxScore (memory/search/maxscore.py) over the kept totals: the rows of the rarest
+    lexemes are scored in full, then those of commoner ones not scored yet, until the
+    others cannot reach the `limit`-th score."""
+    if index.pg_totals is None or index.pg_terms is None:
+        return _hits(await _pg_rank(conn, index, conv_ids, terms, limit))
+    plan = await conn.execute(
+        sa.text(_pg_sql(_PG_PLAN, index)).bindparams(sa.bindparam("convs", expanding=True)),
+        {"text": " ".join(terms), "convs": conv_ids},
     )
-    return [Hit(r.rowid, float(r.rank)) for r in rows]
+    lexemes = maxscore.Terms.of([(r.lexeme, int(r.df), float(r.idf)) for r in plan if r.df], K1)
+    done, take = 0, lexemes.first_cut(limit)
+    top: list[tuple[int, Decimal]] = []
+    while True:
+        more = await _pg_rank(
+            conn, index, conv_ids, terms, limit, lexemes.names[done:take], lexemes.names[:done]
+        )
+        # The same order as the SQL's: score, then rowid, newest first.
+        top = sorted(top + more, key=lambda h: (h[1], h[0]), reverse=True)[:limit]
+        need = lexemes.needed(float(top[-1][1]) if len(top) >= limit else None)
+        if need <= take:
+            return _hits(top)
+        done, take = take, need
+
+
+def _hits(scored: list[tuple[int, Decimal]]) -> list[Hit]:
+    return [Hit(rowid, float(score)) for rowid, score in scored]
 
 
 async def literal(
@@ -180,6 +312,13 @@ async def literal(
     candidate must still be checked against (None when the index was exact)."""
     if not text or not conv_ids:
         return [], None
+    async with off_loop(conn):
+        return await _literal(conn, index, conv_ids, text, limit)
+
+
+async def _literal(
+    conn: AsyncConnection, index: TextIndex, conv_ids: list[int], text: str, limit: int
+) -> tuple[list[Hit], str | None]:
     if conn.dialect.name == "sqlite" and len(text) >= TRIGRAM:
         indexed = text[:MAX_INDEXED_PATTERN]
         match = f"{_scope_filter(conv_ids)} AND content : {fts5_string(indexed)}"

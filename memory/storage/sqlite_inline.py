@@ -14,6 +14,14 @@ the loop: these connections run with `busy_timeout=0`, and SQLITE_BUSY is retrie
 asyncio sleeps until the connection's timeout, as SQLite's busy handler would (it too
 retries only plain SQLITE_BUSY; a stale snapshot fails at once).
 
+A long read is the exception: a ranked search over a big history, or a scan, costs
+tens to hundreds of milliseconds of SQL, and run inline it would stall every other chat
+for that long (bench/search_scale.py measures the stall). Inside `off_loop(conn)` a
+connection runs each statement on a worker thread instead, its rows fetched there too
+(one hand-off per statement). It is meant for reads outside a write transaction, where
+a hand-off costs latency only; a cancelled caller interrupts the statement and waits for
+the thread, so the connection is never used by two threads at once.
+
 The objects here imitate the part of aiosqlite's API that SQLAlchemy's aiosqlite dialect
 calls (`create_engine` passes `connect` as `async_creator`), so the dialect, its
 exceptions (sqlite3's) and the URL scheme stay as they are.
@@ -22,10 +30,16 @@ exceptions (sqlite3's) and the URL scheme stay as they are.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 T = TypeVar("T")
 
@@ -34,10 +48,15 @@ _RETRIED = {sqlite3.SQLITE_BUSY, 261}  # 261 = SQLITE_BUSY_RECOVERY (WAL being r
 _FIRST_SLEEP, _MAX_SLEEP = 0.001, 0.05
 
 
-async def _retry_busy(busy_wait: float, call: Callable[..., T], *args: Any) -> T:
+async def _retry_busy(
+    busy_wait: float, call: Callable[..., T], *args: Any, thread: sqlite3.Connection | None = None
+) -> T:
+    """`call(*args)`, inline or (`thread`: the connection it uses) on a worker thread."""
     sleep, deadline = _FIRST_SLEEP, None
     while True:
         try:
+            if thread is not None:
+                return await _in_thread(thread, partial(call, *args))
             return call(*args)
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", None) not in _RETRIED:
@@ -50,11 +69,26 @@ async def _retry_busy(busy_wait: float, call: Callable[..., T], *args: Any) -> T
             sleep = min(sleep * 2, _MAX_SLEEP)
 
 
+async def _in_thread(conn: sqlite3.Connection, call: Callable[[], T]) -> T:
+    """`call()` on a worker thread; if the caller is cancelled meanwhile, the statement is
+    interrupted and waited for before the cancellation goes on."""
+    future = asyncio.get_running_loop().run_in_executor(None, call)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        conn.interrupt()
+        # sqlite3.OperationalError("interrupted"), expected
+        with contextlib.suppress(Exception):
+            await future
+        raise
+
+
 class InlineCursor:
     def __init__(self, connection: InlineConnection, timeout: float) -> None:
         self._connection = connection
         self._timeout = timeout
         self._sqlite_cursor: sqlite3.Cursor | None = None
+        self._buffered: deque[Any] | None = None  # rows fetched on the worker thread
 
     @property
     def _cursor(self) -> sqlite3.Cursor:
@@ -92,6 +126,17 @@ class InlineCursor:
         self._cursor.arraysize = value
 
     async def execute(self, sql: str, parameters: Any = ()) -> InlineCursor:
+        self._buffered = None
+        if self._connection.off_loop:
+            cursor = self._cursor
+
+            def run() -> list[Any]:
+                cursor.execute(sql, parameters)
+                return cursor.fetchall() if cursor.description else []
+
+            rows = await _retry_busy(self._timeout, run, thread=self._connection._open())
+            self._buffered = deque(rows)
+            return self
         await _retry_busy(self._timeout, self._cursor.execute, sql, parameters)
         return self
 
@@ -102,13 +147,24 @@ class InlineCursor:
         return self
 
     async def fetchone(self) -> Any:
-        return self._cursor.fetchone()
+        return self._next()
 
     async def fetchmany(self, size: int | None = None) -> list[Any]:
-        return self._cursor.fetchmany(self._cursor.arraysize if size is None else size)
+        size = self._cursor.arraysize if size is None else size
+        if self._buffered is not None:
+            return [self._buffered.popleft() for _ in range(min(size, len(self._buffered)))]
+        return self._cursor.fetchmany(size)
 
     async def fetchall(self) -> list[Any]:
+        if self._buffered is not None:
+            rows, self._buffered = list(self._buffered), deque()
+            return rows
         return self._cursor.fetchall()
+
+    def _next(self) -> Any:
+        if self._buffered is not None:
+            return self._buffered.popleft() if self._buffered else None
+        return self._cursor.fetchone()
 
     async def close(self) -> None:
         self._cursor.close()
@@ -117,7 +173,7 @@ class InlineCursor:
         return self
 
     async def __anext__(self) -> Any:
-        row = self._cursor.fetchone()
+        row = self._next()
         if row is None:
             raise StopAsyncIteration
         return row
@@ -129,6 +185,7 @@ class InlineConnection:
         # SQLAlchemy's adapter reads `_connection` as "still open".
         self._connection: sqlite3.Connection | None = conn
         self._timeout = timeout
+        self.off_loop = 0  # > 0: statements run on a worker thread (module doc)
 
     def cursor(self) -> InlineCursor:
         return InlineCursor(self, self._timeout)
@@ -171,3 +228,20 @@ async def connect(database: str, *, busy_wait: float = 30.0, uri: bool = False) 
     )  # closed by GC from any thread
     conn.execute("PRAGMA busy_timeout=0")
     return InlineConnection(conn, busy_wait)
+
+
+@asynccontextmanager
+async def off_loop(conn: AsyncConnection) -> AsyncIterator[AsyncConnection]:
+    """`conn` with its statements run on a worker thread meanwhile, when it is an inline
+    SQLite connection (module doc); other drivers already wait without blocking the loop.
+    For reads: a write transaction would hold the write lock across the hand-offs."""
+    raw = await conn.get_raw_connection()
+    driver = raw.driver_connection
+    if not isinstance(driver, InlineConnection):
+        yield conn
+        return
+    driver.off_loop += 1
+    try:
+        yield conn
+    finally:
+        driver.off_loop -= 1

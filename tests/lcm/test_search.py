@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 import sqlalchemy as sa
@@ -198,7 +199,7 @@ async def test_search_statements_use_the_indexes(make_provider, engine, db_kind)
                 # GIN index; without the conversation filter only the GIN index is left,
                 # which shows the query's expression is the indexed one.
                 unscoped = re.sub(
-                    r"conversation_id IN \((?:%\(\w+\)s(?:, )?)+\) AND ", "", statement
+                    r"conversation_id IN \((?:%\(\w+\)s(?:, )?)+\)\s+AND\s", "", statement
                 )
                 assert unscoped != statement
                 async with driver.cursor() as cur:
@@ -246,3 +247,30 @@ async def test_full_text_ranks_a_short_document_above_a_long_one(make_provider) 
     hits = await p.search(s, q("kestrel"))
     assert hits[0].content == "kestrel sighting today"
     assert hits[0].score > hits[1].score > 0
+
+
+async def test_sqlite_searches_run_off_the_event_loop(make_provider, engine, db_kind) -> None:
+    """Ranked and literal lookups run on a worker thread: a long search over a big history
+    must not stall every other chat (memory/storage/sqlite_inline.py)."""
+    if db_kind != "sqlite":
+        pytest.skip("PostgreSQL's driver waits without blocking the loop")
+    p = make_provider()
+    s = session()
+    await p.append(s, *numbered(30, word="quagga"))
+    seen: list[tuple[int, str]] = []
+
+    def trace(dbapi_conn, _record) -> None:  # noqa: ANN001
+        sqlite_conn = dbapi_conn.driver_connection._conn
+        sqlite_conn.set_trace_callback(lambda sql: seen.append((threading.get_ident(), sql)))
+
+    await engine.dispose()  # new connections, each traced
+    sa.event.listen(engine.sync_engine, "connect", trace)
+    try:
+        assert await p.search(s, q("quagga"))
+        assert await p.search(s, q("uagg", SUB))
+        assert await p.search(s, q("ag", SUB))  # too short for trigrams: LIKE
+    finally:
+        sa.event.remove(engine.sync_engine, "connect", trace)
+    lookups = [t for t, sql in seen if " MATCH " in sql or " LIKE " in sql]
+    assert len(lookups) >= 5  # three searches over messages and summaries (LIKE: messages)
+    assert threading.get_ident() not in lookups

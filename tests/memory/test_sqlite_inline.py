@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -227,3 +228,70 @@ async def test_the_engine_replaces_a_connection_closed_underneath_it(
     async with write_transaction(sqlite_engine) as conn:
         await conn.execute(items.insert().values(name="fresh connection"))
     assert await _names(sqlite_engine) == ["fresh connection"]
+
+
+async def _statement_threads(engine: AsyncEngine) -> list[tuple[int, str]]:
+    """Record (thread, statement) of every statement the engine's connections run."""
+    seen: list[tuple[int, str]] = []
+    async with engine.connect() as conn:
+        raw = await conn.get_raw_connection()
+        sqlite_conn = raw.driver_connection._conn  # type: ignore[union-attr]
+        sqlite_conn.set_trace_callback(lambda sql: seen.append((threading.get_ident(), sql)))
+    return seen
+
+
+async def test_statements_off_the_loop_run_on_a_worker_thread(sqlite_engine: AsyncEngine) -> None:
+    seen = await _statement_threads(sqlite_engine)
+    loop_thread = threading.get_ident()
+    async with write_transaction(sqlite_engine) as conn:
+        await conn.execute(items.insert(), [{"name": f"row {i}"} for i in range(3)])
+    async with sqlite_engine.connect() as conn:
+        inline = (await conn.execute(sa.select(items.c.name).order_by(items.c.id))).all()
+        async with sqlite_inline.off_loop(conn):
+            result = await conn.execute(sa.select(items.c.name).order_by(items.c.id))
+            off = result.all()
+            assert (await conn.execute(sa.select(items.c.id).where(items.c.id > 99))).all() == []
+        again = (await conn.execute(sa.select(items.c.name).order_by(items.c.id))).all()
+    assert inline == off == again == [(f"row {i}",) for i in range(3)]
+    selects = [thread for thread, sql in seen if sql.startswith("SELECT")]
+    # inline, off the loop (2), inline again
+    assert selects[0] == selects[3] == loop_thread
+    assert selects[1] != loop_thread and selects[2] != loop_thread
+
+
+async def test_a_cancelled_statement_off_the_loop_is_interrupted(
+    sqlite_engine: AsyncEngine,
+) -> None:
+    started = threading.Event()
+    loop = asyncio.get_running_loop()
+    running = asyncio.Event()
+
+    def mark(_i: int) -> int:
+        if not started.is_set():
+            started.set()
+            loop.call_soon_threadsafe(running.set)
+        return 1
+
+    endless = (
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE mark(i)) "
+        "SELECT count(*) FROM n"
+    )
+
+    async def run() -> None:
+        async with sqlite_engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            await raw.driver_connection.create_function(  # type: ignore[union-attr]
+                "mark", 1, mark
+            )
+            async with sqlite_inline.off_loop(conn):
+                await conn.exec_driver_sql(endless)
+
+    task = asyncio.create_task(run())
+    await asyncio.wait_for(running.wait(), scaled(5))  # the loop runs beside the statement
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, scaled(5))
+    # The connection went back to the pool with nothing running on it.
+    async with write_transaction(sqlite_engine) as conn:
+        await conn.execute(items.insert().values(name="after"))
+    assert await _names(sqlite_engine) == ["after"]
