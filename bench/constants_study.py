@@ -18,7 +18,8 @@ dropped but kept in the scale, then the word hits past the pool). Scored like
 bench/recall.py (turn-level recall@10, the data README's rules).
 
     python -m bench.constants_study [--context 0,0.25,0.5,0.75,1]
-        [--weights 0.2,0.3,0.4,0.5,0.6] [--pools 20,30,50,100] [--floors -1,0.1,0.2,0.3]
+        [--weights 0.2,0.3,0.4,0.5,0.6] [--pools 20,30,50,100] [--floors=-1,0.1,0.2,0.3]
+        [--vectors DIR] [--margin 0.005]
 """
 
 from __future__ import annotations
@@ -66,15 +67,18 @@ class Data:
     """Per database and CONTEXT_WEIGHT, each question's word list; each question's
     cosines; the questions' evidence and conversation."""
 
-    def __init__(self, convs: list[Conversation]) -> None:
+    def __init__(self, convs: list[Conversation], vectors: Path | None = None) -> None:
         self.convs = convs
         self.turn_ids = [[t.dia_id for t in c.turns] for c in convs]
         self.conv_of = np.array([ci for ci, c in enumerate(convs) for _ in c.questions])
         self.evidence = [q.evidence for c in convs for q in c.questions]
         self.sims: list[np.ndarray] = []
-        for c in convs:
-            turns = hybrid_cache.vectors([t.content for t in c.turns])
-            questions = hybrid_cache.vectors([q.text for q in c.questions])
+        for i, c in enumerate(convs):
+            if vectors is None:
+                turns = hybrid_cache.vectors([t.content for t in c.turns])
+                questions = hybrid_cache.vectors([q.text for q in c.questions])
+            else:  # another model's, computed elsewhere: t{i}.npy, q{i}.npy
+                turns, questions = np.load(vectors / f"t{i}.npy"), np.load(vectors / f"q{i}.npy")
             self.sims += list(questions @ turns.T)
         self._words: dict[tuple[str, float], list[list[tuple[int, float]]]] = {}
 
@@ -98,8 +102,13 @@ class Data:
 
 
 class Study:
-    def __init__(self, data: Data, contexts: list[float], hybrids: list[Hybrid]) -> None:
-        self.d, self.contexts, self.hybrids = data, contexts, hybrids
+    def __init__(
+        self, data: Data, contexts: list[float], hybrids: list[Hybrid], margin: float = 0.0
+    ) -> None:
+        product = (SEMANTIC_WEIGHT, HYBRID_POOL, DEFAULT_MIN_SIMILARITY)
+        self.d, self.margin = data, margin
+        self.contexts = sorted({*contexts, lexical.CONTEXT_WEIGHT})
+        self.hybrids = [*hybrids, *([product] if product not in hybrids else [])]
         self._full: dict[tuple[str, float], np.ndarray] = {}
         self._hybrid: dict[tuple[str, float, Hybrid], np.ndarray] = {}
 
@@ -118,25 +127,27 @@ class Study:
             )
         return self._hybrid[(db, context, h)]
 
-    def pick(self, train: np.ndarray) -> tuple[float, Hybrid]:
-        """The values whose mean R@10 on `train`'s questions, full_text plus hybrid over
-        both databases, is best: CONTEXT_WEIGHT serves both modes. Ties (to 1e-9) go to
-        the product's values."""
-        product = (lexical.CONTEXT_WEIGHT, (SEMANTIC_WEIGHT, HYBRID_POOL, DEFAULT_MIN_SIMILARITY))
-        return max(
-            itertools.product(self.contexts, self.hybrids),
-            key=lambda ch: (
-                round(
-                    sum(
-                        self.full_text(db, ch[0])[train].mean()
-                        + self.hybrid(db, ch[0], ch[1])[train].mean()
-                        for db in DATABASES
-                    ),
-                    9,
-                ),
-                ch == product,
-            ),
+    def score(self, train: np.ndarray, c: float, h: Hybrid) -> float:
+        """Mean R@10 on `train`'s questions of full_text and hybrid on both databases:
+        CONTEXT_WEIGHT ranks both modes."""
+        return float(
+            np.mean(
+                [self.full_text(db, c)[train].mean() for db in DATABASES]
+                + [self.hybrid(db, c, h)[train].mean() for db in DATABASES]
+            )
         )
+
+    def pick(self, train: np.ndarray) -> tuple[float, Hybrid]:
+        """The best values on `train`, if they beat the product's by `margin`; else the
+        product's (a gain smaller than that is noise: see the module docstring)."""
+        product = (lexical.CONTEXT_WEIGHT, (SEMANTIC_WEIGHT, HYBRID_POOL, DEFAULT_MIN_SIMILARITY))
+        best = max(
+            itertools.product(self.contexts, self.hybrids),
+            key=lambda ch: (round(self.score(train, *ch), 9), ch == product),
+        )
+        if self.score(train, *best) - self.score(train, *product) < self.margin:
+            return product
+        return best
 
 
 def report(study: Study) -> str:
@@ -215,6 +226,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pools", default="20,30,50,100")
     parser.add_argument("--floors", default="-1,0.1,0.2,0.3")
     parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=0.0,
+        help="keep the product's values unless others beat them by this much on the four "
+        "conversations (mean R@10 of the two modes on both databases)",
+    )
+    parser.add_argument(
+        "--vectors",
+        type=Path,
+        default=None,
+        help="another model's unit vectors, a folder of t<i>.npy (conversation i's turns) "
+        "and q<i>.npy (its questions), instead of MiniLM's",
+    )
     args = parser.parse_args(argv)
     data = args.data or default_data()
     if data is None:
@@ -226,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     try:
-        study = Study(Data(load_locomo(data)), floats(args.context), hybrids)
+        study = Study(
+            Data(load_locomo(data), args.vectors), floats(args.context), hybrids, args.margin
+        )
         print(report(study))
     finally:
         hybrid_cache.close()
