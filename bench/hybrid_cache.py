@@ -37,6 +37,7 @@ from bench.recall import (
     stored_dia_ids,
 )
 from memory.contract.types import Message, SearchMode, SearchQuery, SearchScope
+from memory.search import lexical
 
 CACHE = Path(os.environ.get("MNEMO_BENCH_CACHE", Path.home() / ".cache" / "mnemo-bench"))
 
@@ -88,11 +89,18 @@ def vectors(texts: list[str]) -> np.ndarray:
 
 
 def word_lists(
-    convs: list[Conversation], depth: int = 200, tag: str = "", db: str = "sqlite"
+    convs: list[Conversation],
+    depth: int = 200,
+    tag: str = "",
+    db: str = "sqlite",
+    context_weight: float | None = None,
 ) -> list[Ranked]:
     """lcm on `db`: each question's `depth` best turns by `full_text` (cached; `tag`
-    names the lexical code's version, so a change of ranking is measured afresh)."""
-    parts = ("words", tag, depth, [(c.sample_id, len(c.turns)) for c in convs])
+    names the lexical code's version, so a change of ranking is measured afresh).
+    `context_weight`: `memory.search.lexical.CONTEXT_WEIGHT` for this run (None: the
+    product's)."""
+    weight = lexical.CONTEXT_WEIGHT if context_weight is None else context_weight
+    parts = ("words", tag, depth, [(c.sample_id, len(c.turns)) for c in convs], weight)
     key = _digest(*parts) if db == "sqlite" else _digest(*parts, db)
     path = CACHE / f"words-{key}.json"
     if path.is_file():
@@ -122,7 +130,11 @@ def word_lists(
                         out.append([(dia[h.source_id], h.score) for h in hits])
         return out
 
-    out = asyncio.run(run())
+    product, lexical.CONTEXT_WEIGHT = lexical.CONTEXT_WEIGHT, weight
+    try:
+        out = asyncio.run(run())
+    finally:
+        lexical.CONTEXT_WEIGHT = product
     CACHE.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out))
     return out

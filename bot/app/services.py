@@ -108,6 +108,7 @@ def build_embedder(settings: Settings, usage: UsageRecorder | None = None) -> An
         return None
     from memory.search.semantic.client import Embedder
 
+    query_prefix, document_prefix = cfg.prefix_pair()
     return Embedder(
         cfg.model,
         base_url=cfg.base_url or settings.llm.base_url,
@@ -118,6 +119,8 @@ def build_embedder(settings: Settings, usage: UsageRecorder | None = None) -> An
         max_chars=cfg.max_chars,
         usage=usage,
         min_similarity=cfg.min_similarity,
+        query_prefix=query_prefix,
+        document_prefix=document_prefix,
     )
 
 

@@ -39,7 +39,7 @@ from bot.config.section import Section as _Section
 from bot.config.yaml_loader import ConfigYamlRefused, parse_config_yaml
 from bot.runtime.redact import MASK, config_secrets, mask, mask_database_url, secret_values
 from memory.contract.settings import MAX_MESSAGES  # message counts: keep_tail, fresh_tail
-from memory.search.semantic import DEFAULT_MIN_SIMILARITY
+from memory.search.semantic import DEFAULT_MIN_SIMILARITY, PREFIX_PRESETS
 from memory.storage.prices import Price
 
 DEFAULT_CONFIG = "config.yaml"
@@ -180,6 +180,26 @@ class EmbeddingsSettings(_Section):
     cache_mb: int = Field(default=256, ge=16, le=65_536)  # cached vectors per process
     # The cosine an item found by meaning alone needs to be listed (model-specific).
     min_similarity: float = Field(default=DEFAULT_MIN_SIMILARITY, ge=-1.0, le=1.0)
+    # Text put before every query / every stored item, for models trained with them; a
+    # preset (`prefixes`) names a family's pair, and either key set here wins over it.
+    prefixes: str = ""
+    query_prefix: str | None = Field(default=None, max_length=200)
+    document_prefix: str | None = Field(default=None, max_length=200)
+
+    @field_validator("prefixes")
+    @classmethod
+    def _preset(cls, v: str) -> str:
+        if v and v not in PREFIX_PRESETS:
+            raise ValueError(f"expected one of {', '.join(PREFIX_PRESETS)} (or empty: none)")
+        return v
+
+    def prefix_pair(self) -> tuple[str, str]:
+        """(query prefix, document prefix): the keys set, else the preset's, else none."""
+        query, document = PREFIX_PRESETS.get(self.prefixes, ("", ""))
+        return (
+            query if self.query_prefix is None else self.query_prefix,
+            document if self.document_prefix is None else self.document_prefix,
+        )
 
 
 class _Periodic(_Section):

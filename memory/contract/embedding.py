@@ -19,7 +19,9 @@ DEFAULT_CACHE_BYTES = 256 * 1024 * 1024  # VectorIndex's cap on cached vectors
 class QueryEmbedder(Protocol):
     """What semantic search needs of `ProviderContext.embedder` (the bot passes a
     `memory.search.semantic.client.Embedder`): a query's unit vector, and the model's
-    similarity floor for hits found by meaning alone."""
+    similarity floor for hits found by meaning alone. `model` names the vectors its
+    queries are compared with (the Embedder's carries its prefixes: another prefix,
+    other vectors)."""
 
     model: str
     min_similarity: float

@@ -24,6 +24,7 @@ Results carry their time, the conversation they came from and what found them.
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -46,8 +47,12 @@ if TYPE_CHECKING:
 
     from memory.search.semantic.search import SemanticSearch
 
-# Hybrid search fuses this many of each list's best (or `limit`, if more): enough that
-# an item ranked low by one signal and high by the other is in both lists.
+# Hybrid search fuses this many of each list's best, whatever the `limit`: enough that an
+# item ranked low by one signal and high by the other is in both lists. The pool sets the
+# min-max scales (memory/search/fusion.py), so a pool growing with `limit` made a page of
+# 20 something else than the head of a page of 200; a `limit` past what the fused pool
+# holds is filled with the word hits ranked after it, in their order. 30 and 100 were
+# no better when chosen by leaving one conversation out (bench/constants_study.py).
 HYBRID_POOL = 50
 # Semantic sources a scope searches (None: all).
 _VECTOR_SOURCES: dict[SearchScope, set[str] | None] = {
@@ -86,14 +91,15 @@ def _key(result: SearchResult) -> tuple[str, str]:
     return result.source_type, result.source_id
 
 
-def _newest_first(results: list[SearchResult]) -> list[SearchResult]:
+def _merged(lists: Sequence[list[SearchResult]], ranked: bool) -> list[SearchResult]:
+    """Each source's list merged into one, best score first (`ranked`) or newest first.
+    A merge, never a sort: each list keeps its source's own order (its ties broken by the
+    source), and the merge reads only the head of every list, so the first n of a search
+    for m > n are the search for n (each source was asked for its first n, or m)."""
     floor = datetime.min.replace(tzinfo=UTC)
-    return sorted(results, key=lambda r: r.timestamp or floor, reverse=True)
-
-
-def _best_first(results: list[SearchResult]) -> list[SearchResult]:
-    floor = datetime.min.replace(tzinfo=UTC)
-    return sorted(results, key=lambda r: (r.score, r.timestamp or floor), reverse=True)
+    if ranked:
+        return list(heapq.merge(*lists, key=lambda r: r.score, reverse=True))
+    return list(heapq.merge(*lists, key=lambda r: r.timestamp or floor, reverse=True))
 
 
 class Recall:
@@ -121,26 +127,26 @@ class Recall:
             return []
         terms = [] if mode == SearchMode.SUBSTRING else ranked_terms(text)
         semantic = self.semantic if mode == SearchMode.HYBRID else None
-        pool = max(limit, HYBRID_POOL) if semantic is not None else limit
+        depth = max(limit, HYBRID_POOL) if semantic is not None else limit
         # The question's vector is asked for first and made while the words are searched:
         # the embedding is the slow part of a hybrid search.
         vector = asyncio.create_task(semantic.query_vector(text)) if semantic else None
         try:
-            results: list[SearchResult] = []
+            lists: list[list[SearchResult]] = []
             async with self.engine.connect() as conn:
                 conv_ids = await owned_conversations(conn, session.user_id, session.agent_id)
                 skip = await turn.in_progress(conn, session) if query.in_turn else frozenset()
                 for index in self._indexes_for(scope):
-                    results += await self._from_index(
-                        conn, index, conv_ids, text, terms, pool + len(skip)
+                    found = await self._from_index(
+                        conn, index, conv_ids, text, terms, depth + len(skip)
                     )
-            results = turn.without(results, skip)
+                    lists.append(turn.without(found, skip))
             if self.extra is not None:
-                results += await self.extra.search_extra(session, text, terms, scope, pool)
-            ranked = _best_first(results) if terms else _newest_first(results)
+                lists.append(await self.extra.search_extra(session, text, terms, scope, depth))
+            ranked = _merged(lists, ranked=bool(terms))
             if vector is not None:
                 ranked = await self._hybrid(
-                    session, conv_ids, await vector, terms or [text], scope, pool, ranked, skip
+                    session, conv_ids, await vector, terms or [text], scope, ranked, skip
                 )
         finally:
             if vector is not None and not vector.done():
@@ -158,29 +164,33 @@ class Recall:
         vector: np.ndarray | None,
         needles: list[str],
         scope: SearchScope,
-        pool: int,
         lexical_hits: list[SearchResult],
         skip: frozenset[str] = frozenset(),
     ) -> list[SearchResult]:
-        """`lexical_hits` fused with the items nearest to the question's `vector` in
-        meaning (memory/search/fusion.py); the messages `skip` (the turn in progress,
+        """The first HYBRID_POOL of `lexical_hits` fused with the HYBRID_POOL items nearest
+        to the question's `vector` in meaning (memory/search/fusion.py), then the rest of
+        `lexical_hits` in their order; the messages `skip` (the turn in progress,
         memory/search/turn.py) are no item."""
         if vector is None or self.semantic is None:
             return lexical_hits  # the question has no vector: the words' ranking stands
-        words = {_key(r): r for r in lexical_hits}
+        pool, after = lexical_hits[:HYBRID_POOL], lexical_hits[HYBRID_POOL:]
+        words = {_key(r): r for r in pool}
         vector_hits = await self.semantic.index.search(
             session.user_id,
             session.agent_id,
             vector,
             sources=_VECTOR_SOURCES[scope],
-            limit=pool + len(skip),
+            limit=HYBRID_POOL + len(skip),
             # Every word hit weighed by its meaning too (memory/search/fusion.py). simple's notes
             # are embedded under a key of their content, not their name: they have meaning
             # only when among the nearest.
             also=list(words),
         )
         vector_hits = [h for h in vector_hits if not turn.held(h.source, h.key, skip)]
-        nearest = [h for h in vector_hits if h.nearest]
+        # The turn's own items out, the pool stays HYBRID_POOL (a page's head, whatever the turn).
+        nearest = sorted((h for h in vector_hits if h.nearest), key=lambda h: -h.score)[
+            :HYBRID_POOL
+        ]
         similarity = {(h.source, h.key): h.score for h in vector_hits if not h.nearest}
         meaning = await self._resolve_vectors(session, conv_ids, nearest, needles)
         # Far neighbours without a word of the question are no match (the floor's reason:
@@ -193,13 +203,19 @@ class Recall:
         found.update(words)  # their snippets centre on a word
         out = []
         for item in fuse(
-            [(_key(r), r.score) for r in lexical_hits],
+            [(_key(r), r.score) for r in pool],
             [(_key(r), r.score) for r in meaning],
             similarity={**similarity, **far},
         ):
             result = found[item.key]
             result.score, result.signals = item.score, item.signals
             out.append(result)
+        # Past the pool, words ranked lower than every fused word hit: below the fused
+        # scale (score 0), in the words' order.
+        for result in after:
+            if _key(result) not in found:
+                result.score = 0.0
+                out.append(result)
         return out
 
     async def _resolve_vectors(

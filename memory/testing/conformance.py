@@ -36,6 +36,7 @@ import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -609,6 +610,48 @@ class ProviderConformance:
         for mode in SearchMode:
             hits = await provider.search(s, SearchQuery("wombat", limit=2, mode=mode))
             assert len(hits) == 2, mode
+
+    async def test_ranking_does_not_depend_on_limit(self, provider: Provider) -> None:
+        """The first n results of a search for m > n are the search for n, in every mode:
+        a page is the head of a longer page. The history has ties (identical messages
+        sent at one time) and times out of their append order (as imports store them),
+        where a tie broken one way by the index and another by the merge would show."""
+        if not isinstance(provider, Searcher):
+            pytest.skip("provider is not a Searcher")
+        s = self.session()
+        await provider.bootstrap(s)
+        start = utcnow() - timedelta(days=30)
+        texts = [
+            *(["the otter swam in the river"] * 12),
+            *(f"otter sighting number {i} near the old mill" for i in range(12)),
+            *(["a river otter, another otter, otters everywhere"] * 6),
+            *(f"mill pond {i}, no animals today" for i in range(12)),
+        ]
+        await provider.append(
+            s,
+            *(
+                # Every third message is older than the one before it; four share a time.
+                Message(role="user", content=t, created_at=start + timedelta(hours=i // 4 - i % 3))
+                for i, t in enumerate(texts)
+            ),
+        )
+        await provider.append(s, Message(role="assistant", content="otters and mills noted"))
+        if isinstance(provider, NoteStore):
+            await provider.note_add(s, "otters", "an otter in the river by the mill")
+        queries = [
+            (SearchMode.FULL_TEXT, "where did the otter swim in the river?"),
+            (SearchMode.FULL_TEXT, "mill"),
+            (SearchMode.HYBRID, "otter river mill"),
+            (SearchMode.SUBSTRING, "otter"),
+            (SearchMode.FULL_TEXT, "🙂 otter%"),
+        ]
+        for mode, text in queries:
+            everything = await provider.search(s, SearchQuery(text, mode=mode, limit=200))
+            keys = [(h.source_type, h.source_id) for h in everything]
+            assert len(keys) > 12, (mode, text)
+            for n in (1, 2, 5, 11, 20, len(keys) - 1):
+                page = await provider.search(s, SearchQuery(text, mode=mode, limit=n))
+                assert [(h.source_type, h.source_id) for h in page] == keys[:n], (mode, text, n)
 
     # == Explorer ===============================================================
 

@@ -10,7 +10,8 @@ The provider must expose `embedding_sources()` so `embed_backlog` can fill its v
 The rules: with embeddings off, `hybrid` returns what `full_text` returns; with them on,
 a hit found by words and meaning says so; what is not embedded yet is still found by
 its words ("half backfilled"); hostile text never raises; another user's items never
-come back.
+come back; the first n hits of a search for m > n are the search for n, also past the
+fusion's pool (memory/search/recall.py's HYBRID_POOL).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from memory.contract.capabilities import Provider
 from memory.contract.types import Message, SearchMode, SearchQuery, Session
+from memory.search.recall import HYBRID_POOL
 from memory.search.semantic.backlog import embed_backlog
 from memory.search.semantic.client import Embedder
 from memory.testing.conformance import HOSTILE_PATTERNS
@@ -93,3 +95,24 @@ class SemanticConformance:
         hits = await provider.search(mine, SearchQuery("lighthouse keeper", mode=HYBRID))
         assert all(h.session_id in ("", mine.id) for h in hits)
         assert not any("lighthouse" in h.content for h in hits)
+
+    async def test_ranking_does_not_depend_on_limit(
+        self, make_provider: Callable[..., Any], embedder: Embedder
+    ) -> None:
+        provider = make_provider(embedder)
+        s = self.session()
+        await provider.bootstrap(s)
+        # More word hits and more neighbours than the fusion's pool, with ties.
+        texts = [f"the harbour ferry left at {i % 7} o'clock" for i in range(HYBRID_POOL + 10)]
+        texts += [f"ferry tickets, harbour fees and pier {i}" for i in range(HYBRID_POOL // 2)]
+        texts += [f"lunch by the pier number {i}" for i in range(HYBRID_POOL // 2)]
+        await provider.append(s, *(Message(role="user", content=t) for t in texts))
+        await embed_backlog(provider, embedder)
+        for text in ("harbour ferry", "when did the ferry leave the pier?"):
+            everything = await provider.search(s, SearchQuery(text, mode=HYBRID, limit=200))
+            keys = [(h.source_type, h.source_id) for h in everything]
+            assert len(keys) > HYBRID_POOL + 10, text
+            assert any("meaning" in h.signals for h in everything), text
+            for n in (1, 3, 10, HYBRID_POOL - 1, HYBRID_POOL + 5, len(keys) - 1):
+                page = await provider.search(s, SearchQuery(text, mode=HYBRID, limit=n))
+                assert [(h.source_type, h.source_id) for h in page] == keys[:n], (text, n)

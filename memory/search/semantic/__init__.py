@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 # from there and never the package itself (which imports them back).
 from memory.contract.embedding import DEFAULT_CACHE_BYTES as DEFAULT_CACHE_BYTES
 from memory.search.semantic.defaults import DEFAULT_MIN_SIMILARITY as DEFAULT_MIN_SIMILARITY
+from memory.search.semantic.defaults import PREFIX_PRESETS as PREFIX_PRESETS
 
 if TYPE_CHECKING:
     from memory.contract.capabilities import ProviderContext

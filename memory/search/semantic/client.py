@@ -15,10 +15,19 @@ logged again). A 400 the probe does not get means the input was refused:
 Texts: blank ones are never sent (servers reject empty input); they get all-zero rows.
 Longer ones are cut to `max_chars` characters (default `MAX_CHARS`, about 500 tokens,
 within every common embedding model's context: a model sees only its first tokens anyway).
+
+Prefixes: models trained with instructions (e5 `query: `/`passage: `, nomic-embed-text
+`search_query: `/`search_document: `, bge's query instruction) embed well only with them.
+`query_prefix` goes before every search query (`embed_query`), `document_prefix` before
+every stored item (`embed`), after the cut, so a long text never loses its prefix. A
+prefix changes every vector, so it is a change of model: `model`, the name vectors are
+stored and searched under, carries the prefixes (`vectors_model`), and a new prefix is
+re-embedded as a new model name is; `api_model` is the name sent to the server.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -42,6 +51,7 @@ RECHECK_S = 600.0  # how long an unavailable endpoint is left alone before one m
 _UNAVAILABLE_STATUS = {404, 405, 501}
 _RETRY_STATUS = {408, 409, 429}
 _PROBE = "ping"
+MAX_MODEL_NAME = 255  # the `embeddings.model` column's width (memory/search/semantic/store.py)
 
 
 class EmbeddingError(RuntimeError):
@@ -105,6 +115,19 @@ def _retry_after(response: object) -> float | None:
         return None
 
 
+def vectors_model(model: str, query_prefix: str = "", document_prefix: str = "") -> str:
+    """The name vectors of `model` made with these prefixes are stored under: the model's
+    own without prefixes (so vectors stored before prefixes existed stay valid), else the
+    prefixes spelled out (a digest of them past the column's 255 characters)."""
+    if not query_prefix and not document_prefix:
+        return model
+    named = f"{model} (query {query_prefix!r}, document {document_prefix!r})"
+    if len(named) <= MAX_MODEL_NAME:
+        return named
+    digest = hashlib.sha256(f"{query_prefix}\0{document_prefix}".encode()).hexdigest()[:16]
+    return f"{model[: MAX_MODEL_NAME - 30]} (prefixes {digest})"
+
+
 def normalise(rows: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (all-zero rows stay zero), float32."""
     rows = np.asarray(rows, dtype=np.float32)
@@ -129,10 +152,14 @@ class Embedder:
         backoff_cap_s: float = 8.0,
         usage: UsageRecorder | None = None,
         min_similarity: float = DEFAULT_MIN_SIMILARITY,
+        query_prefix: str = "",
+        document_prefix: str = "",
     ) -> None:
         if not model:
             raise ValueError("an Embedder needs a model name")
-        self.model = model
+        self.api_model = model
+        self.query_prefix, self.document_prefix = query_prefix, document_prefix
+        self.model = vectors_model(model, query_prefix, document_prefix)
         # Where this model's cosines stop meaning "related" (memory/search/semantic/__init__.py).
         self.min_similarity = float(min_similarity)
         self.batch_size = max(1, int(batch_size))
@@ -158,19 +185,22 @@ class Embedder:
         retries: int | None = None,
         kind: str = "embedding",
         scopes: Sequence[tuple[int, str]] | None = None,
+        prefix: str | None = None,
     ) -> np.ndarray:
-        """One row per text. Raises EmbeddingsUnavailable, EmbeddingRejected or
+        """One row per text (stored items: each sent after `document_prefix`, or
+        `prefix` when given). Raises EmbeddingsUnavailable, EmbeddingRejected or
         EmbeddingError (after `retries`, default `max_retries`, retries of what may pass).
         Each request's usage is recorded as `kind`, shared between the texts' (user,
         agent) `scopes` when given (one per text), else the context's."""
         self._check_available()
         retries = self.max_retries if retries is None else max(0, retries)
+        prefix = self.document_prefix if prefix is None else prefix
         cut = [t[: self.max_chars] if isinstance(t, str) else "" for t in texts]
         sendable = [i for i, t in enumerate(cut) if t.strip()]
         rows: list[np.ndarray] = []
         for start in range(0, len(sendable), self.batch_size):
             picked = sendable[start : start + self.batch_size]
-            chunk = [cut[i] for i in picked]
+            chunk = [prefix + cut[i] for i in picked]
             vectors, reported = await self._request(chunk, retries)
             rows.append(vectors)
             await self._account(
@@ -191,7 +221,7 @@ class Embedder:
         """One text's vector (1-D) for a search: one attempt and at most one retry, since
         someone waits for the answer."""
         vectors: np.ndarray = await self.embed(
-            [text], retries=min(self.max_retries, 1), kind="search"
+            [text], retries=min(self.max_retries, 1), kind="search", prefix=self.query_prefix
         )
         return np.asarray(vectors[0])
 
@@ -206,14 +236,14 @@ class Embedder:
         weights = [estimate_tokens(t) for t in chunk]
         tokens = TokenUsage(reported) if reported else TokenUsage(sum(weights), estimated=True)
         if not scopes:
-            await self.usage.record(self.usage.row(kind, self.model, tokens))
+            await self.usage.record(self.usage.row(kind, self.api_model, tokens))
             return
         shares = split_by_scope(
             tokens, [(u, a, w) for (u, a), w in zip(scopes, weights, strict=True)]
         )
         await self.usage.record(
             *(
-                self.usage.row(kind, self.model, share, user_id=u, agent_id=a)
+                self.usage.row(kind, self.api_model, share, user_id=u, agent_id=a)
                 for u, a, share in shares
             )
         )
@@ -236,7 +266,7 @@ class Embedder:
 
     def _mark_available(self) -> None:
         if self.unavailable is not None:
-            log.info("embeddings endpoint answers again (model %s)", self.model)
+            log.info("embeddings endpoint answers again (model %s)", self.api_model)
         self.unavailable = None
 
     def _wait(self, state: RetryCallState) -> float:
@@ -277,7 +307,7 @@ class Embedder:
     async def _post(self, chunk: list[str]) -> tuple[np.ndarray, int]:
         try:
             resp = await self._client.embeddings.create(
-                model=self.model, input=chunk, encoding_format="float"
+                model=self.api_model, input=chunk, encoding_format="float"
             )
         except openai.APIStatusError as exc:
             raise _Status(
@@ -301,7 +331,7 @@ class Embedder:
 
     async def _status_error(self, exc: _Status) -> EmbeddingError:
         status = exc.status
-        what = f"the embeddings server answered HTTP {status} for model {self.model!r}"
+        what = f"the embeddings server answered HTTP {status} for model {self.api_model!r}"
         if exc.detail:  # what an operator needs to fix the setup
             what += f": {exc.detail}"
         if status in _UNAVAILABLE_STATUS:

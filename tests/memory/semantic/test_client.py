@@ -84,3 +84,28 @@ async def test_a_refused_input_is_told_apart_from_a_missing_model(
     with pytest.raises(EmbeddingsUnavailable):
         await embedder.embed(["small"])
     assert embedder.unavailable is not None
+
+
+async def test_prefixes_go_before_every_query_and_every_stored_text(
+    server: FakeOpenAI, make_embedder: EmbedderFactory
+) -> None:
+    embedder = make_embedder(
+        "e5-small", max_chars=20, query_prefix="query: ", document_prefix="passage: "
+    )
+    await embedder.embed(["", "the lighthouse keeper retired in spring"])
+    await embedder.embed_query("who retired?")
+    documents, query = server.embedding_requests
+    # The cut comes first: a long text keeps its prefix.
+    assert documents["input"] == ["passage: the lighthouse keepe"]
+    assert query["input"] == ["query: who retired?"]
+    assert {documents["model"], query["model"]} == {"e5-small"}  # the server's name
+    # Vectors are stored under a name of their own: another prefix, other vectors.
+    plain = make_embedder("e5-small")
+    other = make_embedder("e5-small", query_prefix="query: ", document_prefix="")
+    names = {plain.model, other.model, embedder.model}
+    assert plain.model == "e5-small" and len(names) == 3
+    assert all(n.startswith("e5-small") and len(n) <= 255 for n in names)
+    long = make_embedder("e5-small", query_prefix="q" * 300)
+    assert (
+        len(long.model) <= 255 and long.model != make_embedder("e5-small", query_prefix="q").model
+    )

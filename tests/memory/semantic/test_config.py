@@ -1,4 +1,4 @@
-"""The `embeddings` config section: defaults, ranges, and its API key kept secret."""
+"""The `embeddings` config section: defaults, ranges, prefixes, and its API key kept secret."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from bot.app.services import build_embedder
 from bot.config.settings import ConfigError, load_settings
+from memory.search.semantic import PREFIX_PRESETS
 
 
 def test_defaults_are_off_and_fall_back_to_the_llm_server(tmp_path: Path) -> None:
@@ -37,3 +39,34 @@ def test_the_embeddings_api_key_never_shows_in_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(path)
     assert "sk-embed-secret-123" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("section", "pair"),
+    [
+        ("{}", ("", "")),
+        ("{prefixes: e5}", ("query: ", "passage: ")),
+        ("{prefixes: nomic}", ("search_query: ", "search_document: ")),
+        ("{prefixes: bge, document_prefix: 'doc: '}", (PREFIX_PRESETS["bge"][0], "doc: ")),
+        ("{query_prefix: 'q: '}", ("q: ", "")),
+        ("{prefixes: e5, query_prefix: ''}", ("", "passage: ")),
+    ],
+)
+def test_prefixes_come_from_a_preset_or_the_keys_which_win(
+    tmp_path: Path, section: str, pair: tuple[str, str]
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"embeddings: {section}\n")
+    settings = load_settings(path, check_provider=False)
+    assert settings.embeddings.prefix_pair() == pair
+
+
+def test_the_embedder_gets_the_prefixes_and_an_unknown_preset_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("embeddings: {model: multilingual-e5-small, prefixes: e5}\n")
+    embedder = build_embedder(load_settings(path, check_provider=False))
+    assert (embedder.query_prefix, embedder.document_prefix) == ("query: ", "passage: ")
+    assert embedder.api_model == "multilingual-e5-small" != embedder.model
+    path.write_text("embeddings: {prefixes: e6}\n")
+    with pytest.raises(ConfigError, match=r"embeddings\.prefixes: .*e5, nomic, bge"):
+        load_settings(path, check_provider=False)

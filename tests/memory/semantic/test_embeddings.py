@@ -191,6 +191,29 @@ async def test_vectors_of_another_model_are_never_compared_until_re_embedded(
     assert {r.model for r in await rows(engine)} == {"model-a", "model-b"}
 
 
+async def test_a_prefix_change_is_a_model_change(
+    engine: AsyncEngine,
+    server: FakeOpenAI,
+    make_provider: ProviderFactory,
+    make_embedder: EmbedderFactory,
+) -> None:
+    """Vectors made without prefixes are never compared with a prefixed query: the items
+    are pending again, embedded with the document prefix, and stored beside the old."""
+    provider = make_provider(engine, "lcm")
+    await provider.append(ALICE, *chat("comets"))
+    assert await embed_backlog(provider, make_embedder("e5")) == 6
+    prefixed = make_embedder("e5", query_prefix="query: ", document_prefix="passage: ")
+    semantic = SemanticSearch(engine, prefixed)
+    assert await semantic.search(ALICE.user_id, "default", "comets") == []
+    server.embedding_requests.clear()
+    assert await embed_backlog(provider, prefixed) == 6
+    sent = [text for request in server.embedding_requests for text in request["input"]]
+    assert len(sent) == 7 and all(text.startswith("passage: ") for text in sent)  # + the probe
+    hits = await semantic.search(ALICE.user_id, "default", "comets facts part 1", limit=3)
+    assert hits and server.embedding_requests[-1]["input"] == ["query: comets facts part 1"]
+    assert {r.model for r in await rows(engine)} == {"e5", prefixed.model}
+
+
 async def test_vectors_of_another_dimension_are_skipped_and_counted_then_re_embedded(
     engine: AsyncEngine,
     server: FakeOpenAI,
