@@ -166,6 +166,28 @@ def sync_url(engine_url: sa.URL) -> sa.URL | None:
     return None
 
 
+def held_rows(url: sa.URL, model: str, user_id: int, agent_id: str, upto: int) -> tuple[int, int]:
+    """(rows, newest id) of the scope's vectors with id at most `upto`: the index's drift
+    check, counted on a blocking connection (at 1M rows a count is a loop stall on the
+    inline SQLite). Blocking: run it in a thread."""
+    e = embeddings.c
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:
+            held, newest = conn.execute(
+                sa.select(sa.func.count(), sa.func.max(e.id)).where(
+                    e.user_id == user_id,
+                    e.agent_id == agent_id,
+                    e.model == model,
+                    e.dim > 0,
+                    e.id <= upto,
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    return int(held), int(newest or 0)
+
+
 def build_generation(
     url: sa.URL, folder: Path, model: str, user_id: int, agent_id: str, lo: int, hi: int
 ) -> Generation:

@@ -199,8 +199,8 @@ async def test_generations_append_and_merge_like_exact_search(
     s = _session()
     await _fill(provider, s, 20)
     await embed_backlog(provider, embedder)
-    exact = VectorIndex(engine, embedder.model)
-    disk = DiskIndex(engine, embedder.model, tmp_path / "own", tail_rows=8)
+    exact = VectorIndex(engine, embedder.model, revalidate_s=0)
+    disk = DiskIndex(engine, embedder.model, tmp_path / "own", tail_rows=8, revalidate_s=0)
     queries = [np.asarray(await embedder.embed_query(t)) for t in QUESTIONS]
 
     async def same() -> None:
@@ -231,3 +231,17 @@ async def test_generations_append_and_merge_like_exact_search(
     assert len(list(folder.glob("seg-*.usearch"))) == sum(
         len(g.segments) for g in manifest.generations
     )  # replaced segments deleted
+
+    # Rows gone from the database (forgotten, a restored backup) past REBUILD_DRIFT: the
+    # index is rebuilt without them, and answers stay exact meanwhile.
+    async with engine.begin() as conn:
+        await conn.execute(sa.text("DELETE FROM embeddings WHERE id % 3 = 0"))
+    await same()
+    await disk.settle()
+    assert disk.builds == 5
+    rebuilt = read_manifest(folder)
+    assert rebuilt is not None and len(rebuilt.generations) == 1
+    async with engine.connect() as conn:
+        rows = await conn.scalar(sa.text("SELECT count(*) FROM embeddings WHERE dim > 0"))
+    assert rebuilt.rows == rows
+    await same()
