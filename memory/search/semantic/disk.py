@@ -386,7 +386,7 @@ def _candidates(scope: _Scope, q: np.ndarray, sources: set[str] | None, want: in
     index's approximate distance), dead ones left out. Runs in a thread."""
     ids: list[np.ndarray] = []
     dists: list[np.ndarray] = []
-    fetch = want + len(scope.dead)
+    fetch = want + min(len(scope.dead), want)  # more dead ones: the caller asks again
     for segment, view in scope.views:
         if segment.dim != q.size or (sources is not None and segment.source not in sources):
             continue

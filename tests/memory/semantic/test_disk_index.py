@@ -245,3 +245,19 @@ async def test_generations_append_and_merge_like_exact_search(
         rows = await conn.scalar(sa.text("SELECT count(*) FROM embeddings WHERE dim > 0"))
     assert rebuilt.rows == rows
     await same()
+
+
+async def test_a_cached_scope_moves_to_disk_past_the_threshold(
+    engine: AsyncEngine, make_provider: ProviderFactory, embedder: Embedder, tmp_path: Path
+) -> None:
+    exact = make_provider(engine, "lcm", embedder, **EXACT)
+    grows = make_provider(engine, "lcm", embedder, vector_disk_min_rows=30)
+    s = _session()
+    await _fill(exact, s, 20)
+    await embed_backlog(exact, embedder)
+    assert await _answers(grows, s) == await _answers(exact, s)
+    assert not _manifests(tmp_path)  # 20 vectors: cached
+    await _fill(exact, s, 20, start=20)
+    await embed_backlog(exact, embedder)
+    assert await _answers(grows, s) == await _answers(exact, s)
+    assert len(_manifests(tmp_path)) == 1  # 40: on disk
