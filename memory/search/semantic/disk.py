@@ -4,8 +4,7 @@ search reads a few hundred vectors instead of loading the whole scope.
 Why usearch (2.26, Apache-2.0, wheels for every platform we ship): HNSW in one file that
 is memory-mapped read-only (`Index.restore(view=True)`), so replicas on one data
 directory share the page cache and a process's resident memory is the pages its
-searches touch, reclaimable by the kernel; f16 storage halves the file; building
-releases the GIL. Rejected: sqlite-vec is exact (brute force: at 1M x 1536 it reads 6 GB
+searches touch, reclaimable by the kernel; f16 storage halves the file. Rejected: sqlite-vec is exact (brute force: at 1M x 1536 it reads 6 GB
 per query) and SQLite-only; hnswlib has no memory-mapped load (each process holds the
 whole index in RAM); faiss-cpu's on-disk IVF needs its own inverted-list files and a
 training step; LanceDB brings a columnar store of its own beside the database; pgvector
@@ -33,9 +32,11 @@ table and holds row ids only (the usearch key is `embeddings.id`):
   their next search. Replicas on different hosts each keep their own copy (the directory
   is local; building it is the cost of a new host), with memory bounded the same way.
 
-Building and searching run in threads (asyncio.to_thread); reads of the database for a
-build go through a blocking connection of the build's own, so SQLite statements that run
-inline on the loop (memory/storage/sqlite_inline.py) never carry them.
+Building runs in a process of its own (usearch holds the GIL while adding: in a thread
+that stalled the loop for seconds at 100k x 1536), reading the database through a
+blocking connection of its own, so the SQLite statements that run inline on the loop
+(memory/storage/sqlite_inline.py) never carry it; a search's graph walk runs in a
+thread (it too holds the GIL, for its few tens of milliseconds).
 """
 
 from __future__ import annotations
@@ -43,9 +44,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import multiprocessing
 import threading
 import time
 from collections.abc import Collection, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -306,9 +310,10 @@ class DiskIndex:
                 )
             span_all = (0, int(newest or 0))
         try:
-            written = await asyncio.to_thread(
+            written = await asyncio.get_running_loop().run_in_executor(
+                _builder(),
                 _write,
-                url,
+                url.render_as_string(hide_password=False),
                 scope.folder,
                 self.model,
                 user_id,
@@ -317,7 +322,9 @@ class DiskIndex:
                 span is None,
                 seen,
             )
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, BrokenProcessPool):  # the builder died (killed, out of memory)
+                _drop_builder()
             log.exception("vector index: building %s failed", scope.folder.name)
             return
         if written:
@@ -429,8 +436,29 @@ def _open_all(folder: Path) -> tuple[seg.Manifest, list[tuple[seg.Segment, Index
     return manifest, views
 
 
+_pool: ProcessPoolExecutor | None = None
+
+
+def _builder() -> ProcessPoolExecutor:
+    """The process that builds indexes: usearch holds the GIL while it adds vectors
+    (seconds per batch at 1536 dimensions), which in a thread stalled the event loop
+    for as long; in a process of its own it cannot, and what the build holds in memory
+    is that process's. One at a time per process (builds are rare)."""
+    global _pool
+    if _pool is None:
+        _pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    return _pool
+
+
+def _drop_builder() -> None:
+    global _pool
+    if _pool is not None:
+        _pool.shutdown(wait=False, cancel_futures=True)
+    _pool = None
+
+
 def _write(
-    url: sa.URL,
+    url_text: str,
     folder: Path,
     model: str,
     user_id: int,
@@ -444,7 +472,8 @@ def _write(
     newest generations while one is at most MERGE_FACTOR times its successor). False,
     doing nothing, when another process holds the lock, or the manifest file no longer
     holds `seen` (the bytes the decision was taken on: another build got there first).
-    Blocking."""
+    Blocking: runs in the builder process."""
+    url = sa.make_url(url_text)
     with seg.writer_lock(folder) as mine:
         if not mine:
             return False
