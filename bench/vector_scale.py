@@ -227,7 +227,7 @@ def main() -> int:
     parser.add_argument("--data", default="", help="kept between runs (default: a temp dir)")
     parser.add_argument("--rebuild", action="store_true", help="delete the index first")
     parser.add_argument("--write", action="store_true")
-    parser.add_argument("--child", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--child", default="", help="run one mode here, print its JSON")
     args = parser.parse_args()
     data = Path(args.data or f"/tmp/mnemo-vector-scale-{args.db}-{args.rows}-{args.dim}")
     data.mkdir(parents=True, exist_ok=True)

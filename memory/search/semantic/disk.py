@@ -66,7 +66,7 @@ from memory.search.semantic.store import embeddings
 log = logging.getLogger(__name__)
 
 OVERFETCH = 50  # candidates beyond `limit`, re-scored exactly from the database
-EXPANSION_SEARCH = 768  # HNSW breadth: 384 gave recall@50 0.989, 768 0.999 (bench)
+EXPANSION_SEARCH = 768  # graph breadth per query; recall@50: bench/HISTORY.md "Vectors at scale"
 TAIL_ROWS = 4096  # rows searched exactly in memory before they become a segment
 MERGE_FACTOR = 4  # a generation at most this many times its successor's rows is merged
 REBUILD_DRIFT = 0.05  # rows gone (or missed) past this fraction rebuild the index
