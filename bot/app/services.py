@@ -201,6 +201,7 @@ async def build_services(
             config=settings.provider_config(),
             embedder=embedder,
             vector_cache_bytes=settings.embeddings.cache_mb * 1024 * 1024,
+            vector_disk_min_rows=settings.embeddings.disk_min_vectors,
         )
         provider = await create_provider_async(settings.memory.provider, ctx)
         undo.push_async_callback(provider.close)

@@ -38,6 +38,7 @@ from bot.config.section import Secret
 from bot.config.section import Section as _Section
 from bot.config.yaml_loader import ConfigYamlRefused, parse_config_yaml
 from bot.runtime.redact import MASK, config_secrets, mask, mask_database_url, secret_values
+from memory.contract.embedding import DEFAULT_DISK_MIN_ROWS
 from memory.contract.settings import MAX_MESSAGES  # message counts: keep_tail, fresh_tail
 from memory.search.semantic import DEFAULT_MIN_SIMILARITY, PREFIX_PRESETS
 from memory.storage.prices import Price
@@ -178,6 +179,9 @@ class EmbeddingsSettings(_Section):
     batch_size: int = Field(default=64, ge=1, le=2048)  # texts per request
     max_chars: int = Field(default=2000, ge=100, le=100_000)  # longer texts are cut
     cache_mb: int = Field(default=256, ge=16, le=65_536)  # cached vectors per process
+    # A user with this many vectors is searched through an on-disk index under
+    # data_dir/vectors, not the cache (memory/search/semantic/disk.py); 0: never.
+    disk_min_vectors: int = Field(default=DEFAULT_DISK_MIN_ROWS, ge=0)
     # The cosine an item found by meaning alone needs to be listed (model-specific).
     min_similarity: float = Field(default=DEFAULT_MIN_SIMILARITY, ge=-1.0, le=1.0)
     # Text put before every query / every stored item, for models trained with them; a

@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.contract.embedding import (
     DEFAULT_CACHE_BYTES,
+    DEFAULT_DISK_MIN_ROWS,
     EmbeddingSource,
     QueryEmbedder,
     VectorHit,
@@ -103,6 +104,9 @@ class ProviderContext:
     settings: Any = None
     embedder: QueryEmbedder | None = None
     vector_cache_bytes: int = DEFAULT_CACHE_BYTES
+    # Scopes of this many vectors are searched through an on-disk index under
+    # `data_dir`/vectors (0: none is; memory/search/semantic/disk.py).
+    vector_disk_min_rows: int = DEFAULT_DISK_MIN_ROWS
 
 
 @runtime_checkable

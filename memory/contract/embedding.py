@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024  # VectorIndex's cap on cached vectors
+# A scope of this many vectors is searched through its on-disk index, not the cache
+# (memory/search/semantic/disk.py; bench/vector_scale.py measured where the cache pays).
+DEFAULT_DISK_MIN_ROWS = 20_000
 
 
 @runtime_checkable

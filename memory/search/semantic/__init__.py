@@ -4,7 +4,8 @@ background through an OpenAI-compatible `/v1/embeddings` and searched in the pro
 - `client.Embedder`: texts -> unit vectors (batched, retried, `EmbeddingsUnavailable`).
 - `store`: the `embeddings` table; `sources`: what is embedded (the `EmbeddingSource`
   protocol and the types it exchanges are in memory/contract/embedding.py).
-- `index.VectorIndex`: cached per-(user, agent) matrices, exact cosine search.
+- `index.VectorIndex`: cached per-(user, agent) matrices, exact cosine search; large
+  scopes through `disk.DiskIndex`, an on-disk usearch index (`segments`: its files).
 - `backlog`: `embed_backlog` (`mnemo memory embed`) and the bot's `EmbeddingWorker`.
 - `search.SemanticSearch`: a query's vector hits, never failing a search.
 
@@ -33,4 +34,10 @@ def semantic_search(ctx: ProviderContext) -> SemanticSearch | None:
         return None
     from memory.search.semantic.search import SemanticSearch
 
-    return SemanticSearch(ctx.engine, ctx.embedder, max_bytes=ctx.vector_cache_bytes)
+    return SemanticSearch(
+        ctx.engine,
+        ctx.embedder,
+        max_bytes=ctx.vector_cache_bytes,
+        index_dir=ctx.data_dir / "vectors",
+        disk_min_rows=ctx.vector_disk_min_rows,
+    )

@@ -19,6 +19,9 @@ vectors of 384 dimensions that is a few milliseconds (bench/vector_bench.py).
   but not kept.
 - `also`: a search can ask for the similarity of given items besides the nearest (hybrid
   search weighs every word hit by its meaning), looked up by key in the scope.
+- Large scopes: with `index_dir` set, a scope of `disk_min_rows` vectors or more is
+  searched through its on-disk index instead (memory/search/semantic/disk.py) and never
+  loaded here; the cache pays only below that (bench/vector_scale.py measures both).
 """
 
 from __future__ import annotations
@@ -28,14 +31,18 @@ import time
 from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.contract.embedding import DEFAULT_CACHE_BYTES, VectorHit
+from memory.contract.embedding import DEFAULT_CACHE_BYTES, DEFAULT_DISK_MIN_ROWS, VectorHit
 from memory.search.semantic.store import embeddings
+
+if TYPE_CHECKING:
+    from memory.search.semantic.disk import DiskIndex
 
 DEFAULT_MAX_BYTES = DEFAULT_CACHE_BYTES
 ID_LOOKBACK = 1000
@@ -121,9 +128,23 @@ class VectorIndex:
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         revalidate_s: float = REVALIDATE_S,
+        index_dir: Path | None = None,
+        disk_min_rows: int = DEFAULT_DISK_MIN_ROWS,
     ) -> None:
+        """`index_dir`: where large scopes keep their on-disk index (None: every scope is
+        cached here); `disk_min_rows`: the vectors from which a scope goes there (0:
+        never)."""
         self.engine, self.model = engine, model
         self.max_bytes, self.revalidate_s = max(0, int(max_bytes)), revalidate_s
+        self.disk: DiskIndex | None = None
+        self.disk_min_rows = disk_min_rows
+        self._large: dict[tuple[int, str], bool] = {}  # scope -> searched on disk
+        if index_dir is not None and disk_min_rows > 0:
+            from memory.search.semantic.disk import DiskIndex
+            from memory.search.semantic.segments import sync_url
+
+            if sync_url(engine.url) is not None:  # an in-memory database stays here
+                self.disk = DiskIndex(engine, model, index_dir)
         self.skipped_other_dim = 0  # vectors passed over for their dimension, all searches
         self._scopes: OrderedDict[tuple[int, str], _Scope] = OrderedDict()
         self._codes: dict[str, int] = {}
@@ -160,11 +181,21 @@ class VectorIndex:
             return []
         q = q / norm
         key = (user_id, agent_id)
+        if self.disk is not None and await self._is_large(user_id, agent_id):
+            return await self.disk.search(
+                user_id, agent_id, q, sources=sources, limit=limit, also=also
+            )
         scope = self._scopes.get(key) or _Scope()
         self._scopes[key] = scope
         self._scopes.move_to_end(key)
         async with scope.lock:
             await self._refresh(scope, user_id, agent_id)
+        if self.disk is not None and scope.rows >= self.disk_min_rows:  # it grew: on disk
+            self._large[key] = True
+            self._scopes.pop(key, None)
+            return await self.disk.search(
+                user_id, agent_id, q, sources=sources, limit=limit, also=also
+            )
         self._evict(keep=key)
         block = scope.blocks.get(q.size)
         self.skipped_other_dim += sum(b.n for d, b in scope.blocks.items() if d != q.size)
@@ -189,6 +220,29 @@ class VectorIndex:
         return hits
 
     # --- internals -------------------------------------------------------------------
+
+    async def _is_large(self, user_id: int, agent_id: str) -> bool:
+        """Whether the scope is searched on disk: it has an index there, or holds
+        `disk_min_rows` vectors (asked once per process: the count stops at the
+        threshold; a cached scope that grows past it moves in `search`)."""
+        key = (user_id, agent_id)
+        known = self._large.get(key)
+        if known is not None:
+            return known
+        assert self.disk is not None
+        large = self.disk.has_index(user_id, agent_id)
+        if not large:
+            async with self.engine.connect() as conn:
+                past = await conn.scalar(
+                    sa.select(embeddings.c.id)
+                    .where(*self._where(user_id, agent_id))
+                    .order_by(embeddings.c.id)
+                    .limit(1)
+                    .offset(self.disk_min_rows - 1)
+                )
+            large = past is not None
+        self._large[key] = large
+        return large
 
     def _code(self, source: str) -> int:
         code = self._codes.get(source)

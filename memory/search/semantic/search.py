@@ -8,11 +8,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
+from pathlib import Path
 
 import numpy as np
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.contract.embedding import DEFAULT_CACHE_BYTES, QueryEmbedder, VectorHit
+from memory.contract.embedding import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_DISK_MIN_ROWS,
+    QueryEmbedder,
+    VectorHit,
+)
 from memory.search.semantic.client import EmbeddingError, EmbeddingsUnavailable
 from memory.search.semantic.index import VectorIndex
 
@@ -23,10 +29,22 @@ WARN_EVERY_S = 300.0  # a failing server is named at most this often, not per se
 
 class SemanticSearch:
     def __init__(
-        self, engine: AsyncEngine, embedder: QueryEmbedder, *, max_bytes: int = DEFAULT_CACHE_BYTES
+        self,
+        engine: AsyncEngine,
+        embedder: QueryEmbedder,
+        *,
+        max_bytes: int = DEFAULT_CACHE_BYTES,
+        index_dir: Path | None = None,
+        disk_min_rows: int = DEFAULT_DISK_MIN_ROWS,
     ) -> None:
         self.embedder = embedder
-        self.index = VectorIndex(engine, embedder.model, max_bytes=max_bytes)
+        self.index = VectorIndex(
+            engine,
+            embedder.model,
+            max_bytes=max_bytes,
+            index_dir=index_dir,
+            disk_min_rows=disk_min_rows,
+        )
         self._warned_at: float | None = None
 
     @property

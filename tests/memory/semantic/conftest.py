@@ -53,10 +53,13 @@ ProviderFactory = Callable[..., Any]
 
 @pytest.fixture
 async def make_provider(tmp_path: Path) -> AsyncIterator[ProviderFactory]:
-    """`make_provider(engine, name, embedder=None)`: lcm or simple (notes under tmp_path)."""
+    """`make_provider(engine, name, embedder=None, **context)`: lcm or simple (notes and
+    the on-disk vector index under tmp_path); `context` overrides ProviderContext fields."""
     made: list[Any] = []
 
-    def factory(engine: AsyncEngine, name: str, embedder: Embedder | None = None) -> Any:
+    def factory(
+        engine: AsyncEngine, name: str, embedder: Embedder | None = None, **context: Any
+    ) -> Any:
         config: dict[str, Any] = {"keep_tail": 2}
         if name == "simple":
             config["store_dir"] = str(tmp_path / "notes")
@@ -66,6 +69,7 @@ async def make_provider(tmp_path: Path) -> AsyncIterator[ProviderFactory]:
             data_dir=tmp_path,
             config=config,
             embedder=embedder,
+            **context,
         )
         provider = create_provider(name, ctx)
         made.append(provider)

@@ -1,0 +1,259 @@
+"""The files of a scope's on-disk vector index (memory/search/semantic/disk.py): usearch
+segments, the manifest naming them, the writer's lock, and the build, all synchronous:
+callers run them in a thread, never on the event loop.
+
+Layout: `<root>/<user_id>-<digest of (model, user, agent)>/` holds `manifest.json`,
+`write.lock` and `seg-*.usearch`. A segment holds the vectors of one source and one
+dimension whose row ids (`embeddings.id`, the usearch key) are in its generation's range
+(lo, hi]; the manifest lists the generations, oldest first.
+
+Crash safety: a segment is written under a temporary name, fsynced and renamed; the
+manifest likewise, after its segments. A file is never changed once named, so a reader
+that mapped it keeps a consistent view while a writer replaces the manifest; files no
+manifest names are deleted by the next writer (an open map outlives the unlink on
+POSIX). One writer at a time per scope: `flock` on `write.lock`, taken without waiting
+(a process that finds it held leaves the work to the holder).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from usearch.index import Index
+
+from memory.search.semantic.store import embeddings
+
+FORMAT = 1
+# HNSW parameters (bench/vector_scale.py measured them on clustered 1536-dimension data):
+# 16 links per node and an expansion of 128 while adding, f16 storage (half the bytes of
+# float32 for no measurable recall loss; i8 lost 0.08 of recall@50).
+CONNECTIVITY, EXPANSION_ADD, DTYPE = 16, 128, "f16"
+READ_ROWS = 2000  # rows read from the database per batch while building
+
+
+@dataclass(frozen=True)
+class Segment:
+    file: str
+    source: str
+    dim: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Generation:
+    lo: int  # exclusive
+    hi: int  # inclusive
+    rows: int
+    segments: tuple[Segment, ...] = ()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    model: str
+    user_id: int
+    agent_id: str
+    generations: tuple[Generation, ...] = field(default_factory=tuple)
+
+    @property
+    def max_id(self) -> int:
+        return self.generations[-1].hi if self.generations else 0
+
+    @property
+    def rows(self) -> int:
+        return sum(g.rows for g in self.generations)
+
+
+def scope_dir(root: Path, model: str, user_id: int, agent_id: str) -> Path:
+    digest = hashlib.sha256(json.dumps([model, user_id, agent_id]).encode()).hexdigest()[:16]
+    return root / f"{user_id}-{digest}"
+
+
+def read_manifest(folder: Path) -> Manifest | None:
+    """The manifest in `folder`, or None when there is none or it cannot be read."""
+    try:
+        raw = json.loads((folder / "manifest.json").read_text())
+        if raw.get("format") != FORMAT:
+            return None
+        gens = tuple(
+            Generation(
+                int(g["lo"]),
+                int(g["hi"]),
+                int(g["rows"]),
+                tuple(Segment(**s) for s in g["segments"]),
+            )
+            for g in raw["generations"]
+        )
+        return Manifest(str(raw["model"]), int(raw["user_id"]), str(raw["agent_id"]), gens)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_manifest(folder: Path, manifest: Manifest) -> None:
+    raw = {"format": FORMAT, **asdict(manifest)}
+    _write_atomic(folder / "manifest.json", json.dumps(raw).encode())
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def writer_lock(folder: Path) -> Iterator[bool]:
+    """Yields True while this process holds the scope's write lock, False when another
+    does (then it does not wait)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "write.lock", "a+b") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def open_segment(folder: Path, seg: Segment) -> Index:
+    """A memory-mapped view of `seg`; ValueError when the file is missing, damaged or
+    not what the manifest says."""
+    path = folder / seg.file
+    try:
+        index = Index.restore(str(path), view=True)
+    except Exception as exc:  # usearch raises RuntimeError/ValueError on a bad file
+        raise ValueError(f"{seg.file}: {exc}") from exc
+    if index is None or index.ndim != seg.dim or len(index) != seg.count:
+        raise ValueError(f"{seg.file}: not the segment the manifest lists")
+    return index
+
+
+def sync_url(engine_url: sa.URL) -> sa.URL | None:
+    """The URL of a blocking driver for the same database (the build reads in its own
+    thread, never through the loop's connections); None for an in-memory SQLite."""
+    backend = engine_url.get_backend_name()
+    if backend == "sqlite":
+        db = engine_url.database or ""
+        if not db or db == ":memory:" or "mode=memory" in db:
+            return None
+        return engine_url.set(drivername="sqlite")
+    if backend == "postgresql":
+        return engine_url.set(drivername="postgresql+psycopg")
+    return None
+
+
+def held_rows(url: sa.URL, model: str, user_id: int, agent_id: str, upto: int) -> tuple[int, int]:
+    """(rows, newest id) of the scope's vectors with id at most `upto`: the index's drift
+    check, counted on a blocking connection (at 1M rows a count is a loop stall on the
+    inline SQLite). Blocking: run it in a thread."""
+    e = embeddings.c
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:
+            held, newest = conn.execute(
+                sa.select(sa.func.count(), sa.func.max(e.id)).where(
+                    e.user_id == user_id,
+                    e.agent_id == agent_id,
+                    e.model == model,
+                    e.dim > 0,
+                    e.id <= upto,
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    return int(held), int(newest or 0)
+
+
+def build_generation(
+    url: sa.URL, folder: Path, model: str, user_id: int, agent_id: str, lo: int, hi: int
+) -> Generation:
+    """Build the segments of the scope's rows with id in (lo, hi] from the database and
+    write them (not yet named by the manifest). Blocking: run it in a thread."""
+    e = embeddings.c
+    query = (
+        sa.select(e.id, e.source, e.dim, e.vector)
+        .where(
+            e.user_id == user_id,
+            e.agent_id == agent_id,
+            e.model == model,
+            e.dim > 0,
+            e.id > lo,
+            e.id <= hi,
+        )
+        .order_by(e.id)
+    )
+    built: dict[tuple[str, int], Index] = {}
+    rows = 0
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:
+            result = conn.execution_options(stream_results=True, yield_per=READ_ROWS).execute(query)
+            for chunk in result.partitions():
+                rows += _add_chunk(built, chunk)
+    finally:
+        engine.dispose()
+    segments = []
+    for (source, dim), index in sorted(built.items()):
+        name = f"seg-{lo}-{hi}-{uuid.uuid4().hex[:12]}.usearch"
+        tmp = folder / f".{name}.tmp"
+        index.save(str(tmp))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / name)
+        segments.append(Segment(name, source, dim, len(index)))
+    _fsync_dir(folder)
+    return Generation(lo, hi, rows, tuple(segments))
+
+
+def _add_chunk(built: dict[tuple[str, int], Index], chunk: Any) -> int:
+    groups: dict[tuple[str, int], list[Any]] = {}
+    for r in chunk:
+        if len(r.vector) == 4 * r.dim:  # a damaged row is skipped, never misread
+            groups.setdefault((r.source, r.dim), []).append(r)
+    for (source, dim), group in groups.items():
+        index = built.get((source, dim))
+        if index is None:
+            index = built[(source, dim)] = Index(
+                ndim=dim,
+                metric="cos",
+                dtype=DTYPE,
+                connectivity=CONNECTIVITY,
+                expansion_add=EXPANSION_ADD,
+            )
+        vectors = np.frombuffer(b"".join(r.vector for r in group), np.float32).reshape(-1, dim)
+        index.add(np.fromiter((r.id for r in group), np.uint64, len(group)), vectors)
+    return sum(len(g) for g in groups.values())
+
+
+def remove_unlisted(folder: Path, manifest: Manifest | None) -> None:
+    """Delete the segment files `manifest` does not name (left by a crash or replaced)."""
+    named = {s.file for g in (manifest.generations if manifest else ()) for s in g.segments}
+    for path in folder.glob("seg-*.usearch"):
+        if path.name not in named:
+            path.unlink(missing_ok=True)
+    for path in folder.glob(".*.tmp"):
+        path.unlink(missing_ok=True)

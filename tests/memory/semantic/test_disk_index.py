@@ -1,0 +1,263 @@
+"""The on-disk vector index (memory/search/semantic/disk.py) through the providers, on
+SQLite and PostgreSQL, against the fake embeddings server: the hybrid-search kit holds
+with every scope on disk; on small data it returns what the exact cache returns; it
+follows new vectors, survives a deleted or damaged file, never returns a forgotten item
+and keeps users apart."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memory.contract.types import Message, SearchMode, SearchQuery, Session
+from memory.search.semantic.backlog import embed_backlog
+from memory.search.semantic.client import Embedder
+from memory.search.semantic.disk import DiskIndex
+from memory.search.semantic.index import VectorIndex
+from memory.search.semantic.segments import read_manifest
+from memory.storage import forgetting as fg
+from memory.storage.forgetting import Owner
+from memory.testing.semantic_conformance import SemanticConformance
+from tests.memory.semantic.conftest import EmbedderFactory, ProviderFactory
+
+HYBRID = SearchMode.HYBRID
+ON_DISK = {"vector_disk_min_rows": 1}  # every scope searched through its on-disk index
+EXACT = {"vector_disk_min_rows": 0}
+WORDS = [
+    *("lighthouse", "keeper", "mountain", "goat", "violin", "lesson", "tax", "return"),
+    *("red", "bicycle", "harbour", "winter", "garden", "piano", "letter", "river"),
+    *("bread", "coffee", "train", "window", "candle", "forest", "doctor", "market"),
+]
+QUESTIONS = ["lighthouse", "a goat on the mountain", "violin", "bicycle tax", "keeper lesson"]
+
+
+class _DiskKit(SemanticConformance):
+    name = ""
+
+    @pytest.fixture
+    def embedder(self, make_embedder: EmbedderFactory) -> Embedder:
+        return make_embedder()
+
+    @pytest.fixture
+    def make_provider(  # type: ignore[override]
+        self, engine: AsyncEngine, make_provider: ProviderFactory
+    ) -> Callable[..., Any]:
+        return lambda embedder: make_provider(engine, self.name, embedder, **ON_DISK)
+
+
+class TestLcmOnDisk(_DiskKit):
+    name = "lcm"
+
+
+class TestSimpleOnDisk(_DiskKit):
+    name = "simple"
+
+
+def _session(user_id: int = 71) -> Session:
+    return Session(f"disk:{user_id}", user_id=user_id, channel="test")
+
+
+async def _fill(provider: Any, session: Session, n: int, start: int = 0) -> None:
+    """`n` messages of a few words each, drawn at random (few ties in similarity)."""
+    rng = np.random.default_rng(start)
+    await provider.bootstrap(session)
+    await provider.append(
+        session,
+        *(
+            Message(
+                role="user" if i % 2 == 0 else "assistant",
+                content=" ".join(rng.choice(WORDS, int(rng.integers(2, 7)))),
+            )
+            for i in range(start, start + n)
+        ),
+    )
+
+
+async def _answers(provider: Any, session: Session) -> list[list[tuple[float, str]]]:
+    """Each question's hits as (fused score, id), ties in id order (items with equal
+    scores may come in either order, and which of the items at cosine 0 fill the last
+    places of the nearest list is arbitrary, so their signals are not compared)."""
+    out = []
+    for text in QUESTIONS:
+        hits = await provider.search(session, SearchQuery(text, mode=HYBRID, limit=30))
+        found = [(round(h.score, 5), h.source_id) for h in hits]
+        out.append(sorted(found, key=lambda f: (-f[0], f[1])))
+    return out
+
+
+def _manifests(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "vectors").glob("*/manifest.json"))
+
+
+def _segments(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "vectors").glob("*/seg-*.usearch"))
+
+
+@pytest.mark.parametrize("name", ["lcm", "simple"])
+async def test_small_data_same_as_exact_and_incremental(
+    engine: AsyncEngine,
+    make_provider: ProviderFactory,
+    embedder: Embedder,
+    tmp_path: Path,
+    name: str,
+) -> None:
+    exact = make_provider(engine, name, embedder, **EXACT)
+    disk = make_provider(engine, name, embedder, **ON_DISK)
+    s = _session()
+    await _fill(exact, s, 60)
+    await embed_backlog(exact, embedder)
+    expected = await _answers(exact, s)
+    meaning = await exact.search(s, SearchQuery("lighthouse", mode=HYBRID))
+    assert any(h.signals == ("meaning",) for h in meaning)  # the vectors count
+    assert not _manifests(tmp_path)
+    got = await _answers(disk, s)
+    assert got == expected
+    assert len(_manifests(tmp_path)) == 1 and _segments(tmp_path)
+
+    # New vectors after the build are searched too (the tail), by both alike.
+    await _fill(exact, s, 30, start=60)
+    assert await embed_backlog(exact, embedder) > 0
+    assert await _answers(disk, s) == await _answers(exact, s)
+
+
+@pytest.mark.parametrize("damage", ["delete", "garble", "manifest"])
+async def test_a_lost_or_damaged_index_is_rebuilt(
+    engine: AsyncEngine,
+    make_provider: ProviderFactory,
+    embedder: Embedder,
+    tmp_path: Path,
+    damage: str,
+) -> None:
+    first = make_provider(engine, "lcm", embedder, **ON_DISK)
+    s = _session()
+    await _fill(first, s, 40)
+    await embed_backlog(first, embedder)
+    expected = await _answers(first, s)
+    [segment] = _segments(tmp_path)
+    if damage == "delete":
+        segment.unlink()
+    elif damage == "garble":
+        segment.write_bytes(b"\x00garbage" * 100)
+    else:
+        _manifests(tmp_path)[0].write_text("{not json")
+    # A new process (a restart) finds the damage and builds the index again.
+    again = make_provider(engine, "lcm", embedder, **ON_DISK)
+    assert await _answers(again, s) == expected
+    [rebuilt] = _segments(tmp_path)
+    assert rebuilt != segment or damage == "manifest"
+
+
+async def test_a_forgotten_message_never_comes_back(
+    engine: AsyncEngine, make_provider: ProviderFactory, embedder: Embedder
+) -> None:
+    provider = make_provider(engine, "lcm", embedder, **ON_DISK)
+    s = _session()
+    await _fill(provider, s, 30)
+    await provider.append(s, Message(role="user", content="the zeppelin pilot waved"))
+    await embed_backlog(provider, embedder)
+    before = await provider.search(s, SearchQuery("zeppelin pilot", mode=HYBRID))
+    assert before and before[0].content == "the zeppelin pilot waved"
+    owner = Owner(s.user_id, s.agent_id)
+    preview = await fg.preview(provider, owner, "zeppelin")
+    await fg.forget(provider, owner, preview.ids, preview.needles)
+    # Still in the index's files (built before): the database's answer at resolve time
+    # keeps it out, by words and by meaning ("pilot waved" shares words with it).
+    for text in ("zeppelin pilot", "pilot waved", "the pilot"):
+        hits = await provider.search(s, SearchQuery(text, mode=HYBRID))
+        assert not any("zeppelin" in h.content for h in hits), text
+
+
+async def test_scopes_are_apart_and_each_has_its_own_files(
+    engine: AsyncEngine, make_provider: ProviderFactory, embedder: Embedder, tmp_path: Path
+) -> None:
+    provider = make_provider(engine, "lcm", embedder, **ON_DISK)
+    mine, theirs = _session(81), _session(82)
+    await _fill(provider, theirs, 20)
+    await provider.append(theirs, Message(role="user", content="their secret octopus recipe"))
+    await _fill(provider, mine, 20)
+    await embed_backlog(provider, embedder)
+    for text in ("octopus recipe", "secret", "lighthouse keeper"):
+        hits = await provider.search(mine, SearchQuery(text, mode=HYBRID, limit=50))
+        assert all(h.session_id == mine.id for h in hits), text
+        assert not any("octopus" in h.content for h in hits)
+    await provider.search(theirs, SearchQuery("octopus", mode=HYBRID))
+    assert len(_manifests(tmp_path)) == 2
+
+
+async def test_generations_append_and_merge_like_exact_search(
+    engine: AsyncEngine, make_provider: ProviderFactory, embedder: Embedder, tmp_path: Path
+) -> None:
+    """Past `tail_rows` new vectors become a generation of their own, merged with its
+    predecessor when of comparable size; the hits stay those of exact search."""
+    provider = make_provider(engine, "lcm", embedder, **EXACT)
+    s = _session()
+    await _fill(provider, s, 20)
+    await embed_backlog(provider, embedder)
+    exact = VectorIndex(engine, embedder.model, revalidate_s=0)
+    disk = DiskIndex(engine, embedder.model, tmp_path / "own", tail_rows=8, revalidate_s=0)
+    queries = [np.asarray(await embedder.embed_query(t)) for t in QUESTIONS]
+
+    async def same() -> None:
+        for q in queries:
+            want = await exact.search(s.user_id, s.agent_id, q, limit=10)
+            got = await disk.search(s.user_id, s.agent_id, q, sources=None, limit=10)
+            assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-5)
+            # The same items, but for those tied with the last place.
+            last = want[-1].score + 1e-5
+            assert {h.key for h in got if h.score > last} == {h.key for h in want if h.score > last}
+
+    await same()
+    assert disk.builds == 1
+    for round_ in range(3):
+        await _fill(provider, s, 12, start=100 + 20 * round_)
+        await embed_backlog(provider, embedder)
+        await same()  # the tail, exactly; and it starts an append
+        await disk.settle()
+        await same()  # the new generation
+    assert disk.builds == 4
+    [folder] = [p.parent for p in (tmp_path / "own").glob("*/manifest.json")]
+    manifest = read_manifest(folder)
+    assert manifest is not None
+    assert len(manifest.generations) < 4  # merged: fewer generations than builds
+    async with engine.connect() as conn:
+        rows = await conn.scalar(sa.text("SELECT count(*) FROM embeddings WHERE dim > 0"))
+    assert manifest.rows == rows  # every vector once
+    assert len(list(folder.glob("seg-*.usearch"))) == sum(
+        len(g.segments) for g in manifest.generations
+    )  # replaced segments deleted
+
+    # Rows gone from the database (forgotten, a restored backup) past REBUILD_DRIFT: the
+    # index is rebuilt without them, and answers stay exact meanwhile.
+    async with engine.begin() as conn:
+        await conn.execute(sa.text("DELETE FROM embeddings WHERE id % 3 = 0"))
+    await same()
+    await disk.settle()
+    assert disk.builds == 5
+    rebuilt = read_manifest(folder)
+    assert rebuilt is not None and len(rebuilt.generations) == 1
+    async with engine.connect() as conn:
+        rows = await conn.scalar(sa.text("SELECT count(*) FROM embeddings WHERE dim > 0"))
+    assert rebuilt.rows == rows
+    await same()
+
+
+async def test_a_cached_scope_moves_to_disk_past_the_threshold(
+    engine: AsyncEngine, make_provider: ProviderFactory, embedder: Embedder, tmp_path: Path
+) -> None:
+    exact = make_provider(engine, "lcm", embedder, **EXACT)
+    grows = make_provider(engine, "lcm", embedder, vector_disk_min_rows=30)
+    s = _session()
+    await _fill(exact, s, 20)
+    await embed_backlog(exact, embedder)
+    assert await _answers(grows, s) == await _answers(exact, s)
+    assert not _manifests(tmp_path)  # 20 vectors: cached
+    await _fill(exact, s, 20, start=20)
+    await embed_backlog(exact, embedder)
+    assert await _answers(grows, s) == await _answers(exact, s)
+    assert len(_manifests(tmp_path)) == 1  # 40: on disk
