@@ -45,6 +45,7 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import shutil
 import threading
 import time
 from collections.abc import Collection, Sequence
@@ -143,6 +144,21 @@ class DiskIndex:
     def has_index(self, user_id: int, agent_id: str) -> bool:
         folder = seg.scope_dir(self.root, self.model, user_id, agent_id)
         return (folder / "manifest.json").is_file()
+
+    def drop(self, user_id: int) -> None:
+        """Delete the user's index files (every agent's and model's): after a forget or
+        an erase, none of the forgotten vectors stays in this host's files (the exact
+        resolve already kept them out of answers); the next search rebuilds from the
+        database. A build in flight, which may have read them, is deleted when it ends."""
+        for key in [k for k in self._scopes if k[0] == user_id]:
+            work = self._scopes.pop(key).work
+            if work is not None and not work.done():
+                work.add_done_callback(lambda _done: self._remove(user_id))
+        self._remove(user_id)
+
+    def _remove(self, user_id: int) -> None:
+        for folder in self.root.glob(f"{user_id}-*"):  # seg.scope_dir's names
+            shutil.rmtree(folder, ignore_errors=True)
 
     async def settle(self) -> None:
         """Wait for every build or append in flight (tests, tools, shutdown)."""

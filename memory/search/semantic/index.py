@@ -155,11 +155,15 @@ class VectorIndex:
         return sum(s.nbytes for s in self._scopes.values())
 
     def forget(self, user_id: int | None = None, agent_id: str | None = None) -> None:
-        """Drop cached scopes (all, or one): the next search reloads from the database."""
+        """Drop cached scopes (all, or one): the next search reloads from the database.
+        One user's forget or erase also deletes that user's on-disk index files."""
         if user_id is None:
             self._scopes.clear()
         else:
             self._scopes.pop((user_id, agent_id or ""), None)
+            self._large.pop((user_id, agent_id or ""), None)
+            if self.disk is not None:
+                self.disk.drop(user_id)
 
     async def search(
         self,

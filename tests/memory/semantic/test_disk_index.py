@@ -154,7 +154,7 @@ async def test_a_lost_or_damaged_index_is_rebuilt(
 
 
 async def test_a_forgotten_message_never_comes_back(
-    engine: AsyncEngine, make_provider: ProviderFactory, embedder: Embedder
+    engine: AsyncEngine, make_provider: ProviderFactory, embedder: Embedder, tmp_path: Path
 ) -> None:
     provider = make_provider(engine, "lcm", embedder, **ON_DISK)
     s = _session()
@@ -165,12 +165,16 @@ async def test_a_forgotten_message_never_comes_back(
     assert before and before[0].content == "the zeppelin pilot waved"
     owner = Owner(s.user_id, s.agent_id)
     preview = await fg.preview(provider, owner, "zeppelin")
+    assert _manifests(tmp_path)
     await fg.forget(provider, owner, preview.ids, preview.needles)
-    # Still in the index's files (built before): the database's answer at resolve time
-    # keeps it out, by words and by meaning ("pilot waved" shares words with it).
+    # The user's files went with it (they held its vector); the next search rebuilds
+    # them from the database, and the answers never hold it, by words or by meaning.
+    assert not list((tmp_path / "vectors").glob(f"{s.user_id}-*"))
     for text in ("zeppelin pilot", "pilot waved", "the pilot"):
         hits = await provider.search(s, SearchQuery(text, mode=HYBRID))
         assert not any("zeppelin" in h.content for h in hits), text
+    await provider.semantic.index.disk.settle()
+    assert _manifests(tmp_path)  # rebuilt without it
 
 
 async def test_scopes_are_apart_and_each_has_its_own_files(
