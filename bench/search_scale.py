@@ -56,10 +56,10 @@ from memory.compaction.summarizer import TruncatingSummarizer  # noqa: E402
 from memory.contract.capabilities import ProviderContext  # noqa: E402
 from memory.contract.registry import create_provider_async  # noqa: E402
 from memory.contract.types import SearchMode, SearchQuery, Session  # noqa: E402
-from memory.search import lexical  # noqa: E402
+from memory.search import lexical, stems  # noqa: E402
 from memory.search.recall import owned_conversations  # noqa: E402
 from memory.search.stopwords import STOP_WORDS  # noqa: E402
-from memory.search.text import fts5_string, ranked_terms  # noqa: E402
+from memory.search.text import ranked_terms  # noqa: E402
 from memory.storage.db import create_engine, migrate  # noqa: E402
 from memory.testing.databases import PG_ADMIN_URL  # noqa: E402
 
@@ -247,6 +247,7 @@ def build_sqlite(n: int) -> Path:
     part.unlink(missing_ok=True)
     asyncio.run(_migrated(f"sqlite+aiosqlite:///{part}"))
     conn = sqlite3.connect(part, isolation_level=None)
+    stems.register(conn)  # the index triggers' tokens
     conn.execute("PRAGMA journal_mode=WAL")
     now = datetime.now(UTC)
     conn.execute("BEGIN")
@@ -398,7 +399,7 @@ def raw_sqlite(path: Path) -> Callable[[list[str]], list[int]]:
     conn = sqlite3.connect(path)
 
     def run(terms: list[str]) -> list[int]:
-        words = " OR ".join(fts5_string(t) for t in terms)
+        words = stems.fts5_terms(terms)  # the index holds stems, not words
         rows = conn.execute(
             "SELECT rowid, bm25(messages_fts, 0.0, 1.0, 0.5) AS r FROM messages_fts "
             "WHERE messages_fts MATCH ? ORDER BY r LIMIT ?",
@@ -546,7 +547,7 @@ async def _ranked(engine: Any, fn: Any, conv_ids: list[int], terms: list[str]) -
 async def _matching_rows(engine: Any, kind: str, terms: list[str]) -> int:
     async with engine.connect() as conn:
         if kind == "sqlite":
-            words = " OR ".join(fts5_string(t) for t in terms)
+            words = stems.fts5_terms(terms)  # the index holds stems, not words
             row = await conn.exec_driver_sql(
                 "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?",
                 (f"{{content context}} : ({words})",),

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import Any
 
 import Stemmer
 
@@ -88,6 +89,13 @@ def tokens(text: str) -> list[str]:
 def index_text(text: str | None) -> str | None:
     """What FTS5 indexes for `text` (the SQL function `mnemo_stems`): its tokens, spaced."""
     return None if text is None else " ".join(tokens(text))
+
+
+def register(conn: Any) -> None:
+    """`mnemo_stems` on a SQLite connection (sqlite3's, or SQLAlchemy's adapter of one):
+    the index triggers call it, so a connection that writes messages or summaries fails
+    without it ("no such function: mnemo_stems")."""
+    conn.create_function(SQL_FUNCTION, 1, index_text, deterministic=True)
 
 
 def query_tokens(term: str) -> list[str]:

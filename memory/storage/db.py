@@ -93,7 +93,7 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def
     cur.close()
     # The search index's tokens (memory/search/stems.py), called by its triggers: every
     # connection that writes messages or summaries needs it.
-    dbapi_conn.create_function(stems.SQL_FUNCTION, 1, stems.index_text, deterministic=True)
+    stems.register(dbapi_conn)
 
 
 def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]

@@ -3,6 +3,7 @@ and PostgreSQL, and a word finds its inflections on both (memory/search/stems.py
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -156,3 +157,38 @@ async def test_a_word_finds_its_inflections(kind: str, tmp_path: Path) -> None:
                 assert [h.content for h in hits if expected in h.content], (kind, question)
         finally:
             await provider.close()
+
+
+async def test_a_plain_sqlite_connection_writes_messages_once_registered(tmp_path: Path) -> None:
+    """A tool writing with sqlite3 itself (bench/search_scale.py loads its corpus so) needs
+    `stems.register`: the index triggers call `mnemo_stems`."""
+    async with temp_engine("sqlite", tmp_path) as engine:
+        path = engine.url.database
+        assert path
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO conversations (id, session_id, agent_id, user_id, channel, "
+                    "title, archived, created_at, updated_at) VALUES (1, 's', 'a', 1, 't', '', "
+                    "0, '2024-01-01', '2024-01-01')"
+                )
+            )
+        insert = (
+            "INSERT INTO messages (conversation_id, seq, role, content, token_count, created_at) "
+            "VALUES (1, ?, 'user', 'three octopuses', 3, '2024-01-01')"
+        )
+        raw = sqlite3.connect(path)
+        try:
+            with pytest.raises(sqlite3.OperationalError, match="mnemo_stems"):
+                raw.execute(insert, (1,))
+            raw.rollback()
+            stems.register(raw)
+            with raw:
+                raw.execute(insert, (1,))
+            found = raw.execute(
+                "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?",
+                (stems.fts5_terms(["octopus"]),),
+            ).fetchall()
+        finally:
+            raw.close()
+        assert len(found) == 1
