@@ -190,6 +190,18 @@ class SessionCounter(Protocol):
 
 
 @runtime_checkable
+class SessionSpans(Protocol):
+    """A provider that dates many sessions at once: each one's first and last stored
+    message times (None when it has none), by index, in one query (search results
+    grouped by conversation name each one's span). Not a capability plugins must
+    offer: the grouping falls back to `stats` per session."""
+
+    async def spans(
+        self, session_ids: Sequence[str]
+    ) -> dict[str, tuple[datetime | None, datetime | None]]: ...
+
+
+@runtime_checkable
 class ExtraSource(Protocol):
     """A provider's searchable memory outside the indexed tables (simple's notes), which
     `memory.search.recall.Recall` searches beside them."""
@@ -430,6 +442,7 @@ def capabilities_of(provider: object) -> list[str]:
 OPTIONAL_PROTOCOLS: dict[str, type] = {
     "CompactionEstimator": CompactionEstimator,
     "SessionCounter": SessionCounter,
+    "SessionSpans": SessionSpans,
     "ExtraSource": ExtraSource,
     "Exporter": Exporter,
     "OverlaySchema": OverlaySchema,

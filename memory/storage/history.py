@@ -457,6 +457,33 @@ class HistoryStore:
             ).one()
         return int(row[0]), int(row[1]), as_utc(row[2]), as_utc(row[3])
 
+    async def spans(
+        self, session_ids: Sequence[str]
+    ) -> dict[str, tuple[datetime | None, datetime | None]]:
+        """Each session's first and last message times, by seq (what was said first and
+        last; imported messages carry their own dates), in one query: two index lookups
+        per conversation (`uq_messages_conv_seq`), whatever its length."""
+        if not session_ids:
+            return {}
+        c, m = conversations.c, messages.c
+
+        def edge(newest: bool) -> sa.ScalarSelect[Any]:
+            order = m.seq.desc() if newest else m.seq.asc()
+            return (
+                sa.select(m.created_at)
+                .where(m.conversation_id == c.id)
+                .order_by(order)
+                .limit(1)
+                .scalar_subquery()
+            )
+
+        query = sa.select(c.session_id, edge(False), edge(True)).where(
+            c.session_id.in_(list(session_ids))
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return {r[0]: (as_utc(r[1]), as_utc(r[2])) for r in rows}
+
     # -- session info --------------------------------------------------------------
 
     async def save_info(self, info: SessionInfo) -> None:
@@ -691,6 +718,11 @@ class SessionHistory:
 
     async def load_info(self, session_id: str) -> SessionInfo:
         return await self.history.load_info(session_id)
+
+    async def spans(
+        self, session_ids: Sequence[str]
+    ) -> dict[str, tuple[datetime | None, datetime | None]]:
+        return await self.history.spans(session_ids)
 
     async def list_info(self, opts: ListOptions) -> list[SessionInfo]:
         return await self.history.list_info(opts)

@@ -162,3 +162,29 @@ async def test_parts_of_many_messages_are_read_in_chunks(engine, monkeypatch) ->
         ]
     await store.append(S1, *msgs)
     assert await store.load_history("s1") == msgs
+
+
+async def test_spans_date_many_sessions_in_one_query(engine) -> None:
+    """The first and last messages' own times (an import's, not the day it was
+    stored), for every asked session in one statement; unknown ids are left out."""
+    from sqlalchemy import event
+
+    store = HistoryStore(engine)
+    first, mid, last = (datetime(2024, 3, d, 9, 30, tzinfo=UTC) for d in (2, 4, 6))
+    await store.append(
+        S1, *(Message("user", f"m{i}", created_at=t) for i, t in enumerate((first, mid, last)))
+    )
+    await store.append(S2, Message("user", "only", created_at=mid))
+    statements: list[str] = []
+
+    def count(_conn, _cursor, statement, *_args) -> None:
+        statements.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    try:
+        spans = await store.spans(["s1", "s2", "nope"])
+        assert await store.spans([]) == {}
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", count)
+    assert spans == {"s1": (first, last), "s2": (mid, mid)}
+    assert len([s for s in statements if s.lstrip().upper().startswith("SELECT")]) == 1
