@@ -181,7 +181,7 @@ class EmbeddingsSettings(_Section):
     cache_mb: int = Field(default=256, ge=16, le=65_536)  # cached vectors per process
     # A user with this many vectors is searched through an on-disk index under
     # data_dir/vectors, not the cache (memory/search/semantic/disk.py); 0: never.
-    disk_min_vectors: int = Field(default=DEFAULT_DISK_MIN_ROWS, ge=0)
+    disk_min_vectors: int = Field(default=DEFAULT_DISK_MIN_ROWS, ge=0, le=10**9)
     # The cosine an item found by meaning alone needs to be listed (model-specific).
     min_similarity: float = Field(default=DEFAULT_MIN_SIMILARITY, ge=-1.0, le=1.0)
     # Text put before every query / every stored item, for models trained with them; a

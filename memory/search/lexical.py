@@ -160,7 +160,9 @@ async def _sqlite_bm25(
     rows = await conn.execute(
         sa.text(
             f"SELECT rowid, bm25({index.fts}, {weights}) AS rank FROM {index.fts} "
-            f"WHERE {index.fts} MATCH :match ORDER BY rank LIMIT :limit"
+            # Ties newest first, as on PostgreSQL: a page is the head of a longer one, and
+            # both databases list equal scores alike.
+            f"WHERE {index.fts} MATCH :match ORDER BY rank, rowid DESC LIMIT :limit"
         ),
         {"match": f"{_scope_filter(conv_ids)} AND {columns} : ({words})", "limit": limit},
     )
