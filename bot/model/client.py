@@ -51,6 +51,7 @@ from bot.runtime.redact import scrub, secret_values
 from memory.contract.types import Message, ToolCall
 from memory.storage.usage import TokenUsage, UsageRecorder, kind_from_context
 from memory.text.server_error import not_supported, server_message
+from memory.text.server_url import server_url
 from memory.text.tokens import Calibration, estimate_tokens, request_tokens
 
 __all__ = ["AssistantTurn", "LLMClient", "LLMError", "MissingApiKey", "TokenUsage"]
@@ -144,7 +145,15 @@ def _default_http_client() -> Any:
 
 
 def require_api_key(settings: LLMSettings) -> None:
-    """Fail at startup, with the variable to set, rather than on the first message."""
+    """Fail at startup, with the variable to set, rather than on the first message.
+    Credentials in `llm.base_url` are the request's authentication: no key needed."""
+    if server_url(settings.base_url).basic_auth:
+        if settings.api_key.get_secret_value().strip():
+            log.warning(
+                "llm.base_url carries a user and password: they are sent as HTTP Basic "
+                "auth, and llm.api_key is not sent (a request has one Authorization header)"
+            )
+        return
     if not settings.api_key.get_secret_value().strip():
         raise MissingApiKey(
             "no LLM API key: set OPENAI_API_KEY (or llm.api_key in the config); "
@@ -250,17 +259,19 @@ class LLMClient:
         self.calibration = calibration or Calibration()
         self.backoff_s = backoff_s
         self.backoff_cap_s = backoff_cap_s
+        url = server_url(settings.base_url)
         self._client = openai.AsyncOpenAI(
-            base_url=settings.base_url,
+            base_url=url.base_url,
             # A local server needs some key; a missing real key is caught by require_api_key.
             api_key=settings.api_key.get_secret_value() or "unset",
+            default_headers=url.headers,  # Basic auth from the URL replaces the key
             timeout=settings.timeout_s,
             max_retries=0,
             http_client=http_client if http_client is not None else _default_http_client(),
         )
         # Masked in the server's error messages (the log record factory masks the
         # installed ones again; `doctor` and tests print them without it).
-        self._secrets = secret_values(settings.api_key.get_secret_value())
+        self._secrets = secret_values(settings.api_key.get_secret_value(), *url.secrets)
         self._token_param = "max_tokens"  # or max_completion_tokens: _renamed_bound
 
     async def close(self) -> None:

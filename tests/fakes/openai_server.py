@@ -284,6 +284,7 @@ class FakeOpenAI:
         self.embeddings_status: int | None = None
         self.rejects: Callable[[str], bool] = lambda _text: False
         self.embedding_requests: list[dict[str, Any]] = []
+        self.authorizations: list[str] = []  # each request's Authorization header
         self._embedding_script: list[Response] = []
         self.in_flight = 0
         self.streaming = 0  # `forever` streams still being written
@@ -357,6 +358,7 @@ class FakeOpenAI:
     # --- serving ------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.authorizations.append(request.headers.get("Authorization", ""))
         try:
             body = await request.json()
         except json.JSONDecodeError:
@@ -408,6 +410,7 @@ class FakeOpenAI:
             self.in_flight -= 1
 
     async def _embed(self, request: web.Request) -> web.StreamResponse:
+        self.authorizations.append(request.headers.get("Authorization", ""))
         try:
             body = await request.json()
         except json.JSONDecodeError:

@@ -41,6 +41,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from memory.search.semantic.defaults import DEFAULT_MIN_SIMILARITY
 from memory.storage.usage import TokenUsage, UsageRecorder, split_by_scope
 from memory.text.server_error import not_supported, server_message
+from memory.text.server_url import server_url
 from memory.text.tokens import estimate_tokens
 
 log = logging.getLogger(__name__)
@@ -170,10 +171,16 @@ class Embedder:
         self.dim: int | None = None  # learnt from the first answer
         self.unavailable: str | None = None  # why, while the endpoint is unavailable
         self._recheck_at = 0.0
+        url = server_url(base_url)
         self._client = openai.AsyncOpenAI(
-            base_url=base_url or None, api_key=api_key or "unset", timeout=timeout_s, max_retries=0
+            base_url=url.base_url,
+            api_key=api_key or "unset",
+            default_headers=url.headers,  # Basic auth from the URL replaces the key
+            timeout=timeout_s,
+            max_retries=0,
         )
-        self._secrets = (api_key,) if api_key else ()  # masked in the server's messages
+        # Masked in the server's messages.
+        self._secrets = ((api_key,) if api_key else ()) + url.secrets
 
     async def close(self) -> None:
         await self._client.close()
