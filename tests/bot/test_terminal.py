@@ -72,7 +72,7 @@ async def server():
         yield srv
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_chat_failure_commands_rotation_and_restart(server: FakeOpenAI, tmp_path: Path):
     cfg = write_config(tmp_path, server.base_url)
     server.push(error(500), error(500))  # the first message fails (max_retries: 1)
@@ -101,7 +101,7 @@ async def test_chat_failure_commands_rotation_and_restart(server: FakeOpenAI, tm
     assert len(server.requests) == 4
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_missing_api_key_names_the_variable(server: FakeOpenAI, tmp_path: Path):
     rc, out, err = await mnemo_chat(write_config(tmp_path, server.base_url), "hi\n", api_key=None)
     assert rc == 2 and out == ""
@@ -122,7 +122,7 @@ def _citing(body: dict[str, Any]) -> Response:
     return echo(body)
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_chat_prints_an_answer_s_sources_as_plain_lines(tmp_path: Path):
     async with FakeOpenAI(_citing) as srv:
         search = json.dumps({"action": "search", "text": "locker PLATYPUS"})

@@ -60,7 +60,7 @@ async def _start(config: Path, export: Path, tmp: Path) -> asyncio.subprocess.Pr
     "provider",
     ["lcm", pytest.param("simple", marks=pytest.mark.slow)],  # lean `make test`
 )
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_kill_nine_mid_import_then_again_stores_one_copy(
     db_kind: str, tmp_path: Path, provider: str
 ) -> None:
@@ -124,7 +124,7 @@ async def test_kill_nine_mid_import_then_again_stores_one_copy(
         assert tails == sorted(tails), sid
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_ctrl_c_mid_import_says_what_is_kept_and_exits_130(tmp_path: Path) -> None:
     export = tmp_path / "result.json"
     expected = telegram_export(export, MESSAGES, chats=1)

@@ -101,7 +101,7 @@ def _user_messages(server: FakeOpenAI) -> list[str]:
     return [r["messages"][-1]["content"] for r in server.requests]
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_chat_edits_lines_keeps_history_and_keeps_logs_out(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:

@@ -39,7 +39,7 @@ def test_every_wrong_key_is_reported_one_line_each(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 def test_an_unknown_provider_stops_every_command(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text("memory: {provider: nope}\n")
     line = (

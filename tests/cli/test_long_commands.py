@@ -19,7 +19,7 @@ from tests.fakes.openai_server import FakeOpenAI, gated, text
 from tests.ops.conftest import ALICE, populate
 from tests.waits import scaled
 
-# Each test starts `mnemo` subprocesses: `make test`, not the inner loop (`make test-fast`).
+# Each test starts `mnemo` subprocesses: `make test-slow`.
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]

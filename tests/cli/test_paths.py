@@ -45,7 +45,7 @@ def test_relative_paths_are_read_from_the_config_files_directory(
     assert load_settings().database.url == "sqlite+aiosqlite:///data/mnemo.db"
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 def test_read_commands_never_create_a_database_and_name_the_one_they_open(
     tmp_path: Path,
 ) -> None:
@@ -74,7 +74,7 @@ def test_read_commands_never_create_a_database_and_name_the_one_they_open(
     assert list(elsewhere.iterdir()) == []
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 def test_an_empty_database_is_no_mnemo_database(tmp_path: Path) -> None:
     # The file exists (an empty SQLite file, a wrong path to another program's
     # database): a read command says so, and adds no tables to it.

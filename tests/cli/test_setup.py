@@ -28,7 +28,7 @@ def test_the_readme_lists_every_variable_config_yaml_reads() -> None:
     assert variables <= listed, variables - listed
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 def test_make_run_names_everything_missing_at_once_and_honours_mnemo_config(
     tmp_path: Path,
 ) -> None:
@@ -72,7 +72,7 @@ def test_make_run_names_everything_missing_at_once_and_honours_mnemo_config(
     assert list(tmp_path.iterdir()) == [config]
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 def test_chat_names_a_missing_key_before_anything_else(tmp_path: Path) -> None:
     proc = mnemo("chat", cwd=tmp_path)
     assert proc.returncode == 2
@@ -80,7 +80,7 @@ def test_chat_names_a_missing_key_before_anything_else(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_the_budget_fits_a_llama_cpp_servers_context(tmp_path: Path) -> None:
     # The compose profile's llama.cpp runs with LLM_CTX_SIZE tokens; a bot left at its
     # 13,500-token default would fail every long conversation. It reads the server's

@@ -278,7 +278,7 @@ def test_mnemo_config_env_on_every_command(
     assert err.startswith(f"mnemo: config error: {bad}: memory.fresh_tail: ")
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 @pytest.mark.parametrize("cmd", READERS, ids=lambda c: " ".join(c))
 def test_bad_config_exits_nonzero_with_one_line(cmd: list[str], tmp_path: Path) -> None:
     bad = write(tmp_path, "compaction: {keep_tail: -3}\n", "bad.yaml")

@@ -78,7 +78,7 @@ def _mnemo(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str
     )
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 def test_a_third_party_section_is_validated_by_its_model(typed: Path, tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     cases = {

@@ -405,7 +405,7 @@ async def _assert_refused(
     assert await _dump(url, tmp_path / "notes") != before
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_hostile_lcm_exports_are_refused_whole(
     db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -452,7 +452,7 @@ def _provider_stub(name: str) -> Any:
     return type("Stub", (cls,), {"name": name})()
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 @pytest.mark.postgres
 @pytest.mark.parametrize("db_kind", ["postgres"])
 async def test_issue_cases_through_the_cli(db_url: str, tmp_path: Path) -> None:

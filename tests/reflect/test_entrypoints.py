@@ -95,7 +95,7 @@ async def _mnemo(*args: str) -> tuple[int, str, str]:
     return proc.returncode or 0, out.decode(), err.decode()
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_mnemo_reflect_once(tmp_path: Path, fake_llm, capsys) -> None:
     db = f"sqlite+aiosqlite:///{tmp_path / 'mnemo.db'}"
     config = tmp_path / "config.yaml"

@@ -45,7 +45,7 @@ def _dump(raw: dict[str, Any]) -> str:
     return yaml.safe_dump(raw, allow_unicode=False)
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 def test_every_key_with_every_corpus_value(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     checked = 0

@@ -26,7 +26,7 @@ from tests.reliability.process import REPO, BotProcess, write_config
 from tests.reliability.test_logs import run_config
 from tests.waits import scaled
 
-# Each test starts `mnemo` subprocesses: `make test`, not the inner loop (`make test-fast`).
+# Each test starts `mnemo` subprocesses: `make test-slow`.
 pytestmark = pytest.mark.slow
 
 RETRY_LINE = "Telegram Bot API unreachable"

@@ -56,7 +56,7 @@ async def _mnemo(cfg: Path, *args: str) -> tuple[int, str, str]:
     return proc.returncode or 0, out.decode(), err.decode()
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_control_and_bidi_characters_never_reach_the_terminal(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:

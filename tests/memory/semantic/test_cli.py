@@ -92,7 +92,7 @@ async def populate(db_url: str, tmp_path: Path, n: int) -> None:
         await engine.dispose()
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_embed_backfills_is_safe_to_rerun_and_doctor_counts(
     db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -123,7 +123,7 @@ async def test_embed_backfills_is_safe_to_rerun_and_doctor_counts(
         assert "embedded 7 of 7" in out and "other models" not in out
 
 
-@pytest.mark.slow  # subprocesses: `make test`, not the inner loop (`make test-fast`)
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_a_server_without_embeddings_is_named_by_embed_and_doctor(
     db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
