@@ -37,9 +37,9 @@ from bot.chat_import.sources import (
     first_error,
     timestamp,
 )
+from memory.text.replies import first_words, reply_note
 
 CHAT_LISTS = ("", "chats.list.item", "left_chats.list.item")  # where chats are (ijson prefixes)
-QUOTED_WORDS = 8
 REMEMBERED_FOR_REPLIES = 5_000  # recent messages a reply may quote (older: by id)
 
 MEDIA_NOTES = {
@@ -150,9 +150,7 @@ class _Said:
         self._by_id: OrderedDict[int, tuple[str, str]] = OrderedDict()
 
     def remember(self, msg_id: int, speaker: str, body: str) -> None:
-        words = body.split()
-        quote = " ".join(words[:QUOTED_WORDS]) + ("…" if len(words) > QUOTED_WORDS else "")
-        self._by_id[msg_id] = (speaker, quote)
+        self._by_id[msg_id] = (speaker, first_words(body))
         if len(self._by_id) > REMEMBERED_FOR_REPLIES:
             self._by_id.popitem(last=False)
 
@@ -160,8 +158,7 @@ class _Said:
         said = self._by_id.get(msg_id)
         if said is None:
             return f"replying to message {msg_id}"
-        speaker, quote = said
-        return f'replying to {speaker}: "{quote}"' if quote else f"replying to {speaker}"
+        return reply_note(*said)
 
 
 def render(m: TelegramMessage, said: _Said) -> str | None:

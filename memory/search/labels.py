@@ -5,8 +5,8 @@ revision 0004), so a bare "noted" is found by the question it followed. Shown al
 would read as a miss; so a hit that holds none of the query's words itself shows what
 it came after: `noted (after: which puppy did we adopt?)`. "After", not "replying to":
 the two messages are neighbours, which says nothing of a reply; a real reply says so in
-its own text (an imported Telegram reply is stored as `[Ann, replying to Bob: "…"]`,
-bot/chat_import/telegram_export.py), and is shown as stored.
+its own text (a Telegram reply, live or imported, is stored as `[Ann, replying to Bob:
+"…"]`, memory/text/replies.py), and is shown as stored.
 
 Whether a hit holds a query word is decided by the index's own tokens (memory/search/
 stems.py), so "adopted" holds "adopt" and "puppy" holds "puppies", as the index found them.

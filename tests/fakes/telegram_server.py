@@ -28,7 +28,7 @@ bot's or does not exist, an edit that changes nothing ("message is not modified"
 Users and chats (the user side):
   tg.private(user_id, first_name=)             -> Chat (private)
   tg.group(chat_id, title=, forum=False)       -> Chat (supergroup); .topic(thread_id, by_bot=)
-  chat.send(text, user=, reply_to=)            a text message; a leading /command gets its
+  chat.send(text, user=, reply_to=, quote=)         a text message; a leading /command gets its
                                                bot_command entity, each @name a mention
   chat.send_photo / send_sticker / send_voice / send_document(user=, caption=)
   chat.press(bot_message, data, user=)        presses an inline button (a callback_query)
@@ -255,11 +255,19 @@ class Chat:
         return msg
 
     def send(
-        self, text: str, *, user: User | None = None, reply_to: int | BotMessage | None = None
+        self,
+        text: str,
+        *,
+        user: User | None = None,
+        reply_to: int | BotMessage | None = None,
+        quote: str | None = None,
     ) -> dict[str, Any]:
-        """A text message from the user; returns the message dict."""
+        """A text message from the user; returns the message dict. `quote`: the part of
+        the `reply_to` message the user quoted."""
         msg = self._base(user, reply_to)
         msg["text"] = text
+        if quote is not None:
+            msg["quote"] = {"text": quote, "position": 0}
         entities = _auto_entities(text)
         if entities:
             msg["entities"] = entities

@@ -54,7 +54,10 @@ async def test_group_mention_mode(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: P
         asked = tg.calls_to("sendMessage", chat_id=-1001)[0].params
         assert asked["reply_parameters"]["message_id"] > 0
         group.send("and times 3?", user=ALICE, reply_to=answer)
-        await tg.wait_for_message(-1001, contains="[Alice] and times 3?")
+        # a reply says what it answers (tests/telegram/test_replies.py)
+        await tg.wait_for_message(
+            -1001, contains='[Alice, replying to Mnemo: "echo: [Bob] what is 2+2?"] and times 3?'
+        )
         group.send_photo(user=ALICE)  # not addressed: ignored
         group.send_photo(user=ALICE, reply_to=answer)  # addressed, but nothing to read
         await tg.wait_for_message(-1001, contains="I only read text")

@@ -124,7 +124,10 @@ async def test_group_mention_mode_applies_to_captions(
             user=ALICE, caption="and this", reply_to=answer, file_name="cat.txt", content=b"a tabby"
         )
         await tg.wait_for_message(-1001, contains="a tabby")
-    assert user_turns(llm)[-1] == "[Alice] and this\n\n[file cat.txt]\na tabby"
+    assert user_turns(llm)[-1] == (
+        '[Alice, replying to Mnemo: "echo: [Alice] [The user attached a photo, which…"] '
+        "and this\n\n[file cat.txt]\na tabby"
+    )
     assert len(llm.requests) == 2
     assert not any(
         "our cat" in t

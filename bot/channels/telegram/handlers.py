@@ -63,6 +63,7 @@ from bot.channels.telegram.sessions import (
     is_addressed,
     is_admin,
     is_allowed,
+    stored_text,
     strip_mention,
 )
 from bot.channels.telegram.settings import telegram_settings
@@ -118,13 +119,6 @@ MEDIA = (
     | filters.POLL
     | filters.Dice.ALL
 )
-
-
-def _sender_name(message: Message) -> str:
-    if message.sender_chat is not None:
-        return message.sender_chat.title or "anonymous"
-    user = message.from_user
-    return user.full_name if user else "someone"
 
 
 class TelegramChannel:
@@ -373,16 +367,15 @@ class TelegramChannel:
         images: Sequence[Image] = (),
     ) -> None:
         """One turn of the conversation with `text` (the message as the model reads it,
-        before the group's `[Name]`): stored, answered, streamed. `images` go to the
-        model with it, unstored."""
+        before `stored_text` names its author and what it replies to): stored, answered,
+        streamed. `images` go to the model with it, unstored."""
         target = self._target(message, place)
         if len(text) > MAX_INPUT_CHARS:
             await send_plain_reply(
                 context.bot, target, TOO_LONG.format(n=len(text), limit=MAX_INPUT_CHARS)
             )
             return
-        if place.is_group:
-            text = f"[{_sender_name(message)}] {text}"
+        text = stored_text(message, text, group=place.is_group)
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         receipt = self._receipt(update)
         # Updates of a chat arrive in order: an earlier redelivered update of this

@@ -1,5 +1,6 @@
-"""Which conversation an update belongs to, who may use the bot, and when a group
-message is addressed to it.
+"""Which conversation an update belongs to, who may use the bot, when a group
+message is addressed to it, and how its author and the message it replies to are named
+in its stored text.
 
 - Private chat: one conversation per (agent, user); the memory scope is the user.
 - Group: one conversation per chat, or per forum topic (`message_thread_id`); the memory
@@ -19,6 +20,7 @@ from telegram import Chat, Message, MessageEntity
 
 from bot.channels.telegram.settings import TelegramSettings
 from memory.contract.types import Session
+from memory.text.replies import first_words, reply_note
 
 CHANNEL = "telegram"
 
@@ -92,6 +94,28 @@ def is_reply_to_bot(message: Message, bot_id: int) -> bool:
     if replied is None or replied.forum_topic_created is not None:
         return False
     return replied.from_user is not None and replied.from_user.id == bot_id
+
+
+def sender_name(message: Message) -> str:
+    if message.sender_chat is not None:
+        return message.sender_chat.title or "anonymous"
+    user = message.from_user
+    return user.full_name if user else "someone"
+
+
+def stored_text(message: Message, text: str, *, group: bool) -> str:
+    """`text` as stored: in a group after its author's name (`[Ann] hi`), and, for a
+    real reply, with whom and what it answers (`[Ann, replying to Bob: "see you…"]`,
+    the form of imported replies): without it a reply to last week's message reads, to
+    the model and in search hits, as if it answered the message before it. The words
+    are the part the user quoted, if they quoted one."""
+    head = [sender_name(message)] if group else []
+    replied = message.reply_to_message
+    if replied is not None and replied.forum_topic_created is None:
+        quoted = message.quote.text if message.quote is not None else None
+        words = quoted or replied.text or replied.caption or ""
+        head.append(reply_note(sender_name(replied), first_words(words)))
+    return f"[{', '.join(head)}] {text}" if head else text
 
 
 def is_addressed(message: Message, bot_id: int, username: str) -> bool:
