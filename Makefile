@@ -60,7 +60,7 @@ nginx:
 	fi
 
 # The suite without the `slow` marks, after the linters: what a change must pass, about
-# 4 minutes on 2 idle cores. The slow suites (crash trials, load, outages, subprocesses)
+# 5 minutes on 2 idle cores. The slow suites (crash trials, load, outages, subprocesses)
 # run with `make test-slow`; CI (.ci/run) runs both. docs/DEVELOPMENT.md has the figures.
 # Every wait scales with the load; MNEMO_TEST_TIME_SCALE=N multiplies them by N instead.
 test: $(VENV)/.installed-dev chromium nginx
