@@ -89,6 +89,7 @@ class Console:
         )
         self.jinja.filters["when"] = _when
         self.jinja.filters["q"] = lambda v: _quote(str(v))
+        self.jinja.filters["readable"] = reads.readable_after
 
     def install(self, app: web.Application) -> None:
         app.middlewares.append(self._guard)
@@ -128,10 +129,15 @@ class Console:
                 "abandoned; the bot was not held up. Try again later, or a smaller page.",
                 title="Too slow",
             )
-        except web.HTTPException as exc:  # redirects and refusals get the headers too
-            for key, value in HEADERS.items():
-                exc.headers.setdefault(key, value)
-            raise
+        except web.HTTPException as exc:
+            if exc.status < 400:  # redirects get the headers too
+                for key, value in HEADERS.items():
+                    exc.headers.setdefault(key, value)
+                raise
+            # A refusal is a framed page (with the way back), not aiohttp's bare text.
+            response = self._error(request, exc.status, _said(exc), title=exc.reason)
+            if "Allow" in exc.headers:  # a 405 still says which methods are
+                response.headers["Allow"] = exc.headers["Allow"]
         for key, value in HEADERS.items():
             response.headers.setdefault(key, value)
         # The page's server time, for the browser's dev tools and bench/web_pages.py.
@@ -366,7 +372,7 @@ class Console:
         text = q.get("q", "").strip()[:500]
         mode = q.get("mode", SearchMode.FULL_TEXT.value)
         scope = q.get("scope", SearchScope.BOTH.value)
-        hits, error, info = [], "", None
+        hits, error, info, note = [], "", None, ""
         if (
             mode not in SearchMode.__members__.values()
             or scope not in SearchScope.__members__.values()
@@ -389,6 +395,11 @@ class Console:
                     )
                 except ContractError as exc:
                     error = str(exc)
+                if mode == SearchMode.HYBRID and not getattr(inner, "semantic", None):
+                    note = (
+                        "Hybrid search needs embeddings, which are off (embeddings.model is "
+                        "empty): these results are word search (full_text) alone."
+                    )
         return await self._page(
             request,
             "search.html",
@@ -400,6 +411,7 @@ class Console:
             scopes=[s.value for s in SearchScope],
             hits=hits,
             error=error,
+            note=note,
             info=info,
             searched=bool(sid and text),
         )
@@ -563,3 +575,12 @@ def _quote(sid: str) -> str:
 
 def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "–"
+
+
+def _said(exc: web.HTTPException) -> str:
+    """What a refusal says, as a sentence: its own text, or a plain one for aiohttp's
+    default ("404: Not Found")."""
+    text = (exc.text or "").strip()
+    if not text or text.startswith(f"{exc.status}:"):
+        return "There is no such page." if exc.status == 404 else f"Refused: {exc.reason}."
+    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")

@@ -79,6 +79,7 @@ def render(graph: SummaryGraph, selected: str | None, href: str) -> str:
             )
     out.append("</g>")
     out.append(_axis(graph.message_count, width, axis_y, scale))
+    out.append(_kept_tail(graph, width, axis_y, scale))
     out.append('<g class="nodes">')
     for b in boxes:
         n = b.node
@@ -99,8 +100,8 @@ def render(graph: SummaryGraph, selected: str | None, href: str) -> str:
             f'<rect class="{" ".join(classes)}" x="{b.x:.1f}" y="{b.y:.1f}" '
             f'width="{b.w:.1f}" height="{BOX_H}" rx="3"><title>{escape(tip)}</title></rect>'
             + (
-                f'<text x="{b.x + 4:.1f}" y="{b.y + 19:.1f}">{escape(_label(n, b.w))}</text>'
-                if b.w >= 60
+                f'<text x="{b.x + 4:.1f}" y="{b.y + 19:.1f}">{escape(label)}</text>'
+                if (label := _label(n, b.w))
                 else ""
             )
             + "</a>"
@@ -109,9 +110,16 @@ def render(graph: SummaryGraph, selected: str | None, href: str) -> str:
     return "".join(out)
 
 
+# Average advance of the 11 px label font: a label is drawn only where it fits its box;
+# the whole of it is the box's tooltip and the detail shown when it is selected.
+CHAR_W = 6.6
+
+
 def _label(n: GraphNode, w: float) -> str:
-    text = f"{n.kind} d{n.depth} · {n.token_count}t"
-    return text if w >= 110 else f"d{n.depth}"
+    for text in (f"{n.kind} d{n.depth} · {n.token_count}t", f"{n.kind} d{n.depth}", f"d{n.depth}"):
+        if len(text) * CHAR_W + 8 <= w:
+            return text
+    return ""
 
 
 def _neighbours(graph: SummaryGraph, selected: str | None) -> set[str]:
@@ -137,6 +145,22 @@ def _axis(count: int, width: float, y: float, scale: float) -> str:
         )
     parts.append("</g>")
     return "".join(parts)
+
+
+def _kept_tail(graph: SummaryGraph, width: float, y: float, scale: float) -> str:
+    """The messages after the last one a summary covers: sent to the model as they are
+    (the fresh tail), marked on the axis so the gap under the boxes reads as kept, not lost."""
+    covered = max((n.last_seq or 0 for n in graph.nodes), default=0)
+    if graph.message_count <= covered:
+        return ""
+    x = PAD + covered * scale
+    return (
+        f'<g class="tail"><rect x="{x:.1f}" y="{y - 4:.1f}" width="{width - PAD - x:.1f}" '
+        f'height="8"><title>messages {covered + 1}–{graph.message_count}: not summarized, '
+        f"sent as they are</title></rect>"
+        f'<text x="{width - PAD:.1f}" y="{y + 32:.1f}" text-anchor="end">kept as messages '
+        f"({covered + 1}–{graph.message_count})</text></g>"
+    )
 
 
 def _ticks(count: int, width: float) -> list[int]:

@@ -22,7 +22,7 @@ from memory.contract.capabilities import (
     SessionSnapshotStore,
     VersionedProfileStore,
 )
-from memory.contract.errors import NotFound
+from memory.contract.errors import NotFound, StoreCorrupt
 from memory.contract.options import WriteOptions
 from memory.contract.tracing import unwrap
 from memory.contract.types import (
@@ -152,6 +152,17 @@ async def memory_history(
                 )
             )
     return hist
+
+
+def readable_after(entry: ChangeEntry) -> str:
+    """A changelog row's text after the change as a person reads it: rules one a line,
+    as the system prompt lists them, not the JSON they are stored as."""
+    if entry.scope == "constraint":
+        try:
+            return _rules(parse_constraints(entry.after_text))
+        except StoreCorrupt:  # shown as stored: the page must still draw
+            pass
+    return entry.after_text
 
 
 def _rules(entries: list[ConstraintEntry]) -> str:

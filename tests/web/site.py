@@ -93,6 +93,11 @@ async def open_provider(settings: Settings, engine: AsyncEngine, tmp: Path) -> P
     )
 
 
+RULE = "Never book flights before 9 am."
+# A message a page must fold: 5,000 characters, the end marked to find it unfolded.
+LONG = "A long letter about the garden. " * 155 + "THE END OF THE LETTER"
+
+
 async def populate(provider: Any) -> None:
     for s in (ALICE, BOB, OLD):
         await provider.bootstrap(s)
@@ -103,6 +108,7 @@ async def populate(provider: Any) -> None:
     )
     await provider.set_profile(1001, "default", "Alice. Likes tea.\nWorks at night.", reflect)
     await provider.set_soul(1001, "default", "Warm and brief.", reflect)
+    await provider.add_constraint(1001, "default", RULE, reflect)
     await provider.set_profile(1001, "default", "Alice. Likes coffee (wrong).", reflect)
     await provider.append(ALICE, *conversation(30))
     await provider.compact(ALICE, CompactionMode.FULL)
@@ -114,7 +120,7 @@ async def populate(provider: Any) -> None:
         Message("user", f"hostile text: {HOSTILE} about the aquarium", created_at=T0),
         Message("assistant", "noted the aquarium", created_at=T0),
     )
-    await provider.append(OLD, *conversation(2))
+    await provider.append(OLD, *conversation(2), Message("user", LONG, created_at=T0))
     async with write_transaction(provider.engine) as conn:  # what two model calls cost
         await insert_rows(
             conn,

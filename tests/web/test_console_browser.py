@@ -25,7 +25,9 @@ from tests.web.site import (
     ALICE,
     BOB,
     HOSTILE,
+    LONG,
     OPERATOR_TOKEN,
+    RULE,
     SECRETS,
     VIEWER_TOKEN,
     open_provider,
@@ -131,9 +133,9 @@ def browser() -> Iterator[Any]:
 class Visit:
     """One person's browser context: every page checked for secrets and screenshotted."""
 
-    def __init__(self, browser: Any, site: Site, who: str) -> None:
+    def __init__(self, browser: Any, site: Site, who: str, width: int = 1280) -> None:
         self.site = site
-        self.context = browser.new_context(viewport={"width": 1280, "height": 860})
+        self.context = browser.new_context(viewport={"width": width, "height": 860})
         self.page = self.context.new_page()
         self.dir = SHOTS / f"{site.provider}-{site.db}"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -246,5 +248,80 @@ def test_a_viewer_cannot_roll_back_nor_post_without_the_token(site: Site, browse
         page = v.go("/usage?by=kind")
         assert page.locator("#usage tbody tr").count() == 2  # chat and reflect
         v.shot("usage")
+    finally:
+        v.close()
+
+
+# Every page of the console, as an operator sees it.
+PAGES = {
+    "sessions": "/sessions",
+    "conversation": "/sessions/tg%3Aalice",
+    "graph": "/sessions/tg%3Aalice/graph",
+    "long-message": "/sessions/tg%3Acarol%23old",
+    "search": f"/search?session={BOB.id}&q=aquarium&mode=hybrid",
+    "memory": "/memory/1001?scope=profile",
+    "rules": "/memory/1001?scope=constraint",
+    "rollback-confirm": "/memory/1001/rollback?scope=profile&version=2",
+    "changelog": "/changelog",
+    "usage": "/usage",
+    "not-found": "/sessions/nobody-here",
+}
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_every_page_fits_its_width(site: Site, browser: Any, width: int) -> None:
+    """No page scrolls sideways at a phone's width or a laptop's (wide tables and the
+    graph scroll inside their card), and the header keeps "Log out" on its own dark
+    background. Each page is saved as `<width>-<page>.png`."""
+    v = Visit(browser, site, f"{width}", width=width)
+    try:
+        v.login(OPERATOR_TOKEN)
+        for name, path in PAGES.items():
+            page = v.go(path)
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= width, f"{name} is {wide} px wide at {width} px"
+            header = page.locator("header.top").bounding_box()
+            button = page.locator("header.top button.link").bounding_box()
+            assert header and button
+            assert button["x"] + button["width"] <= header["x"] + header["width"]
+            assert button["y"] + button["height"] <= header["y"] + header["height"], name
+            v.shot(name)
+    finally:
+        v.close()
+
+
+def test_pages_say_what_they_show(site: Site, browser: Any) -> None:
+    """Rules read as text, a 5,000-character message folded, no rollback to the text
+    already current, a framed 404, a note when hybrid search has no embeddings, and the
+    graph marking the messages no summary covers."""
+    v = Visit(browser, site, "operator")
+    try:
+        v.login(OPERATOR_TOKEN)
+        page = v.go("/changelog?scope=constraint")
+        row = page.locator("#changelog tbody tr").first.inner_text()
+        assert RULE in row and '"id"' not in row
+        page = v.go("/memory/1001?scope=profile")
+        rows = page.locator("#versions tbody tr")
+        assert "roll back to this" not in rows.first.inner_text()  # it is the current text
+        assert "roll back to this" in rows.nth(1).inner_text()
+        page = v.go("/sessions/tg%3Acarol%23old")
+        fold = page.locator("details.fold")
+        assert fold.count() == 1
+        end = page.locator("details.fold > pre")
+        assert not end.is_visible() and LONG[-21:] in (end.text_content() or "")
+        fold.locator("summary").click()
+        assert end.is_visible()
+        v.shot("long-message-open")
+        response = page.goto(site.base + "/sessions/nobody-here")
+        assert response is not None and response.status == 404
+        assert page.locator("header.top nav").count() == 1  # framed: the console's header
+        assert page.locator("h1").inner_text() == "Not Found"
+        assert "No such session." in page.locator("p.error").inner_text()
+        page = v.go(f"/search?session={BOB.id}&q=aquarium&mode=hybrid")
+        assert "embeddings" in page.locator("#mode-note").inner_text()
+        assert page.locator("#hits li").count() >= 1  # the word search's hits, shown
+        if site.provider == "lcm":  # a tail the compaction kept as messages
+            page = v.go("/sessions/tg%3Aalice/graph")
+            assert "kept as messages" in (page.locator("svg.dag g.tail").text_content() or "")
     finally:
         v.close()
