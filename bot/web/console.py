@@ -13,10 +13,10 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import jinja2
@@ -25,7 +25,7 @@ from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config.settings import Settings
-from bot.web import reads
+from bot.web import reads, usage_svg
 from bot.web.auth import PRE_COOKIE, SESSION_COOKIE, Gate, Login
 from bot.web.dag_svg import render as render_dag
 from bot.web.diff import line_diff
@@ -47,8 +47,12 @@ from memory.contract.types import (
     utcnow,
 )
 from memory.storage.forgetting import ERASURE_SCOPE, FORGET_SCOPE
-from memory.storage.prices import format_cost
+from memory.storage.prices import format_cost, total_cost
 from memory.text.tokens import message_tokens
+
+if TYPE_CHECKING:
+    from memory.storage.prices import Price
+    from memory.storage.usage import ReportRow, TokenUsage
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +94,7 @@ class Console:
         self.jinja.filters["when"] = _when
         self.jinja.filters["q"] = lambda v: _quote(str(v))
         self.jinja.filters["readable"] = reads.readable_after
+        self.jinja.filters["n"] = lambda v: f"{v:,}" if isinstance(v, int) else v
 
     def install(self, app: web.Application) -> None:
         app.middlewares.append(self._guard)
@@ -532,10 +537,13 @@ class Console:
         by = by if by in GROUPINGS else "kind"
         days = whole("days", request.query.get("days"), 30, low=1, high=3660)
         since = day_start(utcnow()) - timedelta(days=days - 1)
-        rows = []
+        rows, daily = [], []
         if await usage_recorded(self.engine):
-            rows = await UsageStore(self.engine).report(by, since)  # type: ignore[arg-type]
+            store = UsageStore(self.engine)
+            rows = await store.report(by, since)  # type: ignore[arg-type]
+            daily = rows if by == "day" else await store.report("day", since)
         prices = self.settings.llm.price_table()
+        cost = total_cost(_by_model(rows), prices)
         return await self._page(
             request,
             "usage.html",
@@ -550,6 +558,8 @@ class Console:
             groupings=GROUPINGS,
             calls=sum(r.calls for r in rows),
             total=sum(r.tokens.total for r in rows),
+            total_cost="–" if cost is None else format_cost(cost),
+            chart=Markup(usage_svg.render(_per_day(daily, prices, since, utcnow()))),
         )
 
 
@@ -584,3 +594,30 @@ def _said(exc: web.HTTPException) -> str:
     if not text or text.startswith(f"{exc.status}:"):
         return "There is no such page." if exc.status == 404 else f"Refused: {exc.reason}."
     return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def _by_model(rows: Sequence[ReportRow]) -> dict[str, TokenUsage]:
+    out: dict[str, TokenUsage] = {}
+    for r in rows:
+        out[r.model] = out[r.model] + r.tokens if r.model in out else r.tokens
+    return out
+
+
+def _per_day(
+    rows: Sequence[ReportRow], prices: Mapping[str, Price], since: datetime, now: datetime
+) -> list[usage_svg.Day]:
+    """The usage report by day as one entry per day of the period."""
+    by_day: dict[str, list[ReportRow]] = {}
+    for r in rows:
+        by_day.setdefault(r.key, []).append(r)
+    seen = {}
+    for key, day_rows in by_day.items():
+        day = date.fromisoformat(key[:10])
+        cost = total_cost(_by_model(day_rows), prices)
+        seen[day] = usage_svg.Day(
+            day,
+            sum(r.calls for r in day_rows),
+            sum(r.tokens.total for r in day_rows),
+            "–" if cost is None else format_cost(cost),
+        )
+    return usage_svg.days_between(since.date(), now.date(), seen)

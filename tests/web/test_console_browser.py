@@ -292,8 +292,9 @@ def test_every_page_fits_its_width(site: Site, browser: Any, width: int) -> None
 
 def test_pages_say_what_they_show(site: Site, browser: Any) -> None:
     """Rules read as text, a 5,000-character message folded, no rollback to the text
-    already current, a framed 404, a note when hybrid search has no embeddings, and the
-    graph marking the messages no summary covers."""
+    already current, a framed 404, a note when hybrid search has no embeddings, usage
+    with separators, totals and a bar a day, and the graph marking the messages no
+    summary covers."""
     v = Visit(browser, site, "operator")
     try:
         v.login(OPERATOR_TOKEN)
@@ -320,6 +321,13 @@ def test_pages_say_what_they_show(site: Site, browser: Any) -> None:
         page = v.go(f"/search?session={BOB.id}&q=aquarium&mode=hybrid")
         assert "embeddings" in page.locator("#mode-note").inner_text()
         assert page.locator("#hits li").count() >= 1  # the word search's hits, shown
+        page = v.go("/usage?by=kind&days=30")
+        assert "1,200" in page.locator("#usage").inner_text()  # thousands separated
+        assert "2 call(s)" in page.locator("#totals").inner_text()
+        bars = page.locator("#per-day svg.chart rect.bar")
+        assert bars.count() == 30  # one a day of the period, the empty ones too
+        tips = [t or "" for t in bars.locator("title").all_text_contents()]
+        assert sum(": 2 calls," in t for t in tips) == 1, tips  # today's two calls
         if site.provider == "lcm":  # a tail the compaction kept as messages
             page = v.go("/sessions/tg%3Aalice/graph")
             assert "kept as messages" in (page.locator("svg.dag g.tail").text_content() or "")

@@ -80,7 +80,7 @@ async def test_every_page_renders_and_shows_no_secret(site: tuple[str, str]) -> 
         assert "Works at night" in pages["memory"]
         assert "reflect" in pages["changelog"] and "compaction" in pages["changelog"]
         usage = pages["usage"].split('id="usage"')[1]
-        assert ">1001<" in usage and ">2<" in usage and ">2240<" in usage  # calls, tokens
+        assert ">1001<" in usage and ">2<" in usage and ">2,240<" in usage  # calls, tokens
 
 
 async def test_a_graph_node_opens_its_detail(site: tuple[str, str]) -> None:
