@@ -203,7 +203,12 @@ class Study:
             )
         )
 
-    def pick(self, train: np.ndarray, documents: Sequence[str] | None = None) -> Choice:
+    def pick(
+        self,
+        train: np.ndarray,
+        documents: Sequence[str] | None = None,
+        margin: float | None = None,
+    ) -> Choice:
         """The best values on `train`, if they beat the product's by `margin`; else the
         product's (a gain smaller than that is noise: see the module docstring).
         `documents`: only these document texts (the product's compared is then the
@@ -215,7 +220,8 @@ class Study:
             self.choices(documents),
             key=lambda ch: (round(self.score(train, ch), 9), ch == product),
         )
-        if self.score(train, best) - self.score(train, product) < self.margin:
+        needed = self.margin if margin is None else margin
+        if self.score(train, best) - self.score(train, product) < needed:
             return product
         return best
 
@@ -310,9 +316,7 @@ def documents_table(study: Study) -> list[str]:
         held = {db: np.zeros(len(d.conv_of)) for db in DATABASES}
         for ci in range(len(d.convs)):
             test = d.conv_of == ci
-            saved, study.margin = study.margin, 0.0
-            choice = study.pick(~test, [doc])
-            study.margin = saved
+            choice = study.pick(~test, [doc], margin=0.0)
             for db in DATABASES:
                 held[db][test] = study.hybrid(db, choice)[test]
         gains = [
