@@ -11,6 +11,11 @@ nobody tuned on. All are chosen at once, on `full_text` plus `hybrid` recall (CO
 ranks both modes). The product's values are then the ones best on all five (reported with
 the folds' picks).
 
+What each message's vector is made of is chosen the same way (`--documents`): the message
+alone (the product's), with the message before it, with the one after, with both, or
+two vectors a message (alone and with a neighbour, their cosines averaged); a variant
+must beat the message alone by the margin on the four conversations to be picked.
+
 Inputs are the product's own (bench/hybrid_cache.py): lcm's `full_text` lists on each
 database, rebuilt at each CONTEXT_WEIGHT, and all-MiniLM-L6-v2 cosines; the hybrid
 ranking is recall.py's (the pool of each list fused, meaning-only items under the floor
@@ -19,7 +24,8 @@ bench/recall.py (turn-level recall@10, the data README's rules).
 
     python -m bench.constants_study [--context 0,0.25,0.5,0.75,1]
         [--weights 0.2,0.3,0.4,0.5,0.6] [--pools 20,30,50,100] [--floors=-1,0.1,0.2,0.3]
-        [--vectors DIR] [--margin 0.005]
+        [--documents alone,previous,next,both,...] [--vectors DIR] [--margin 0.005]
+        [--score all|hybrid]
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +50,26 @@ DEPTH = 200  # word hits per question (the largest pool, and the hits past it)
 AT = 10
 
 Hybrid = tuple[float, int, float]  # (semantic weight, pool, floor)
+Choice = tuple[float, Hybrid, str]  # (CONTEXT_WEIGHT, hybrid constants, document text)
+ALONE = "alone"  # the product's document text: the message alone
+
+
+def _joined(*parts: str) -> str:
+    return "\n".join(p for p in parts if p)
+
+
+# What is embedded for turn i of `texts` (one vector a message). The previous message
+# goes first (reading order) in `previous`/`both`; `previous-last` puts it after the
+# message, where a cut of a long text would take it first.
+DOCUMENTS: dict[str, Callable[[list[str], int], str]] = {
+    ALONE: lambda t, i: t[i],
+    "previous": lambda t, i: _joined(t[i - 1] if i else "", t[i]),
+    "previous-last": lambda t, i: _joined(t[i], t[i - 1] if i else ""),
+    "next": lambda t, i: _joined(t[i], t[i + 1] if i + 1 < len(t) else ""),
+    "both": lambda t, i: _joined(t[i - 1] if i else "", t[i], t[i + 1] if i + 1 < len(t) else ""),
+}
+# Two vectors a message: the message alone and with a neighbour, cosines averaged.
+PAIRS = {"alone+previous": "previous", "alone+next": "next"}
 
 
 def hybrid_ranking(
@@ -67,20 +93,44 @@ class Data:
     """Per database and CONTEXT_WEIGHT, each question's word list; each question's
     cosines; the questions' evidence and conversation."""
 
-    def __init__(self, convs: list[Conversation], vectors: Path | None = None) -> None:
+    def __init__(
+        self,
+        convs: list[Conversation],
+        vectors: Path | None = None,
+        documents: Sequence[str] = (ALONE,),
+    ) -> None:
         self.convs = convs
         self.turn_ids = [[t.dia_id for t in c.turns] for c in convs]
         self.conv_of = np.array([ci for ci, c in enumerate(convs) for _ in c.questions])
         self.evidence = [q.evidence for c in convs for q in c.questions]
-        self.sims: list[np.ndarray] = []
-        for i, c in enumerate(convs):
-            if vectors is None:
-                turns = hybrid_cache.vectors([t.content for t in c.turns])
+        self.vectors = vectors
+        self.sims: dict[str, list[np.ndarray]] = {}
+        for doc in dict.fromkeys([ALONE, *documents]):
+            if doc in PAIRS:
+                alone, paired = self.cosines(ALONE), self.cosines(PAIRS[doc])
+                self.sims[doc] = [(a + b) / 2 for a, b in zip(alone, paired, strict=True)]
+            else:
+                self.cosines(doc)
+        self._words: dict[tuple[str, float], list[list[tuple[int, float]]]] = {}
+
+    def cosines(self, doc: str) -> list[np.ndarray]:
+        """Each question's cosine with every turn of its conversation embedded as `doc`."""
+        if doc in self.sims:
+            return self.sims[doc]
+        if self.vectors is not None and doc != ALONE:
+            raise ValueError("--vectors holds the messages alone: no other document text")
+        out: list[np.ndarray] = []
+        for i, c in enumerate(self.convs):
+            if self.vectors is None:
+                texts = [t.content for t in c.turns]
+                turns = hybrid_cache.vectors([DOCUMENTS[doc](texts, j) for j in range(len(texts))])
                 questions = hybrid_cache.vectors([q.text for q in c.questions])
             else:  # another model's, computed elsewhere: t{i}.npy, q{i}.npy
-                turns, questions = np.load(vectors / f"t{i}.npy"), np.load(vectors / f"q{i}.npy")
-            self.sims += list(questions @ turns.T)
-        self._words: dict[tuple[str, float], list[list[tuple[int, float]]]] = {}
+                turns = np.load(self.vectors / f"t{i}.npy")
+                questions = np.load(self.vectors / f"q{i}.npy")
+            out += list(questions @ turns.T)
+        self.sims[doc] = out
+        return out
 
     def words(self, db: str, context: float) -> list[list[tuple[int, float]]]:
         if (db, context) not in self._words:
@@ -103,14 +153,27 @@ class Data:
 
 class Study:
     def __init__(
-        self, data: Data, contexts: list[float], hybrids: list[Hybrid], margin: float = 0.0
+        self,
+        data: Data,
+        contexts: list[float],
+        hybrids: list[Hybrid],
+        margin: float = 0.0,
+        score_on: str = "all",
     ) -> None:
-        product = (SEMANTIC_WEIGHT, HYBRID_POOL, DEFAULT_MIN_SIMILARITY)
-        self.d, self.margin = data, margin
+        self.d, self.margin, self.score_on = data, margin, score_on
+        self.product: Choice = (
+            lexical.CONTEXT_WEIGHT,
+            (SEMANTIC_WEIGHT, HYBRID_POOL, DEFAULT_MIN_SIMILARITY),
+            ALONE,
+        )
         self.contexts = sorted({*contexts, lexical.CONTEXT_WEIGHT})
-        self.hybrids = [*hybrids, *([product] if product not in hybrids else [])]
+        self.hybrids = [*hybrids, *([self.product[1]] if self.product[1] not in hybrids else [])]
+        self.documents = list(data.sims)
         self._full: dict[tuple[str, float], np.ndarray] = {}
-        self._hybrid: dict[tuple[str, float, Hybrid], np.ndarray] = {}
+        self._hybrid: dict[tuple[str, Choice], np.ndarray] = {}
+
+    def choices(self, documents: Sequence[str] | None = None) -> list[Choice]:
+        return list(itertools.product(self.contexts, self.hybrids, documents or self.documents))
 
     def full_text(self, db: str, context: float) -> np.ndarray:
         if (db, context) not in self._full:
@@ -119,76 +182,94 @@ class Study:
             )
         return self._full[(db, context)]
 
-    def hybrid(self, db: str, context: float, h: Hybrid) -> np.ndarray:
-        if (db, context, h) not in self._hybrid:
+    def hybrid(self, db: str, choice: Choice) -> np.ndarray:
+        if (db, choice) not in self._hybrid:
+            context, h, doc = choice
             words = self.d.words(db, context)
-            self._hybrid[(db, context, h)] = self.d.at10(
-                [hybrid_ranking(w, s, *h) for w, s in zip(words, self.d.sims, strict=True)]
+            self._hybrid[(db, choice)] = self.d.at10(
+                [hybrid_ranking(w, s, *h) for w, s in zip(words, self.d.sims[doc], strict=True)]
             )
-        return self._hybrid[(db, context, h)]
+        return self._hybrid[(db, choice)]
 
-    def score(self, train: np.ndarray, c: float, h: Hybrid) -> float:
-        """Mean R@10 on `train`'s questions of full_text and hybrid on both databases:
-        CONTEXT_WEIGHT ranks both modes."""
+    def score(self, train: np.ndarray, choice: Choice) -> float:
+        """Mean R@10 on `train`'s questions of full_text and hybrid on both databases
+        (CONTEXT_WEIGHT ranks both modes), or of hybrid alone (`score_on` "hybrid": the
+        document text changes only hybrid, and full_text would halve its gains)."""
+        full = [] if self.score_on == "hybrid" else DATABASES
         return float(
             np.mean(
-                [self.full_text(db, c)[train].mean() for db in DATABASES]
-                + [self.hybrid(db, c, h)[train].mean() for db in DATABASES]
+                [self.full_text(db, choice[0])[train].mean() for db in full]
+                + [self.hybrid(db, choice)[train].mean() for db in DATABASES]
             )
         )
 
-    def pick(self, train: np.ndarray) -> tuple[float, Hybrid]:
+    def pick(
+        self,
+        train: np.ndarray,
+        documents: Sequence[str] | None = None,
+        margin: float | None = None,
+    ) -> Choice:
         """The best values on `train`, if they beat the product's by `margin`; else the
-        product's (a gain smaller than that is noise: see the module docstring)."""
-        product = (lexical.CONTEXT_WEIGHT, (SEMANTIC_WEIGHT, HYBRID_POOL, DEFAULT_MIN_SIMILARITY))
+        product's (a gain smaller than that is noise: see the module docstring).
+        `documents`: only these document texts (the product's compared is then the
+        first's, at today's constants)."""
+        product = self.product
+        if documents:
+            product = (*product[:2], documents[0])
         best = max(
-            itertools.product(self.contexts, self.hybrids),
-            key=lambda ch: (round(self.score(train, *ch), 9), ch == product),
+            self.choices(documents),
+            key=lambda ch: (round(self.score(train, ch), 9), ch == product),
         )
-        if self.score(train, *best) - self.score(train, *product) < self.margin:
+        needed = self.margin if margin is None else margin
+        if self.score(train, best) - self.score(train, product) < needed:
             return product
         return best
+
+
+def described(choice: Choice) -> str:
+    c, h, doc = choice
+    return f"{c:g}; {h[0]:g}, {h[1]}, {h[2]:g}; {doc}"
 
 
 def report(study: Study) -> str:
     d = study.d
     everything = np.ones(len(d.conv_of), dtype=bool)
-    product_c = lexical.CONTEXT_WEIGHT
-    product_h = (SEMANTIC_WEIGHT, HYBRID_POOL, DEFAULT_MIN_SIMILARITY)
+    product = study.product
     held = {m: {db: np.zeros(len(d.conv_of)) for db in DATABASES} for m in ("full", "hybrid")}
     lines = [
-        "| held out | questions | CONTEXT_WEIGHT picked | full_text R@10 SQLite / PG "
-        "| (today's) | SEMANTIC_WEIGHT, HYBRID_POOL, floor picked | hybrid R@10 SQLite / PG "
+        "| held out | questions | picked: CONTEXT_WEIGHT; SEMANTIC_WEIGHT, HYBRID_POOL, "
+        "floor; document | full_text R@10 SQLite / PG | (today's) | hybrid R@10 SQLite / PG "
         "| (today's) |",
-        "|---|---:|---:|---|---|---|---|---|",
+        "|---|---:|---|---|---|---|---|",
     ]
     for ci, conv in enumerate(d.convs):
         test = d.conv_of == ci
-        c, h = study.pick(~test)
+        choice = study.pick(~test)
         for db in DATABASES:
-            held["full"][db][test] = study.full_text(db, c)[test]
-            held["hybrid"][db][test] = study.hybrid(db, c, h)[test]
+            held["full"][db][test] = study.full_text(db, choice[0])[test]
+            held["hybrid"][db][test] = study.hybrid(db, choice)[test]
 
         def pair(values: dict[str, np.ndarray], t: np.ndarray = test) -> str:
             return " / ".join(f"{values[db][t].mean():.3f}" for db in DATABASES)
 
-        today_f = {db: study.full_text(db, product_c) for db in DATABASES}
-        today_h = {db: study.hybrid(db, product_c, product_h) for db in DATABASES}
+        today_f = {db: study.full_text(db, product[0]) for db in DATABASES}
+        today_h = {db: study.hybrid(db, product) for db in DATABASES}
         lines.append(
-            f"| {conv.sample_id} | {int(test.sum())} | {c:g} | {pair(held['full'])} "
-            f"| {pair(today_f)} | {h[0]:g}, {h[1]}, {h[2]:g} | {pair(held['hybrid'])} "
+            f"| {conv.sample_id} | {int(test.sum())} | {described(choice)} "
+            f"| {pair(held['full'])} | {pair(today_f)} | {pair(held['hybrid'])} "
             f"| {pair(today_h)} |"
         )
-    c, h = study.pick(everything)
+    choice = study.pick(everything)
+
+    def folds(values: np.ndarray) -> list[float]:
+        return [float(values[d.conv_of == ci].mean()) for ci in range(len(d.convs))]
 
     def summary(name: str, values: dict[str, np.ndarray]) -> str:
-        folds = {
-            db: [values[db][d.conv_of == ci].mean() for ci in range(len(d.convs))]
-            for db in DATABASES
-        }
         return f"- {name}: " + "; ".join(
-            f"{db} {values[db].mean():.3f} (folds {min(folds[db]):.3f}-{max(folds[db]):.3f}, "
-            f"spread {max(folds[db]) - min(folds[db]):.3f}, sd {np.std(folds[db]):.3f})"
+            f"{db} {values[db].mean():.3f} (folds {min(folds(values[db])):.3f}-"
+            f"{max(folds(values[db])):.3f}, spread "
+            f"{max(folds(values[db])) - min(folds(values[db])):.3f}, "
+            f"sd {np.std(folds(values[db])):.3f})"
             for db in DATABASES
         )
 
@@ -196,23 +277,66 @@ def report(study: Study) -> str:
         "",
         summary("leave one conversation out, full_text R@10", held["full"]),
         summary("leave one conversation out, hybrid R@10", held["hybrid"]),
-        f"- picked on all five: CONTEXT_WEIGHT {c:g}; SEMANTIC_WEIGHT {h[0]:g}, "
-        f"HYBRID_POOL {h[1]}, floor {h[2]:g}",
+        f"- picked on all five: {described(choice)}",
         summary(
-            "dev, those values, full_text R@10", {db: study.full_text(db, c) for db in DATABASES}
+            "dev, those values, full_text R@10",
+            {db: study.full_text(db, choice[0]) for db in DATABASES},
         ),
-        summary("dev, those values, hybrid R@10", {db: study.hybrid(db, c, h) for db in DATABASES}),
         summary(
-            f"dev, today's values ({product_c:g}; {product_h[0]:g}, {product_h[1]}, "
-            f"{product_h[2]:g}), full_text R@10",
-            {db: study.full_text(db, product_c) for db in DATABASES},
+            "dev, those values, hybrid R@10", {db: study.hybrid(db, choice) for db in DATABASES}
+        ),
+        summary(
+            f"dev, today's values ({described(product)}), full_text R@10",
+            {db: study.full_text(db, product[0]) for db in DATABASES},
         ),
         summary(
             "dev, today's values, hybrid R@10",
-            {db: study.hybrid(db, product_c, product_h) for db in DATABASES},
+            {db: study.hybrid(db, product) for db in DATABASES},
         ),
     ]
+    if len(study.documents) > 1:
+        lines += ["", *documents_table(study)]
     return "\n".join(lines)
+
+
+def documents_table(study: Study) -> list[str]:
+    """Each document text on its own: hybrid R@10 on dev at today's constants, and by
+    leaving one conversation out with the other constants picked (no margin) among the
+    values given, per fold and pooled; its difference from the message alone per fold."""
+    d = study.d
+    today = {db: study.hybrid(db, study.product) for db in DATABASES}
+    lines = [
+        "| document text | dev, today's constants, SQLite / PG | leave one out, constants "
+        "picked, SQLite / PG | per fold against the message alone (SQLite, PG mean) | "
+        "folds better |",
+        "|---|---|---|---|---:|",
+    ]
+    for doc in study.documents:
+        dev = {db: study.hybrid(db, (*study.product[:2], doc)) for db in DATABASES}
+        held = {db: np.zeros(len(d.conv_of)) for db in DATABASES}
+        for ci in range(len(d.convs)):
+            test = d.conv_of == ci
+            choice = study.pick(~test, [doc], margin=0.0)
+            for db in DATABASES:
+                held[db][test] = study.hybrid(db, choice)[test]
+        gains = [
+            float(
+                np.mean(
+                    [
+                        held[db][d.conv_of == ci].mean() - today[db][d.conv_of == ci].mean()
+                        for db in DATABASES
+                    ]
+                )
+            )
+            for ci in range(len(d.convs))
+        ]
+        lines.append(
+            f"| {doc} | {' / '.join(f'{dev[db].mean():.3f}' for db in DATABASES)} "
+            f"| {' / '.join(f'{held[db].mean():.3f}' for db in DATABASES)} "
+            f"| {', '.join(f'{g:+.3f}' for g in gains)} | {sum(g > 0 for g in gains)} of "
+            f"{len(gains)} |"
+        )
+    return lines
 
 
 def floats(text: str) -> list[float]:
@@ -234,6 +358,20 @@ def main(argv: list[str] | None = None) -> int:
         "conversations (mean R@10 of the two modes on both databases)",
     )
     parser.add_argument(
+        "--documents",
+        default=ALONE,
+        help="what each message's vector is made of, picked like the constants: "
+        + ", ".join([*DOCUMENTS, *PAIRS])
+        + " (alone, the product's, is always among them)",
+    )
+    parser.add_argument(
+        "--score",
+        choices=("all", "hybrid"),
+        default="all",
+        help="what the picks maximise: mean R@10 of full_text and hybrid on both databases "
+        "(all), or hybrid's alone",
+    )
+    parser.add_argument(
         "--vectors",
         type=Path,
         default=None,
@@ -251,8 +389,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     try:
+        documents = args.documents.split(",")
+        unknown = set(documents) - {*DOCUMENTS, *PAIRS}
+        if unknown:
+            parser.error(f"unknown document text(s): {', '.join(sorted(unknown))}")
         study = Study(
-            Data(load_locomo(data), args.vectors), floats(args.context), hybrids, args.margin
+            Data(load_locomo(data), args.vectors, documents),
+            floats(args.context),
+            hybrids,
+            args.margin,
+            args.score,
         )
         print(report(study))
     finally:
