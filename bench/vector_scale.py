@@ -3,7 +3,7 @@ on-disk index (after, memory/search/semantic/disk.py), issue 34.
 
     .venv/bin/python bench/vector_scale.py [--rows 100000] [--dim 1536] [--db sqlite]
         [--queries 100] [--before-queries 5] [--modes before,after] [--data DIR] [--write]
-        [--sweep 768,1536,...]
+        [--sweep 768,1536,...] [--scan-max N]
 
 Data: `--rows` unit vectors for one (user, agent) inserted straight into `embeddings`,
 plus 2% as many of other users. Not uniform random (no ANN benchmark should be): a
@@ -23,7 +23,9 @@ searches (anonymous and file-backed: the index's mapped pages are file-backed, s
 by processes and reclaimable) and the peak. The index is built in a worker process
 (memory/search/semantic/disk.py): its CPU and peak RSS are read from /proc and reported
 apart. `--sweep` repeats the searches of the after mode at each given graph breadth
-(`EXPANSION_SEARCH`) on the same index: recall against CPU.
+(`EXPANSION_SEARCH`) on the same index: recall against CPU. `--scan-max` sets the
+largest segment scanned whole (`EXACT_SCAN_MAX`, in vectors x dimensions): 0 walks every
+segment's graph.
 """
 
 from __future__ import annotations
@@ -195,7 +197,7 @@ def _builder_usage() -> dict[str, float]:
 
 
 async def measure(
-    mode: str, url: str, data: Path, n_queries: int, sweep: list[int]
+    mode: str, url: str, data: Path, n_queries: int, sweep: list[int], scan_max: int | None
 ) -> dict[str, Any]:
     saved = np.load(data / "truth.npz")
     qs, truth = saved["queries"][:n_queries], saved["truth"][:n_queries]
@@ -206,6 +208,8 @@ async def measure(
         index = VectorIndex(engine, MODEL, index_dir=data / "vectors")
         assert index.disk is not None
         index.disk.build_wait_s = None  # the first search waits for the build, measured
+        if scan_max is not None:
+            index.disk.exact_scan_max = scan_max
     rng = np.random.default_rng(3)
     async with engine.connect() as conn:
         keys = [
@@ -219,7 +223,7 @@ async def measure(
                 )
             ).scalars()
         ]
-    out: dict[str, Any] = {"mode": mode}
+    out: dict[str, Any] = {"mode": mode if scan_max is None else f"{mode} (scan max {scan_max})"}
     with Ticker() as ticker:
         c0, w0 = time.process_time(), time.perf_counter()
         await index.search(USER, AGENT, qs[0], limit=K)
@@ -263,6 +267,7 @@ def main() -> int:
     parser.add_argument("--rebuild", action="store_true", help="delete the index first")
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--sweep", default="", help="graph breadths to try after (768,1536)")
+    parser.add_argument("--scan-max", type=int, default=None, help="EXACT_SCAN_MAX (0: graph)")
     parser.add_argument("--child", default="", help="run one mode here, print its JSON")
     args = parser.parse_args()
     data = Path(args.data or f"/tmp/mnemo-vector-scale-{args.db}-{args.rows}-{args.dim}")
@@ -275,7 +280,8 @@ def main() -> int:
     if args.child:
         n = args.before_queries if args.child == "before" else args.queries
         sweep = [int(b) for b in args.sweep.split(",") if b]
-        print(json.dumps(asyncio.run(measure(args.child, url, data, n, sweep))))
+        result = measure(args.child, url, data, n, sweep, args.scan_max)
+        print(json.dumps(asyncio.run(result)))
         return 0
     truth = data / "truth.npz"
     if not truth.is_file():
@@ -304,8 +310,9 @@ def main() -> int:
         "per search, as hybrid asks; CPU of the whole process per search",
         "",
         "| path | first search (CPU / wall) | CPU p50 / p95 | wall p50 / p95 | recall@50 "
-        "| loop stall: first / searches | RSS anon + file (peak) | index |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| loop stall: first / searches | RSS anon + file (peak) | index "
+        "| builder CPU (peak RSS) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         rss = r["rss"]
