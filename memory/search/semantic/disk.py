@@ -71,9 +71,9 @@ OVERFETCH = 50  # candidates beyond `limit`, re-scored exactly from the database
 EXPANSION_SEARCH = 2048  # graph breadth per query; recall@50: bench/HISTORY.md "Vectors at scale"
 # A segment of at most this many components (vectors x dimensions) is scanned whole
 # instead of walked: an exact scan of the mapped bf16 file (usearch's `exact=True`)
-# finds every nearest row, and at 100k x 1536 took 12 ms of CPU where the graph needed
-# 38 ms for recall@50 0.995 (bench/HISTORY.md). A scan grows with the segment, the
-# walk barely: past this size (about 175k vectors of 1536, 700k of 384) the graph.
+# finds every nearest row, and at 100k x 1536 took 13 ms of CPU where the walk took 26
+# for recall@50 0.995 (bench/HISTORY.md). A scan grows with the segment, a walk far
+# less: past this size (about 175k vectors of 1536, 700k of 384) the graph.
 EXACT_SCAN_MAX = 2**28
 TAIL_ROWS = 4096  # rows searched exactly in memory before they become a segment
 MERGE_FACTOR = 4  # a generation at most this many times its successor's rows is merged
