@@ -3,6 +3,7 @@ on-disk index (after, memory/search/semantic/disk.py), issue 34.
 
     .venv/bin/python bench/vector_scale.py [--rows 100000] [--dim 1536] [--db sqlite]
         [--queries 100] [--before-queries 5] [--modes before,after] [--data DIR] [--write]
+        [--sweep 768,1536,...] [--scan-max N]
 
 Data: `--rows` unit vectors for one (user, agent) inserted straight into `embeddings`,
 plus 2% as many of other users. Not uniform random (no ANN benchmark should be): a
@@ -19,7 +20,12 @@ threads included) and wall per search, p50/p95; recall@50 against exact; the fir
 search (the cache's load, or the index's build); the longest event-loop stall (a 5 ms
 ticker's worst lateness) during the searches and during the first one; RSS after the
 searches (anonymous and file-backed: the index's mapped pages are file-backed, shared
-by processes and reclaimable) and the peak.
+by processes and reclaimable) and the peak. The index is built in a worker process
+(memory/search/semantic/disk.py): its CPU and peak RSS are read from /proc and reported
+apart. `--sweep` repeats the searches of the after mode at each given graph breadth
+(`EXPANSION_SEARCH`) on the same index: recall against CPU. `--scan-max` sets the
+largest segment scanned whole (`EXACT_SCAN_MAX`, in vectors x dimensions): 0 walks every
+segment's graph.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import append_results, machine, percentile  # noqa: E402
 from memory.contract.types import utcnow  # noqa: E402
+from memory.search.semantic import disk as disk_index  # noqa: E402
 from memory.search.semantic.index import VectorIndex  # noqa: E402
 from memory.search.semantic.store import embeddings  # noqa: E402
 from memory.storage.db import create_engine, migrate  # noqa: E402
@@ -160,7 +167,38 @@ class Ticker:
         self._task.cancel()
 
 
-async def measure(mode: str, url: str, data: Path, n_queries: int) -> dict[str, Any]:
+async def _searches(
+    index: VectorIndex, qs: np.ndarray, truth: np.ndarray, keys: list[str], rng: Any
+) -> tuple[list[float], list[float], list[float]]:
+    """Each query's CPU, wall and recall@K: K nearest plus K given items, as hybrid asks."""
+    cpu, wall, recall = [], [], []
+    for q, want in zip(qs, truth, strict=True):
+        also = [("message", k) for k in rng.choice(keys, K, replace=False)]
+        c0, w0 = time.process_time(), time.perf_counter()
+        hits = await index.search(USER, AGENT, q, limit=K, also=also)
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+        got = {int(h.key) for h in hits if h.nearest}
+        recall.append(len(got & {int(i) for i in want}) / K)
+    return cpu, wall, recall
+
+
+def _builder_usage() -> dict[str, float]:
+    """CPU seconds and peak RSS (MB) of the index builder process, if one ran here."""
+    pool = disk_index._pool
+    out = {"cpu_s": 0.0, "peak_mb": 0.0}
+    for pid in getattr(pool, "_processes", None) or {}:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out["cpu_s"] += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                out["peak_mb"] = max(out["peak_mb"], int(line.split()[1]) / 1024)
+    return out
+
+
+async def measure(
+    mode: str, url: str, data: Path, n_queries: int, sweep: list[int], scan_max: int | None
+) -> dict[str, Any]:
     saved = np.load(data / "truth.npz")
     qs, truth = saved["queries"][:n_queries], saved["truth"][:n_queries]
     engine = create_engine(url)
@@ -170,6 +208,8 @@ async def measure(mode: str, url: str, data: Path, n_queries: int) -> dict[str, 
         index = VectorIndex(engine, MODEL, index_dir=data / "vectors")
         assert index.disk is not None
         index.disk.build_wait_s = None  # the first search waits for the build, measured
+        if scan_max is not None:
+            index.disk.exact_scan_max = scan_max
     rng = np.random.default_rng(3)
     async with engine.connect() as conn:
         keys = [
@@ -183,21 +223,13 @@ async def measure(mode: str, url: str, data: Path, n_queries: int) -> dict[str, 
                 )
             ).scalars()
         ]
-    out: dict[str, Any] = {"mode": mode}
+    out: dict[str, Any] = {"mode": mode if scan_max is None else f"{mode} (scan max {scan_max})"}
     with Ticker() as ticker:
         c0, w0 = time.process_time(), time.perf_counter()
         await index.search(USER, AGENT, qs[0], limit=K)
         out["first_cpu_s"], out["first_wall_s"] = time.process_time() - c0, time.perf_counter() - w0
         out["first_stall_ms"] = ticker.reset() * 1000
-        cpu, wall, recall = [], [], []
-        for q, want in zip(qs, truth, strict=True):
-            also = [("message", k) for k in rng.choice(keys, K, replace=False)]
-            c0, w0 = time.process_time(), time.perf_counter()
-            hits = await index.search(USER, AGENT, q, limit=K, also=also)
-            cpu.append(time.process_time() - c0)
-            wall.append(time.perf_counter() - w0)
-            got = {int(h.key) for h in hits if h.nearest}
-            recall.append(len(got & {int(i) for i in want}) / K)
+        cpu, wall, recall = await _searches(index, qs, truth, keys, rng)
         out["stall_ms"] = ticker.reset() * 1000
     out.update(
         cpu_p50_ms=percentile(cpu, 0.5) * 1000,
@@ -209,6 +241,13 @@ async def measure(mode: str, url: str, data: Path, n_queries: int) -> dict[str, 
         rss=_rss(),
     )
     if mode == "after":
+        out["builder"] = _builder_usage()
+        out["sweep"] = []
+        for breadth in sweep:
+            disk_index.EXPANSION_SEARCH = breadth
+            c, _w, r = await _searches(index, qs, truth, keys, np.random.default_rng(3))
+            out["sweep"].append([breadth, float(np.mean(r)), percentile(c, 0.5) * 1000])
+            print(json.dumps(out["sweep"][-1]), file=sys.stderr, flush=True)
         out["index_mb"] = (
             sum(p.stat().st_size for p in (data / "vectors").rglob("*.usearch")) / 2**20
         )
@@ -227,6 +266,8 @@ def main() -> int:
     parser.add_argument("--data", default="", help="kept between runs (default: a temp dir)")
     parser.add_argument("--rebuild", action="store_true", help="delete the index first")
     parser.add_argument("--write", action="store_true")
+    parser.add_argument("--sweep", default="", help="graph breadths to try after (768,1536)")
+    parser.add_argument("--scan-max", type=int, default=None, help="EXACT_SCAN_MAX (0: graph)")
     parser.add_argument("--child", default="", help="run one mode here, print its JSON")
     args = parser.parse_args()
     data = Path(args.data or f"/tmp/mnemo-vector-scale-{args.db}-{args.rows}-{args.dim}")
@@ -238,7 +279,9 @@ def main() -> int:
         url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
     if args.child:
         n = args.before_queries if args.child == "before" else args.queries
-        print(json.dumps(asyncio.run(measure(args.child, url, data, n))))
+        sweep = [int(b) for b in args.sweep.split(",") if b]
+        result = measure(args.child, url, data, n, sweep, args.scan_max)
+        print(json.dumps(asyncio.run(result)))
         return 0
     truth = data / "truth.npz"
     if not truth.is_file():
@@ -267,8 +310,9 @@ def main() -> int:
         "per search, as hybrid asks; CPU of the whole process per search",
         "",
         "| path | first search (CPU / wall) | CPU p50 / p95 | wall p50 / p95 | recall@50 "
-        "| loop stall: first / searches | RSS anon + file (peak) | index |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| loop stall: first / searches | RSS anon + file (peak) | index "
+        "| builder CPU (peak RSS) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         rss = r["rss"]
@@ -278,8 +322,13 @@ def main() -> int:
             f"| {r['wall_p50_ms']:.1f} / {r['wall_p95_ms']:.1f} ms | {r['recall']:.4f} "
             f"| {r['first_stall_ms']:.0f} / {r['stall_ms']:.0f} ms "
             f"| {rss['RssAnon']:.0f} + {rss['RssFile']:.0f} MB ({rss['peak']:.0f} MB) "
-            f"| {r.get('index_mb', 0):.0f} MB |"
+            f"| {r.get('index_mb', 0):.0f} MB "
+            f"| {r.get('builder', {}).get('cpu_s', 0):.0f} s "
+            f"({r.get('builder', {}).get('peak_mb', 0):.0f} MB) |"
         )
+        if r.get("sweep"):
+            lines += ["", "| expansion | recall@50 | CPU p50 per search |", "|---:|---:|---:|"]
+            lines += [f"| {b} | {rec:.4f} | {c:.1f} ms |" for b, rec, c in r["sweep"]]
     text = "\n".join(lines)
     print(text)
     if args.write:

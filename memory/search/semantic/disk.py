@@ -4,7 +4,7 @@ search reads a few hundred vectors instead of loading the whole scope.
 Why usearch (2.26, Apache-2.0, wheels for every platform we ship): HNSW in one file that
 is memory-mapped read-only (`Index.restore(view=True)`), so replicas on one data
 directory share the page cache and a process's resident memory is the pages its
-searches touch, reclaimable by the kernel; f16 storage halves the file. Rejected: sqlite-vec is exact (brute force: at 1M x 1536 it reads 6 GB
+searches touch, reclaimable by the kernel; bf16 storage halves the file. Rejected: sqlite-vec is exact (brute force: at 1M x 1536 it reads 6 GB
 per query) and SQLite-only; hnswlib has no memory-mapped load (each process holds the
 whole index in RAM); faiss-cpu's on-disk IVF needs its own inverted-list files and a
 training step; LanceDB brings a columnar store of its own beside the database; pgvector
@@ -15,7 +15,8 @@ nobody today.
 The database stays the source of truth; the index is derived from the `embeddings`
 table and holds row ids only (the usearch key is `embeddings.id`):
 - Candidates come from the index (each segment of the asked sources, OVERFETCH more than
-  asked), then are read back from the database by id *within the scope* (user, agent,
+  asked: a segment up to EXACT_SCAN_MAX scanned whole, a larger one's graph walked),
+  then are read back from the database by id *within the scope* (user, agent,
   model): a row forgotten or erased since is simply not there (and its id is remembered
   as dead); another scope's row can never match; every score is the exact float32
   cosine of the stored vector, so fusion and the similarity floor see true cosines.
@@ -67,7 +68,13 @@ from memory.search.semantic.store import embeddings
 log = logging.getLogger(__name__)
 
 OVERFETCH = 50  # candidates beyond `limit`, re-scored exactly from the database
-EXPANSION_SEARCH = 768  # graph breadth per query; recall@50: bench/HISTORY.md "Vectors at scale"
+EXPANSION_SEARCH = 2048  # graph breadth per query; recall@50: bench/HISTORY.md "Vectors at scale"
+# A segment of at most this many components (vectors x dimensions) is scanned whole
+# instead of walked: an exact scan of the mapped bf16 file (usearch's `exact=True`)
+# finds every nearest row, and at 100k x 1536 took 13 ms of CPU where the walk took 26
+# for recall@50 0.995 (bench/HISTORY.md). A scan grows with the segment, a walk far
+# less: past this size (about 175k vectors of 1536, 700k of 384) the graph.
+EXACT_SCAN_MAX = 2**28
 TAIL_ROWS = 4096  # rows searched exactly in memory before they become a segment
 MERGE_FACTOR = 4  # a generation at most this many times its successor's rows is merged
 REBUILD_DRIFT = 0.05  # rows gone (or missed) past this fraction rebuild the index
@@ -134,10 +141,11 @@ class DiskIndex:
         tail_rows: int = TAIL_ROWS,
         build_wait_s: float | None = BUILD_WAIT_S,
         revalidate_s: float = REVALIDATE_S,
+        exact_scan_max: int = EXACT_SCAN_MAX,
     ) -> None:
         self.engine, self.model, self.root = engine, model, Path(root)
         self.tail_rows, self.build_wait_s = tail_rows, build_wait_s
-        self.revalidate_s = revalidate_s
+        self.revalidate_s, self.exact_scan_max = revalidate_s, exact_scan_max
         self._scopes: dict[tuple[int, str], _Scope] = {}
         self.builds = 0  # generations written by this process (tests, the benchmark)
 
@@ -196,7 +204,7 @@ class DiskIndex:
         hits: list[VectorHit] = []
         want = limit + OVERFETCH
         for _ in range(3):  # more candidates when forgotten rows took places
-            ids = await asyncio.to_thread(_candidates, scope, q, sources, want)
+            ids = await asyncio.to_thread(_candidates, scope, q, sources, want, self.exact_scan_max)
             hits, gone = await self._resolve(user_id, agent_id, ids, q)
             scope.dead |= gone
             if not gone or len(hits) >= limit or len(ids) < want:
@@ -404,9 +412,12 @@ def _exact(rows: Sequence[Any], q: np.ndarray, *, nearest: bool) -> list[VectorH
     return [VectorHit(good[i].source, good[i].item_key, float(scores[i]), nearest) for i in order]
 
 
-def _candidates(scope: _Scope, q: np.ndarray, sources: set[str] | None, want: int) -> list[int]:
+def _candidates(
+    scope: _Scope, q: np.ndarray, sources: set[str] | None, want: int, scan_max: int
+) -> list[int]:
     """The ids of the `want` nearest rows to `q` among the segments and the tail (by the
-    index's approximate distance), dead ones left out. Runs in a thread."""
+    index's bf16 distance: segments of at most `scan_max` components scanned whole, the
+    others walked), dead ones left out. Runs in a thread."""
     ids: list[np.ndarray] = []
     dists: list[np.ndarray] = []
     fetch = want + min(len(scope.dead), want)  # more dead ones: the caller asks again
@@ -416,7 +427,8 @@ def _candidates(scope: _Scope, q: np.ndarray, sources: set[str] | None, want: in
         with scope.searching:  # one search per index at a time: usearch's per-thread
             # search context is not ours to share between Python threads
             view.expansion_search = max(EXPANSION_SEARCH, fetch)  # type: ignore[misc]
-            found = view.search(q, fetch)
+            scan = segment.count * segment.dim <= scan_max
+            found = view.search(q, fetch, exact=scan, threads=1)
         ids.append(np.asarray(found.keys, np.int64))
         dists.append(np.asarray(found.distances, np.float32))
     tail = scope.tail.by_dim.get(q.size)
