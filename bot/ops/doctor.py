@@ -55,7 +55,7 @@ async def doctor(settings: Settings, out: TextIO | None = None, *, offline: bool
         from bot.ops.usage import guard_report
 
         embedding_lines += await guard_report(settings, m.engine)
-    chat_line = await chat_model_report(settings, probe=not offline)
+    model_lines = await model_reports(settings, probe=not offline)
     for fault in faults:
         print(f"FAULT {terminal_safe(str(fault))}", file=out)
     code = EXIT_OK
@@ -65,14 +65,46 @@ async def doctor(settings: Settings, out: TextIO | None = None, *, offline: bool
         code = EXIT_FAULT
     else:
         print(f"ok: no faults in {m.where} ({', '.join(checked)} checked)", file=out)
-    for line in [*channel_lines, chat_line, *embedding_lines]:
+    for line in [*channel_lines, *model_lines, *embedding_lines]:
         print(line, file=out)
     return code
 
 
-async def chat_model_report(settings: Settings, *, probe: bool = True) -> str:
-    """Doctor's line on the chat model: whether `llm.model` at `llm.base_url` answers one
-    user message of one token, or the server's reason (masked, one line) for not.
+def model_roles(settings: Settings) -> list[tuple[str, str]]:
+    """(what it does, model) for each distinct model the bot calls: the chat model, then
+    the summary model and the recall model where they differ from those before."""
+    from bot.model.delegated_recall import recall_model
+
+    llm = settings.llm
+    roles: dict[str, list[str]] = {}
+    for role, model in (
+        ("chat", llm.model),
+        ("summary", llm.summary_model or llm.model),
+        ("recall", recall_model(settings)),
+    ):
+        roles.setdefault(model, []).append(role)
+    # The chat model's line keeps its name alone: it is the default of the others.
+    return [
+        (names[0] if names[0] == "chat" else " and ".join(names), model)
+        for model, names in roles.items()
+    ]
+
+
+async def model_reports(settings: Settings, *, probe: bool = True) -> list[str]:
+    """A line per distinct model: a summary model that is wrong or missing on the
+    server fails every compaction, which a probe of the chat model alone never shows."""
+    return [
+        await model_report(settings, probe=probe, model=model, role=role)
+        for role, model in model_roles(settings)
+    ]
+
+
+async def model_report(
+    settings: Settings, *, probe: bool = True, model: str = "", role: str = "chat"
+) -> str:
+    """Doctor's line on one model (`llm.model` by default): whether it answers at
+    `llm.base_url` one user message of one token, or the server's reason (masked, one
+    line) for not.
 
     The request goes through the bot's own client (bot/model/client.py), so it is sent
     as every turn is: put in the shape strict chat templates demand, streamed with
@@ -83,12 +115,14 @@ async def chat_model_report(settings: Settings, *, probe: bool = True) -> str:
     from bot.model.client import LLMClient, LLMError
     from memory.contract.types import Message
     from memory.storage.usage import UsageRecorder
+    from memory.text.server_url import server_url
 
     llm = settings.llm
-    head = terminal_safe(f"chat model {llm.model} at {_server(llm.base_url)}")
+    model = model or llm.model
+    head = terminal_safe(f"{role} model {model} at {_server(llm.base_url)}")
     if not probe:
         return f"{head}: not probed (--offline)"
-    if not llm.api_key.get_secret_value().strip():
+    if not llm.api_key.get_secret_value().strip() and not server_url(llm.base_url).basic_auth:
         return (
             f"{head}: not probed: no API key (set OPENAI_API_KEY or llm.api_key; "
             "`mnemo run` will not start without one)"
@@ -96,6 +130,7 @@ async def chat_model_report(settings: Settings, *, probe: bool = True) -> str:
     bound = min(llm.timeout_s, PROBE_S)
     probe_settings = llm.model_copy(
         update={
+            "model": model,
             "max_tokens": 1,
             "max_retries": 0,
             "timeout_s": bound,

@@ -17,7 +17,7 @@ import yaml
 from bot.cli import main
 from memory.storage.db import create_engine, migrate
 from memory.storage.usage import usage_records
-from tests.fakes.openai_server import FakeOpenAI, hang, llama_error
+from tests.fakes.openai_server import FakeOpenAI, hang, llama_error, text
 
 KEY = "sk-doctor-probe-secret-4242"
 
@@ -157,3 +157,21 @@ async def test_doctor_without_an_api_key_does_not_probe(
         assert server.requests == []
     assert code == 0, err
     assert "not probed: no API key (set OPENAI_API_KEY" in chat_line(out)
+
+
+async def test_doctor_probes_the_summary_model_where_it_differs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A summary model the server does not serve fails every compaction; the chat
+    model's probe alone would never show it. Recall uses the summary model here."""
+    async with FakeOpenAI() as server:
+        server.push(text("OK"), llama_error(404, "model 'tiny-summarizer' not found"))
+        llm = {"base_url": server.base_url, "api_key": KEY, "summary_model": "tiny-summarizer"}
+        code, out, err = await doctor(tmp_path, capsys, llm)
+        assert [r["model"] for r in server.requests] == ["probe-model", "tiny-summarizer"]
+    assert code == 0, err
+    assert chat_line(out) == f"chat model probe-model at {server.base_url}: answered"
+    assert (
+        f"summary and recall model tiny-summarizer at {server.base_url}: refused: HTTP 404: "
+        "model 'tiny-summarizer' not found"
+    ) in out.splitlines()
