@@ -61,7 +61,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.contract.types import SearchResult, as_utc
-from memory.search import maxscore, stems
+from memory.search import maxscore, sqlite_ranked, stems
 from memory.search.text import fts5_string, like_pattern, snippet
 from memory.storage.sqlite_inline import off_loop
 
@@ -92,6 +92,8 @@ class TextIndex:
     pg_totals: str | None = None
     pg_terms: str | None = None
     indexed: str = "TRUE"  # which rows of `table` the indexes hold (SQL, on `table`)
+    # SQLite: `fts` has postings, df and totals beside it (core revision 0011)
+    postings: bool = False
 
 
 MESSAGES = TextIndex(
@@ -107,6 +109,7 @@ MESSAGES = TextIndex(
     indexed="role <> 'tool'",
     pg_totals="messages_search_totals",
     pg_terms="messages_search_terms",
+    postings=True,
 )
 
 
@@ -133,6 +136,12 @@ async def bm25(
         return []
     async with off_loop(conn):
         if conn.dialect.name == "sqlite":
+            if index.postings:
+                top = await sqlite_ranked.ranked(
+                    conn, index.fts, conv_ids, terms, limit, K1, B, CONTEXT_WEIGHT
+                )
+                if top is not None:
+                    return [Hit(rowid, score) for rowid, score in top]
             return await _sqlite_bm25(conn, index, conv_ids, terms, limit)
         return await _pg_bm25(conn, index, conv_ids, terms, limit)
 
