@@ -14,7 +14,9 @@ fields' (FTS5's weighted `bm25()`). Measured on bench/recall.py, this beat ranki
 fields separately, each normalised by its own length (bench/RESULTS.md).
 - SQLite: FTS5 `bm25()` with column weights, over Snowball stems (memory/search/stems.py);
   the terms are quoted, so `AND`, `NEAR`, `-`, `*` or `col:x` in user text are words,
-  never operators.
+  never operators. `bm25` computes the same doubles by MaxScore over the postings core
+  revision 0011 keeps beside the FTS5 table (memory/search/sqlite_ranked.py); `bm25()`
+  itself is `bm25_exhaustive`, and what the postings cannot rank.
 - PostgreSQL: the same formula computed in SQL over the stored tsvectors (content at
   weight A, context at B); rows are found through the GIN index with an OR tsquery built
   from the terms' own lexemes, so no user text is parsed as tsquery syntax.

@@ -2,16 +2,23 @@
 
 `bm25()` (memory/search/lexical.py) reads, for every query, each query term's whole
 doclist and each scope phrase's to count rows, then scores every row holding any term
-(405 ms of CPU at 1M messages, most rows holding only a speaker's name). Here the same
-scores come from the postings core revision 0011 keeps beside `messages_fts`: the
-term's df is one lookup, a row's counts one primary-key probe, and MaxScore
-(memory/search/maxscore.py) decides which rows can reach the top `limit`:
+(at 1M messages most of them hold only a speaker's name). Here the same scores come
+from the postings core revision 0011 keeps beside `messages_fts`: a term's df is one
+lookup, its rows one key range, a row's counts one primary-key probe; MaxScore
+(memory/search/maxscore.py) decides which rows can reach the top `limit`, in SQL so
+that only those rows leave SQLite:
 
-1. the rows of the rarest terms (up to maxscore.FIRST_ROWS) are scored in full; the
-   `limit`-th score is the threshold;
+1. the rows of the rarest terms (up to maxscore.FIRST_ROWS) are estimated over those
+   terms; the `limit`-th estimate is a floor under the `limit`-th score; rows whose
+   estimate plus the other terms' bounds cannot reach it are left out, the others are
+   scored in full; the `limit`-th score is the threshold;
 2. if the commoner terms' bounds could still reach it, the rows of the terms `needed`
-   are summed over those terms in SQL, the others' bounds added, and only rows that
-   could reach the threshold are scored in full.
+   (not scored yet) are estimated over those terms, then, if their estimate plus the
+   bounds of the terms left could reach the threshold, over the terms left too (probing
+   their postings), and those whose whole estimate reaches it are scored in full.
+
+An estimate is the score's formula with its constants folded, differing from it by
+rounding only (maxscore.SLACK covers that); no row is left out that could tie.
 
 The scores are FTS5's own doubles: N, the mean length and df are the whole table's (as
 bm25() counts them: every column's tokens, a row holding the term in the content or the
