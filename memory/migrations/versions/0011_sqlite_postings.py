@@ -24,7 +24,7 @@ postings keeps df.
 
 Cost (bench/HISTORY.md, "Word search at scale, SQLite pruned"): the backfill takes 6.6 s
 of CPU at 100k messages (61 s at 1M) and the database grows by about 40%; a message's
-insert costs 101 -> 351 us of CPU in an import's batches, 170 -> 764 us alone at 1M
+insert costs 110 -> 330 us of CPU in an import's batches, 183 -> 721 us alone at 1M
 messages (each posting is a B-tree insert at its term's place, where FTS5 appends).
 PostgreSQL: nothing to do (its postings are the GIN index; 0010 keeps its totals).
 
