@@ -14,7 +14,9 @@ fields' (FTS5's weighted `bm25()`). Measured on bench/recall.py, this beat ranki
 fields separately, each normalised by its own length (bench/RESULTS.md).
 - SQLite: FTS5 `bm25()` with column weights, over Snowball stems (memory/search/stems.py);
   the terms are quoted, so `AND`, `NEAR`, `-`, `*` or `col:x` in user text are words,
-  never operators.
+  never operators. `bm25` computes the same doubles by MaxScore over the postings core
+  revision 0011 keeps beside the FTS5 table (memory/search/sqlite_ranked.py); `bm25()`
+  itself is `bm25_exhaustive`, and what the postings cannot rank.
 - PostgreSQL: the same formula computed in SQL over the stored tsvectors (content at
   weight A, context at B); rows are found through the GIN index with an OR tsquery built
   from the terms' own lexemes, so no user text is parsed as tsquery syntax.
@@ -61,7 +63,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.contract.types import SearchResult, as_utc
-from memory.search import maxscore, stems
+from memory.search import maxscore, sqlite_ranked, stems
 from memory.search.text import fts5_string, like_pattern, snippet
 from memory.storage.sqlite_inline import off_loop
 
@@ -92,6 +94,8 @@ class TextIndex:
     pg_totals: str | None = None
     pg_terms: str | None = None
     indexed: str = "TRUE"  # which rows of `table` the indexes hold (SQL, on `table`)
+    # SQLite: `fts` has postings, df and totals beside it (core revision 0011)
+    postings: bool = False
 
 
 MESSAGES = TextIndex(
@@ -107,6 +111,7 @@ MESSAGES = TextIndex(
     indexed="role <> 'tool'",
     pg_totals="messages_search_totals",
     pg_terms="messages_search_terms",
+    postings=True,
 )
 
 
@@ -133,6 +138,12 @@ async def bm25(
         return []
     async with off_loop(conn):
         if conn.dialect.name == "sqlite":
+            if index.postings:
+                top = await sqlite_ranked.ranked(
+                    conn, index.fts, conv_ids, terms, limit, K1, B, CONTEXT_WEIGHT
+                )
+                if top is not None:
+                    return [Hit(rowid, score) for rowid, score in top]
             return await _sqlite_bm25(conn, index, conv_ids, terms, limit)
         return await _pg_bm25(conn, index, conv_ids, terms, limit)
 

@@ -31,6 +31,7 @@ test_stems.py checks the agreement on a word list against the PostgreSQL it runs
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from typing import Any
@@ -48,9 +49,16 @@ MAX_STEMMED_BYTES = 1000
 # PostgreSQL's parser leaves longer words out ("word is too long to be indexed").
 MAX_WORD_BYTES = 2047
 SQL_FUNCTION = "mnemo_stems"
+# SQLite's postings of the message index (core revision 0011): a row's tokens as FTS5
+# counts them, and its length.
+POSTINGS_FUNCTION, DOCLEN_FUNCTION = "mnemo_postings", "mnemo_doclen"
 
 _WORD = re.compile(r"[^\W_]+")  # letters and digits: `\w` without the underscore
 _DIGIT = re.compile(r"\d")
+# FTS5's `ascii` tokenizer: a token is a run of ASCII letters and digits and of any
+# non-ASCII character (fts5_tokenize.c), ASCII folded to lower case.
+_ASCII_TOKEN = re.compile(r"[A-Za-z0-9\u0080-\U0010ffff]+")
+_ASCII_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 # A Stemmer object is not safe across threads (searches may run on worker threads).
 _local = threading.local()
@@ -96,6 +104,32 @@ def register(conn: Any) -> None:
     the index triggers call it, so a connection that writes messages or summaries fails
     without it ("no such function: mnemo_stems")."""
     conn.create_function(SQL_FUNCTION, 1, index_text, deterministic=True)
+    conn.create_function(POSTINGS_FUNCTION, 3, postings, deterministic=True)
+    conn.create_function(DOCLEN_FUNCTION, 3, doclen, deterministic=True)
+
+
+def fts5_tokens(value: str | None) -> list[str]:
+    """What FTS5's `ascii` tokenizer makes of a stored column value (`index_text`'s
+    spaced tokens, or a `<c12>` scope)."""
+    return _ASCII_TOKEN.findall(value.translate(_ASCII_FOLD)) if value else []
+
+
+def doclen(*columns: str | None) -> int:
+    """A row's length as FTS5's bm25() counts it: the tokens of all its columns."""
+    return sum(len(fts5_tokens(c)) for c in columns)
+
+
+def postings(scope: str | None, content: str | None, context: str | None) -> str:
+    """The SQL function `mnemo_postings`: of a `messages_fts` row, each token a query
+    can match (STOP left out) with its count in the content and in the context, and the
+    row's length, as a JSON array of [token, content count, context count, length]."""
+    length = doclen(scope, content, context)
+    counts: dict[str, list[int]] = {}
+    for column, value in ((0, content), (1, context)):
+        for token in fts5_tokens(value):
+            counts.setdefault(token, [0, 0])[column] += 1
+    counts.pop(STOP, None)
+    return json.dumps([[t, a, b, length] for t, (a, b) in counts.items()], ensure_ascii=False)
 
 
 def query_tokens(term: str) -> list[str]:

@@ -1,6 +1,7 @@
-"""The pruned BM25 (memory/search/lexical.py, memory/search/maxscore.py) returns exactly
-what scoring every matching row returns, on SQLite and PostgreSQL, and the totals it
-reads stay the index's own through appends, role changes and forgets."""
+"""The pruned BM25 (memory/search/lexical.py, memory/search/maxscore.py, and on SQLite
+memory/search/sqlite_ranked.py) returns exactly what scoring every matching row returns
+(on SQLite, FTS5's own bm25()), on SQLite and PostgreSQL, and the totals and postings it
+reads stay the index's own through appends, role changes, edits and forgets."""
 
 from __future__ import annotations
 
@@ -17,13 +18,15 @@ from memory.compaction.summarizer import TruncatingSummarizer
 from memory.contract.capabilities import ProviderContext
 from memory.contract.registry import create_provider
 from memory.contract.types import Message, Session
-from memory.search import lexical, maxscore
+from memory.search import lexical, maxscore, stems
 from memory.search.lexical import K1, MESSAGES
 from memory.search.recall import owned_conversations
 from memory.search.text import ranked_terms
+from memory.storage import forgetting as fg
+from memory.storage.forgetting import Owner
 
 NAMES = ["Olivia", "Noah", "Alex", "Mia"]
-COMMON = ["coffee", "train", "later", "meeting", "weekend", "dinner"]
+COMMON = ["coffee", "train", "later", "meeting", "weekend", "dinner", "2024", "café"]
 RARE = [f"{a}{b}" for a in ("zor", "kel", "vim", "dax", "pru") for b in ("ba", "nit", "qo", "lem")]
 USER, OTHER = Session("exact:1", user_id=1), Session("exact:2", user_id=2)
 ARCHIVED = Session("exact:1:old", user_id=1)
@@ -39,8 +42,11 @@ def _message(rng: random.Random) -> str:
 
 def _questions(rng: random.Random, n: int) -> list[str]:
     out = ["coffee", "Olivia", "zorba", "Olivia coffee later weekend", "nothing matches here"]
+    # Two words of one stem are two phrases to FTS5 (each counts); a word of two tokens
+    # is a phrase (SQLite's bm25() ranks it); "_" alone has no token.
+    out += ["meeting meetings coffee zorba", "coffee_later zorba", "_ coffee"]
     for _ in range(n):
-        pool = NAMES + COMMON + RARE + ["what", "did", "say"]
+        pool = NAMES + COMMON + RARE + ["what", "did", "say", "meetings"]
         out.append(" ".join(rng.sample(pool, rng.randint(2, 9))))
     return out
 
@@ -68,7 +74,8 @@ async def _same_top(engine: AsyncEngine, questions: list[str], limit: int = 20) 
 
 
 async def _totals_match_the_index(engine: AsyncEngine) -> None:
-    if engine.dialect.name != "postgresql":
+    if engine.dialect.name == "sqlite":
+        await _postings_match_fts5(engine)
         return
     async with engine.connect() as conn:
         kept = (
@@ -101,6 +108,53 @@ async def _totals_match_the_index(engine: AsyncEngine) -> None:
         assert sorted(map(tuple, kept_df)) == sorted(map(tuple, counted_df))
 
 
+async def _postings_match_fts5(engine: AsyncEngine) -> None:
+    """SQLite's postings, df and totals (core revision 0011) against FTS5's own index,
+    read through fts5vocab: every token instance of every column, as FTS5 split it."""
+    async with engine.connect() as conn:
+        await conn.execute(
+            sa.text(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_tokens "
+                "USING fts5vocab(main, messages_fts, instance)"
+            )
+        )
+        kept = (
+            await conn.execute(
+                sa.text("SELECT term, id, conv, tf, ctf, dl FROM messages_fts_postings")
+            )
+        ).all()
+        counted = (
+            await conn.execute(
+                sa.text(
+                    "SELECT v.term, v.doc, m.conversation_id, sum(v.col = 'content'), "
+                    "sum(v.col = 'context'), (SELECT count(*) FROM temp.fts_tokens d "
+                    "WHERE d.doc = v.doc) FROM temp.fts_tokens v "
+                    "JOIN messages m ON m.id = v.doc "
+                    "WHERE v.col IN ('content', 'context') AND v.term <> :stop "
+                    "GROUP BY v.term, v.doc"
+                ),
+                {"stop": stems.STOP},
+            )
+        ).all()
+        assert sorted(map(tuple, kept)) == sorted(map(tuple, counted))
+        df = (await conn.execute(sa.text("SELECT term, df FROM messages_fts_terms"))).all()
+        counted_df = (
+            await conn.execute(
+                sa.text(
+                    "SELECT term, count(DISTINCT doc) FROM temp.fts_tokens "
+                    "WHERE col IN ('content', 'context') AND term <> :stop GROUP BY term"
+                ),
+                {"stop": stems.STOP},
+            )
+        ).all()
+        assert sorted(map(tuple, df)) == sorted(map(tuple, counted_df))
+        totals = (await conn.execute(sa.text("SELECT n, tokens FROM messages_fts_totals"))).one()
+        rows = (await conn.execute(sa.text("SELECT count(*) FROM messages_fts"))).scalar_one()
+        tokens = (await conn.execute(sa.text("SELECT count(*) FROM temp.fts_tokens"))).scalar_one()
+        assert tuple(totals) == (rows, tokens)
+        assert rows > 0
+
+
 @pytest.mark.parametrize("first_rows", [1, maxscore.FIRST_ROWS])
 async def test_the_pruned_top_20_is_the_exhaustive_one(
     engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_rows: int
@@ -123,6 +177,19 @@ async def test_the_pruned_top_20_is_the_exhaustive_one(
         await conn.execute(
             sa.text("UPDATE messages SET content = content || ' zorba' WHERE id % 13 = 0")
         )
+    await _totals_match_the_index(engine)
+    assert await _same_top(engine, questions) > 400
+
+    # Forgetting and erasing through the provider's contract keep them too.
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            sa.text("SELECT id FROM messages WHERE content LIKE :p ORDER BY id LIMIT 9"),
+            {"p": "%zor%"},
+        )
+        ids = [r[0] for r in rows]
+    await fg.forget(p, Owner(USER.user_id, USER.agent_id), ids)
+    await fg.erase(p, Owner(OTHER.user_id, OTHER.agent_id), by="test")
+    await p.append(USER, *(Message("user", _message(rng)) for _ in range(30)))
     await _totals_match_the_index(engine)
     assert await _same_top(engine, questions) > 400
     await p.close()
