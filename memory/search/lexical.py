@@ -61,7 +61,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.contract.types import SearchResult, as_utc
-from memory.search import maxscore, stems
+from memory.search import maxscore, pg_postings, stems
 from memory.search.text import fts5_string, like_pattern, snippet
 from memory.storage.sqlite_inline import off_loop
 
@@ -91,6 +91,8 @@ class TextIndex:
     # PostgreSQL tables of per-conversation totals (n, doclen) and lexeme df (revision 0009)
     pg_totals: str | None = None
     pg_terms: str | None = None
+    # PostgreSQL postings (revision 0011): per row and lexeme, its counts and doclen
+    pg_postings: str | None = None
     indexed: str = "TRUE"  # which rows of `table` the indexes hold (SQL, on `table`)
 
 
@@ -107,6 +109,7 @@ MESSAGES = TextIndex(
     indexed="role <> 'tool'",
     pg_totals="messages_search_totals",
     pg_terms="messages_search_terms",
+    pg_postings="messages_search_postings",
 )
 
 
@@ -147,7 +150,7 @@ async def bm25_exhaustive(
     async with off_loop(conn):
         if conn.dialect.name == "sqlite":
             return await _sqlite_bm25(conn, index, conv_ids, terms, limit)
-        counted = replace(index, pg_totals=None, pg_terms=None)
+        counted = replace(index, pg_totals=None, pg_terms=None, pg_postings=None)
         return _hits(await _pg_rank(conn, counted, conv_ids, terms, limit))
 
 
@@ -217,8 +220,7 @@ hits AS MATERIALIZED (
     AND tsv @@ (SELECT string_agg(q, ' | ') FROM terms WHERE {gate})::tsquery
     AND NOT coalesce(tsv @@ (SELECT string_agg(q, ' | ') FROM terms WHERE {seen})::tsquery,
                      false))
-SELECT h.rowid, sum(i.idf * u.tf * ({k1} + 1)
-                    / (u.tf + {k1} * (1 - {b} + {b} * h.doclen / s.avgdl))) AS rank
+SELECT h.rowid, sum({score}) AS rank
 FROM hits h CROSS JOIN scope s
 CROSS JOIN LATERAL unnest(h.tsv) AS l(lexeme, positions, weights)
 JOIN idf i ON i.lexeme = l.lexeme
@@ -228,6 +230,9 @@ CROSS JOIN LATERAL (
 GROUP BY h.rowid
 ORDER BY rank DESC, h.rowid DESC LIMIT :limit
 """
+# One lexeme's share of a row's score (tf `u.tf`, idf `i.idf`, scope `s`), numeric: also
+# the exact step of memory/search/pg_postings.py, which must give the same values.
+_PG_SCORE = "i.idf * u.tf * ({k1} + 1) / (u.tf + {k1} * (1 - {b} + {b} * {doclen} / s.avgdl))"
 # Each query lexeme's document frequency and idf in the user's scope: the plan's input.
 _PG_PLAN = "WITH {stats} SELECT lexeme, df, idf::float8 AS idf FROM idf"
 
@@ -243,6 +248,7 @@ def _pg_sql(template: str, index: TextIndex, gate: str = "TRUE", seen: str = "FA
         key=index.pg_key,
         gate=gate,
         seen=seen,
+        score=_PG_SCORE.format(k1=K1, b=B, doclen="h.doclen"),
         k1=K1,
         b=B,
         ctx=CONTEXT_WEIGHT,
@@ -282,6 +288,8 @@ async def _pg_bm25(
     """MaxScore (memory/search/maxscore.py) over the kept totals: the rows of the rarest
     lexemes are scored in full, then those of commoner ones not scored yet, until the
     others cannot reach the `limit`-th score."""
+    if index.pg_postings is not None:
+        return _hits(await pg_postings.bm25(conn, index, conv_ids, terms, limit))
     if index.pg_totals is None or index.pg_terms is None:
         return _hits(await _pg_rank(conn, index, conv_ids, terms, limit))
     plan = await conn.execute(

@@ -99,6 +99,23 @@ async def _totals_match_the_index(engine: AsyncEngine) -> None:
             )
         ).all()
         assert sorted(map(tuple, kept_df)) == sorted(map(tuple, counted_df))
+        postings = (
+            "SELECT conversation_id, lexeme, message_id, n_all, n_ctx, doclen "
+            "FROM messages_search_postings"
+        )
+        kept_postings = (await conn.execute(sa.text(postings))).all()
+        counted_postings = (
+            await conn.execute(
+                sa.text(
+                    "SELECT s.conversation_id, l.lexeme, s.message_id, "
+                    "coalesce(cardinality(l.weights), 1), "
+                    "coalesce(cardinality(array_positions(l.weights, 'B')), 0), s.doclen "
+                    "FROM messages_search s, unnest(s.tsv) AS l(lexeme, positions, weights)"
+                )
+            )
+        ).all()
+        assert len(kept_postings) > 0
+        assert sorted(map(tuple, kept_postings)) == sorted(map(tuple, counted_postings))
 
 
 @pytest.mark.parametrize("first_rows", [1, maxscore.FIRST_ROWS])

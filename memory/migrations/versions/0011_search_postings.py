@@ -1,0 +1,108 @@
+"""core: per-lexeme postings for the PostgreSQL message index
+
+A ranked search at 1M messages spent its time scoring candidate rows: each cost ~0.1 ms,
+its whole tsvector unnested to find the query's few lexemes (bench/HISTORY.md, "Word
+search at scale"). `messages_search_postings` holds one row per (row of messages_search,
+lexeme): the conversation, the lexeme, the message, its occurrences in the content
+and the context together, and in the context alone (weight B), and the row's doclen. Its primary key
+(conversation_id, lexeme, message_id) INCLUDE (n_all, n_ctx, doclen) answers both of
+memory/search/lexical.py's questions by index-only scans: a lexeme's rows in a user's
+conversations (ordered by message), and one row's counts of one lexeme (a probe).
+
+Kept by messages_search_totals_sync (0010), now also writing postings, in the
+transaction of the index's own write: the trigger stays the only writer, and a forget,
+an erase or an edit leaves postings, totals and index agreeing.
+
+Backfill: one INSERT ... SELECT over messages_search, before the trigger changes, under
+a SHARE lock (writes wait). Measured at 1M messages (bench/HISTORY.md): see there.
+
+Revision ID: 0011_search_postings
+Revises: 0010_search_totals
+Create Date: 2026-11-27
+"""
+
+from collections.abc import Sequence
+
+from alembic import op
+
+revision: str = "0011_search_postings"
+down_revision: str | None = "0010_search_totals"
+branch_labels: Sequence[str] | None = None
+depends_on: Sequence[str] | None = None
+
+# A lexeme's occurrences in the row: every position, and those of the context (weight B).
+# A lexeme without positions counts once, as memory/search/lexical.py counts it.
+_COUNTS = (
+    "coalesce(cardinality(l.weights), 1)::smallint, "
+    "coalesce(cardinality(array_positions(l.weights, 'B')), 0)::smallint"
+)
+
+_TOTALS = """
+  IF TG_OP IN ('UPDATE', 'DELETE') THEN
+    UPDATE messages_search_totals SET n = n - 1, doclen = doclen - OLD.doclen
+    WHERE conversation_id = OLD.conversation_id;
+    DELETE FROM messages_search_totals WHERE conversation_id = OLD.conversation_id AND n <= 0;
+    UPDATE messages_search_terms t SET df = t.df - 1
+    FROM unnest(tsvector_to_array(OLD.tsv)) AS l(lexeme)
+    WHERE t.conversation_id = OLD.conversation_id AND t.lexeme = l.lexeme;
+    DELETE FROM messages_search_terms
+    WHERE conversation_id = OLD.conversation_id AND df <= 0
+      AND lexeme = ANY (tsvector_to_array(OLD.tsv));{drop}
+  END IF;
+  IF TG_OP IN ('INSERT', 'UPDATE') THEN
+    INSERT INTO messages_search_totals AS s (conversation_id, n, doclen)
+    VALUES (NEW.conversation_id, 1, NEW.doclen)
+    ON CONFLICT (conversation_id) DO UPDATE SET n = s.n + 1, doclen = s.doclen + EXCLUDED.doclen;
+    INSERT INTO messages_search_terms AS t (conversation_id, lexeme, df)
+    SELECT NEW.conversation_id, l.lexeme, 1 FROM unnest(tsvector_to_array(NEW.tsv)) AS l(lexeme)
+    ON CONFLICT (conversation_id, lexeme) DO UPDATE SET df = t.df + 1;{add}
+  END IF;"""
+_DROP = """
+    DELETE FROM messages_search_postings
+    WHERE conversation_id = OLD.conversation_id AND message_id = OLD.message_id
+      AND lexeme = ANY (tsvector_to_array(OLD.tsv));"""
+_ADD = f"""
+    INSERT INTO messages_search_postings (conversation_id, lexeme, message_id, n_all, n_ctx, doclen)
+    SELECT NEW.conversation_id, l.lexeme, NEW.message_id, {_COUNTS}, NEW.doclen
+    FROM unnest(NEW.tsv) AS l(lexeme, positions, weights);"""
+
+
+def _sync(drop: str, add: str) -> str:
+    return (
+        "CREATE OR REPLACE FUNCTION messages_search_totals_sync() RETURNS trigger "
+        "LANGUAGE plpgsql AS $$\nBEGIN"
+        + _TOTALS.format(drop=drop, add=add)
+        + "\n  RETURN NULL;\nEND $$"
+    )
+
+
+def upgrade() -> None:
+    if op.get_bind().dialect.name != "postgresql":
+        return
+    # n_all: all occurrences (content and context), n_ctx: the context's; see _COUNTS.
+    # The key is built after the backfill: a sorted build, not 15M single inserts.
+    op.execute(
+        "CREATE TABLE messages_search_postings (conversation_id BIGINT NOT NULL, "
+        "lexeme TEXT NOT NULL, message_id BIGINT NOT NULL, n_all SMALLINT NOT NULL, "
+        "n_ctx SMALLINT NOT NULL, doclen INTEGER NOT NULL)"
+    )
+    op.execute("LOCK TABLE messages_search IN SHARE MODE")
+    op.execute(
+        "INSERT INTO messages_search_postings "
+        "(conversation_id, lexeme, message_id, n_all, n_ctx, doclen) "
+        f"SELECT s.conversation_id, l.lexeme, s.message_id, {_COUNTS}, s.doclen "
+        "FROM messages_search s CROSS JOIN LATERAL unnest(s.tsv) AS l(lexeme, positions, weights)"
+    )
+    op.execute(
+        "ALTER TABLE messages_search_postings ADD PRIMARY KEY "
+        "(conversation_id, lexeme, message_id) INCLUDE (n_all, n_ctx, doclen)"
+    )
+    op.execute("ANALYZE messages_search_postings")
+    op.execute(_sync(_DROP, _ADD))
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name != "postgresql":
+        return
+    op.execute(_sync("", ""))
+    op.execute("DROP TABLE IF EXISTS messages_search_postings")
