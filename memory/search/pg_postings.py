@@ -28,6 +28,8 @@ them; what the postings change is each row's cost (a few index tuples, not its t
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -38,13 +40,17 @@ from memory.search import lexical, maxscore
 
 # Rows of the threshold phase completed by probes: the k-th of their full scores is t0.
 POOL = 100
+# Rows of the essential lexemes' best partial scores completed by probes: the k-th of
+# their full scores raises the threshold the other rows are dropped under.
+REFINE = 1000
 
 _RANK = r"""
 WITH {stats},
 q AS MATERIALIZED (
-  SELECT lexeme, w, suffix, ord
-  FROM unnest(CAST(:lexemes AS text[]), CAST(:bounds AS float8[]), CAST(:suffix AS float8[]))
-       WITH ORDINALITY AS q(lexeme, w, suffix, ord)),
+  SELECT lexeme, w, bound, suffix, ord
+  FROM unnest(CAST(:lexemes AS text[]), CAST(:weights AS float8[]), CAST(:bounds AS float8[]),
+              CAST(:suffix AS float8[]))
+       WITH ORDINALITY AS q(lexeme, w, bound, suffix, ord)),
 first AS MATERIALIZED (
   SELECT p.conversation_id AS conv, p.message_id AS id, sum({part}) AS part
   FROM {postings} p JOIN q ON q.lexeme = p.lexeme
@@ -52,19 +58,15 @@ first AS MATERIALIZED (
     AND p.lexeme = ANY (CAST(:first AS text[]))
   GROUP BY 1, 2 ORDER BY part DESC LIMIT {pool}),
 first_full AS (
-  SELECT f.part + coalesce((
-    SELECT sum({part}) FROM {postings} p JOIN q ON q.lexeme = p.lexeme
-    WHERE p.conversation_id = f.conv AND p.message_id = f.id
-      AND p.lexeme = ANY (CAST(:others AS text[]))), 0) AS score
-  FROM first f),
+  SELECT f.part + {first_more} AS score FROM first f),
 t0 AS (
   SELECT coalesce((SELECT score FROM first_full ORDER BY score DESC
                    OFFSET :limit - 1 LIMIT 1), 0) / {slack} AS t),
 ess AS MATERIALIZED (
   SELECT array_agg(lexeme) FILTER (WHERE essential) AS lexemes,
          coalesce(array_agg(lexeme) FILTER (WHERE NOT essential), '{{}}') AS others,
-         coalesce(max(suffix) FILTER (WHERE NOT essential), 0) AS rest
-  FROM (SELECT lexeme, suffix, ord = 1 OR suffix * {slack} >= (SELECT t FROM t0) AS essential
+         coalesce(sum(bound) FILTER (WHERE NOT essential), 0) AS rest
+  FROM (SELECT lexeme, bound, ord = 1 OR suffix * {slack} >= (SELECT t FROM t0) AS essential
         FROM q) e),
 acc AS MATERIALIZED (
   SELECT p.conversation_id AS conv, p.message_id AS id, sum({part}) AS part
@@ -73,31 +75,34 @@ acc AS MATERIALIZED (
     ON q.lexeme = p.lexeme
   WHERE p.conversation_id = ANY (CAST(:scope AS bigint[]))
   GROUP BY 1, 2),
+top AS (
+  SELECT a.part + {more} AS score
+  FROM (SELECT * FROM acc ORDER BY part DESC LIMIT {refine}) a),
 t1 AS (
-  SELECT greatest((SELECT t FROM t0), coalesce((SELECT part FROM acc ORDER BY part DESC
+  SELECT greatest((SELECT t FROM t0), coalesce((SELECT score FROM top ORDER BY score DESC
                    OFFSET :limit - 1 LIMIT 1), 0) / {slack}) AS t),
 full_ AS MATERIALIZED (
-  SELECT a.conv, a.id, a.part + coalesce(sum({part}), 0) AS score
+  SELECT a.conv, a.id, a.part + {more} AS score
   FROM acc a
-  LEFT JOIN {postings} p
-    ON p.conversation_id = a.conv AND p.message_id = a.id
-   AND p.lexeme = ANY ((SELECT others FROM ess)::text[])
-  LEFT JOIN q ON q.lexeme = p.lexeme
-  WHERE (a.part + (SELECT rest FROM ess)) * {slack} >= (SELECT t FROM t1)
-  GROUP BY a.conv, a.id, a.part),
+  WHERE (a.part + (SELECT rest FROM ess)) * {slack} >= (SELECT t FROM t1)),
 t2 AS (
   SELECT coalesce((SELECT score FROM full_ ORDER BY score DESC
                    OFFSET :limit - 1 LIMIT 1), 0) / {slack} AS t),
 cand AS MATERIALIZED (SELECT conv, id FROM full_ WHERE score >= (SELECT t FROM t2))
-SELECT c.id AS rowid, sum({exact}) AS rank
-FROM cand c JOIN {postings} p
-  ON p.conversation_id = c.conv AND p.message_id = c.id
- AND p.lexeme = ANY (CAST(:lexemes AS text[]))
-JOIN idf i ON i.lexeme = p.lexeme CROSS JOIN scope s
-CROSS JOIN LATERAL (SELECT p.n_all - (1 - {ctx}) * p.n_ctx AS tf) u
-GROUP BY c.id
+SELECT c.id AS rowid, (
+  SELECT sum({exact}) FROM idf i
+  JOIN {postings} p ON p.lexeme = i.lexeme AND p.conversation_id = c.conv AND p.message_id = c.id
+  CROSS JOIN scope s
+  CROSS JOIN LATERAL (SELECT p.n_all - (1 - {ctx}) * p.n_ctx AS tf) u) AS rank
+FROM cand c
 ORDER BY rank DESC, c.id DESC LIMIT :limit
 """
+# The rest of a row's float8 score, from the `others` lexemes: one primary-key probe per
+# row and lexeme (a subquery per row, so no plan reads these lexemes' postings in full).
+_MORE = """coalesce((
+    SELECT sum({part}) FROM q JOIN {postings} p
+      ON p.lexeme = q.lexeme AND p.conversation_id = {row}.conv AND p.message_id = {row}.id
+    WHERE q.lexeme = ANY ({others})), 0)"""
 # A posting's share of its row's score in float8: q.w is idf * (k1 + 1).
 _PART = (
     "q.w * (p.n_all - {ctx1}::float8 * p.n_ctx) / ((p.n_all - {ctx1}::float8 * p.n_ctx) "
@@ -114,55 +119,84 @@ async def bm25(
 ) -> list[tuple[int, Decimal]]:
     """The best `limit` (rowid, exact numeric score) of `index` by BM25 over `terms`."""
     plan = await conn.execute(
-        sa.text(lexical._pg_sql(_PLAN, index)).bindparams(sa.bindparam("convs", expanding=True)),
+        sa.text(
+            lexical._pg_sql(_PLAN.format(stats="{stats}", terms=index.pg_terms), index)
+        ).bindparams(sa.bindparam("convs", expanding=True)),
         {"text": " ".join(terms), "convs": conv_ids},
     )
-    rows = [(r.lexeme, int(r.df), float(r.idf), float(r.avgdl)) for r in plan if r.df]
+    rows = [Lexeme(*r) for r in plan if r.df]
     if not rows:
         return []
     statement, params = ranking(index, conv_ids, terms, limit, rows)
     return [(int(r.rowid), Decimal(r.rank)) for r in await conn.execute(statement, params)]
 
 
+@dataclass(frozen=True)
+class Lexeme:
+    """A query lexeme in the user's scope, as _PLAN reads it."""
+
+    name: str
+    df: int
+    idf: float
+    avgdl: float
+    max_a: int | None  # the most occurrences in a row's content, context, and the
+    max_b: int | None  # shortest row holding it (None: not kept, no tighter bound)
+    min_dl: int | None
+
+    def bound(self) -> float:
+        """The most a row can get from this lexeme: BM25's share at the highest tf and the
+        shortest row (a share grows with tf and falls with the row's length); without
+        kept figures, idf x (k1 + 1)."""
+        k1, b = lexical.K1, lexical.B
+        if self.max_a is None or self.max_b is None or self.min_dl is None:
+            return self.idf * (k1 + 1)
+        tf = self.max_a + lexical.CONTEXT_WEIGHT * self.max_b
+        return self.idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * self.min_dl / self.avgdl))
+
+
 def ranking(
-    index: lexical.TextIndex,
-    conv_ids: list[int],
-    terms: list[str],
-    limit: int,
-    plan: list[tuple[str, int, float, float]],
+    index: lexical.TextIndex, conv_ids: list[int], terms: list[str], limit: int, plan: list[Lexeme]
 ) -> tuple[sa.TextClause, dict[str, Any]]:
-    """The ranking statement and its parameters, given the query lexemes' (lexeme, df,
-    idf, avgdl) as _PLAN reads them (df > 0)."""
-    lexemes = maxscore.Terms.of([(name, df, idf) for name, df, idf, _ in plan], lexical.K1)
+    """The ranking statement and its parameters, given the query's lexemes (df > 0)."""
+    lexemes = maxscore.Terms.of([(x.name, x.df, x.idf) for x in plan], lexical.K1)
     suffix = [sum(lexemes.bounds[i:]) for i in range(len(lexemes.names))]
     first = lexemes.first_cut(limit)
+    bound = {x.name: x.bound() for x in plan}
     k1, b = lexical.K1, lexical.B
+    part = _PART.format(ctx1=1 - lexical.CONTEXT_WEIGHT)
+    more = functools.partial(_MORE.format, part=part, postings=index.pg_postings)
     sql = _RANK.format(
         stats=lexical._pg_sql("{stats}", index),
+        first_more=more(row="f", others="CAST(:others AS text[])"),
+        more=more(row="a", others="(SELECT others FROM ess)::text[]"),
         postings=index.pg_postings,
-        part=_PART.format(ctx1=1 - lexical.CONTEXT_WEIGHT),
+        part=part,
         exact=lexical._PG_SCORE.format(k1=k1, b=b, doclen="p.doclen"),
         ctx=lexical.CONTEXT_WEIGHT,
         slack=maxscore.SLACK,
         pool=POOL,
+        refine=REFINE,
     )
     params: dict[str, Any] = {
         "text": " ".join(terms),
         "convs": conv_ids,
         "scope": conv_ids,
         "lexemes": lexemes.names,
-        "bounds": lexemes.bounds,
+        "weights": lexemes.bounds,
+        "bounds": [bound[name] for name in lexemes.names],
         "suffix": suffix,
         "first": lexemes.names[:first],
         "others": lexemes.names[first:],
         "limit": limit,
         "c1": k1 * (1 - b),
-        "c2": k1 * b / plan[0][3],
+        "c2": k1 * b / plan[0].avgdl,
     }
     return sa.text(sql).bindparams(sa.bindparam("convs", expanding=True)), params
 
 
 _PLAN = (
-    "WITH {stats} SELECT i.lexeme, i.df, i.idf::float8 AS idf, s.avgdl::float8 AS avgdl "
-    "FROM idf i CROSS JOIN scope s"
+    "WITH {stats} SELECT i.lexeme, i.df, i.idf::float8 AS idf, s.avgdl::float8 AS avgdl, "
+    "m.max_a, m.max_b, m.min_dl FROM idf i CROSS JOIN scope s CROSS JOIN LATERAL ("
+    "SELECT max(max_a) AS max_a, max(max_b) AS max_b, min(min_dl) AS min_dl FROM {terms} "
+    "WHERE conversation_id IN :convs AND lexeme = i.lexeme) m"
 )

@@ -53,9 +53,7 @@ _TOTALS = """
     INSERT INTO messages_search_totals AS s (conversation_id, n, doclen)
     VALUES (NEW.conversation_id, 1, NEW.doclen)
     ON CONFLICT (conversation_id) DO UPDATE SET n = s.n + 1, doclen = s.doclen + EXCLUDED.doclen;
-    INSERT INTO messages_search_terms AS t (conversation_id, lexeme, df)
-    SELECT NEW.conversation_id, l.lexeme, 1 FROM unnest(tsvector_to_array(NEW.tsv)) AS l(lexeme)
-    ON CONFLICT (conversation_id, lexeme) DO UPDATE SET df = t.df + 1;{add}
+    {terms}{add}
   END IF;"""
 _DROP = """
     DELETE FROM messages_search_postings
@@ -66,12 +64,28 @@ _ADD = f"""
     SELECT NEW.conversation_id, l.lexeme, NEW.message_id, {_COUNTS}, NEW.doclen
     FROM unnest(NEW.tsv) AS l(lexeme, positions, weights);"""
 
+# 0010's df, and from here each lexeme's bounds: the most occurrences in a row's content
+# (A) and context (B), the shortest row holding it. Only widened (a delete leaves them):
+# a stale bound is still a bound.
+_TERMS_0010 = """INSERT INTO messages_search_terms AS t (conversation_id, lexeme, df)
+    SELECT NEW.conversation_id, l.lexeme, 1 FROM unnest(tsvector_to_array(NEW.tsv)) AS l(lexeme)
+    ON CONFLICT (conversation_id, lexeme) DO UPDATE SET df = t.df + 1;"""
+_B = "coalesce(cardinality(array_positions(l.weights, 'B')), 0)"
+_TERMS = f"""INSERT INTO messages_search_terms AS t
+      (conversation_id, lexeme, df, max_a, max_b, min_dl)
+    SELECT NEW.conversation_id, l.lexeme, 1, coalesce(cardinality(l.weights), 1) - {_B}, {_B},
+           NEW.doclen
+    FROM unnest(NEW.tsv) AS l(lexeme, positions, weights)
+    ON CONFLICT (conversation_id, lexeme) DO UPDATE SET df = t.df + 1,
+      max_a = greatest(t.max_a, EXCLUDED.max_a), max_b = greatest(t.max_b, EXCLUDED.max_b),
+      min_dl = least(t.min_dl, EXCLUDED.min_dl);"""
 
-def _sync(drop: str, add: str) -> str:
+
+def _sync(drop: str, terms: str, add: str) -> str:
     return (
         "CREATE OR REPLACE FUNCTION messages_search_totals_sync() RETURNS trigger "
         "LANGUAGE plpgsql AS $$\nBEGIN"
-        + _TOTALS.format(drop=drop, add=add)
+        + _TOTALS.format(drop=drop, terms=terms, add=add)
         + "\n  RETURN NULL;\nEND $$"
     )
 
@@ -95,14 +109,28 @@ def upgrade() -> None:
     )
     op.execute(
         "ALTER TABLE messages_search_postings ADD PRIMARY KEY "
-        "(conversation_id, lexeme, message_id) INCLUDE (n_all, n_ctx, doclen)"
+        "(lexeme, conversation_id, message_id) INCLUDE (n_all, n_ctx, doclen)"
     )
-    op.execute("ANALYZE messages_search_postings")
-    op.execute(_sync(_DROP, _ADD))
+    # Statistics now only when the backfill wrote rows: an empty table analyzed reads as
+    # empty to the planner until autovacuum comes (probes became range scans).
+    if op.get_bind().exec_driver_sql("SELECT 1 FROM messages_search_postings LIMIT 1").first():
+        op.execute("ANALYZE messages_search_postings")
+    for column in ("max_a", "max_b", "min_dl"):
+        op.execute(f"ALTER TABLE messages_search_terms ADD COLUMN {column} INTEGER")
+    op.execute(
+        "UPDATE messages_search_terms t SET max_a = p.max_a, max_b = p.max_b, "
+        "min_dl = p.min_dl FROM (SELECT conversation_id, lexeme, max(n_all - n_ctx) AS max_a, "
+        "max(n_ctx) AS max_b, min(doclen) AS min_dl FROM messages_search_postings "
+        "GROUP BY conversation_id, lexeme) p "
+        "WHERE p.conversation_id = t.conversation_id AND p.lexeme = t.lexeme"
+    )
+    op.execute(_sync(_DROP, _TERMS, _ADD))
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    op.execute(_sync("", ""))
+    op.execute(_sync("", _TERMS_0010, ""))
     op.execute("DROP TABLE IF EXISTS messages_search_postings")
+    for column in ("max_a", "max_b", "min_dl"):
+        op.execute(f"ALTER TABLE messages_search_terms DROP COLUMN IF EXISTS {column}")
