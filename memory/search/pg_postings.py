@@ -69,12 +69,12 @@ ess AS MATERIALIZED (
   FROM (SELECT lexeme, bound, ord = 1 OR suffix * {slack} >= (SELECT t FROM t0) AS essential
         FROM q) e),
 acc AS MATERIALIZED (
-  SELECT p.conversation_id AS conv, p.message_id AS id, sum({part}) AS part
+  SELECT p.conversation_id AS conv, p.message_id AS id, {sum_part} AS part
   FROM {postings} p
   JOIN (SELECT * FROM q WHERE lexeme = ANY ((SELECT lexemes FROM ess)::text[])) q
     ON q.lexeme = p.lexeme
   WHERE p.conversation_id = ANY (CAST(:scope AS bigint[]))
-  GROUP BY 1, 2),
+  {group}),
 top AS (
   SELECT a.part + {more} AS score
   FROM (SELECT * FROM acc ORDER BY part DESC LIMIT {refine}) a),
@@ -168,6 +168,10 @@ def ranking(
     sql = _RANK.format(
         stats=lexical._pg_sql("{stats}", index),
         first_more=more(row="f", others="CAST(:others AS text[])"),
+        # One lexeme: a row has one posting, nothing to add up (hashing every row of a
+        # common word cost more than reading it).
+        sum_part=f"sum({part})" if len(plan) > 1 else part,
+        group="GROUP BY 1, 2" if len(plan) > 1 else "",
         more=more(row="a", others="(SELECT others FROM ess)::text[]"),
         postings=index.pg_postings,
         part=part,
