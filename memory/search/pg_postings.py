@@ -1,29 +1,33 @@
 """PostgreSQL's pruned BM25 over the postings side table (core revision 0011).
 
 `lexical.bm25` on PostgreSQL, when the index keeps postings: the same top k as
-`lexical.bm25_exhaustive`, ties included, in two round trips (the query lexemes' df and
-idf from the kept totals, then one statement). The statement:
+`lexical.bm25_exhaustive`, ties included, in two round trips (the query lexemes' df, idf
+and kept bounds from the totals tables, then one statement). The statement:
 
 1. threshold: the rows of the rarest lexemes (maxscore.Terms.first_cut) get partial
-   scores from their postings; the `POOL` best of those are completed by probing their
-   other lexemes' postings; the k-th of these full scores, t0, is a lower bound of the
-   k-th best score;
-2. essential lexemes: those a row must hold one of to reach t0 (MaxScore: the lexemes
-   left out have bounds summing below t0). Every posting of the essential lexemes is
-   read (an index-only range scan each) and summed per row: a partial score;
-3. rows whose partial plus the left-out lexemes' bounds cannot reach the k-th partial
-   (nor t0) are dropped; the rest are completed by probes, and those whose full score
-   can reach the k-th full score are scored exactly.
+   scores from their postings; the POOL best are completed by probing their other
+   lexemes; the k-th of these full scores, t0, is a lower bound of the k-th best score;
+2. essential lexemes: MaxScore's, with bounds idf x (k1 + 1) in rarest-first order:
+   those a row must hold one of to reach t0. Every posting of theirs is read (an
+   index-only range per lexeme and conversation) and summed per row: a partial score;
+3. the REFINE best partials are completed by probes, and the k-th full score among them
+   (or t0) is the threshold t1; a row whose partial plus the other lexemes' kept bounds
+   (most occurrences, shortest row: Lexeme.bound) cannot reach t1 is dropped, the rest
+   are completed by probes, and those that can reach the k-th full score are scored
+   exactly.
+
+Why the loose bounds pick the essential lexemes and the tight ones only drop rows: an
+everyday word (1-5% of rows) left out costs a probe for every row kept (about 8 postings
+read in a range), so it is cheaper read in full; a speaker's name (most rows) is cheaper
+probed, and its tight bound (a name is in a row once, and in its context once) keeps few
+rows. Probes are subqueries per row on the whole primary key (lexeme first), so no plan
+reads a lexeme's postings in full or a conversation's range instead.
 
 Steps 1-3 use float8 (a numeric division per posting cost more than the rest of the
 scan); each comparison that drops a row leaves it a margin (maxscore.SLACK) far above
 float8's rounding, so a row is dropped only when its exact score is below the k-th. The
 exact scores are the exhaustive form's numeric expression on the same numeric inputs
 (lexical._PG_SCORE), so the final order, ties by row id, is the exhaustive one.
-
-Why not only tighter bounds: speaker names (in most rows) and everyday words (1-5% of
-rows) have bounds of idf x (k1 + 1) close to what they really give, so no bound prunes
-them; what the postings change is each row's cost (a few index tuples, not its tsvector).
 """
 
 from __future__ import annotations
@@ -198,9 +202,13 @@ def ranking(
     return sa.text(sql).bindparams(sa.bindparam("convs", expanding=True)), params
 
 
+# It also turns JIT off for the rest of the transaction: the ranking's estimated cost
+# crosses jit_above_cost at 1M messages, and compiling cost 20-100 ms of CPU to save a
+# few (set here, the ranking statement needs no round trip of its own).
 _PLAN = (
     "WITH {stats} SELECT i.lexeme, i.df, i.idf::float8 AS idf, s.avgdl::float8 AS avgdl, "
     "m.max_a, m.max_b, m.min_dl FROM idf i CROSS JOIN scope s CROSS JOIN LATERAL ("
     "SELECT max(max_a) AS max_a, max(max_b) AS max_b, min(min_dl) AS min_dl FROM {terms} "
-    "WHERE conversation_id IN :convs AND lexeme = i.lexeme) m"
+    "WHERE conversation_id IN :convs AND lexeme = i.lexeme) m "
+    "CROSS JOIN (SELECT set_config('jit', 'off', true)) AS no_jit"
 )

@@ -116,6 +116,16 @@ async def _totals_match_the_index(engine: AsyncEngine) -> None:
         ).all()
         assert len(kept_postings) > 0
         assert sorted(map(tuple, kept_postings)) == sorted(map(tuple, counted_postings))
+        # Each lexeme's kept bounds (only ever widened) still bound every row holding it.
+        outside = await conn.execute(
+            sa.text(
+                "SELECT count(*) FROM messages_search_postings p JOIN messages_search_terms t "
+                "USING (conversation_id, lexeme) WHERE p.n_all - p.n_ctx > t.max_a "
+                "OR p.n_ctx > t.max_b OR p.doclen < t.min_dl "
+                "OR t.max_a IS NULL OR t.max_b IS NULL OR t.min_dl IS NULL"
+            )
+        )
+        assert outside.scalar_one() == 0
 
 
 @pytest.mark.parametrize("first_rows", [1, maxscore.FIRST_ROWS])
