@@ -272,8 +272,17 @@ async def _pg_bm25(
 ) -> list[Hit]:
     """Pruned over the postings side table where the index keeps one
     (memory/search/pg_postings.py), else every matching row scored."""
-    if index.pg_postings is not None:
-        return _hits(await pg_postings.bm25(conn, index, conv_ids, terms, limit))
+    if index.pg_postings is not None and index.pg_terms is not None:
+        formula = pg_postings.Formula(
+            k1=K1,
+            b=B,
+            context_weight=CONTEXT_WEIGHT,
+            stats=_pg_sql("{stats}", index),
+            exact=_PG_SCORE.format(k1=K1, b=B, doclen="p.doclen"),
+            postings=index.pg_postings,
+            terms=index.pg_terms,
+        )
+        return _hits(await pg_postings.bm25(conn, formula, conv_ids, terms, limit))
     return _hits(await _pg_rank(conn, index, conv_ids, terms, limit))
 
 

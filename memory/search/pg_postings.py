@@ -27,7 +27,7 @@ Steps 1-3 use float8 (a numeric division per posting cost more than the rest of 
 scan); each comparison that drops a row leaves it a margin (maxscore.SLACK) far above
 float8's rounding, so a row is dropped only when its exact score is below the k-th. The
 exact scores are the exhaustive form's numeric expression on the same numeric inputs
-(lexical._PG_SCORE), so the final order, ties by row id, is the exhaustive one.
+(lexical._PG_SCORE, given as Formula.exact), so the final order, ties by row id, is the exhaustive one.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memory.search import lexical, maxscore
+from memory.search import maxscore
 
 # Rows of the threshold phase completed by probes: the k-th of their full scores is t0.
 POOL = 100
@@ -114,24 +114,33 @@ _PART = (
 )
 
 
+@dataclass(frozen=True)
+class Formula:
+    """What memory/search/lexical.py defines for one index, and this module follows."""
+
+    k1: float
+    b: float
+    context_weight: float
+    stats: str  # CTEs `scope` (n, avgdl), `terms`, `idf` over :text and :convs (expanding)
+    exact: str  # a lexeme's numeric share of a row's score, over u.tf, i.idf, s.avgdl, p.doclen
+    postings: str  # the postings table (revision 0011)
+    terms: str  # the per-conversation df and bounds table (revisions 0010, 0011)
+
+
 async def bm25(
-    conn: AsyncConnection,
-    index: lexical.TextIndex,
-    conv_ids: list[int],
-    terms: list[str],
-    limit: int,
+    conn: AsyncConnection, formula: Formula, conv_ids: list[int], terms: list[str], limit: int
 ) -> list[tuple[int, Decimal]]:
-    """The best `limit` (rowid, exact numeric score) of `index` by BM25 over `terms`."""
+    """The best `limit` (rowid, exact numeric score) by BM25 over `terms`."""
     plan = await conn.execute(
-        sa.text(
-            lexical._pg_sql(_PLAN.format(stats="{stats}", terms=index.pg_terms), index)
-        ).bindparams(sa.bindparam("convs", expanding=True)),
+        sa.text(_PLAN.format(stats=formula.stats, terms=formula.terms)).bindparams(
+            sa.bindparam("convs", expanding=True)
+        ),
         {"text": " ".join(terms), "convs": conv_ids},
     )
     rows = [Lexeme(*r) for r in plan if r.df]
     if not rows:
         return []
-    statement, params = ranking(index, conv_ids, terms, limit, rows)
+    statement, params = ranking(formula, conv_ids, terms, limit, rows)
     return [(int(r.rowid), Decimal(r.rank)) for r in await conn.execute(statement, params)]
 
 
@@ -147,40 +156,38 @@ class Lexeme:
     max_b: int | None  # shortest row holding it (None: not kept, no tighter bound)
     min_dl: int | None
 
-    def bound(self) -> float:
+    def bound(self, f: Formula) -> float:
         """The most a row can get from this lexeme: BM25's share at the highest tf and the
         shortest row (a share grows with tf and falls with the row's length); without
         kept figures, idf x (k1 + 1)."""
-        k1, b = lexical.K1, lexical.B
         if self.max_a is None or self.max_b is None or self.min_dl is None:
-            return self.idf * (k1 + 1)
-        tf = self.max_a + lexical.CONTEXT_WEIGHT * self.max_b
-        return self.idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * self.min_dl / self.avgdl))
+            return self.idf * (f.k1 + 1)
+        tf = self.max_a + f.context_weight * self.max_b
+        return self.idf * tf * (f.k1 + 1) / (tf + f.k1 * (1 - f.b + f.b * self.min_dl / self.avgdl))
 
 
 def ranking(
-    index: lexical.TextIndex, conv_ids: list[int], terms: list[str], limit: int, plan: list[Lexeme]
+    f: Formula, conv_ids: list[int], terms: list[str], limit: int, plan: list[Lexeme]
 ) -> tuple[sa.TextClause, dict[str, Any]]:
     """The ranking statement and its parameters, given the query's lexemes (df > 0)."""
-    lexemes = maxscore.Terms.of([(x.name, x.df, x.idf) for x in plan], lexical.K1)
+    lexemes = maxscore.Terms.of([(x.name, x.df, x.idf) for x in plan], f.k1)
     suffix = [sum(lexemes.bounds[i:]) for i in range(len(lexemes.names))]
     first = lexemes.first_cut(limit)
-    bound = {x.name: x.bound() for x in plan}
-    k1, b = lexical.K1, lexical.B
-    part = _PART.format(ctx1=1 - lexical.CONTEXT_WEIGHT)
-    more = functools.partial(_MORE.format, part=part, postings=index.pg_postings)
+    bound = {x.name: x.bound(f) for x in plan}
+    part = _PART.format(ctx1=1 - f.context_weight)
+    more = functools.partial(_MORE.format, part=part, postings=f.postings)
     sql = _RANK.format(
-        stats=lexical._pg_sql("{stats}", index),
+        stats=f.stats,
         first_more=more(row="f", others="CAST(:others AS text[])"),
         # One lexeme: a row has one posting, nothing to add up (hashing every row of a
         # common word cost more than reading it).
         sum_part=f"sum({part})" if len(plan) > 1 else part,
         group="GROUP BY 1, 2" if len(plan) > 1 else "",
         more=more(row="a", others="(SELECT others FROM ess)::text[]"),
-        postings=index.pg_postings,
+        postings=f.postings,
         part=part,
-        exact=lexical._PG_SCORE.format(k1=k1, b=b, doclen="p.doclen"),
-        ctx=lexical.CONTEXT_WEIGHT,
+        exact=f.exact,
+        ctx=f.context_weight,
         slack=maxscore.SLACK,
         pool=POOL,
         refine=REFINE,
@@ -196,8 +203,8 @@ def ranking(
         "first": lexemes.names[:first],
         "others": lexemes.names[first:],
         "limit": limit,
-        "c1": k1 * (1 - b),
-        "c2": k1 * b / plan[0].avgdl,
+        "c1": f.k1 * (1 - f.b),
+        "c2": f.k1 * f.b / plan[0].avgdl,
     }
     return sa.text(sql).bindparams(sa.bindparam("convs", expanding=True)), params
 
