@@ -21,9 +21,10 @@ about 14 more rows written (one per lexeme of its content and context).
 
 Backfill: one INSERT ... SELECT over messages_search, the key built after it, then the
 bounds, under a SHARE lock on messages_search (writes wait). At 1M messages (14.2M
-postings, 1.6 GB with the key; messages_search is 0.37 GB): 71 s on 2 shared cores at
-load 6-8 (bench/HISTORY.md, "Word search at scale"). Each message indexed afterwards
-costs about 0.2 ms more server CPU (0.29 -> 0.5 ms through COPY with the triggers).
+postings, 1.6 GB with the key; messages_search is 0.37 GB): 71-74 s on 2 shared cores
+at load 6-8 (bench/HISTORY.md, "Word search at scale"). Each message indexed afterwards
+costs about 0.2 ms more server CPU (0.3 -> 0.5 ms through COPY with the triggers;
+bench/postings_cost.py).
 
 Revision ID: 0011_search_postings
 Revises: 0010_search_totals
