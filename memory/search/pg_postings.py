@@ -23,11 +23,13 @@ probed, and its tight bound (a name is in a row once, and in its context once) k
 rows. Probes are subqueries per row on the whole primary key (lexeme first), so no plan
 reads a lexeme's postings in full or a conversation's range instead.
 
-Steps 1-3 use float8 (a numeric division per posting cost more than the rest of the
-scan); each comparison that drops a row leaves it a margin (maxscore.SLACK) far above
-float8's rounding, so a row is dropped only when its exact score is below the k-th. The
+Steps 1-3 use float8, as the bounds do (numeric there measured about the same: 25.2
+against 24.6 ms for 75k postings; the time is the executor's per row); each comparison
+that drops a row leaves it a margin (maxscore.SLACK) far above float8's rounding, so a
+row is dropped only when its exact score is below the k-th. The
 exact scores are the exhaustive form's numeric expression on the same numeric inputs
-(lexical._PG_SCORE, given as Formula.exact), so the final order, ties by row id, is the exhaustive one.
+(lexical._PG_SCORE, given as Formula.exact), so the final order, ties by row id, is the
+exhaustive one.
 """
 
 from __future__ import annotations
