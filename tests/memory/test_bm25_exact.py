@@ -17,7 +17,7 @@ from memory.compaction.summarizer import TruncatingSummarizer
 from memory.contract.capabilities import ProviderContext
 from memory.contract.registry import create_provider
 from memory.contract.types import Message, Session
-from memory.search import lexical, maxscore
+from memory.search import lexical, maxscore, pg_postings
 from memory.search.lexical import K1, MESSAGES
 from memory.search.recall import owned_conversations
 from memory.search.text import ranked_terms
@@ -132,8 +132,12 @@ async def _totals_match_the_index(engine: AsyncEngine) -> None:
 async def test_the_pruned_top_20_is_the_exhaustive_one(
     engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_rows: int
 ) -> None:
-    # first_rows=1: the first cut is the rarest term alone, so pruning decides.
+    # first_rows=1: the first cut is the rarest term alone, so pruning decides; and on
+    # PostgreSQL the thresholds come from two rows' full scores, not 100 and 1,000.
     monkeypatch.setattr(maxscore, "FIRST_ROWS", first_rows)
+    if first_rows == 1:
+        monkeypatch.setattr(pg_postings, "POOL", 2)
+        monkeypatch.setattr(pg_postings, "REFINE", 2)
     rng = random.Random(34)
     p = await _provider(engine, tmp_path)
     for session, n in ((USER, 260), (ARCHIVED, 90), (OTHER, 120)):
