@@ -29,18 +29,18 @@ fields separately, each normalised by its own length (bench/RESULTS.md).
   Exact and pruned (issue 34): counting N, avgdl and df over the user's rows, and
   scoring every row holding any query word, cost 3.6 s of CPU at 1M messages, most of
   the rows scored holding only a speaker's name (every imported message starts with
-  one). Core revision 0009 keeps the totals per conversation (rows, summed doclen,
-  each lexeme's df), by a trigger in the transaction of the index's own write, so every
-  replica reads what the index holds; `bm25` evaluates MaxScore over them
-  (memory/search/maxscore.py): rows of the rarest lexemes are scored over every query
-  lexeme, and commoner lexemes are taken only while their bounds could still reach the
-  `limit`-th score. The scores are the exhaustive form's numeric SQL on the same inputs,
-  so the top k is identical, ties included; `bm25_exhaustive` is that form, the
-  reference tests/memory/test_bm25_exact.py and bench/search_scale.py check against.
+  one). Core revision 0010 keeps the totals per conversation (rows, summed doclen,
+  each lexeme's df), and 0011 a postings side table (per row and lexeme: its counts and
+  the row's doclen) and each lexeme's bounds, all by a trigger in the transaction of the
+  index's own write, so every replica reads what the index holds. `bm25` evaluates
+  MaxScore over them (memory/search/pg_postings.py): a threshold from the rarest
+  lexemes' rows, the essential lexemes' postings summed, the other lexemes probed only
+  for rows that could still reach the `limit`-th score. The last candidates are scored
+  with the exhaustive form's numeric SQL on the same inputs, so the top k is identical,
+  ties included; `bm25_exhaustive` is that form, the reference
+  tests/memory/test_bm25_exact.py and bench/search_scale.py check against.
   Chosen over a search library (tantivy, a side index on local disk) because the index
-  must stay in the database's transactions and be shared by replicas; over WAND or
-  block-max indexes because those need postings ordered by impact, which neither GIN
-  nor FTS5 exposes, while a per-lexeme df and idf are all MaxScore needs.
+  must stay in the database's transactions and be shared by replicas.
 
 Off the event loop: on SQLite (an inline driver, memory/storage/sqlite_inline.py) ranked
 and literal lookups run on a worker thread (`off_loop`), so a long search does not stall
@@ -63,7 +63,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.contract.types import SearchResult, as_utc
-from memory.search import maxscore, sqlite_ranked, stems
+from memory.search import pg_postings, sqlite_ranked, stems
 from memory.search.text import fts5_string, like_pattern, snippet
 from memory.storage.sqlite_inline import off_loop
 
@@ -93,6 +93,8 @@ class TextIndex:
     # PostgreSQL tables of per-conversation totals (n, doclen) and lexeme df (revision 0009)
     pg_totals: str | None = None
     pg_terms: str | None = None
+    # PostgreSQL postings (revision 0012): per row and lexeme, its counts and doclen
+    pg_postings: str | None = None
     indexed: str = "TRUE"  # which rows of `table` the indexes hold (SQL, on `table`)
     # SQLite: `fts` has postings, df and totals beside it (core revision 0011)
     postings: bool = False
@@ -112,6 +114,7 @@ MESSAGES = TextIndex(
     pg_totals="messages_search_totals",
     pg_terms="messages_search_terms",
     postings=True,
+    pg_postings="messages_search_postings",
 )
 
 
@@ -158,7 +161,7 @@ async def bm25_exhaustive(
     async with off_loop(conn):
         if conn.dialect.name == "sqlite":
             return await _sqlite_bm25(conn, index, conv_ids, terms, limit)
-        counted = replace(index, pg_totals=None, pg_terms=None)
+        counted = replace(index, pg_totals=None, pg_terms=None, pg_postings=None)
         return _hits(await _pg_rank(conn, counted, conv_ids, terms, limit))
 
 
@@ -183,10 +186,10 @@ async def _sqlite_bm25(
 
 # BM25 as FTS5 computes it: an idf at or below zero counts as 1e-6; a context occurrence
 # (weight B) counts CONTEXT_WEIGHT in tf, as FTS5's column weights do. A lexeme becomes a
-# one-lexeme tsquery quoted, quotes and backslashes doubled; the OR of the `gate`d ones
-# finds the candidates through the GIN index. `scope` (n, avgdl) and `idf` come either
-# from counting the user's rows (the exhaustive form) or from the per-conversation totals
-# (core revision 0009); both give the same numeric values, so the same scores.
+# one-lexeme tsquery quoted, quotes and backslashes doubled; their OR finds the candidates
+# through the GIN index. `scope` (n, avgdl) and `idf` come either from counting the user's
+# rows (the exhaustive form) or from the per-conversation totals (core revision 0010);
+# both give the same numeric values, so the same scores.
 _PG_TERMS = r"""
 terms AS MATERIALIZED (
   SELECT lexeme, '''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || '''' AS q
@@ -225,11 +228,8 @@ WITH {stats},
 hits AS MATERIALIZED (
   SELECT {key} AS rowid, tsv, doclen FROM {side}
   WHERE conversation_id IN :convs
-    AND tsv @@ (SELECT string_agg(q, ' | ') FROM terms WHERE {gate})::tsquery
-    AND NOT coalesce(tsv @@ (SELECT string_agg(q, ' | ') FROM terms WHERE {seen})::tsquery,
-                     false))
-SELECT h.rowid, sum(i.idf * u.tf * ({k1} + 1)
-                    / (u.tf + {k1} * (1 - {b} + {b} * h.doclen / s.avgdl))) AS rank
+    AND tsv @@ (SELECT string_agg(q, ' | ') FROM terms)::tsquery)
+SELECT h.rowid, sum({score}) AS rank
 FROM hits h CROSS JOIN scope s
 CROSS JOIN LATERAL unnest(h.tsv) AS l(lexeme, positions, weights)
 JOIN idf i ON i.lexeme = l.lexeme
@@ -239,11 +239,12 @@ CROSS JOIN LATERAL (
 GROUP BY h.rowid
 ORDER BY rank DESC, h.rowid DESC LIMIT :limit
 """
-# Each query lexeme's document frequency and idf in the user's scope: the plan's input.
-_PG_PLAN = "WITH {stats} SELECT lexeme, df, idf::float8 AS idf FROM idf"
+# One lexeme's share of a row's score (tf `u.tf`, idf `i.idf`, scope `s`), numeric: also
+# the exact step of memory/search/pg_postings.py, which must give the same values.
+_PG_SCORE = "i.idf * u.tf * ({k1} + 1) / (u.tf + {k1} * (1 - {b} + {b} * {doclen} / s.avgdl))"
 
 
-def _pg_sql(template: str, index: TextIndex, gate: str = "TRUE", seen: str = "FALSE") -> str:
+def _pg_sql(template: str, index: TextIndex) -> str:
     kept = index.pg_totals is not None and index.pg_terms is not None
     stats = (_PG_KEPT if kept else _PG_COUNTED).format(
         side=index.pg_side, totals=index.pg_totals, terms=index.pg_terms
@@ -252,8 +253,7 @@ def _pg_sql(template: str, index: TextIndex, gate: str = "TRUE", seen: str = "FA
         stats=stats,
         side=index.pg_side,
         key=index.pg_key,
-        gate=gate,
-        seen=seen,
+        score=_PG_SCORE.format(k1=K1, b=B, doclen="h.doclen"),
         k1=K1,
         b=B,
         ctx=CONTEXT_WEIGHT,
@@ -266,22 +266,13 @@ async def _pg_rank(
     conv_ids: list[int],
     terms: list[str],
     limit: int,
-    essential: list[str] | None = None,
-    seen: list[str] | None = None,
 ) -> list[tuple[int, Decimal]]:
-    """The best `limit` (rowid, score) by BM25 over all of `terms`, among the rows
-    holding one of the `essential` lexemes (None: any) and none of the `seen` ones.
-    Scores stay numeric: two rows whose scores differ in numeric may not as floats."""
+    """The best `limit` (rowid, score) by BM25 over all of `terms`, every row holding one
+    scored. Scores stay numeric: two rows whose scores differ in numeric may not as
+    floats."""
     params: dict[str, Any] = {"text": " ".join(terms), "convs": conv_ids, "limit": limit}
-    gate, not_seen = "TRUE", "FALSE"
-    if essential is not None:
-        gate, params["essential"] = "lexeme = ANY (CAST(:essential AS text[]))", essential
-    if seen:
-        not_seen, params["seen"] = "lexeme = ANY (CAST(:seen AS text[]))", seen
     rows = await conn.execute(
-        sa.text(_pg_sql(_PG_RANK, index, gate, not_seen)).bindparams(
-            sa.bindparam("convs", expanding=True)
-        ),
+        sa.text(_pg_sql(_PG_RANK, index)).bindparams(sa.bindparam("convs", expanding=True)),
         params,
     )
     return [(int(r.rowid), Decimal(r.rank)) for r in rows]
@@ -290,28 +281,20 @@ async def _pg_rank(
 async def _pg_bm25(
     conn: AsyncConnection, index: TextIndex, conv_ids: list[int], terms: list[str], limit: int
 ) -> list[Hit]:
-    """MaxScore (memory/search/maxscore.py) over the kept totals: the rows of the rarest
-    lexemes are scored in full, then those of commoner ones not scored yet, until the
-    others cannot reach the `limit`-th score."""
-    if index.pg_totals is None or index.pg_terms is None:
-        return _hits(await _pg_rank(conn, index, conv_ids, terms, limit))
-    plan = await conn.execute(
-        sa.text(_pg_sql(_PG_PLAN, index)).bindparams(sa.bindparam("convs", expanding=True)),
-        {"text": " ".join(terms), "convs": conv_ids},
-    )
-    lexemes = maxscore.Terms.of([(r.lexeme, int(r.df), float(r.idf)) for r in plan if r.df], K1)
-    done, take = 0, lexemes.first_cut(limit)
-    top: list[tuple[int, Decimal]] = []
-    while True:
-        more = await _pg_rank(
-            conn, index, conv_ids, terms, limit, lexemes.names[done:take], lexemes.names[:done]
+    """Pruned over the postings side table where the index keeps one
+    (memory/search/pg_postings.py), else every matching row scored."""
+    if index.pg_postings is not None and index.pg_terms is not None:
+        formula = pg_postings.Formula(
+            k1=K1,
+            b=B,
+            context_weight=CONTEXT_WEIGHT,
+            stats=_pg_sql("{stats}", index),
+            exact=_PG_SCORE.format(k1=K1, b=B, doclen="p.doclen"),
+            postings=index.pg_postings,
+            terms=index.pg_terms,
         )
-        # The same order as the SQL's: score, then rowid, newest first.
-        top = sorted(top + more, key=lambda h: (h[1], h[0]), reverse=True)[:limit]
-        need = lexemes.needed(float(top[-1][1]) if len(top) >= limit else None)
-        if need <= take:
-            return _hits(top)
-        done, take = take, need
+        return _hits(await pg_postings.bm25(conn, formula, conv_ids, terms, limit))
+    return _hits(await _pg_rank(conn, index, conv_ids, terms, limit))
 
 
 def _hits(scored: list[tuple[int, Decimal]]) -> list[Hit]:

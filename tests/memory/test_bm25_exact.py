@@ -18,7 +18,7 @@ from memory.compaction.summarizer import TruncatingSummarizer
 from memory.contract.capabilities import ProviderContext
 from memory.contract.registry import create_provider
 from memory.contract.types import Message, Session
-from memory.search import lexical, maxscore, stems
+from memory.search import lexical, maxscore, pg_postings, stems
 from memory.search.lexical import K1, MESSAGES
 from memory.search.recall import owned_conversations
 from memory.search.text import ranked_terms
@@ -106,6 +106,33 @@ async def _totals_match_the_index(engine: AsyncEngine) -> None:
             )
         ).all()
         assert sorted(map(tuple, kept_df)) == sorted(map(tuple, counted_df))
+        postings = (
+            "SELECT conversation_id, lexeme, message_id, n_all, n_ctx, doclen "
+            "FROM messages_search_postings"
+        )
+        kept_postings = (await conn.execute(sa.text(postings))).all()
+        counted_postings = (
+            await conn.execute(
+                sa.text(
+                    "SELECT s.conversation_id, l.lexeme, s.message_id, "
+                    "coalesce(cardinality(l.weights), 1), "
+                    "coalesce(cardinality(array_positions(l.weights, 'B')), 0), s.doclen "
+                    "FROM messages_search s, unnest(s.tsv) AS l(lexeme, positions, weights)"
+                )
+            )
+        ).all()
+        assert len(kept_postings) > 0
+        assert sorted(map(tuple, kept_postings)) == sorted(map(tuple, counted_postings))
+        # Each lexeme's kept bounds (only ever widened) still bound every row holding it.
+        outside = await conn.execute(
+            sa.text(
+                "SELECT count(*) FROM messages_search_postings p JOIN messages_search_terms t "
+                "USING (conversation_id, lexeme) WHERE p.n_all - p.n_ctx > t.max_a "
+                "OR p.n_ctx > t.max_b OR p.doclen < t.min_dl "
+                "OR t.max_a IS NULL OR t.max_b IS NULL OR t.min_dl IS NULL"
+            )
+        )
+        assert outside.scalar_one() == 0
 
 
 async def _postings_match_fts5(engine: AsyncEngine) -> None:
@@ -159,8 +186,12 @@ async def _postings_match_fts5(engine: AsyncEngine) -> None:
 async def test_the_pruned_top_20_is_the_exhaustive_one(
     engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_rows: int
 ) -> None:
-    # first_rows=1: the first cut is the rarest term alone, so pruning decides.
+    # first_rows=1: the first cut is the rarest term alone, so pruning decides; and on
+    # PostgreSQL the thresholds come from two rows' full scores, not 100 and 1,000.
     monkeypatch.setattr(maxscore, "FIRST_ROWS", first_rows)
+    if first_rows == 1:
+        monkeypatch.setattr(pg_postings, "POOL", 2)
+        monkeypatch.setattr(pg_postings, "REFINE", 2)
     rng = random.Random(34)
     p = await _provider(engine, tmp_path)
     for session, n in ((USER, 260), (ARCHIVED, 90), (OTHER, 120)):
