@@ -127,8 +127,9 @@ def build_embedder(settings: Settings, usage: UsageRecorder | None = None) -> An
 def register_erasure_hooks() -> None:
     """The rows outside memory's tables an erasure must reach (memory/storage/forgetting.py):
     every registered channel's (its rows outlive a change of `channels:`), reflect's, the
-    chat imports' and the forget requests'."""
+    chat imports', the recorded names and the forget requests'."""
     from bot.chat_import.ledger import register as chat_imports
+    from bot.conversation.people import register as people
     from bot.jobs.reflect.state import register_erasure as reflect
     from memory.storage.forget_requests import register as forget_requests
 
@@ -136,6 +137,7 @@ def register_erasure_hooks() -> None:
         channel.register_erasure()
     reflect()
     chat_imports()
+    people()
     forget_requests()
 
 

@@ -25,6 +25,7 @@ from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config.settings import Settings
+from bot.conversation.people import names
 from bot.web import reads, usage_svg
 from bot.web.auth import PRE_COOKIE, SESSION_COOKIE, Gate, Login
 from bot.web.dag_svg import render as render_dag
@@ -288,6 +289,7 @@ class Console:
         return await self._page(
             request,
             "sessions.html",
+            names=await names(self.engine, [r.info.user_id for r in rows]),
             rows=rows[: reads.PAGE],
             page=page,
             prev_url=_url("/sessions", keep, page=page - 1) if page > 1 else "",
@@ -317,6 +319,7 @@ class Console:
         return await self._page(
             request,
             "conversation.html",
+            names=await names(self.engine, [info.user_id]),
             info=info,
             stats=stats,
             context=context,
@@ -444,6 +447,7 @@ class Console:
         return await self._page(
             request,
             "memory.html",
+            names=await names(self.engine, [uid]),
             hist=hist,
             selected=selected,
             diff=await self.offload.run(line_diff, selected.before, selected.after)
@@ -547,6 +551,10 @@ class Console:
         return await self._page(
             request,
             "usage.html",
+            names=await names(
+                self.engine,
+                [int(r.key) for r in rows if by == "user" and r.key.lstrip("-").isdigit()],
+            ),
             rows=[
                 (r, format_cost(prices[r.model].cost(r.tokens)) if r.model in prices else "–")
                 for r in rows

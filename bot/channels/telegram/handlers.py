@@ -77,11 +77,13 @@ from bot.channels.telegram.voice import (
 )
 from bot.config.settings import Settings
 from bot.conversation.commands import COMMANDS, command_parts, handle_command
+from bot.conversation.people import People
 from bot.conversation.service import Conversations, Reply
 from bot.conversation.session_binding import bind_session
 from bot.conversation.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
 from bot.conversation.turns import MEMORY_DOWN
 from bot.model.images import Image
+from memory.contract.tracing import unwrap
 from memory.contract.types import Origin, Session, utcnow
 from memory.storage.usage import UsageRecorder
 
@@ -153,6 +155,8 @@ class TelegramChannel:
         self.outbox = Outbox()  # answers Telegram could not take yet
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
         self.imports = ChatImports(conversations, settings)  # exports sent in private chats
+        engine = getattr(unwrap(conversations.provider), "engine", None)
+        self.people = People(engine) if engine is not None else None  # names, for the console
         self.started = (
             utcnow()
         )  # turns handled since are this run's (bot.channels.telegram.delivery.resume)
@@ -437,6 +441,7 @@ class TelegramChannel:
             asked=asked,
             session=session,
         )
+        await self._names(message, place)
 
     @staticmethod
     async def _delayed(stream: ReplyStream) -> None:
@@ -544,6 +549,19 @@ class TelegramChannel:
             await receipt.record()  # its effect happened: never run it twice
         words = args if name == "memory" else None  # a forget preview gets its buttons
         await confirmations.reply(context.bot, self.conversations, target, answer, words)
+        await self._names(message, place)
+
+    async def _names(self, message: Message, place: Place) -> None:
+        """Record who wrote (and, in a group, the group) under their memory's ids, for
+        the console; after the answer, so a slow or failing write holds up nothing."""
+        if self.people is None:
+            return
+        user = message.from_user
+        if user is not None and not user.is_bot:
+            await self.people.seen(user.id, user.full_name, user.username)
+        if place.is_group:
+            chat = message.chat
+            await self.people.seen(place.chat_id, chat.title or "group", chat.username)
 
     async def on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """A button under a forget preview (bot/channels/telegram/confirmations.py): the command
