@@ -270,21 +270,23 @@ class Console:
         user = whole("user", q.get("user"), None)
         text = q.get("q", "").strip()[:200]
         archived = q.get("archived") == "1"
-        rows = await reads.list_sessions(
-            self.provider,
-            self.engine,
-            ListOptions(
-                user_id=user,
-                include_archived=archived,
-                text=text,
-                limit=reads.PAGE + 1,
-                offset=(page - 1) * reads.PAGE,
-            ),
+        order = q.get("order", "recent")
+        order = order if order in reads.LIST_ORDERS else "recent"
+        opts = ListOptions(
+            user_id=user,
+            include_archived=archived,
+            text=text,
+            limit=reads.PAGE + 1,
+            offset=(page - 1) * reads.PAGE,
+            order=order,
         )
+        rows = await reads.list_sessions(self.provider, self.engine, opts)
+        total = await reads.count_sessions(self.engine, opts)
         keep = {
             "q": text,
             "user": "" if user is None else str(user),
             "archived": "1" if archived else "",
+            "order": order,
         }
         return await self._page(
             request,
@@ -292,6 +294,10 @@ class Console:
             names=await names(self.engine, [r.info.user_id for r in rows]),
             rows=rows[: reads.PAGE],
             page=page,
+            pages=max(1, -(-total // reads.PAGE)),
+            total=total,
+            order=order,
+            sort_url=lambda o: _url("/sessions", {**keep, "order": o}),
             prev_url=_url("/sessions", keep, page=page - 1) if page > 1 else "",
             next_url=_url("/sessions", keep, page=page + 1) if len(rows) > reads.PAGE else "",
             q=text,

@@ -35,6 +35,7 @@ from memory.contract.types import (
     SessionInfo,
 )
 from memory.storage import operator_reads, snapshots
+from memory.storage.history import LIST_ORDERS as HISTORY_ORDERS
 from memory.storage.history import HistoryStore, SessionCounts
 from memory.storage.operator_reads import HistoryPage
 from memory.storage.stores import parse_constraints
@@ -42,6 +43,14 @@ from memory.text.tokens import estimate_tokens, message_tokens
 
 PAGE = 50  # sessions, messages and changelog rows per page
 VERSIONS = 500  # versions of one scope shown
+
+
+LIST_ORDERS = HISTORY_ORDERS  # how the sessions page may be sorted
+
+
+async def count_sessions(engine: AsyncEngine, opts: ListOptions) -> int:
+    """How many sessions the listing `opts` holds, over all its pages."""
+    return await HistoryStore(engine).count_sessions(opts)
 
 
 async def list_sessions(

@@ -315,6 +315,9 @@ class ListOptions:
     text: str = ""  # part of the session id or title (case-insensitive); empty = all
     limit: int = 0  # 0 = no limit
     offset: int = 0
+    # "recent" (last active first), "oldest", "user" (by user id, then recent) or
+    # "session" (by session id); a provider listing by itself may keep its own order.
+    order: str = "recent"
 
 
 class ChangeSource(enum.StrEnum):

@@ -530,7 +530,15 @@ class HistoryStore:
     @staticmethod
     def _listing(query: sa.Select[Any], opts: ListOptions) -> sa.Select[Any]:
         """`query` over conversations, filtered, ordered and paged as `opts` says."""
-        query = query.order_by(conversations.c.updated_at.desc(), conversations.c.id.desc())
+        query = HistoryStore._filtered(query.order_by(*_order(conversations.c, opts.order)), opts)
+        if opts.limit:
+            query = query.limit(opts.limit)
+        if opts.offset:
+            query = query.offset(opts.offset)
+        return query
+
+    @staticmethod
+    def _filtered(query: sa.Select[Any], opts: ListOptions) -> sa.Select[Any]:
         if opts.agent_id:
             query = query.where(conversations.c.agent_id == opts.agent_id)
         if opts.user_id is not None:
@@ -545,11 +553,13 @@ class HistoryStore:
             )
         if not opts.include_archived:
             query = query.where(conversations.c.archived.is_(False))
-        if opts.limit:
-            query = query.limit(opts.limit)
-        if opts.offset:
-            query = query.offset(opts.offset)
         return query
+
+    async def count_sessions(self, opts: ListOptions) -> int:
+        """How many sessions the listing holds over all its pages."""
+        query = self._filtered(sa.select(sa.func.count()).select_from(conversations), opts)
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
 
     async def list_info(self, opts: ListOptions) -> list[SessionInfo]:
         query = self._listing(sa.select(conversations), opts)
@@ -582,7 +592,7 @@ class HistoryStore:
                 .scalar_subquery()
                 .label("summary_count")
             )
-        query = query.order_by(page.c.updated_at.desc(), page.c.id.desc())
+        query = query.order_by(*_order(page.c, opts.order))
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
         return [
@@ -738,3 +748,19 @@ class SessionHistory:
 
     async def add_origin(self, session: Session, message_id: str, origin: Origin) -> bool:
         return await self.history.add_origin(session, message_id, origin)
+
+
+LIST_ORDERS = ("recent", "oldest", "user", "session")
+
+
+def _order(c: Any, order: str) -> tuple[sa.ColumnElement[Any], ...]:
+    """The ORDER BY of a session listing (`ListOptions.order`), ties broken by id so a
+    page never repeats or skips a row; an unknown order is the default."""
+    recent = (c.updated_at.desc(), c.id.desc())
+    if order == "oldest":
+        return (c.updated_at.asc(), c.id.asc())
+    if order == "user":
+        return (c.user_id.asc(), *recent)
+    if order == "session":
+        return (c.session_id.asc(), c.id.asc())
+    return recent

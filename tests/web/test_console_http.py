@@ -169,3 +169,28 @@ async def test_logins_are_checked(site: tuple[str, str]) -> None:
         page = await (await http.get(f"{base}/sessions")).text()
         await http.post(f"{base}/logout", data={"csrf": csrf_of(page)})
         assert (await http.get(f"{base}/sessions")).url.path == "/login"
+
+
+async def test_sessions_are_counted_and_sorted(site: tuple[str, str]) -> None:
+    """The listing says how many sessions and pages it holds, and sorts by user, by
+    session id or by last activity either way, keeping its filters."""
+    base, _ = site
+    listed = re.compile(r'<td><a href="/sessions/([^"]+)">')
+    async with client() as http:
+        await login(http, base, VIEWER_TOKEN)
+
+        async def order(by: str, **more: str) -> tuple[list[str], str]:
+            page = await (await http.get(f"{base}/sessions", params={"order": by, **more})).text()
+            return listed.findall(page), page
+
+        recent, page = await order("recent")
+        assert "page 1 of 1 (2 sessions)" in page  # the archived one is not counted
+        assert sorted(recent) == ["tg%3Aalice", "tg%3Abob"]
+        assert (await order("oldest"))[0] == recent[::-1]
+        assert (await order("user"))[0] == ["tg%3Aalice", "tg%3Abob"]  # 1001, 1002
+        assert (await order("session"))[0] == ["tg%3Aalice", "tg%3Abob"]
+        assert (await order("no such order"))[0] == recent
+        every, page = await order("session", archived="1")
+        assert every == ["tg%3Aalice", "tg%3Abob", "tg%3Acarol%23old"]
+        assert "(3 sessions)" in page
+        assert 'name="order" value="session"' in page  # the filter form keeps the order
