@@ -66,7 +66,8 @@ class HealthServer:
         self._started = time.monotonic()
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024)  # forms only: a login, a rollback
+        # Forms only: a login, a rollback, an operator's edit of a profile (its text twice).
+        app = web.Application(client_max_size=512 * 1024)
         if self.settings.enabled:
             app.router.add_get("/healthz", self._healthz)
             app.router.add_get("/metrics", self._metrics)

@@ -20,6 +20,9 @@ import hmac
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
 
 from bot.config.settings import WebOperator, WebSettings
 
@@ -103,3 +106,9 @@ class Gate:
         if not nonce or not isinstance(sent, str) or not sent:
             return False
         return hmac.compare_digest(sent, self.csrf_token(nonce))
+
+
+# What the guard (bot/web/console.py) leaves on a request for its handler: who is logged
+# in, and a POST's form once its CSRF token was checked.
+LOGIN: web.RequestKey[Login | None] = web.RequestKey("login")
+FORM: web.RequestKey[Any] = web.RequestKey("form")

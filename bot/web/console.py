@@ -1,5 +1,6 @@
 """The console's aiohttp routes: login, sessions, a conversation, its summary graph,
-search, a user's profile/soul/constraints with versions and rollback, the changelog.
+search, a user's profile/soul/constraints with versions and rollback, the changelog;
+what else an operator can change is in bot/web/acting.py.
 
 Every page needs a login (bot/web/auth.py); `viewer`s read, `operator`s may also roll
 back. Every POST checks the CSRF token first. Responses carry a CSP without inline
@@ -27,7 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.config.settings import Settings
 from bot.conversation.people import names
 from bot.web import reads, usage_svg
-from bot.web.auth import PRE_COOKIE, SESSION_COOKIE, Gate, Login
+from bot.web.acting import Acting
+from bot.web.auth import FORM, LOGIN, PRE_COOKIE, SESSION_COOKIE, Gate, Login
 from bot.web.dag_svg import render as render_dag
 from bot.web.diff import line_diff
 from bot.web.offload import Offload, TooSlow
@@ -69,15 +71,13 @@ HEADERS = {
     "Cache-Control": "no-store",
     "Cross-Origin-Opener-Policy": "same-origin",
 }
-LOGIN: web.RequestKey[Login | None] = web.RequestKey("login")
-FORM: web.RequestKey[Any] = web.RequestKey("form")
 PUBLIC = {"/login", "/favicon.ico"}  # and /static/
 # Past it the OFFSET would overflow BIGINT (and no listing has a billion pages).
 MAX_PAGE = 1_000_000_000
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class Console:
+class Console(Acting):
     """The console over one engine and provider; `install(app)` adds its routes."""
 
     def __init__(self, settings: Settings, engine: AsyncEngine, provider: Provider) -> None:
@@ -111,6 +111,7 @@ class Console:
         r.add_get("/memory/{uid}", self.memory)
         r.add_get("/memory/{uid}/rollback", self.rollback_confirm)
         r.add_post("/memory/{uid}/rollback", self.rollback)
+        self.install_acting(r)
         r.add_get("/changelog", self.changelog)
         r.add_get("/usage", self.usage)
         r.add_static("/static", HERE / "static", show_index=False)
@@ -447,6 +448,7 @@ class Console:
         hist = await reads.memory_history(self.provider, uid, agent, scope)
         chosen = whole("v", request.query.get("v"), None)
         done = whole("done", request.query.get("done"), None)
+        saved = whole("saved", request.query.get("saved"), None)
         selected = next((v for v in hist.versions if v.version == chosen), None) or (
             hist.versions[0] if hist.versions else None
         )
@@ -461,6 +463,7 @@ class Console:
             else [],
             scopes=reads.SCOPES,
             done=done,
+            saved=saved,
         )
 
     async def rollback_confirm(self, request: web.Request) -> web.Response:

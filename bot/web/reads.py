@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -29,17 +31,21 @@ from memory.contract.types import (
     ChangeEntry,
     ChangeSource,
     ConstraintEntry,
+    ErasureReport,
     ListOptions,
     Message,
+    Owner,
     Session,
     SessionInfo,
 )
+from memory.storage import forgetting as fg
 from memory.storage import operator_reads, snapshots
 from memory.storage.history import LIST_ORDERS as HISTORY_ORDERS
 from memory.storage.history import HistoryStore, SessionCounts
 from memory.storage.operator_reads import HistoryPage
 from memory.storage.stores import parse_constraints
 from memory.text.tokens import estimate_tokens, message_tokens
+from memory.transfer.session import export_session
 
 PAGE = 50  # sessions, messages and changelog rows per page
 VERSIONS = 500  # versions of one scope shown
@@ -197,12 +203,70 @@ async def rollback(
     new = await inner.rollback(
         user_id, agent_id, scope, version, WriteOptions(ChangeSource.OPERATOR, f"web:{operator}")
     )
+    await _move_snapshots(inner, engine, user_id, agent_id)
+    return new
+
+
+async def write_text(
+    provider: Provider,
+    engine: AsyncEngine,
+    user_id: int,
+    agent_id: str,
+    scope: str,
+    text: str,
+    operator: str,
+) -> int:
+    """`scope` ("profile" or "soul") set to `text` by an operator, recorded as a rollback
+    is; returns the new memory version (0 where the provider keeps none)."""
+    inner = unwrap(provider)
+    if not isinstance(inner, ProfileStore):
+        raise NotFound(f"the {provider.name} provider keeps no profile")
+    write = inner.set_profile if scope == "profile" else inner.set_soul
+    await write(user_id, agent_id, text, WriteOptions(ChangeSource.OPERATOR, f"web:{operator}"))
+    await _move_snapshots(inner, engine, user_id, agent_id)
+    if isinstance(inner, VersionedProfileStore):
+        return await inner.memory_version(user_id, agent_id)
+    return 0
+
+
+async def _move_snapshots(inner: Any, engine: AsyncEngine, user_id: int, agent_id: str) -> None:
+    """The user's live sessions read the change at once, as after their own `/memory`."""
     if isinstance(inner, SessionSnapshotStore):
         live = await HistoryStore(engine).list_info(ListOptions(agent_id=agent_id, user_id=user_id))
         for info in live:
             await inner.advance_snapshot(info.id, user_id, agent_id)
         snapshots.moved()
-    return new
+
+
+def memory_url(user_id: int, agent_id: str, scope: str, **more: Any) -> str:
+    query = urlencode({"agent": agent_id, "scope": scope, **more})
+    return f"/memory/{user_id}?{query}"
+
+
+@dataclass(frozen=True)
+class ErasurePlan:
+    sessions: int
+    messages: int
+
+    @property
+    def digest(self) -> str:
+        """What the confirmation names: the counts it showed."""
+        return f"{self.sessions}-{self.messages}"
+
+
+async def erasure_plan(engine: AsyncEngine, user_id: int, agent_id: str) -> ErasurePlan:
+    """What erasing (user, agent) would delete, counted as `mnemo memory erase` does."""
+    sessions, count = await fg.owner_counts(engine, Owner(user_id, agent_id))
+    return ErasurePlan(sessions, count)
+
+
+async def erase(provider: Provider, owner: Owner, by: str) -> ErasureReport:
+    return await fg.erase(provider, owner, by)
+
+
+async def export(engine: AsyncEngine, provider: Provider, session_id: str) -> dict[str, Any]:
+    """The session's lossless export (as `mnemo memory export`); NotFound if unknown."""
+    return await export_session(engine, session_id, provider)
 
 
 # --- the changelog ----------------------------------------------------------------------

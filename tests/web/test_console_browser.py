@@ -262,6 +262,8 @@ PAGES = {
     "memory": "/memory/1001?scope=profile",
     "rules": "/memory/1001?scope=constraint",
     "rollback-confirm": "/memory/1001/rollback?scope=profile&version=2",
+    "edit": "/memory/1001/edit?scope=profile",
+    "erase-confirm": "/memory/1002/erase",
     "changelog": "/changelog",
     "usage": "/usage",
     "not-found": "/sessions/nobody-here",

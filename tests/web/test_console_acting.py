@@ -1,0 +1,108 @@
+"""An operator acts on memory from the console: edits a profile after seeing the
+change, erases a user after seeing what goes, downloads an export; each change is
+refused when the memory moved since the page was drawn, and a viewer can do none of
+it. Over HTTP against the populated console, lcm and simple on both databases."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tests.web.site import ALICE, BOB, OPERATOR_TOKEN, VIEWER_TOKEN, client, csrf_of, login
+
+NEW = "Alice. Likes tea.\nSleeps at noon."
+
+
+def field(page: str, name: str) -> str:
+    m = re.search(rf'name="{name}" value="([^"]*)"', page)
+    assert m, f"no field {name}"
+    return m.group(1)
+
+
+def current(page: str) -> str:
+    return page.split('id="current">')[1].split("</pre>")[0]
+
+
+async def test_an_operator_edits_a_profile_after_seeing_the_change(
+    site: tuple[str, str],
+) -> None:
+    base, _ = site
+    url = f"{base}/memory/1001/edit"
+    async with client() as http:
+        await login(http, base, OPERATOR_TOKEN)
+        form = await (await http.get(f"{url}?scope=profile")).text()
+        assert "Likes coffee (wrong)" in form.split("<textarea")[1]
+        sent = {"csrf": csrf_of(form), "scope": "profile", "shown": field(form, "shown")}
+        preview = await (await http.post(url, data={**sent, "text": NEW})).text()
+        assert "+ Sleeps at noon." in preview and "- Alice. Likes coffee (wrong)." in preview
+        assert 'id="confirm-edit"' in preview
+        assert "Likes coffee (wrong)" in current(
+            await (await http.get(f"{base}/memory/1001")).text()
+        )
+        r = await http.post(url, data={**sent, "text": NEW, "confirm": "yes"})
+        page = await r.text()
+        assert r.status == 200 and 'id="saved"' in page
+        assert current(page) == NEW
+        log = await (await http.get(f"{base}/changelog?source=operator")).text()
+        assert "web:ann" in log and "Sleeps at noon" in log
+        # Alice's session reads it from its next turn: its snapshot moved.
+        page = await (await http.get(f"{base}/sessions/{ALICE.id}")).text()
+        assert "Sleeps at noon" in page.split('class="msg system"')[1].split("</li>")[0]
+        # The same form again names the text it was drawn over: that text is gone.
+        r = await http.post(url, data={**sent, "text": "Alice. Likes water.", "confirm": "yes"})
+        assert r.status == 409 and "changed since you opened it" in await r.text()
+        assert current(await (await http.get(f"{base}/memory/1001")).text()) == NEW
+
+
+async def test_a_viewer_sees_no_buttons_and_is_refused(site: tuple[str, str]) -> None:
+    base, _ = site
+    async with client() as http:
+        await login(http, base, VIEWER_TOKEN)
+        page = await (await http.get(f"{base}/memory/1001")).text()
+        assert 'id="edit"' not in page and 'id="erase"' not in page
+        form = await (await http.get(f"{base}/memory/1001/edit?scope=profile")).text()
+        data = {"csrf": csrf_of(form), "scope": "profile", "text": NEW, "confirm": "yes"}
+        r = await http.post(f"{base}/memory/1001/edit", data={**data, "shown": "x"})
+        assert r.status == 403 and "viewer cannot edit memory" in await r.text()
+        r = await http.post(f"{base}/memory/1002/erase", data={**data, "shown": "1-2"})
+        assert r.status == 403
+        r = await http.get(f"{base}/sessions/{ALICE.id}/export.json")
+        assert r.status == 403
+        assert "Likes coffee (wrong)" in current(
+            await (await http.get(f"{base}/memory/1001")).text()
+        )
+
+
+async def test_an_operator_erases_a_user_after_seeing_what_goes(site: tuple[str, str]) -> None:
+    base, _ = site
+    async with client() as http:
+        await login(http, base, OPERATOR_TOKEN)
+        page = await (await http.get(f"{base}/memory/1002/erase")).text()
+        assert "1 session(s), 2 message(s)" in page
+        data = {"csrf": csrf_of(page), "confirm": "yes"}
+        r = await http.post(f"{base}/memory/1002/erase", data={**data, "shown": "1-1"})
+        assert r.status == 409  # a count the page never showed: nothing erased
+        assert BOB.id in await (await http.get(f"{base}/sessions")).text()
+        r = await http.post(
+            f"{base}/memory/1002/erase", data={**data, "shown": field(page, "shown")}
+        )
+        done = await r.text()
+        assert r.status == 200 and "Erased: 1 session(s), 2 message(s)" in done
+        sessions = await (await http.get(f"{base}/sessions")).text()
+        assert BOB.id not in sessions and ALICE.id in sessions
+        log = await (await http.get(f"{base}/changelog?scope=erasure")).text()
+        assert "1002" in log
+
+
+async def test_an_operator_downloads_an_export(site: tuple[str, str]) -> None:
+    base, _ = site
+    async with client() as http:
+        await login(http, base, OPERATOR_TOKEN)
+        page = await (await http.get(f"{base}/sessions/{ALICE.id}")).text()
+        assert 'id="export"' in page
+        r = await http.get(f"{base}/sessions/tg%3Aalice/export.json")
+        assert r.status == 200 and r.headers["Content-Disposition"].startswith("attachment;")
+        doc = json.loads(await r.text())
+        assert doc["session"]["id"] == ALICE.id and len(doc["messages"]) > 10
+        r = await http.get(f"{base}/sessions/nobody/export.json")
+        assert r.status == 404
