@@ -1,5 +1,6 @@
 """What an operator can do to memory from the console, beside rolling back: edit a
-user's profile or soul, erase a user's memory, download a conversation's export.
+user's profile or soul, forget a message or a summary's messages (the preview and
+rebuild of `/memory forget`), erase a user's memory, download a conversation's export.
 
 Each change is two POSTs through the guard (CSRF checked): the form, answered by a page
 showing exactly what will change, then its confirmation. The confirmation carries a
@@ -70,6 +71,8 @@ class Acting:
         r.add_get("/memory/{uid}/erase", self.erase_form)
         r.add_post("/memory/{uid}/erase", self.erase)
         r.add_get("/sessions/{sid}/export.json", self.export)
+        r.add_get("/sessions/{sid}/forget", self.forget_form)
+        r.add_post("/sessions/{sid}/forget", self.forget)
 
     def _operator(self, request: web.Request, what: str) -> str | web.Response:
         """The operator's name, or the refusal a viewer gets."""
@@ -124,6 +127,56 @@ class Acting:
             return self._error(request, 400, f"Edit refused: {exc}")
         log.info("web console: %s edited the %s of user %s (agent %s)", who, scope, uid, agent)
         raise web.HTTPSeeOther(reads.memory_url(uid, agent, scope, saved=new))
+
+    # -- forget a message, or what a summary was made of ---------------------------
+
+    async def _preview(self, request: web.Request, item: str) -> tuple[Any, Any]:
+        try:
+            info = await reads.session_info(self.engine, request.match_info["sid"])
+        except NotFound:
+            raise web.HTTPNotFound(text="no such session") from None
+        if not (item.isdigit() or item.startswith("sum_")):
+            raise web.HTTPBadRequest(text="name a message id or a summary id to forget")
+        try:
+            return info, await reads.forget_preview(self.provider, info, item)
+        except ContractError as exc:
+            raise web.HTTPBadRequest(text=f"nothing to forget: {exc}") from None
+
+    async def forget_form(self, request: web.Request) -> web.Response:
+        item = request.query.get("item", "").strip()[:64]
+        info, preview = await self._preview(request, item)
+        return await self._page(
+            request,
+            "forget.html",
+            info=info,
+            item=item,
+            preview=preview,
+            shown=digest(",".join(map(str, preview.ids))),
+            done=None,
+        )
+
+    async def forget(self, request: web.Request) -> web.StreamResponse:
+        who = self._operator(request, "forget")
+        if isinstance(who, web.Response):
+            return who
+        form = request[FORM]
+        item = str(form.get("item", "")).strip()[:64]
+        info, preview = await self._preview(request, item)
+        if form.get("confirm") != "yes" or form.get("shown") != digest(
+            ",".join(map(str, preview.ids))
+        ):
+            return self._error(
+                request,
+                409,
+                "What this would forget changed since the preview was drawn (or the form was "
+                "not confirmed): nothing was forgotten. Open the preview again.",
+                title="Changed meanwhile",
+            )
+        report = await reads.forget(self.provider, preview)
+        log.info("web console: %s forgot %d message(s) of %s", who, report.messages, info.id)
+        return await self._page(
+            request, "forget.html", info=info, item=item, preview=preview, shown="", done=report
+        )
 
     # -- erase a user's memory -------------------------------------------------------
 

@@ -24,6 +24,7 @@ from memory.contract.capabilities import (
     SessionSnapshotStore,
     VersionedProfileStore,
 )
+from memory.contract.context import with_change_source
 from memory.contract.errors import NotFound, StoreCorrupt
 from memory.contract.options import WriteOptions
 from memory.contract.tracing import unwrap
@@ -32,6 +33,7 @@ from memory.contract.types import (
     ChangeSource,
     ConstraintEntry,
     ErasureReport,
+    ForgetReport,
     ListOptions,
     Message,
     Owner,
@@ -261,7 +263,19 @@ async def erasure_plan(engine: AsyncEngine, user_id: int, agent_id: str) -> Eras
 
 
 async def erase(provider: Provider, owner: Owner, by: str) -> ErasureReport:
-    return await fg.erase(provider, owner, by)
+    with with_change_source(ChangeSource.OPERATOR):  # the changelog row's source
+        return await fg.erase(provider, owner, by)
+
+
+async def forget_preview(provider: Provider, info: SessionInfo, item: str) -> fg.ForgetPreview:
+    """What forgetting message `item` (or the messages summary `item` was made of) in
+    the memory of `info`'s user would do, as `/memory forget` previews it."""
+    return await fg.preview(provider, Owner(info.user_id, info.agent_id), item)
+
+
+async def forget(provider: Provider, preview: fg.ForgetPreview) -> ForgetReport:
+    with with_change_source(ChangeSource.OPERATOR):
+        return await fg.forget(provider, preview.owner, preview.ids, preview.needles)
 
 
 async def export(engine: AsyncEngine, provider: Provider, session_id: str) -> dict[str, Any]:

@@ -91,7 +91,8 @@ async def test_an_operator_erases_a_user_after_seeing_what_goes(site: tuple[str,
         sessions = await (await http.get(f"{base}/sessions")).text()
         assert BOB.id not in sessions and ALICE.id in sessions
         log = await (await http.get(f"{base}/changelog?scope=erasure")).text()
-        assert "1002" in log
+        row = log.split("<tbody>")[1].split("</tr>")[0]
+        assert "1002" in row and "operator" in row
 
 
 async def test_an_operator_downloads_an_export(site: tuple[str, str]) -> None:
@@ -106,3 +107,33 @@ async def test_an_operator_downloads_an_export(site: tuple[str, str]) -> None:
         assert doc["session"]["id"] == ALICE.id and len(doc["messages"]) > 10
         r = await http.get(f"{base}/sessions/nobody/export.json")
         assert r.status == 404
+
+
+async def test_an_operator_forgets_a_message_after_its_preview(site: tuple[str, str]) -> None:
+    base, _ = site
+    conversation = f"{base}/sessions/tg%3Abob"
+    async with client() as http:
+        await login(http, base, OPERATOR_TOKEN)
+        page = await (await http.get(conversation)).text()
+        first = re.findall(r'<tr id="m(\d+)"', page)[0]  # "hostile text: ... the aquarium"
+        assert f'href="/sessions/tg%3Abob/forget?item={first}"' in page
+        preview = await (await http.get(f"{conversation}/forget?item={first}")).text()
+        assert 'id="to-forget"' in preview and "hostile text" in preview
+        data = {"csrf": csrf_of(preview), "item": first, "confirm": "yes"}
+        r = await http.post(f"{conversation}/forget", data={**data, "shown": "0" * 16})
+        assert r.status == 409  # not what the preview showed: nothing forgotten
+        assert "hostile text" in await (await http.get(conversation)).text()
+        r = await http.post(
+            f"{conversation}/forget", data={**data, "shown": field(preview, "shown")}
+        )
+        assert r.status == 200 and "1 message(s) forgotten" in await r.text()
+        page = await (await http.get(conversation)).text()
+        assert "hostile text" not in page and "noted the aquarium" in page
+        log = await (await http.get(f"{base}/changelog?scope=forget")).text()
+        row = log.split("<tbody>")[1].split("</tr>")[0]
+        assert "operator" in row and "1 message(s) forgotten" in row
+        # Another user's message id, asked through this conversation: nothing to forget.
+        alice = await (await http.get(f"{base}/sessions/{ALICE.id}")).text()
+        theirs = re.findall(r'<tr id="m(\d+)"', alice)[0]
+        other = await (await http.get(f"{conversation}/forget?item={theirs}")).text()
+        assert "nothing to forget" in other and 'id="confirm-forget"' not in other
