@@ -55,7 +55,7 @@ from memory.text.tokens import message_tokens
 
 if TYPE_CHECKING:
     from memory.storage.prices import Price
-    from memory.storage.usage import ReportRow, TokenUsage
+    from memory.storage.usage import ReportRow
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,7 @@ class Console(Acting):
         r.add_get("/sessions", self.sessions)
         r.add_get("/sessions/{sid}", self.conversation)
         r.add_get("/sessions/{sid}/graph", self.graph)
+        r.add_get("/sessions/{sid}/turn/{mid}", self.turn)
         r.add_get("/search", self.search)
         r.add_get("/memory/{uid}", self.memory)
         r.add_get("/memory/{uid}/rollback", self.rollback_confirm)
@@ -338,6 +339,21 @@ class Console(Acting):
             has_graph=isinstance(unwrap(self.provider), SummaryGraphReader),
         )
 
+    async def turn(self, request: web.Request) -> web.Response:
+        """One stored answer: its memory calls and what they returned, its citations,
+        its model calls' tokens and cost, its latency (the chat's `/memory why`)."""
+        info = await self._session(request)
+        mid = whole("message", request.match_info["mid"], None)
+        try:
+            view = await reads.turn_view(
+                self.provider, self.engine, self.settings, info, mid if mid is not None else -1
+            )
+        except NotFound:
+            raise web.HTTPNotFound(text="no such answer in this session") from None
+        return await self._page(
+            request, "turn.html", info=info, view=view, base=f"/sessions/{_quote(info.id)}"
+        )
+
     async def graph(self, request: web.Request) -> web.Response:
         info = await self._session(request)
         inner = unwrap(self.provider)
@@ -556,7 +572,7 @@ class Console(Acting):
             rows = await store.report(by, since)  # type: ignore[arg-type]
             daily = rows if by == "day" else await store.report("day", since)
         prices = self.settings.llm.price_table()
-        cost = total_cost(_by_model(rows), prices)
+        cost = total_cost(reads.by_model((r.model, r.tokens) for r in rows), prices)
         return await self._page(
             request,
             "usage.html",
@@ -613,13 +629,6 @@ def _said(exc: web.HTTPException) -> str:
     return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
-def _by_model(rows: Sequence[ReportRow]) -> dict[str, TokenUsage]:
-    out: dict[str, TokenUsage] = {}
-    for r in rows:
-        out[r.model] = out[r.model] + r.tokens if r.model in out else r.tokens
-    return out
-
-
 def _per_day(
     rows: Sequence[ReportRow], prices: Mapping[str, Price], since: datetime, now: datetime
 ) -> list[usage_svg.Day]:
@@ -630,7 +639,7 @@ def _per_day(
     seen = {}
     for key, day_rows in by_day.items():
         day = date.fromisoformat(key[:10])
-        cost = total_cost(_by_model(day_rows), prices)
+        cost = total_cost(reads.by_model((r.model, r.tokens) for r in day_rows), prices)
         seen[day] = usage_svg.Day(
             day,
             sum(r.calls for r in day_rows),

@@ -6,8 +6,9 @@ is `rollback`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -16,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.config.settings import Settings
 from bot.model.prompt import build_system_prompt, read_memory
 from bot.web.params import as_int64
+from memory.actions.provenance import Why, explain
 from memory.contract.capabilities import (
     ChangelogReader,
     ConstraintStore,
@@ -45,7 +47,9 @@ from memory.storage import operator_reads, snapshots
 from memory.storage.history import LIST_ORDERS as HISTORY_ORDERS
 from memory.storage.history import HistoryStore, SessionCounts
 from memory.storage.operator_reads import HistoryPage
+from memory.storage.prices import format_cost, total_cost
 from memory.storage.stores import parse_constraints
+from memory.storage.usage import TokenUsage
 from memory.text.tokens import estimate_tokens, message_tokens
 from memory.transfer.session import export_session
 
@@ -322,3 +326,49 @@ async def session_or_user(engine: AsyncEngine, key: str) -> SessionInfo | None:
 
 def as_session(info: SessionInfo) -> Session:
     return Session(info.id, info.agent_id, info.user_id, info.channel)
+
+
+# --- one turn ---------------------------------------------------------------------------
+
+
+def by_model(rows: Iterable[tuple[str, TokenUsage]]) -> dict[str, TokenUsage]:
+    """Tokens summed per model, as `total_cost` prices them."""
+    out: dict[str, TokenUsage] = {}
+    for model, usage in rows:
+        out[model] = out[model] + usage if model in out else usage
+    return out
+
+
+# A turn's usage rows are stored with its answer, a moment after the answer's own time.
+USAGE_SLACK = timedelta(seconds=5)
+
+
+@dataclass
+class TurnView:
+    """One stored answer and what it rests on: the console's `/memory why`."""
+
+    messages: list[Message]
+    why: Why | None
+    usage: list[operator_reads.UsageLine]
+    costs: list[str]  # formatted, per usage line ("–" without a price)
+    total_cost: str
+    latency_s: float | None  # from the user's message to the answer
+
+
+async def turn_view(
+    provider: Provider, engine: AsyncEngine, settings: Settings, info: SessionInfo, message_id: int
+) -> TurnView:
+    """The turn answer `message_id` of session `info` ends. NotFound: not in it."""
+    turn = await operator_reads.turn_of(engine, info.id, message_id)
+    why = await explain(provider, as_session(info), turn)
+    first, last = turn[0].created_at, turn[-1].created_at
+    usage: list[operator_reads.UsageLine] = []
+    if first is not None and last is not None:
+        usage = await operator_reads.usage_between(engine, info.id, first, last + USAGE_SLACK)
+    prices = settings.llm.price_table()
+    costs = [
+        format_cost(prices[u.model].cost(u.usage)) if u.model in prices else "–" for u in usage
+    ]
+    total = total_cost(by_model((u.model, u.usage) for u in usage), prices)
+    latency = (last - first).total_seconds() if first is not None and last is not None else None
+    return TurnView(turn, why, usage, costs, "–" if total is None else format_cost(total), latency)

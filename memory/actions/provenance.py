@@ -260,7 +260,13 @@ class Why:
 async def why(provider: Provider, session: Session) -> Why | None:
     """What the session's newest answer rests on; None when it has no answer yet (no
     turn, or the newest turn failed before answering)."""
-    turn = await _newest_turn(provider, session)
+    return await explain(provider, session, await _newest_turn(provider, session))
+
+
+async def explain(provider: Provider, session: Session, turn: Sequence[Message]) -> Why | None:
+    """What the answer ending `turn` (its messages from the user's on) rests on; None
+    when the turn ends in no answer. Any stored turn, not only the newest: the web
+    console's turn page asks it of each."""
     final = turn[-1] if turn else None
     if final is None or final.role != "assistant" or final.tool_calls:
         return None

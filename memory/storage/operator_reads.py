@@ -16,10 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from memory.contract.capabilities import Provider
 from memory.contract.errors import NotFound
 from memory.contract.tracing import unwrap
-from memory.contract.types import ChangeEntry, ListOptions, Message, Session
+from memory.contract.types import ChangeEntry, ListOptions, Message, Session, as_utc
 from memory.storage.history import HistoryStore, SessionCounter, SessionCounts, messages
 from memory.storage.stores import changelog_entry, changelog_table, snapshot_table, state_table
-from memory.storage.usage import usage_records
+from memory.storage.usage import TokenUsage, usage_records
 
 
 async def session_counts(
@@ -154,3 +154,73 @@ async def spend_per_user(
     async with engine.connect() as conn:
         rows = (await conn.execute(query)).all()
     return [(int(user_id), int(n), int(spent or 0)) for user_id, n, spent in rows]
+
+
+async def turn_of(engine: AsyncEngine, session_id: str, message_id: int) -> list[Message]:
+    """The turn answer `message_id` ends: the messages of its conversation from the user
+    message before it up to it. NotFound: no such message in that session."""
+    history = HistoryStore(engine)
+    async with engine.connect() as conn:
+        conv_id = await history.conversation_id(session_id, conn)
+        seq = None
+        if conv_id is not None:
+            seq = await conn.scalar(
+                sa.select(messages.c.seq).where(
+                    messages.c.id == message_id, messages.c.conversation_id == conv_id
+                )
+            )
+        if seq is None:
+            raise NotFound(f"message {message_id} not found in {session_id!r}")
+        start = await conn.scalar(
+            sa.select(sa.func.max(messages.c.seq)).where(
+                messages.c.conversation_id == conv_id,
+                messages.c.seq <= seq,
+                messages.c.role == "user",
+            )
+        )
+        loaded = await history.load_messages(
+            conn,
+            sa.and_(
+                messages.c.conversation_id == conv_id,
+                messages.c.seq.between(int(start or seq), int(seq)),
+            ),
+        )
+    return [m for _, m in loaded]
+
+
+@dataclass(frozen=True)
+class UsageLine:
+    at: datetime
+    kind: str
+    model: str
+    usage: TokenUsage
+
+
+async def usage_between(
+    engine: AsyncEngine, session_id: str, since: datetime, until: datetime
+) -> list[UsageLine]:
+    """The session's model calls recorded from `since` to `until` (a turn's: its rows are
+    stored with its answer), oldest first."""
+    t = usage_records.c
+    query = (
+        sa.select(t.at, t.kind, t.model, t.prompt_tokens, t.cached_tokens, t.completion_tokens)
+        .add_columns(t.estimated)
+        .where(t.session_id == session_id, t.at >= since, t.at <= until)
+        .order_by(t.at, t.id)
+    )
+    async with engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return [
+        UsageLine(
+            as_utc(r.at),
+            r.kind,
+            r.model,
+            TokenUsage(
+                int(r.prompt_tokens),
+                int(r.cached_tokens),
+                int(r.completion_tokens),
+                estimated=bool(r.estimated),
+            ),
+        )
+        for r in rows
+    ]
