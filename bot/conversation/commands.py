@@ -28,7 +28,7 @@ from bot.model.client import LLMError
 from memory.actions.commands import run_memory_command, split_words, table_rows
 from memory.actions.delegated_recall import RecallModelFailed
 from memory.actions.fitting import MAX_REPLY, clip
-from memory.actions.spec import ContextBudget, FrontEnd
+from memory.actions.spec import ContextBudget, ContextFigures, FrontEnd
 from memory.compaction.summarizer import SummarizerError
 from memory.contract.capabilities import Compactor
 from memory.contract.errors import (
@@ -204,9 +204,21 @@ async def _memory(
     budget = ContextBudget(
         conversations.settings.memory.budget_tokens, None if compact_above == -1 else compact_above
     )
+
     # What the actions may ask of the bot: the model (recall), the user's token limits
     # (refusing an action that needs the model; /memory status shows the usage).
-    front = FrontEnd(budget=budget, recaller=conversations.recaller, limits=conversations.budgets)
+    async def context() -> ContextFigures:
+        from bot.conversation.context_figures import next_context
+
+        measured = await next_context(conversations.provider, conversations.settings, session)
+        return measured.figures
+
+    front = FrontEnd(
+        budget=budget,
+        recaller=conversations.recaller,
+        limits=conversations.budgets,
+        context=context,
+    )
     return await run_memory_command(
         conversations.provider, session, args, is_admin=is_admin, front=front
     )

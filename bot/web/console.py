@@ -26,8 +26,9 @@ from markupsafe import Markup
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config.settings import Settings
+from bot.conversation.context_figures import summary_id
 from bot.conversation.people import names
-from bot.web import reads, usage_svg
+from bot.web import charts, reads
 from bot.web.acting import Acting
 from bot.web.auth import FORM, LOGIN, PRE_COOKIE, SESSION_COOKIE, Gate, Login
 from bot.web.dag_svg import render as render_dag
@@ -42,7 +43,6 @@ from memory.contract.tracing import unwrap
 from memory.contract.types import (
     ChangeSource,
     ListOptions,
-    Message,
     Scope,
     SearchMode,
     SearchQuery,
@@ -318,7 +318,7 @@ class Console(Acting):
         session = reads.as_session(info)
         q = request.query
         stats = await self.provider.stats(session)
-        context = await reads.assembled_context(self.provider, self.engine, self.settings, session)
+        context = await reads.assembled_context(self.provider, self.settings, session)
         at = whole("at", q.get("at"), None)
         history = await reads.history_page(
             self.engine, info.id, whole("page", q.get("page"), None, low=1, high=MAX_PAGE), at
@@ -331,7 +331,8 @@ class Console(Acting):
             info=info,
             stats=stats,
             context=context,
-            context_rows=[(m, message_tokens(m), _summary_id(m)) for m in context.history],
+            context_rows=[(m, message_tokens(m), summary_id(m)) for m in context.history],
+            bar=Markup(charts.context_bar(context.figures)),
             history=history,
             at=at,
             base=base,
@@ -592,17 +593,8 @@ class Console(Acting):
             calls=sum(r.calls for r in rows),
             total=sum(r.tokens.total for r in rows),
             total_cost="–" if cost is None else format_cost(cost),
-            chart=Markup(usage_svg.render(_per_day(daily, prices, since, utcnow()))),
+            chart=Markup(charts.render(_per_day(daily, prices, since, utcnow()))),
         )
-
-
-_SUMMARY = re.compile(r'^<summary id="(sum_[0-9a-f]+)"')
-
-
-def _summary_id(message: Message) -> str | None:
-    """The id of a summary the assembler put in the context (lcm's XML user message)."""
-    m = _SUMMARY.match(message.content) if message.role == "user" else None
-    return m.group(1) if m else None
 
 
 def _url(path: str, keep: dict[str, str], **more: Any) -> str:
@@ -631,7 +623,7 @@ def _said(exc: web.HTTPException) -> str:
 
 def _per_day(
     rows: Sequence[ReportRow], prices: Mapping[str, Price], since: datetime, now: datetime
-) -> list[usage_svg.Day]:
+) -> list[charts.Day]:
     """The usage report by day as one entry per day of the period."""
     by_day: dict[str, list[ReportRow]] = {}
     for r in rows:
@@ -640,10 +632,10 @@ def _per_day(
     for key, day_rows in by_day.items():
         day = date.fromisoformat(key[:10])
         cost = total_cost(reads.by_model((r.model, r.tokens) for r in day_rows), prices)
-        seen[day] = usage_svg.Day(
+        seen[day] = charts.Day(
             day,
             sum(r.calls for r in day_rows),
             sum(r.tokens.total for r in day_rows),
             "–" if cost is None else format_cost(cost),
         )
-    return usage_svg.days_between(since.date(), now.date(), seen)
+    return charts.days_between(since.date(), now.date(), seen)

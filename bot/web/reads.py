@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.config.settings import Settings
-from bot.model.prompt import build_system_prompt, read_memory
+from bot.conversation.context_figures import NextContext, next_context
 from bot.web.params import as_int64
 from memory.actions.provenance import Why, explain
 from memory.contract.capabilities import (
@@ -50,7 +50,6 @@ from memory.storage.operator_reads import HistoryPage
 from memory.storage.prices import format_cost, total_cost
 from memory.storage.stores import parse_constraints
 from memory.storage.usage import TokenUsage
-from memory.text.tokens import estimate_tokens, message_tokens
 from memory.transfer.session import export_session
 
 PAGE = 50  # sessions, messages and changelog rows per page
@@ -72,39 +71,12 @@ async def list_sessions(
     return await operator_reads.session_counts(provider, engine, opts)
 
 
-@dataclass
-class ContextView:
-    system: str
-    system_tokens: int
-    history: list[Message]
-    budget: int
-    snapshot_version: int | None
-
-    @property
-    def total_tokens(self) -> int:
-        return self.system_tokens + sum(message_tokens(m) for m in self.history)
-
-
-async def snapshot_of(engine: AsyncEngine, session_id: str) -> int | None:
-    return await operator_reads.snapshot_version(engine, session_id)
-
-
 async def assembled_context(
-    provider: Provider, engine: AsyncEngine, settings: Settings, session: Session
-) -> ContextView:
-    """The context the model would get next turn: the system prompt at the session's
-    snapshot (current memory when it has none yet) and `assemble` within what the
-    budget leaves after it (tools and calibration aside: the bot's own estimate)."""
-    inner = unwrap(provider)
-    version = await snapshot_of(engine, session.id)
-    if not isinstance(inner, SessionSnapshotStore):
-        version = None
-    view = await read_memory(inner, session, version)
-    system = build_system_prompt(settings.agent.system_prompt, view)
-    system_tokens = estimate_tokens(system)
-    budget = max(256, settings.memory.budget_tokens - system_tokens)
-    history = await provider.assemble(session, budget, settings.memory.fresh_tail)
-    return ContextView(system, system_tokens, history, budget, version)
+    provider: Provider, settings: Settings, session: Session
+) -> NextContext:
+    """The context the model would get next turn, measured as `/memory status` measures
+    it (bot/conversation/context_figures.py)."""
+    return await next_context(provider, settings, session)
 
 
 async def history_page(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from memory.actions import hit_groups, origins
 from memory.actions.fitting import clip, listing, one_line
 from memory.actions.provenance import Why
-from memory.actions.spec import Call
+from memory.actions.spec import Call, ContextFigures
 from memory.contract.capabilities import (
     VersionedProfileStore,
 )
@@ -39,6 +39,21 @@ log = logging.getLogger(__name__)
 SHOWN_HITS = 10  # search hits listed; more are counted
 
 
+def context_lines(f: ContextFigures) -> list[str]:
+    """The next turn's context in the words the web console uses too."""
+    compaction = (
+        "automatic compaction off"
+        if f.compact_above is None
+        else f"automatic compaction above {f.compact_above:,}"
+    )
+    return [
+        f"Next turn's context: {f.total:,} of {f.budget:,} tokens (system prompt "
+        f"{f.system:,}, memory tool {f.tools:,}, summaries {f.summaries:,}, messages "
+        f"{f.messages:,})",
+        f"Conversation kept in context: {f.stored:,} tokens ({compaction})",
+    ]
+
+
 async def status(c: Call, args: Any, stats: SessionStats) -> str:
     p = c.provider
     budget = c.front.budget
@@ -48,17 +63,19 @@ async def status(c: Call, args: Any, stats: SessionStats) -> str:
         f"Messages: {stats.message_count} ({stats.token_count} tokens)",
         f"Summaries: {stats.summary_count}",
     ]
-    if budget is not None:
+    if c.front.context is not None:
+        lines += context_lines(await c.front.context())
+    elif budget is not None:
         compaction = (
             "auto-compaction off"
             if budget.compact_above is None
-            else f"auto-compaction above {budget.compact_above}"
+            else f"auto-compaction above {budget.compact_above:,}"
         )
         lines.append(
-            f"Context now: {stats.context_tokens} tokens (budget {budget.tokens}, {compaction})"
+            f"Context now: {stats.context_tokens:,} tokens (budget {budget.tokens:,}, {compaction})"
         )
     else:
-        lines.append(f"Context now: {stats.context_tokens} tokens")
+        lines.append(f"Context now: {stats.context_tokens:,} tokens")
     if stats.oldest_at:
         lines.append(f"Span: {minute_utc(stats.oldest_at)} → {minute_utc(stats.newest_at)}")
     versioned = capability(p, VersionedProfileStore)

@@ -59,6 +59,26 @@ class ContextBudget:
     compact_above: int | None
 
 
+@dataclass(frozen=True)
+class ContextFigures:
+    """The next turn's context as the front-end would send it, in its estimated tokens:
+    the one set of numbers `/memory status` and the web console show. `stored` is the
+    conversation's own measure (summaries and messages in its context), which automatic
+    compaction compares with `compact_above`."""
+
+    system: int  # the system prompt (profile, soul, rules at the session's snapshot)
+    tools: int  # the memory tool's schema
+    summaries: int  # summaries in the assembled history
+    messages: int  # messages in the assembled history
+    budget: int  # memory.budget_tokens: all of the above must fit in it
+    compact_above: int | None  # compaction.max_tokens; None: automatic compaction off
+    stored: int
+
+    @property
+    def total(self) -> int:
+        return self.system + self.tools + self.summaries + self.messages
+
+
 class Recalled(Protocol):
     """What a recall answers (memory.actions.delegated_recall.Answer)."""
 
@@ -93,6 +113,8 @@ class FrontEnd:
     it here, and the front-ends that have it fill it in."""
 
     budget: ContextBudget | None = None  # the context limits people are shown
+    # The next turn's context, measured as the front-end sends it (`/memory status`).
+    context: Callable[[], Awaitable[ContextFigures]] | None = None
     recaller: Recaller | None = None  # a model for `recall` (`Action.needs_model`)
     limits: UserLimits | None = None  # the user's token limits and usage
     # The action runs while a turn is answered (the model's tool in a turn): searches

@@ -93,7 +93,8 @@ async def test_the_budget_fits_a_llama_cpp_servers_context(tmp_path: Path) -> No
         rc, out, err = await mnemo_chat(write_config(tmp_path, server.base_url), "/memory status\n")
     assert rc == 0, err
     # Compaction stays a quarter below the fitted budget, as at the defaults.
-    assert "(budget 6144, auto-compaction above 4608)" in out
+    assert re.search(r"Next turn's context: [\d,]+ of 6,144 tokens", out), out
+    assert "(automatic compaction above 4,608)" in out
     assert (
         "the model server's context is 8192 tokens: memory.budget_tokens 13500 lowered to 6144"
         in err

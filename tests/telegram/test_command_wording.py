@@ -22,7 +22,7 @@ async def test_compact_status_and_usage_agree(
         bot.settings.compaction.max_tokens = 10  # the context is above it after one turn
         tg.private(42).send("hello there, a first message")
         await tg.wait_for_message(42, contains="echo: hello there")
-        status = await ask(tg, "/memory status", "auto-compaction above 10")
+        status = await ask(tg, "/memory status", "automatic compaction above 10")
         for name in CLASS_NAMES:
             assert name not in status, status
         assert (

@@ -39,8 +39,17 @@ async def test_commands(tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provi
         compacted = await ask(tg, "/compact", "Compacted")
         assert "summar" in compacted
         status = await ask(tg, "/memory status", "Summaries: 1")
-        context = re.search(r"Context now: (\d+) tokens", status)
+        context = re.search(r"Conversation kept in context: (\d+) tokens", status)
         assert context is not None and int(context[1]) > 0
+        # The next turn's context, in parts that add up (the console shows the same).
+        parts = re.search(
+            r"Next turn's context: ([\d,]+) of ([\d,]+) tokens \(system prompt (\d+), "
+            r"memory tool ([\d,]+), summaries (\d+), messages (\d+)\)",
+            status,
+        )
+        assert parts is not None, status
+        total, budget, *each = (int(p.replace(",", "")) for p in parts.groups())
+        assert total == sum(each) and total <= budget and each[2] > 0  # the summary is in it
         # Nothing left to compact: the answer still gives the context's real size.
         await ask(tg, "/compact", f"Nothing to compact yet: the context is {context[1]} tokens")
         await ask(tg, "/memory rollback profile 1", "operators only")  # 42 is no admin

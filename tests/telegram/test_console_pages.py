@@ -1,6 +1,7 @@
-"""The console's turn page, the operator's `/memory why`: a turn driven through the bot
-on the fake servers (a memory search, then a cited answer) shows its memory call and
-what it returned, its citation, each model call's tokens and the turn's latency."""
+"""Console pages about what the bot did, driven through the bot on the fake servers:
+the turn page (the operator's `/memory why`: a memory search, then a cited answer, with
+each model call's tokens and the turn's latency), and the next context, whose numbers
+are `/memory status`'s."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from tests.fakes.openai_server import FakeOpenAI, text, tool_call
 from tests.fakes.telegram_server import FakeTelegram
+from tests.reliability.conftest import ask
 from tests.reliability.harness import live_bot
 from tests.web.site import VIEWER_TOKEN, client, login, serve, settings_for
 
@@ -46,3 +48,40 @@ async def test_a_turn_page_shows_what_the_answer_rests_on(
             assert 'id="latency"' in second
             r = await http.get(f"{base}/sessions/default%3Atelegram%3A42/turn/999999")
             assert r.status == 404
+
+
+FIGURES = re.compile(
+    r"Next turn's context: ([\d,]+) of ([\d,]+) tokens \(system prompt ([\d,]+).*?"
+    r"memory tool ([\d,]+)[,;] summaries ([\d,]+)[,;] messages ([\d,]+)",
+    re.S,
+)
+
+
+def figures(text: str) -> tuple[int, ...]:
+    m = FIGURES.search(text)
+    assert m, text
+    return tuple(int(g.replace(",", "")) for g in m.groups())
+
+
+async def test_the_console_and_memory_status_give_the_same_context(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    async with live_bot(tmp_path, tg, llm, provider="lcm") as bot:
+        chat = tg.private(42, "Alice")
+        for i in range(8):
+            chat.send(f"note {i} about the garden")
+            await tg.wait_for_message(42, contains=f"echo: note {i} about")
+        assert "Compacted" in await ask(tg, chat, "/compact")
+        status = await ask(tg, chat, "/memory status")
+        # The console of the same bot: its settings, with the console's logins.
+        web = settings_for(str(bot.engine.url), tmp_path, "lcm").web
+        settings = bot.settings.model_copy(update={"web": web})
+        async with serve(settings, bot.engine, bot.provider) as base, client() as http:
+            await login(http, base, VIEWER_TOKEN)
+            page = await (await http.get(f"{base}/sessions/default%3Atelegram%3A42")).text()
+    shown = figures(status)
+    assert figures(page.split('id="context-figures"')[1]) == shown
+    total, budget, *parts = shown
+    assert total == sum(parts) and parts[1] > 0 and parts[2] > 0  # a tool, a summary
+    bar = page.split('id="context-bar"')[1].split("</svg>")[0]
+    assert bar.count('<rect class="part') == 4 and f"budget {budget:,}" in bar
