@@ -206,11 +206,12 @@ async def test_disallowed_user_leaves_no_rows(
     async with live_bot(tmp_path, tg, llm, telegram={"allowed_ids": [ALICE]}) as bot:
         alice = tg.private(ALICE)
         assert "echo: hi" in await ask(tg, alice, "hi")
-        # The turn's last write: once sent, the answer is linked to its Telegram message.
+        # The turn's last writes: once sent, the answer is linked to its Telegram message,
+        # and then her name is recorded (for the console).
         before = await eventually(
             lambda: table_counts(bot.engine),
-            lambda counts: counts["message_origins"] == 2,  # her message's and her answer's
-            what="the answer's origin stored",
+            lambda counts: counts["message_origins"] == 2 and counts["people"] == 1,
+            what="the answer's origin and her name stored",
         )
         files_before = _files(Path(bot.settings.data_dir))
         mallory = tg.private(MALLORY)
