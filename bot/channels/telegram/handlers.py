@@ -549,11 +549,12 @@ class TelegramChannel:
             await receipt.record()  # its effect happened: never run it twice
         words = args if name == "memory" else None  # a forget preview gets its buttons
         await confirmations.reply(context.bot, self.conversations, target, answer, words)
-        await self._names(message, place)
 
     async def _names(self, message: Message, place: Place) -> None:
         """Record who wrote (and, in a group, the group) under their memory's ids, for
-        the console; after the answer, so a slow or failing write holds up nothing."""
+        the console; after the answer, so a slow or failing write holds up nothing. Only
+        for stored messages, not commands: `/memory forget everything` must not leave the
+        name it just erased written again."""
         if self.people is None:
             return
         user = message.from_user
