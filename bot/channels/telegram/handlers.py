@@ -155,8 +155,11 @@ class TelegramChannel:
         self.outbox = Outbox()  # answers Telegram could not take yet
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
         self.imports = ChatImports(conversations, settings)  # exports sent in private chats
-        engine = getattr(unwrap(conversations.provider), "engine", None)
-        self.people = People(engine) if engine is not None else None  # names, for the console
+        # Names, for the console: where the memory is an SQL provider's (a stand-in
+        # conversation service, as the throughput bench's, has no provider at all).
+        provider = getattr(conversations, "provider", None)
+        engine = getattr(unwrap(provider), "engine", None) if provider is not None else None
+        self.people = People(engine) if engine is not None else None
         self.started = (
             utcnow()
         )  # turns handled since are this run's (bot.channels.telegram.delivery.resume)
