@@ -23,6 +23,7 @@ from aiohttp import web
 from bot.web import reads
 from bot.web.auth import FORM, LOGIN
 from bot.web.diff import line_diff
+from bot.web.params import page_url
 from memory.contract.errors import ContractError, NotFound
 from memory.contract.types import Owner
 
@@ -74,13 +75,13 @@ class Acting:
         r.add_get("/sessions/{sid}/forget", self.forget_form)
         r.add_post("/sessions/{sid}/forget", self.forget)
 
-    def _operator(self, request: web.Request, what: str) -> str | web.Response:
-        """The operator's name, or the refusal a viewer gets."""
+    def _operator(self, request: web.Request, what: str) -> str:
+        """The operator's name; a viewer is refused (403, framed by the guard)."""
         login = request[LOGIN]
         assert login is not None  # the guard lets no anonymous request reach a page
         if not login.can_write:
             log.warning("web console: viewer %s tried to %s", login.name, what)
-            return self._error(request, 403, f"Refused: a viewer cannot {what} (an operator can).")
+            raise web.HTTPForbidden(text=f"Refused: a viewer cannot {what} (an operator can).")
         return login.name
 
     # -- edit a profile or soul ------------------------------------------------------
@@ -96,8 +97,6 @@ class Acting:
 
     async def edit(self, request: web.Request) -> web.StreamResponse:
         who = self._operator(request, "edit memory")
-        if isinstance(who, web.Response):
-            return who
         uid, agent, _ = self._owner(request)
         form = request[FORM]
         scope, text = str(form.get("scope", "")), str(form.get("text", "")).replace("\r\n", "\n")
@@ -126,7 +125,9 @@ class Acting:
         except ContractError as exc:
             return self._error(request, 400, f"Edit refused: {exc}")
         log.info("web console: %s edited the %s of user %s (agent %s)", who, scope, uid, agent)
-        raise web.HTTPSeeOther(reads.memory_url(uid, agent, scope, saved=new))
+        raise web.HTTPSeeOther(
+            page_url(f"/memory/{uid}", {"agent": agent, "scope": scope}, saved=new)
+        )
 
     # -- forget a message, or what a summary was made of ---------------------------
 
@@ -157,8 +158,6 @@ class Acting:
 
     async def forget(self, request: web.Request) -> web.StreamResponse:
         who = self._operator(request, "forget")
-        if isinstance(who, web.Response):
-            return who
         form = request[FORM]
         item = str(form.get("item", "")).strip()[:64]
         info, preview = await self._preview(request, item)
@@ -187,8 +186,6 @@ class Acting:
 
     async def erase(self, request: web.Request) -> web.StreamResponse:
         who = self._operator(request, "erase memory")
-        if isinstance(who, web.Response):
-            return who
         uid, agent, _ = self._owner(request)
         form = request[FORM]
         plan = await reads.erasure_plan(self.engine, uid, agent)
@@ -208,8 +205,6 @@ class Acting:
 
     async def export(self, request: web.Request) -> web.StreamResponse:
         who = self._operator(request, "download an export")
-        if isinstance(who, web.Response):
-            return who
         sid = request.match_info["sid"]
         try:
             doc = await reads.export(self.engine, self.provider, sid)

@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
 
 import jinja2
 from aiohttp import web
@@ -34,7 +33,7 @@ from bot.web.auth import FORM, LOGIN, PRE_COOKIE, SESSION_COOKIE, Gate, Login
 from bot.web.dag_svg import render as render_dag
 from bot.web.diff import line_diff
 from bot.web.offload import Offload, TooSlow
-from bot.web.params import BadInput, check_request, whole
+from bot.web.params import BadInput, check_request, page_url, whole
 from bot.web.throttle import LoginThrottle
 from memory.contract.capabilities import Provider, Searcher
 from memory.contract.errors import ContractError, InvalidArgument, NotFound
@@ -299,9 +298,9 @@ class Console(Acting):
             pages=max(1, -(-total // reads.PAGE)),
             total=total,
             order=order,
-            sort_url=lambda o: _url("/sessions", {**keep, "order": o}),
-            prev_url=_url("/sessions", keep, page=page - 1) if page > 1 else "",
-            next_url=_url("/sessions", keep, page=page + 1) if len(rows) > reads.PAGE else "",
+            sort_url=lambda o: page_url("/sessions", {**keep, "order": o}),
+            prev_url=page_url("/sessions", keep, page=page - 1) if page > 1 else "",
+            next_url=page_url("/sessions", keep, page=page + 1) if len(rows) > reads.PAGE else "",
             q=text,
             user=keep["user"],
             archived=archived,
@@ -336,7 +335,7 @@ class Console(Acting):
             history=history,
             at=at,
             base=base,
-            page_url=lambda n: _url(base, {}, page=n),
+            page_url=lambda n: page_url(base, {}, page=n),
             has_graph=isinstance(unwrap(self.provider), SummaryGraphReader),
         )
 
@@ -499,13 +498,7 @@ class Console(Acting):
         )
 
     async def rollback(self, request: web.Request) -> web.StreamResponse:
-        login = request[LOGIN]
-        assert login is not None  # the guard lets no anonymous request reach a page
-        if not login.can_write:
-            log.warning("web console: viewer %s tried a rollback", login.name)
-            return self._error(
-                request, 403, "Refused: a viewer cannot roll back (the operator role can)."
-            )
+        who = self._operator(request, "roll back")
         uid, agent, _ = self._owner(request)
         form = request[FORM]
         scope = str(form.get("scope", ""))
@@ -513,21 +506,21 @@ class Console(Acting):
         if scope not in reads.SCOPES or version is None or form.get("confirm") != "yes":
             raise web.HTTPBadRequest(text="a rollback needs a scope, a version and a confirmation")
         try:
-            new = await reads.rollback(
-                self.provider, self.engine, uid, agent, scope, version, login.name
-            )
+            new = await reads.rollback(self.provider, self.engine, uid, agent, scope, version, who)
         except (InvalidArgument, NotFound) as exc:
             return self._error(request, 400, f"Rollback refused: {exc}")
         log.info(
             "web console: %s rolled back %s of user %s (agent %s) to version %d as version %d",
-            login.name,
+            who,
             scope,
             uid,
             agent,
             version,
             new,
         )
-        raise web.HTTPSeeOther(_url(f"/memory/{uid}", {"agent": agent, "scope": scope}, done=new))
+        raise web.HTTPSeeOther(
+            page_url(f"/memory/{uid}", {"agent": agent, "scope": scope}, done=new)
+        )
 
     # -- changelog -------------------------------------------------------------------
 
@@ -553,8 +546,8 @@ class Console(Acting):
             keep=keep,
             scopes=[s.value for s in Scope] + [FORGET_SCOPE, ERASURE_SCOPE],
             sources=[s.value for s in ChangeSource],
-            prev_url=_url("/changelog", keep, page=f.page - 1) if f.page > 1 else "",
-            next_url=_url("/changelog", keep, page=f.page + 1) if more else "",
+            prev_url=page_url("/changelog", keep, page=f.page - 1) if f.page > 1 else "",
+            next_url=page_url("/changelog", keep, page=f.page + 1) if more else "",
         )
 
     async def usage(self, request: web.Request) -> web.Response:
@@ -595,11 +588,6 @@ class Console(Acting):
             total_cost="–" if cost is None else format_cost(cost),
             chart=Markup(charts.render(_per_day(daily, prices, since, utcnow()))),
         )
-
-
-def _url(path: str, keep: dict[str, str], **more: Any) -> str:
-    params = {k: v for k, v in {**keep, **{k: str(v) for k, v in more.items()}}.items() if v}
-    return f"{path}?{urlencode(params)}" if params else path
 
 
 def _quote(sid: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 # Every id, seq and user id column is BIGINT (memory/storage/store_models.py, memory/storage/history_models.py).
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -75,3 +76,9 @@ def _shown(value: str) -> str:
     """The value for a message: cut short, NULs and other controls visible."""
     text = value if len(value) <= 40 else value[:40] + "…"
     return repr(text)
+
+
+def page_url(path: str, keep: Mapping[str, str], **more: Any) -> str:
+    """`path` with the non-empty parameters of `keep` and `more` as its query."""
+    params = {k: v for k, v in {**keep, **{k: str(v) for k, v in more.items()}}.items() if v}
+    return f"{path}?{urlencode(params)}" if params else path

@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlencode
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -214,11 +213,6 @@ async def _move_snapshots(inner: Any, engine: AsyncEngine, user_id: int, agent_i
         for info in live:
             await inner.advance_snapshot(info.id, user_id, agent_id)
         snapshots.moved()
-
-
-def memory_url(user_id: int, agent_id: str, scope: str, **more: Any) -> str:
-    query = urlencode({"agent": agent_id, "scope": scope, **more})
-    return f"/memory/{user_id}?{query}"
 
 
 @dataclass(frozen=True)
