@@ -6,6 +6,12 @@ its place: the fact it superseded (or the facts a merge replaced) reopens with t
 deleted fact's end, so the memory reads as if the message had never been said. A
 fact written without any citation is not touched. The changelog's copies of the
 change are left, as profile versions are (docs/CHAT.md, "Forgetting").
+
+A forget that removed a fact rewrote what earlier versions read, which a prompt built
+at a session's snapshot (and cached per version, bot/model/prompt.py) must not keep
+showing: the owner gets a new version and every session snapshot of the owner moves to
+it, in the forget's transaction (the caller announces the move:
+memory.storage.snapshots.moved()).
 """
 
 from __future__ import annotations
@@ -15,7 +21,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from memory.contract.types import utcnow
 from memory.facts.models import evidence, facts
+from memory.storage.store_models import MemoryState, SessionSnapshotRow
+
+_state: sa.Table = MemoryState.__table__  # type: ignore[attr-defined]
+_snapshots: sa.Table = SessionSnapshotRow.__table__  # type: ignore[attr-defined]
 
 _CHUNK = 500
 
@@ -84,7 +95,22 @@ async def forget_evidence(conn: AsyncConnection, message_ids: Sequence[int]) -> 
             )
         )
     await conn.execute(facts.delete().where(facts.c.id.in_(doomed)))
+    for user_id, agent_id in sorted({(r.user_id, r.agent_id) for r in rows.values()}):
+        await _move_snapshots(conn, int(user_id), agent_id)
     return len(doomed)
+
+
+async def _move_snapshots(conn: AsyncConnection, user_id: int, agent_id: str) -> None:
+    owned = sa.and_(_state.c.user_id == user_id, _state.c.agent_id == agent_id)
+    await conn.execute(
+        sa.update(_state).where(owned).values(version=_state.c.version + 1, updated_at=utcnow())
+    )
+    version = await conn.scalar(sa.select(_state.c.version).where(owned))
+    await conn.execute(
+        sa.update(_snapshots)
+        .where(_snapshots.c.user_id == user_id, _snapshots.c.agent_id == agent_id)
+        .values(version=int(version or 0), updated_at=utcnow())
+    )
 
 
 async def erase_facts(conn: AsyncConnection, user_id: int, agent_id: str) -> int:

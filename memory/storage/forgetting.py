@@ -45,6 +45,7 @@ from memory.contract.types import ForgetReport as ForgetReport
 from memory.contract.types import Owner as Owner
 from memory.facts.forgetting import forget_evidence
 from memory.search.text import like_pattern
+from memory.storage import snapshots
 from memory.storage.db import lock_for_transaction, write_transaction
 from memory.storage.history import TITLE_CHARS, PartKind, conversations, messages, origins, parts
 from memory.text.sanitize import storable
@@ -628,6 +629,7 @@ async def after_forget(provider: Provider, owner: Owner) -> None:
     process's cached vectors of the owner (other replicas reload theirs when they find
     rows gone, memory/search/semantic/index.py)."""
     await scrub(engine_of(provider))
+    snapshots.moved()  # a forget that removed a fact moved its owner's snapshots
     semantic = getattr(unwrap(provider), "semantic", None)
     if semantic is not None:
         semantic.index.forget(owner.user_id, owner.agent_id)

@@ -250,7 +250,13 @@ async def test_forget_removes_a_fact_only_the_message_supported(provider) -> Non
     await fg.forget(provider, owner, [berlin])
     [city, _job] = await provider.current_facts(U, A)
     assert (city.value, city.evidence) == ("Berlin", (again,))  # another message holds it
+    frozen = await provider.get_or_create_snapshot(S.id, U, A)
+    assert "Berlin" in await provider.get_profile_at(U, A, frozen.version)
     await fg.forget(provider, owner, [again])
+    # The session's snapshot moved: a prompt cached per version cannot keep Berlin.
+    moved = await provider.get_or_create_snapshot(S.id, U, A)
+    assert moved.version == frozen.version + 1
+    assert "Berlin" not in await provider.get_profile_at(U, A, frozen.version)
     # Berlin rested on the forgotten messages alone: gone, and London is current again.
     current = await provider.current_facts(U, A)
     assert [(f.key, f.value) for f in current] == [("home city", "London"), ("job", "nurse")]
