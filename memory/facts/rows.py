@@ -97,14 +97,18 @@ async def owned_message_dates(
 async def in_conversation(conn: AsyncConnection, session_id: str, ids: Iterable[int]) -> set[int]:
     """Those of `ids` that are messages of the conversation `session_id`."""
     wanted = sorted(set(ids))
-    if not wanted:
-        return set()
-    rows = await conn.execute(
-        sa.select(messages.c.id)
-        .join(conversations, conversations.c.id == messages.c.conversation_id)
-        .where(conversations.c.session_id == session_id, messages.c.id.in_(wanted[:_CHUNK]))
-    )
-    return {int(i) for i in rows.scalars()}
+    out: set[int] = set()
+    for i in range(0, len(wanted), _CHUNK):
+        rows = await conn.execute(
+            sa.select(messages.c.id)
+            .join(conversations, conversations.c.id == messages.c.conversation_id)
+            .where(
+                conversations.c.session_id == session_id,
+                messages.c.id.in_(wanted[i : i + _CHUNK]),
+            )
+        )
+        out.update(int(m) for m in rows.scalars())
+    return out
 
 
 async def latest_user_message(conn: AsyncConnection, session_id: str) -> int | None:
