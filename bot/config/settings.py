@@ -155,6 +155,9 @@ class LLMSettings(_Section):
     answer_deadline_s: float = Field(default=300, gt=0, le=86_400)
     turn_deadline_s: float = Field(default=600, gt=0, le=86_400)
     temperature: float | None = Field(default=None, ge=0, le=2)  # OpenAI's range
+    # The model's context window in tokens, shown beside the budget (/memory status, the
+    # console); 0: unknown, or what a llama.cpp server reports at start (model/server_context.py).
+    context_window: int = Field(default=0, ge=0, le=100_000_000)
     # model name -> its price (chat, summary, embedding and transcription models alike)
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
 

@@ -49,7 +49,7 @@ def context_lines(f: ContextFigures) -> list[str]:
     return [
         f"Next turn's context: {f.total:,} of {f.budget:,} tokens (system prompt "
         f"{f.system:,}, memory tool {f.tools:,}, summaries {f.summaries:,}, messages "
-        f"{f.messages:,})",
+        f"{f.messages:,})" + (f"; the model's window is {f.window:,}" if f.window else ""),
         f"Conversation kept in context: {f.stored:,} tokens ({compaction})",
     ]
 

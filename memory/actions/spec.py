@@ -73,6 +73,9 @@ class ContextFigures:
     budget: int  # memory.budget_tokens: all of the above must fit in it
     compact_above: int | None  # compaction.max_tokens; None: automatic compaction off
     stored: int
+    # The model's context window in tokens (`llm.context_window`, or what the model server
+    # reported at start); None: not known (hosted APIs do not say).
+    window: int | None = None
 
     @property
     def total(self) -> int:
