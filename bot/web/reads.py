@@ -25,7 +25,7 @@ from memory.contract.capabilities import (
     SessionSnapshotStore,
     VersionedProfileStore,
 )
-from memory.contract.context import with_change_source
+from memory.contract.context import with_actor, with_change_source
 from memory.contract.errors import NotFound, StoreCorrupt
 from memory.contract.options import WriteOptions
 from memory.contract.tracing import unwrap
@@ -206,6 +206,39 @@ async def write_text(
     return 0
 
 
+def rule_text(hist: MemoryHistory, rule_id: str) -> str | None:
+    """The text of rule `rule_id` as the rules page lists it (`[id] text`); None if gone."""
+    for line in hist.current_text.splitlines():
+        if line.startswith(f"[{rule_id}] "):
+            return line.split("] ", 1)[1]
+    return None
+
+
+async def write_rule(
+    provider: Provider,
+    engine: AsyncEngine,
+    user_id: int,
+    agent_id: str,
+    *,
+    add: str,
+    remove: str,
+    operator: str,
+) -> int:
+    """Add rule `add`, or remove rule `remove`, as an operator; the new memory version."""
+    inner = unwrap(provider)
+    if not isinstance(inner, ConstraintStore):
+        raise NotFound(f"the {provider.name} provider keeps no rules")
+    options = WriteOptions(ChangeSource.OPERATOR, f"web:{operator}")
+    if remove:
+        await inner.remove_constraint(user_id, agent_id, remove, options)
+    else:
+        await inner.add_constraint(user_id, agent_id, add, options)
+    await _move_snapshots(inner, engine, user_id, agent_id)
+    if isinstance(inner, VersionedProfileStore):
+        return await inner.memory_version(user_id, agent_id)
+    return 0
+
+
 async def _move_snapshots(inner: Any, engine: AsyncEngine, user_id: int, agent_id: str) -> None:
     """The user's live sessions read the change at once, as after their own `/memory`."""
     if isinstance(inner, SessionSnapshotStore):
@@ -243,8 +276,8 @@ async def forget_preview(provider: Provider, info: SessionInfo, item: str) -> fg
     return await fg.preview(provider, Owner(info.user_id, info.agent_id), item)
 
 
-async def forget(provider: Provider, preview: fg.ForgetPreview) -> ForgetReport:
-    with with_change_source(ChangeSource.OPERATOR):
+async def forget(provider: Provider, preview: fg.ForgetPreview, operator: str) -> ForgetReport:
+    with with_change_source(ChangeSource.OPERATOR), with_actor(f"web:{operator}"):
         return await fg.forget(provider, preview.owner, preview.ids, preview.needles)
 
 

@@ -36,6 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.contract.capabilities import ConstraintStore, Forgetter, ProfileStore, Provider
+from memory.contract.context import actor_from_context
 from memory.contract.errors import InvalidArgument, Unsupported
 from memory.contract.tracing import capability, unwrap
 from memory.contract.types import ChangeEntry, as_utc
@@ -639,7 +640,9 @@ def changelog_text(report: ForgetReport) -> str:
 
 def forget_entry(owner: Owner, session_id: str, report: ForgetReport) -> ChangeEntry:
     """The content-free changelog row of one conversation's forget (its source, user,
-    system or reflect, comes from the caller's context)."""
+    system, reflect or operator, comes from the caller's context, with the operator's
+    name when one acted)."""
+    actor = actor_from_context()
     return ChangeEntry(
         user_id=owner.user_id,
         agent_id=owner.agent_id,
@@ -647,7 +650,7 @@ def forget_entry(owner: Owner, session_id: str, report: ForgetReport) -> ChangeE
         action="delete",
         source="",
         session_id=session_id,
-        after_text=changelog_text(report),
+        after_text=changelog_text(report) + (f" (by {actor})" if actor else ""),
     )
 
 
