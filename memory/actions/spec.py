@@ -123,6 +123,9 @@ class FrontEnd:
     # The action runs while a turn is answered (the model's tool in a turn): searches
     # leave that turn out (`SearchQuery.in_turn`).
     in_turn: bool = False
+    # Who asked, where the memory is shared (a group member's user id): whose words
+    # `/memory forget mine` and `/memory optout` act on (memory/consent/).
+    member: int | None = None
 
 
 NO_FRONT_END = FrontEnd()
