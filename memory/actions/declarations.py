@@ -735,7 +735,7 @@ declare(
             "forget",
             "<message id | summary id | text | everything | mine> — forget it for good "
             "(shows what would go; /memory forget confirm <code> does it, cancel drops it; "
-            "in a group, `mine` is what you said there, for you to confirm)",
+            "in a group, mine is what you said there, yours alone to confirm)",
             parse=_forget_words,
             render=forgetting.preview_text,
             lacks=_FORGETTING,

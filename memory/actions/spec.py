@@ -46,7 +46,7 @@ class Audience(enum.StrEnum):
     USER = "user"  # on the caller's own memory
     OPERATOR = "operator"  # the bot's operators only (rewrites a scope a group shares)
     # the caller's own memory; a memory a group shares (memory.storage.forgetting.shared_scope):
-    # the bot's operators only, since it belongs to every member
+    # the group's admins and the bot's operators only, since it belongs to every member
     OWNER = "owner"
 
 

@@ -838,11 +838,19 @@ class FakeTelegram:
         if self._creators.get(chat_id) == user_id:
             return {"status": "creator", "user": user, "is_anonymous": False}
         if user_id in self._admins.get(chat_id, set()):
-            rights = (
-                "can_be_edited can_manage_chat can_delete_messages can_manage_video_chats "
-                "can_restrict_members can_promote_members can_change_info can_invite_users "
-                "can_post_stories can_edit_stories can_delete_stories"
-            ).split()
+            rights = [
+                "can_be_edited",
+                "can_manage_chat",
+                "can_delete_messages",
+                "can_manage_video_chats",
+                "can_restrict_members",
+                "can_promote_members",
+                "can_change_info",
+                "can_invite_users",
+                "can_post_stories",
+                "can_edit_stories",
+                "can_delete_stories",
+            ]
             return {
                 "status": "administrator",
                 "user": user,

@@ -1,8 +1,10 @@
 """The buttons under a `/memory forget` preview: "Forget" runs `/memory forget confirm
 <code>` (and "Forget, notes too" `confirm <code> notes`) for whoever presses it, with that
 person's rights, exactly as if they had typed it: in a private chat only its user sees
-the button; in a group the command itself admits only the bot's operators
-(memory/actions/commands.py).
+the button; in a group the command itself admits only the group's admins and the bot's
+operators (memory/actions/commands.py). Under a `/memory forget mine` preview the one
+button runs `/memory forget mine confirm <code>` for the presser, which finds only their
+own request (memory/consent/actions.py): anyone else's press leaves it for its member.
 
 Each button carries its preview's code (memory/storage/forget_requests.py), so it acts only on
 its own preview, and at most once. A preview whose request ended (confirmed by a button

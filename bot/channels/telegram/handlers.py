@@ -387,22 +387,7 @@ class TelegramChannel:
             )
             return
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
-        owner = Owner(base.user_id, base.agent_id)
-        # A member who opted out is answered with nothing stored; a reply to one of
-        # their messages is stored without their words (members/consent.py).
-        unstored = place.is_group and await keeps_out(self.engine, owner, message)
-        hidden = place.is_group and await keeps_out(self.engine, owner, message.reply_to_message)
-        text = stored_text(message, text, group=place.is_group, hide_replied=hidden)
         receipt = self._receipt(update)
-        if unstored:
-            await self._unstored_turn(update, context, message, place, base, text)
-            return
-        # Updates of a chat arrive in order: an earlier redelivered update of this
-        # conversation has been recognised (or stored) by now.
-        if receipt is not None and await receipt.seen_before(turn=True):
-            return
-        if receipt is not None:  # a stop before the answer: the next start gives it
-            receipt.reply_to = ReplyTo(place.chat_id, place.thread_id, message.message_id)
         # A chat under flood control (or owed earlier answers) gets no streaming and no
         # "typing…": Telegram takes nothing there now, and the answer queues behind.
         quiet = self.outbox.owes(place.chat_id)
@@ -411,6 +396,22 @@ class TelegramChannel:
         # for it (bot.conversation.store_wait); the user hears once that the answer is delayed.
         wait = StoreWait(None if quiet else functools.partial(self._delayed, stream))
         try:
+            # A member who opted out is answered with nothing stored; a reply to one of
+            # their messages is stored without their words (members/consent.py).
+            unstored, hidden = await wait.run(
+                lambda: self._consent(message, place, base),
+                f"the consent of update {update.update_id}",
+            )
+            text = stored_text(message, text, group=place.is_group, hide_replied=hidden)
+            if unstored:
+                await self._unstored_turn(update, message, place, base, text, stream, wait)
+                return
+            # Updates of a chat arrive in order: an earlier redelivered update of this
+            # conversation has been recognised (or stored) by now.
+            if receipt is not None and await receipt.seen_before(turn=True):
+                return
+            if receipt is not None:  # a stop before the answer: the next start gives it
+                receipt.reply_to = ReplyTo(place.chat_id, place.thread_id, message.message_id)
             session = await wait.run(
                 lambda: self.conversations.current_session(base),
                 f"the session of update {update.update_id}",
@@ -464,14 +465,26 @@ class TelegramChannel:
         )
         await self._names(message, place)
 
+    async def _consent(self, message: Message, place: Place, base: Session) -> tuple[bool, bool]:
+        """(the author opted out of the group's memory, the author of the message it
+        replies to did): both False outside groups."""
+        if not place.is_group:
+            return False, False
+        owner = Owner(base.user_id, base.agent_id)
+        return (
+            await keeps_out(self.engine, owner, message),
+            await keeps_out(self.engine, owner, message.reply_to_message),
+        )
+
     async def _unstored_turn(
         self,
         update: Update,
-        context: ContextTypes.DEFAULT_TYPE,
         message: Message,
         place: Place,
         base: Session,
         text: str,
+        stream: ReplyStream,
+        wait: StoreWait,
     ) -> None:
         """The turn of a member who opted out: answered, nothing of it stored. Its update
         is recorded as handled (its id only) once the answer is shown, so a crash before
@@ -480,11 +493,12 @@ class TelegramChannel:
         receipt = self._receipt(update)
         if receipt is not None and await receipt.seen_before():
             return
-        target = self._target(message, place)
         quiet = self.outbox.owes(place.chat_id)
-        stream = ReplyStream(context.bot, target, self.pacer, self.stream_interval)
-        session = await self.conversations.current_session(base)
-        async with contextlib.nullcontext() if quiet else typing(context.bot, target):
+        session = await wait.run(
+            lambda: self.conversations.current_session(base),
+            f"the session of update {update.update_id}",
+        )
+        async with contextlib.nullcontext() if quiet else typing(stream.bot, stream.target):
             reply = await self.conversations.chat_unstored(
                 session, text, on_delta=None if quiet else stream.on_delta
             )

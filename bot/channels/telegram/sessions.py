@@ -9,7 +9,8 @@ in its stored text.
 - `/new` rotates the live session through the conversation service; the base session here never changes.
 - Access: `telegram.allowed_ids` lists user ids and/or group chat ids (empty = everyone);
   `telegram.admin_ids` lists the user ids allowed operator-only sub-commands (empty =
-  nobody: an operator must name themselves).
+  nobody: an operator must name themselves); in a group its own admins, as Telegram says
+  (members/admins.py), may use the group-wide ones.
 """
 
 from __future__ import annotations
