@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from memory.search.semantic.backlog import EmbeddingWorker
+from memory.search.semantic.client import Embedder
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.summarizer import KeepingSummarizer
 from tests.fakes.telegram_server import BotMessage, Chat, FakeTelegram, User
@@ -57,15 +59,35 @@ async def no_trace(bot, needle: str) -> None:  # type: ignore[no-untyped-def]
                 assert needle.encode() not in path.read_bytes().lower(), path
 
 
+async def vectors(engine) -> set[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    async with engine.connect() as conn:
+        rows = await conn.execute(sa.text("SELECT source, item_key FROM embeddings"))
+        return {(r[0], r[1]) for r in rows}
+
+
+async def ids_of(engine, sql: str) -> set[str]:  # type: ignore[no-untyped-def]
+    async with engine.connect() as conn:
+        return {str(r[0]) for r in await conn.execute(sa.text(sql))}
+
+
 @pytest.mark.parametrize(
     ("provider", "db"), [("lcm", "sqlite"), ("simple", "sqlite"), ("lcm", "postgres")]
 )
 async def test_forget_mine(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provider: str, db: str
 ) -> None:
+    embedder = Embedder("fake-embed", base_url=llm.base_url, api_key="test-key")
     async with running_bot(
-        tg, llm, tmp_path, provider=provider, db=db, summarizer=KeepingSummarizer()
+        tg,
+        llm,
+        tmp_path,
+        provider=provider,
+        db=db,
+        summarizer=KeepingSummarizer(),
+        embedder=embedder,
     ) as bot:
+        engine = bot.provider.engine
+        worker = EmbeddingWorker(bot.provider, embedder)
         group = tg.group(GROUP, "Team")
         await talk(tg, group, ALICE, [TOKEN, "Zalice1"])
         await talk(tg, group, BOB, ["Zbob0", "Zbob1"])
@@ -74,6 +96,17 @@ async def test_forget_mine(
         await said(tg, group, f"/compact@{tg.username}", BOB, "Compacted")
         assert TOKEN in await _summaries(bot.provider)
         await said(tg, group, command(tg, f"search {TOKEN}"), BOB, TOKEN)
+        # Alice's private memory is hers, the group's the group's: neither sees the other.
+        tg.private(ALICE.id).send(f"/memory search {TOKEN}", user=ALICE)
+        [private] = await tg.wait_for(lambda: tg.bot_messages(ALICE.id))
+        assert private.text.startswith(("No matches for", "No close matches for")), private.text
+        # Her messages (and everything else) get vectors.
+        await worker.run_once()
+        hers = await ids_of(
+            engine,
+            f"SELECT message_id FROM message_origins WHERE sender_id = {ALICE.id}",
+        )
+        assert len(hers) == 3 and {("message", i) for i in hers} <= await vectors(engine)
 
         # Bob's own request is his: Alice can neither confirm it nor press its button.
         bobs = await said(tg, group, command(tg, "forget mine"), BOB, "forget 8 message(s)")
@@ -102,7 +135,8 @@ async def test_forget_mine(
         summaries = await _summaries(bot.provider)
         assert TOKEN not in summaries and "Zalice2" not in summaries
         assert "Zbob0" in summaries or "Zbob3" in summaries  # Bob's words stay
-        await said(tg, group, command(tg, f"search {TOKEN}"), BOB, "No matches")
+        gone = await said(tg, group, command(tg, f"search {TOKEN}"), BOB, "matches for")
+        assert gone.text.startswith(("No matches for", "No close matches for")), gone.text
         await said(tg, group, command(tg, "search Zbob2"), BOB, "Zbob2")
         await bot.conversations.drain()
         before_requests = len(llm.requests)
@@ -111,8 +145,18 @@ async def test_forget_mine(
         assert NEEDLE not in prompt and "zalice2" not in prompt and "zbob3" in prompt
         await no_trace(bot, NEEDLE)
         await no_trace(bot, "zalice2")
+        # No vector of a forgotten message or a replaced summary is left, new ones follow.
+        await worker.run_once()
+        left = await vectors(engine)
+        messages = await ids_of(engine, "SELECT id FROM messages")
+        assert not hers & messages
+        assert {key for source, key in left if source == "message"} == messages
+        if provider == "lcm":
+            summaries = await ids_of(engine, "SELECT id FROM summaries")
+            assert {key for source, key in left if source == "summary"} == summaries
         # Nothing of hers is left to forget.
         await said(tg, group, command(tg, "forget mine"), ALICE, "Nothing you said")
+    await embedder.close()
 
 
 async def test_optout_keeps_a_members_words_out(
