@@ -74,6 +74,13 @@ def open_subs(provider: Provider, registry: Registry = ACTIONS) -> tuple[str, ..
     )
 
 
+def group_wide(words: str, registry: Registry = ACTIONS) -> bool:
+    """Whether `/memory <words>` may be a group-wide sub-command (`Audience.OWNER`): the
+    only ones for which a channel needs to know if the caller administers the group."""
+    sub, _ = split_words(words)
+    return any(a.audience == Audience.OWNER for a in registry.commands().get(sub, []))
+
+
 async def run_memory_command(
     provider: Provider,
     session: Session,

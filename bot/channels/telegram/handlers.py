@@ -85,6 +85,7 @@ from bot.conversation.session_binding import bind_session
 from bot.conversation.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
 from bot.conversation.turns import MEMORY_DOWN
 from bot.model.images import Image
+from memory.actions.commands import group_wide
 from memory.contract.tracing import unwrap
 from memory.contract.types import Origin, Owner, Session, utcnow
 from memory.storage.usage import UsageRecorder
@@ -615,16 +616,20 @@ class TelegramChannel:
                 is_admin=is_admin(self.tg, user.id if user else None),
                 limit=self.reply_limit,
                 member=member,
-                group_admin=await self._group_admin(context.bot, place, member),
+                group_admin=name == "memory"
+                and await self._group_admin(context.bot, place, member, args),
             )
         if receipt is not None:
             await receipt.record()  # its effect happened: never run it twice
         words = args if name == "memory" else None  # a forget preview gets its buttons
         await confirmations.reply(context.bot, self.conversations, target, answer, words)
 
-    async def _group_admin(self, bot: Bot, place: Place, member: int | None) -> bool:
-        """Whether `member` administers the group at `place` (Telegram says; cached)."""
+    async def _group_admin(self, bot: Bot, place: Place, member: int | None, words: str) -> bool:
+        """Whether `member` administers the group at `place` (Telegram says; cached),
+        asked only for a group-wide `/memory <words>`."""
         if not place.is_group or member is None or is_admin(self.tg, member):
+            return False
+        if not group_wide(words):
             return False
         return await self.admins.is_admin(bot, place.chat_id, member)
 
@@ -670,7 +675,7 @@ class TelegramChannel:
             is_admin=is_admin(self.tg, user.id),
             limit=self.reply_limit,
             member=member,
-            group_admin=await self._group_admin(context.bot, place, member),
+            group_admin=await self._group_admin(context.bot, place, member, words),
         )
         await confirmations.after_press(context.bot, self.conversations, message, code)
         await send_plain_reply(context.bot, target, answer)
