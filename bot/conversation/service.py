@@ -184,7 +184,12 @@ class Conversations:
         return self._turn_done(session, reply, started)
 
     async def chat_unstored(
-        self, session: Session, text: str, *, on_delta: OnDelta | None = None
+        self,
+        session: Session,
+        text: str,
+        *,
+        on_delta: OnDelta | None = None,
+        images: Sequence[Image] = (),
     ) -> Reply:
         """Answer `text` in `session` storing nothing of it (`Turns.unstored`: a group
         member who opted out), under the session's turn lock so it reads the
@@ -196,7 +201,7 @@ class Conversations:
         started = time.monotonic()
         async with self._hold(session.id):
             with bind_session(session):
-                reply = await self._turns.unstored(session, text, on_delta)
+                reply = await self._turns.unstored(session, text, on_delta, images)
         record_turn(
             time.monotonic() - started, ok=not reply.error or reply.limited, limited=reply.limited
         )

@@ -251,7 +251,13 @@ class Turns:
             return Reply(MEMORY_FAILED_KEPT if kept else MEMORY_DOWN, error=True)
         return await self.answer(session, context, on_delta, images, wait=wait)
 
-    async def unstored(self, session: Session, text: str, on_delta: OnDelta | None) -> Reply:
+    async def unstored(
+        self,
+        session: Session,
+        text: str,
+        on_delta: OnDelta | None,
+        images: Sequence[Image] = (),
+    ) -> Reply:
         """A turn nothing of which is stored: a group member who opted out
         (memory/consent/). The model reads the conversation as assembled, then `text`;
         it gets no memory tool (a note or a rule would keep their words); the answer is
@@ -263,7 +269,7 @@ class Turns:
                 lambda: self._prepare(session), what, idempotent=True
             )
             system, _tools, history = await retry_on_disconnect(
-                lambda: self._context(session, version), what
+                lambda: self._context(session, version, images=len(images)), what
             )
         except Exception:
             log.exception("memory failed before the model was called (session %s)", session.id)
@@ -285,6 +291,7 @@ class Turns:
                         [],
                         max_rounds=self.settings.llm.max_tool_rounds,
                         on_delta=_guarded(on_delta, session),
+                        images=images,
                     )
             except LLMError as exc:
                 log.warning("unstored turn of session %s failed: %s", session.id, exc.described())

@@ -120,15 +120,15 @@ async def mine_text(c: Call, args: Any, asked: Asked) -> str:
 
 async def confirmed_mine_text(c: Call, args: Any, report: ForgetReport | Unconfirmed) -> str:
     if isinstance(report, Unconfirmed):
-        if report.pending is not None:
-            return (
-                f"Which request? Yours pending here would forget {len(report.pending.ids)} "
-                f"message(s): reply {CONFIRM_MINE} {report.pending.code} to do it."
-            )
         if report.code_given:
             return (
                 "That confirmation is not yours, or no longer valid (done, cancelled, "
                 "replaced by a newer preview, or expired): nothing was forgotten."
+            )
+        if report.pending is not None:
+            return (
+                f"Which request? Yours pending here would forget {len(report.pending.ids)} "
+                f"message(s): reply {CONFIRM_MINE} {report.pending.code} to do it."
             )
         return "Nothing to confirm: ask with /memory forget mine first."
     return (

@@ -122,7 +122,16 @@ async def test_forget_mine(
         await said(tg, group, command(tg, "forget mine cancel"), BOB, "Cancelled")
 
         # Alice forgets hers by the button: her 3 messages and the 3 answers to them.
+        # Only the newest preview counts: an older one's button does nothing.
+        older = await said(tg, group, command(tg, "forget mine"), ALICE, "forget 6 message(s)")
+        [[old_button]] = older.reply_markup["inline_keyboard"]  # type: ignore[index]
         preview = await said(tg, group, command(tg, "forget mine"), ALICE, "forget 6 message(s)")
+        assert older.reply_markup is None  # taken off once the newer one is shown
+        await said(tg, group, command(tg, "forget mine confirm"), ALICE, "Which request?")
+        before = len(tg.bot_messages(GROUP))
+        group.press(older, old_button["callback_data"], user=ALICE)
+        await tg.wait_for(lambda: len(tg.bot_messages(GROUP)) > before)
+        assert "no longer valid" in tg.bot_messages(GROUP)[-1].text
         assert TOKEN in preview.text and "Zbob0" not in preview.text
         assert "summaries depend on them" in preview.text
         [[button]] = preview.reply_markup["inline_keyboard"]  # type: ignore[index]

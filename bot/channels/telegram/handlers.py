@@ -405,7 +405,7 @@ class TelegramChannel:
             )
             text = stored_text(message, text, group=place.is_group, hide_replied=hidden)
             if unstored:
-                await self._unstored_turn(update, message, place, base, text, stream, wait)
+                await self._unstored_turn(update, message, place, base, text, stream, wait, images)
                 return
             # Updates of a chat arrive in order: an earlier redelivered update of this
             # conversation has been recognised (or stored) by now.
@@ -486,6 +486,7 @@ class TelegramChannel:
         text: str,
         stream: ReplyStream,
         wait: StoreWait,
+        images: Sequence[Image],
     ) -> None:
         """The turn of a member who opted out: answered, nothing of it stored. Its update
         is recorded as handled (its id only) once the answer is shown, so a crash before
@@ -501,7 +502,7 @@ class TelegramChannel:
         )
         async with contextlib.nullcontext() if quiet else typing(stream.bot, stream.target):
             reply = await self.conversations.chat_unstored(
-                session, text, on_delta=None if quiet else stream.on_delta
+                session, text, on_delta=None if quiet else stream.on_delta, images=images
             )
         await finish_or_owe(
             self.outbox,
