@@ -47,8 +47,9 @@ async def opt_out(engine: AsyncEngine, owner: Owner, member: int) -> bool:
                 user_id=owner.user_id, agent_id=owner.agent_id, member_id=member, since=utcnow()
             )
             .on_conflict_do_nothing()
+            .returning(t.member_id)  # (asyncpg's rowcount does not tell an ignored row)
         )
-    return bool(done.rowcount)
+        return done.first() is not None
 
 
 async def opt_in(engine: AsyncEngine, owner: Owner, member: int) -> bool:

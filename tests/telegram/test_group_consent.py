@@ -168,11 +168,12 @@ async def test_forget_mine(
     await embedder.close()
 
 
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
 async def test_optout_keeps_a_members_words_out(
-    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db: str
 ) -> None:
     async with running_bot(
-        tg, llm, tmp_path, provider="lcm", summarizer=KeepingSummarizer()
+        tg, llm, tmp_path, provider="lcm", db=db, summarizer=KeepingSummarizer()
     ) as bot:
         group = tg.group(GROUP, "Team")
         tg.private(ALICE.id).send("/memory optout", user=ALICE)
