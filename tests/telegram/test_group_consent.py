@@ -229,8 +229,17 @@ async def test_group_admins_come_from_telegram(
         assert asked >= 1
         # Carol administers the group (Telegram says so): she previews and confirms.
         preview = await said(tg, group, command(tg, f"forget {TOKEN}"), CAROL, "This would")
-        found = re.findall(r"/memory forget confirm ([0-9a-f]+) within", preview.text)
-        await said(tg, group, command(tg, f"forget confirm {found[-1]}"), CAROL, "Forgot 2")
+        # Bob presses her preview's button: refused, the button stays; Carol's press does it.
+        [[button]] = preview.reply_markup["inline_keyboard"]  # type: ignore[index]
+        before = len(tg.bot_messages(GROUP))
+        group.press(preview, button["callback_data"], user=BOB)
+        await tg.wait_for(lambda: len(tg.bot_messages(GROUP)) > before)
+        assert "operators only" in tg.bot_messages(GROUP)[-1].text
+        assert preview.reply_markup is not None
+        before = len(tg.bot_messages(GROUP))
+        group.press(preview, button["callback_data"], user=CAROL)
+        await tg.wait_for(lambda: len(tg.bot_messages(GROUP)) > before)
+        assert "Forgot 2 message(s)" in tg.bot_messages(GROUP)[-1].text
         # The creator is an admin too; the answers are cached (no second request for Carol).
         calls = len(tg.calls_to("getChatMember"))
         await said(tg, group, command(tg, "forget cancel"), CAROL, "Nothing to cancel")
