@@ -100,6 +100,9 @@ async def test_forget_mine(
         tg.private(ALICE.id).send(f"/memory search {TOKEN}", user=ALICE)
         [private] = await tg.wait_for(lambda: tg.bot_messages(ALICE.id))
         assert private.text.startswith(("No matches for", "No close matches for")), private.text
+        tg.private(ALICE.id).send("/memory forget mine", user=ALICE)
+        await tg.wait_for(lambda: len(tg.bot_messages(ALICE.id)) > 1)
+        assert "is for groups" in tg.bot_messages(ALICE.id)[-1].text
         # Her messages (and everything else) get vectors.
         await worker.run_once()
         hers = await ids_of(
