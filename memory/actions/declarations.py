@@ -38,6 +38,7 @@ from memory.actions.arguments import (
     refuse,
 )
 from memory.actions.spec import Action, Audience, Call, Command, Recalled, Registry
+from memory.consent import actions as consent
 from memory.contract.capabilities import (
     ChangelogReader,
     ConstraintStore,
@@ -703,7 +704,7 @@ class ConfirmArgs(Arguments):
 
 
 def _forget_words(words: str) -> dict[str, Any] | None:
-    if not words or words.lower().split()[0] in ("confirm", "cancel", "everything"):
+    if not words or words.lower().split()[0] in ("confirm", "cancel", "everything", "mine"):
         return None
     return {"target": words}
 
@@ -732,8 +733,9 @@ declare(
         tool=False,
         command=Command(
             "forget",
-            "<message id | summary id | text | everything> — forget it for good "
-            "(shows what would go; /memory forget confirm <code> does it, cancel drops it)",
+            "<message id | summary id | text | everything | mine> — forget it for good "
+            "(shows what would go; /memory forget confirm <code> does it, cancel drops it; "
+            "in a group, mine is what you said there, yours alone to confirm)",
             parse=_forget_words,
             render=forgetting.preview_text,
             lacks=_FORGETTING,
@@ -790,6 +792,102 @@ declare(
             parse=lambda words: {} if words.lower().split() == ["cancel"] else None,
             render=forgetting.cancelled_text,
             lacks=_FORGETTING,
+        ),
+    )
+)
+
+
+# --- consent in groups (a member's own words; memory/consent/) --------------------------
+
+
+def _mine_confirm_words(words: str) -> dict[str, Any] | None:
+    """`mine confirm [<code>]`."""
+    parts = words.lower().split()
+    if parts[:2] != ["mine", "confirm"] or len(parts) > 3:
+        return None
+    return {"code": parts[2] if len(parts) == 3 else "", "notes": False}
+
+
+declare(
+    Action(
+        "forget_mine",
+        NoArgs,
+        Forgetter,
+        "show what forgetting everything the member said in this group would remove",
+        consent.ask_mine,
+        tool=False,
+        command=Command(
+            "forget",
+            parse=lambda words: {} if words.lower().split() == ["mine"] else None,
+            render=consent.mine_text,
+            lacks=_FORGETTING,
+        ),
+    )
+)
+declare(
+    Action(
+        "forget_mine_confirm",
+        ConfirmArgs,
+        Forgetter,
+        "forget what the member's own /memory forget mine preview showed",
+        consent.confirm_mine,
+        tool=False,
+        write="forget",
+        command=Command(
+            "forget",
+            parse=_mine_confirm_words,
+            render=consent.confirmed_mine_text,
+            lacks=_FORGETTING,
+        ),
+    )
+)
+declare(
+    Action(
+        "forget_mine_cancel",
+        NoArgs,
+        Forgetter,
+        "drop the member's pending /memory forget mine request",
+        consent.cancel_mine,
+        tool=False,
+        command=Command(
+            "forget",
+            parse=lambda words: {} if words.lower().split() == ["mine", "cancel"] else None,
+            render=consent.cancelled_mine_text,
+            lacks=_FORGETTING,
+        ),
+    )
+)
+# Opting out is offered where words can be forgotten (the SQL providers): same capability.
+declare(
+    Action(
+        "optout",
+        NoArgs,
+        Forgetter,
+        "keep the member's future messages in this group out of memory",
+        consent.optout,
+        tool=False,
+        command=Command(
+            "optout",
+            "— in a group: I stop remembering what you write there (answers still come; "
+            "/memory optin undoes it)",
+            render=consent.optout_text,
+            lacks="opting out",
+        ),
+    )
+)
+declare(
+    Action(
+        "optin",
+        NoArgs,
+        Forgetter,
+        "remember the member's messages in this group again",
+        consent.optin,
+        tool=False,
+        command=Command(
+            "optin",
+            "— in a group: I remember what you write there again",
+            render=consent.optin_text,
+            lacks="opting out",
         ),
     )
 )

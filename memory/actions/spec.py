@@ -46,7 +46,7 @@ class Audience(enum.StrEnum):
     USER = "user"  # on the caller's own memory
     OPERATOR = "operator"  # the bot's operators only (rewrites a scope a group shares)
     # the caller's own memory; a memory a group shares (memory.storage.forgetting.shared_scope):
-    # the bot's operators only, since it belongs to every member
+    # the group's admins and the bot's operators only, since it belongs to every member
     OWNER = "owner"
 
 
@@ -123,6 +123,9 @@ class FrontEnd:
     # The action runs while a turn is answered (the model's tool in a turn): searches
     # leave that turn out (`SearchQuery.in_turn`).
     in_turn: bool = False
+    # Who asked, where the memory is shared (a group member's user id): whose words
+    # `/memory forget mine` and `/memory optout` act on (memory/consent/).
+    member: int | None = None
 
 
 NO_FRONT_END = FrontEnd()

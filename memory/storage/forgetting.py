@@ -556,6 +556,14 @@ async def preview(provider: Provider, owner: Owner, selector: str) -> ForgetPrev
             raise SelectorError(
                 f"more than {MAX_SELECTED} messages hold that text: forget everything instead"
             )
+    return await preview_of(provider, owner, ids, needles)
+
+
+async def preview_of(
+    provider: Provider, owner: Owner, ids: Sequence[int], needles: tuple[str, ...] = ()
+) -> ForgetPreview:
+    """The preview of forgetting messages `ids` of `owner` (others' left out) with their
+    tool partners, and what depends on them. Nothing changes."""
     async with engine_of(provider).connect() as conn:
         ids = await with_tool_partners(conn, ids)
         found = await owned_items(conn, owner, ids)

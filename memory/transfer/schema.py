@@ -179,6 +179,9 @@ class OriginRecord(Strict):
     chat_id: BigInt
     message_id: BigInt
     thread_id: BigInt | None
+    # Who wrote it, in a group (core 0013_group_consent); only written when known, so
+    # documents of other messages read as before.
+    sender_id: BigInt | None = None
 
 
 class MessageRecord(Strict):

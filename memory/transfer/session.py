@@ -164,6 +164,7 @@ async def _export_messages(conn: AsyncConnection, conv_id: int) -> list[dict[str
             "chat_id": o["chat_id"],
             "message_id": o["channel_message_id"],
             "thread_id": o["thread_id"],
+            **({"sender_id": o["sender_id"]} if o["sender_id"] is not None else {}),
         }
         for o in origin_rows
     }
@@ -377,6 +378,7 @@ async def _import_messages(
                     chat_id=m.origin.chat_id,
                     channel_message_id=m.origin.message_id,
                     thread_id=m.origin.thread_id,
+                    sender_id=m.origin.sender_id,
                 )
             )
     return ids

@@ -17,7 +17,8 @@ non-string values JSON-encoded, as python-telegram-bot sends them), answers
 Methods: getMe, getUpdates (long poll: waits up to `timeout` seconds, drops updates below
 `offset`), setMyCommands, getMyCommands, deleteWebhook, setWebhook, getWebhookInfo,
 sendMessage, editMessageText, sendChatAction, deleteMessage, answerCallbackQuery, getFile
-(400 for a file_id not registered). Anything else answers 404 (and is recorded). A wrong
+(400 for a file_id not registered), getChatMember (a group's creator and administrators
+as `tg.set_admins(chat_id, creator=, admins=)` named them; everyone else a member). Anything else answers 404 (and is recorded). A wrong
 token answers 401. Files: `GET /file/bot<token>/<file_path>` serves a registered file's
 bytes (recorded as method "file", params {"path": ...}; `tg.fail("file", ...)` works).
 
@@ -473,6 +474,8 @@ class FakeTelegram:
         self.flood_violations: list[ApiCall] = []
         self._files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
         self._chats: dict[int, dict[str, Any]] = {}
+        self._creators: dict[int, int] = {}  # chat id -> its creator's user id
+        self._admins: dict[int, set[int]] = {}  # chat id -> its administrators' ids
         self._subscribers: list[Callable[[ApiCall], None]] = []
         self._changed = asyncio.Event()
         self._closing = False
@@ -822,6 +825,39 @@ class FakeTelegram:
             "file_size": len(content),
             "file_path": file_path,
         }
+
+    def set_admins(self, chat_id: int, *, creator: int | None = None, admins: Any = ()) -> None:
+        """Who getChatMember says administers `chat_id` from now on."""
+        if creator is not None:
+            self._creators[chat_id] = creator
+        self._admins[chat_id] = set(admins)
+
+    async def _api_getChatMember(self, params: dict[str, Any]) -> Any:
+        chat_id, user_id = int(params["chat_id"]), int(params["user_id"])
+        user = User(user_id).to_dict()
+        if self._creators.get(chat_id) == user_id:
+            return {"status": "creator", "user": user, "is_anonymous": False}
+        if user_id in self._admins.get(chat_id, set()):
+            rights = [
+                "can_be_edited",
+                "can_manage_chat",
+                "can_delete_messages",
+                "can_manage_video_chats",
+                "can_restrict_members",
+                "can_promote_members",
+                "can_change_info",
+                "can_invite_users",
+                "can_post_stories",
+                "can_edit_stories",
+                "can_delete_stories",
+            ]
+            return {
+                "status": "administrator",
+                "user": user,
+                "is_anonymous": False,
+                **{right: right != "can_be_edited" for right in rights},
+            }
+        return {"status": "member", "user": user}
 
     async def _api_getMe(self, params: dict[str, Any]) -> Any:
         return self.bot_user

@@ -93,10 +93,12 @@ async def running_bot(
     summarizer: Summarizer | None = None,
     db: str = "sqlite",
     url: str | None = None,
+    embedder: Any = None,
     **telegram: Any,
 ) -> AsyncIterator[RunningBot]:
     """`url`: a migrated database another bot uses too (a second replica); otherwise a
-    throwaway one of kind `db`."""
+    throwaway one of kind `db`. `embedder`: the provider's, for semantic search (a test
+    runs its EmbeddingWorker passes itself)."""
     settings = make_settings(
         tg, llm, tmp_path, transcription_model=transcription_model, vision=vision, **telegram
     )
@@ -107,6 +109,7 @@ async def running_bot(
             agent_id=settings.agent.id,
             data_dir=Path(settings.data_dir),
             config={"keep_tail": settings.compaction.keep_tail},
+            embedder=embedder,
         )
         if provider == "reference":
             memory = create_reference(ctx)

@@ -54,6 +54,8 @@ from bot.channels.telegram.delivery.sent import Target
 from bot.channels.telegram.imports import PREFIX as IMPORT_BUTTONS
 from bot.channels.telegram.imports import ChatImports, export_format, is_import_command
 from bot.channels.telegram.imports import pressed as pressed_import
+from bot.channels.telegram.members.admins import ChatAdmins
+from bot.channels.telegram.members.consent import author_id, keeps_out
 from bot.channels.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
 from bot.channels.telegram.render.replies import EditPacer, ReplyStream, send_plain_reply, typing
 from bot.channels.telegram.sessions import (
@@ -83,8 +85,9 @@ from bot.conversation.session_binding import bind_session
 from bot.conversation.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
 from bot.conversation.turns import MEMORY_DOWN
 from bot.model.images import Image
+from memory.actions.commands import group_wide
 from memory.contract.tracing import unwrap
-from memory.contract.types import Origin, Session, utcnow
+from memory.contract.types import Origin, Owner, Session, utcnow
 from memory.storage.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -160,6 +163,8 @@ class TelegramChannel:
         provider = getattr(conversations, "provider", None)
         engine = getattr(unwrap(provider), "engine", None) if provider is not None else None
         self.people = People(engine) if engine is not None else None
+        self.engine = engine  # whose words a group keeps (members/consent.py)
+        self.admins = ChatAdmins()  # who administers a group, as Telegram says
         self.started = (
             utcnow()
         )  # turns handled since are this run's (bot.channels.telegram.delivery.resume)
@@ -382,15 +387,8 @@ class TelegramChannel:
                 context.bot, target, TOO_LONG.format(n=len(text), limit=MAX_INPUT_CHARS)
             )
             return
-        text = stored_text(message, text, group=place.is_group)
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         receipt = self._receipt(update)
-        # Updates of a chat arrive in order: an earlier redelivered update of this
-        # conversation has been recognised (or stored) by now.
-        if receipt is not None and await receipt.seen_before(turn=True):
-            return
-        if receipt is not None:  # a stop before the answer: the next start gives it
-            receipt.reply_to = ReplyTo(place.chat_id, place.thread_id, message.message_id)
         # A chat under flood control (or owed earlier answers) gets no streaming and no
         # "typing…": Telegram takes nothing there now, and the answer queues behind.
         quiet = self.outbox.owes(place.chat_id)
@@ -399,6 +397,22 @@ class TelegramChannel:
         # for it (bot.conversation.store_wait); the user hears once that the answer is delayed.
         wait = StoreWait(None if quiet else functools.partial(self._delayed, stream))
         try:
+            # A member who opted out is answered with nothing stored; a reply to one of
+            # their messages is stored without their words (members/consent.py).
+            unstored, hidden = await wait.run(
+                lambda: self._consent(message, place, base),
+                f"the consent of update {update.update_id}",
+            )
+            text = stored_text(message, text, group=place.is_group, hide_replied=hidden)
+            if unstored:
+                await self._unstored_turn(update, message, place, base, text, stream, wait, images)
+                return
+            # Updates of a chat arrive in order: an earlier redelivered update of this
+            # conversation has been recognised (or stored) by now.
+            if receipt is not None and await receipt.seen_before(turn=True):
+                return
+            if receipt is not None:  # a stop before the answer: the next start gives it
+                receipt.reply_to = ReplyTo(place.chat_id, place.thread_id, message.message_id)
             session = await wait.run(
                 lambda: self.conversations.current_session(base),
                 f"the session of update {update.update_id}",
@@ -408,7 +422,13 @@ class TelegramChannel:
                 raise
             await send_plain_reply(context.bot, target, MEMORY_DOWN)  # past the bound
             return
-        asked = Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id)
+        asked = Origin(
+            CHANNEL,
+            place.chat_id,
+            message.message_id,
+            place.thread_id,
+            author_id(message) if place.is_group else None,
+        )
         async with contextlib.nullcontext() if quiet else typing(context.bot, target):
             try:
                 reply = await self.conversations.chat(
@@ -445,6 +465,54 @@ class TelegramChannel:
             session=session,
         )
         await self._names(message, place)
+
+    async def _consent(self, message: Message, place: Place, base: Session) -> tuple[bool, bool]:
+        """(the author opted out of the group's memory, the author of the message it
+        replies to did): both False outside groups."""
+        if not place.is_group:
+            return False, False
+        owner = Owner(base.user_id, base.agent_id)
+        return (
+            await keeps_out(self.engine, owner, message),
+            await keeps_out(self.engine, owner, message.reply_to_message),
+        )
+
+    async def _unstored_turn(
+        self,
+        update: Update,
+        message: Message,
+        place: Place,
+        base: Session,
+        text: str,
+        stream: ReplyStream,
+        wait: StoreWait,
+        images: Sequence[Image],
+    ) -> None:
+        """The turn of a member who opted out: answered, nothing of it stored. Its update
+        is recorded as handled (its id only) once the answer is shown, so a crash before
+        that answers it again; an answer Telegram does not take now waits in this
+        process's outbox only (never in the database), and is lost with the process."""
+        receipt = self._receipt(update)
+        if receipt is not None and await receipt.seen_before():
+            return
+        quiet = self.outbox.owes(place.chat_id)
+        session = await wait.run(
+            lambda: self.conversations.current_session(base),
+            f"the session of update {update.update_id}",
+        )
+        async with contextlib.nullcontext() if quiet else typing(stream.bot, stream.target):
+            reply = await self.conversations.chat_unstored(
+                session, text, on_delta=None if quiet else stream.on_delta, images=images
+            )
+        await finish_or_owe(
+            self.outbox,
+            stream,
+            reply.text,
+            what=f"the unstored answer to update {update.update_id}",
+            quote=message.message_id,
+        )
+        if receipt is not None:
+            await receipt.record()
 
     @staticmethod
     async def _delayed(stream: ReplyStream) -> None:
@@ -540,6 +608,7 @@ class TelegramChannel:
             return
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         async with typing(context.bot, target):
+            member = author_id(message) if place.is_group else None
             answer = await handle_command(
                 self.conversations,
                 base,
@@ -547,11 +616,23 @@ class TelegramChannel:
                 args.strip(),
                 is_admin=is_admin(self.tg, user.id if user else None),
                 limit=self.reply_limit,
+                member=member,
+                group_admin=name == "memory"
+                and await self._group_admin(context.bot, place, member, args),
             )
         if receipt is not None:
             await receipt.record()  # its effect happened: never run it twice
         words = args if name == "memory" else None  # a forget preview gets its buttons
         await confirmations.reply(context.bot, self.conversations, target, answer, words)
+
+    async def _group_admin(self, bot: Bot, place: Place, member: int | None, words: str) -> bool:
+        """Whether `member` administers the group at `place` (Telegram says; cached),
+        asked only for a group-wide `/memory <words>`."""
+        if not place.is_group or member is None or is_admin(self.tg, member):
+            return False
+        if not group_wide(words):
+            return False
+        return await self.admins.is_admin(bot, place.chat_id, member)
 
     async def _names(self, message: Message, place: Place) -> None:
         """Record who wrote (and, in a group, the group) under their memory's ids, for
@@ -586,6 +667,7 @@ class TelegramChannel:
             return
         code, words = button
         base = base_session(self.settings.agent.id, place, user.id)
+        member = user.id if place.is_group else None
         answer = await handle_command(
             self.conversations,
             base,
@@ -593,6 +675,8 @@ class TelegramChannel:
             words,
             is_admin=is_admin(self.tg, user.id),
             limit=self.reply_limit,
+            member=member,
+            group_admin=await self._group_admin(context.bot, place, member, words),
         )
         await confirmations.after_press(context.bot, self.conversations, message, code)
         await send_plain_reply(context.bot, target, answer)
