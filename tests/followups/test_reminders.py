@@ -61,8 +61,8 @@ async def test_snooze_dismiss_undo_act_only_on_their_own_followup(
 ) -> None:
     async with bot_with_delivery(tg, llm, tmp_path, db=db_kind) as (bot, delivery, clock):
         await ask(tg, "/memory timezone Europe/Berlin", "Time zone set")
-        a = await remind(tg, llm, "remind me to water the plants", "2030-03-02T10:00", "water")
-        b = await remind(tg, llm, "remind me to pay rent", "2030-03-03T10:00", "pay rent")
+        await remind(tg, llm, "remind me to water the plants", "2030-03-02T10:00", "water")
+        await remind(tg, llm, "remind me to pay rent", "2030-03-03T10:00", "pay rent")
         c = await remind(tg, llm, "remind me to buy milk", "2030-03-04T10:00", "buy milk")
         undo_c = buttons(c)[0][0][1]
         assert "Undone" in await press(tg, c, undo_c)
