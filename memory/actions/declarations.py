@@ -847,7 +847,9 @@ async def _followup_add(c: Call, args: FollowupAddArgs) -> Any:
     except times.TimeError as exc:
         raise InvalidArgument(str(exc)) from None
     source = (c.source or change_source_from_context()).value
-    if prefs.paused:  # they write again: delivery resumes
+    if source == ChangeSource.REFLECT.value and not prefs.proactive:
+        raise InvalidArgument("the user turned follow-ups you propose off")
+    if prefs.paused and source != ChangeSource.REFLECT.value:  # they write again: delivery resumes
         await followups.set_prefs(engine, owner, paused=False)
     made = await followups.add(
         engine,
