@@ -7,7 +7,7 @@ proactive one (made by reflect) goes only when proactive ones are on for the use
 private chats unless `followups.groups`, under `followups.max_per_day` and the user's
 token limits, phrased by one model call counted as theirs. Then it is claimed; sent late
 with its original time if delivery is behind, or past `followups.grace` replaced by a
-one-line note that it was missed. A channel refusing the user for good (Telegram's 403:
+one-line note that it was missed (a proactive one is dropped unsaid). A channel refusing the user for good (Telegram's 403:
 they blocked the bot) releases it and pauses that user's follow-ups until they use
 `/memory followups` or make a new one; any other failure releases it for the next run.
 """
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from memory.contract.types import Session, utcnow
+from memory.contract.types import Message, Session, utcnow
 from memory.followups import replies, store, times
 from memory.followups.store import Followup
 
@@ -88,8 +88,12 @@ class FollowupDelivery:
             return 0  # another process took it
         behind = now - deliver_at
         state = store.SENT
+        missed = behind > timedelta(seconds=self.settings.grace_s)
+        if missed and item.proactive:  # a check-in nobody asked for: dropped unsaid
+            await store.finish(self.engine, item.id, store.DROPPED, now)
+            return 0
         try:
-            if behind > timedelta(seconds=self.settings.grace_s):
+            if missed:
                 text, state = replies.dropped(item), store.DROPPED
             else:
                 quote = await store.source_text(self.engine, item)
@@ -130,13 +134,15 @@ class FollowupDelivery:
         from bot.conversation.session_binding import bind_session
 
         session = Session(item.session_id, item.agent_id, item.user_id, item.channel)
+        prompt = [Message(role="user", content=PHRASE_PROMPT.format(text=item.text))]
         try:
-            with bind_session(session):
-                said = (await self.llm.generate(PHRASE_PROMPT.format(text=item.text))).strip()
+            with bind_session(session):  # the usage row is the user's, of kind chat
+                turn = await self.llm.complete(prompt, kind="chat")
+            said = (turn.content or "").strip()
         except Exception as exc:
             log.warning("could not phrase follow-up %s: %s", item.id, type(exc).__name__)
             return fallback
-        return f"{said}\n{fallback.partition(chr(10))[2]}".strip() if said else fallback
+        return f"⏰ {said}\n{fallback.partition(chr(10))[2]}".strip() if said else fallback
 
 
 def start_followups(scheduler: Any, services: Any) -> None:
