@@ -536,61 +536,73 @@ def register_erasure() -> None:
     fg.on_forget_messages("followups", drop_sources)
 
 
-# -- export and import -------------------------------------------------------------------
+# -- export and import (memory/transfer/session.py) ------------------------------------
 
 _EXPORTED = (
-    "session_id",
+    "timezone",
+    "text",
+    "created_by",
+    "proactive",
     "channel",
     "chat_id",
     "thread_id",
     "quote_message_id",
-    "timezone",
-    "text",
-    "state",
-    "created_by",
-    "proactive",
 )
 
 
-async def export_owner(engine: AsyncEngine, owner: Owner) -> dict[str, Any]:
-    """`owner`'s follow-ups and preferences as JSON-ready data (`mnemo memory export`)."""
-    out = []
-    for item in await listed(engine, owner, (PENDING, SNOOZED, SENT, DISMISSED, DROPPED)):
-        row = {k: getattr(item, k) for k in _EXPORTED}
-        row["due_at"] = item.due_at.isoformat()
-        row["source_ids"] = await source_ids(engine, item.id)
-        out.append(row)
-    p = await get_prefs(engine, owner)
+async def export_session(
+    conn: AsyncConnection, session_id: str, user_id: int, agent_id: str, seqs: dict[int, int]
+) -> dict[str, Any] | None:
+    """The follow-ups made in `session_id` (sources by seq: `seqs` maps message id ->
+    seq) and its owner's preferences; None when there are none of either."""
+    rows = (
+        await conn.execute(sa.select(followups).where(f.session_id == session_id).order_by(f.id))
+    ).all()
+    items = []
+    for r in rows:
+        cited = (
+            await conn.execute(sa.select(sources.c.message_id).where(sources.c.followup_id == r.id))
+        ).scalars()
+        item = _row(r)
+        out: dict[str, Any] = {k: getattr(item, k) for k in _EXPORTED}
+        out["state"] = PENDING if item.state == SENDING else item.state
+        out["due_at"] = item.due_at.isoformat()
+        out["source_seqs"] = sorted(seqs[int(m)] for m in cited if int(m) in seqs)
+        items.append(out)
+    p = await _prefs(conn, Owner(user_id, agent_id))
+    saved = p != Prefs()
+    if not items and not saved:
+        return None
     return {
-        "followups": out,
-        "prefs": {"timezone": p.timezone, "quiet": p.quiet, "proactive": p.proactive},
+        "items": items,
+        "prefs": {"timezone": p.timezone, "quiet": p.quiet, "proactive": p.proactive}
+        if saved
+        else None,
     }
 
 
-async def import_rows(
-    conn: AsyncConnection, owner: Owner, data: dict[str, Any], ids: dict[int, int]
+async def import_session(
+    conn: AsyncConnection,
+    session_id: str,
+    owner: Owner,
+    section: Any,
+    ids: dict[int, int],
 ) -> int:
-    """Restore `export_owner`'s data for `owner`; `ids` maps exported message ids to the
-    imported ones (a source not imported is left out; a follow-up left with none is not
-    restored, as a forget would have dropped it)."""
-    n = 0
+    """Restore `export_session`'s section (validated: memory/transfer/schema.py) into
+    `session_id`; `ids` maps seq -> the imported message id. The owner's preferences are
+    written only when they have none (as the user memory is). Returns follow-ups made."""
     now = utcnow()
-    for row in data.get("followups", []):
-        exported = [int(m) for m in row.get("source_ids", [])]
-        mapped = [ids[m] for m in exported if m in ids]
-        if exported and not mapped:
-            continue
-        state = row["state"] if row["state"] != SENDING else PENDING
-        values = {k: row[k] for k in _EXPORTED if k != "state"}
+    for item in section.items:
         new_id = (
             await conn.execute(
                 followups.insert()
                 .values(
-                    **values,
+                    **{k: getattr(item, k) for k in _EXPORTED},
                     user_id=owner.user_id,
                     agent_id=owner.agent_id,
-                    state=state,
-                    due_at=datetime.fromisoformat(row["due_at"]),
+                    session_id=session_id,
+                    state=item.state,
+                    due_at=item.due_at,
                     version=1,
                     confirmed=True,
                     created_at=now,
@@ -598,13 +610,12 @@ async def import_rows(
                 .returning(f.id)
             )
         ).scalar_one()
-        for m in mapped:
-            await conn.execute(sources.insert().values(followup_id=new_id, message_id=m))
-        n += 1
-    p = data.get("prefs")
-    if p:
-        await _set_prefs(conn, owner, **{k: p[k] for k in ("timezone", "quiet", "proactive")})
-    return n
+        for seq in item.source_seqs:
+            await conn.execute(sources.insert().values(followup_id=new_id, message_id=ids[seq]))
+    p = section.prefs
+    if p is not None and await _prefs(conn, owner) == Prefs():
+        await _set_prefs(conn, owner, timezone=p.timezone, quiet=p.quiet, proactive=p.proactive)
+    return len(section.items)
 
 
 register_erasure()

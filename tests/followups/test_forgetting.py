@@ -4,12 +4,17 @@ too stays; erasing the memory removes them all with the user's preferences."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
+from memory.contract.errors import InvalidArgument
 from memory.contract.types import Owner
 from memory.followups import store
+from memory.testing.databases import temp_engine
+from memory.transfer.session import export_session, import_session
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.followups.kit import USER, all_followups, ask, bot_with_delivery, remind
@@ -52,3 +57,29 @@ async def test_forget_and_erase_reach_followups(
         assert await store.get_prefs(engine, Owner(USER, "default")) == store.Prefs()
         async with engine.connect() as conn:
             assert await conn.scalar(sa.select(sa.func.count()).select_from(store.sources)) == 0
+
+
+async def test_export_and_import_carry_followups(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
+) -> None:
+    async with bot_with_delivery(tg, llm, tmp_path, db=db_kind) as (bot, _, _):
+        engine = bot.provider.engine
+        await ask(tg, "/memory timezone Asia/Tokyo", "Time zone set")
+        await remind(tg, llm, "remind me to call the notary", "2030-05-06T09:00", "notary")
+        doc = json.loads(json.dumps(await export_session(engine, "default:telegram:42")))
+    [item] = doc["followups"]["items"]
+    assert item["text"] == "notary" and item["source_seqs"] == [1]
+    assert doc["followups"]["prefs"]["timezone"] == "Asia/Tokyo"
+    (tmp_path / "other").mkdir()
+    async with temp_engine(db_kind, tmp_path / "other") as other:
+        report = await import_session(other, doc)
+        assert report.followups == 1
+        [copy] = await store.listed(other, Owner(USER, "default"))
+        assert copy.text == "notary" and copy.timezone == "Asia/Tokyo"
+        assert (await store.get_prefs(other, Owner(USER, "default"))).timezone == "Asia/Tokyo"
+        assert await export_session(other, "default:telegram:42") == doc
+        bad = json.loads(json.dumps(doc))
+        bad["followups"]["items"][0]["source_seqs"] = [99]
+        bad["session"]["id"] = "default:telegram:42:1"
+        with pytest.raises(InvalidArgument, match="cites no message 99"):
+            await import_session(other, bad)
