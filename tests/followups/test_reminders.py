@@ -169,3 +169,12 @@ async def test_bad_times_are_refused_and_nothing_is_made(
         # Without a zone: read as UTC, and the line says so.
         line = await remind(tg, llm, "remind me to rest", "2030-01-02T09:00", "rest")
         assert "times are UTC until you set your zone" in line.text
+
+
+async def test_why_shows_the_followup_action(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    async with bot_with_delivery(tg, llm, tmp_path) as _:
+        await remind(tg, llm, "remind me to call the notary", "2030-05-06T09:00", "the notary")
+        why = await ask(tg, "/memory why", "Memory actions it used:")
+        assert "1. followup_add “the notary” → follow-up set" in why.text
