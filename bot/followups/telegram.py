@@ -130,15 +130,16 @@ async def _drop_row(bot: Bot, message: Message, ident: int) -> None:
     markup = message.reply_markup
     if markup is None:
         return
-    rows = [
-        row
-        for row in markup.inline_keyboard
-        if not any(
-            (b.callback_data or "").startswith(PREFIX)
-            and (b.callback_data or "").split(":")[3:4] == [str(ident)]
-            for b in row
+
+    def of_it(button: InlineKeyboardButton) -> bool:
+        data = button.callback_data
+        return (
+            isinstance(data, str)
+            and data.startswith(PREFIX)
+            and data.split(":")[3:4] == [str(ident)]
         )
-    ]
+
+    rows = [row for row in markup.inline_keyboard if not any(of_it(b) for b in row)]
     try:
         await bot.edit_message_reply_markup(
             chat_id=message.chat_id,

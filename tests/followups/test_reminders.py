@@ -8,7 +8,9 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from bot.runtime.metrics import count_followup, sample
 from memory.followups import store
+from memory.followups.store import observe
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram
 from tests.followups.kit import (
@@ -27,6 +29,8 @@ from tests.followups.kit import (
 async def test_reminder_in_tokyo_time_delivered_once_quoting_its_source(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
 ) -> None:
+    observe(count_followup)  # as build_services does: /metrics counts them
+    made, sent = _count("created"), _count("sent")
     async with bot_with_delivery(tg, llm, tmp_path, db=db_kind) as (bot, delivery, clock):
         await ask(tg, "/memory timezone Mars/Olympus", "unknown time zone")
         await ask(tg, "/memory timezone Asia/Tokyo", "Time zone set: Asia/Tokyo")
@@ -54,6 +58,11 @@ async def test_reminder_in_tokyo_time_delivered_once_quoting_its_source(
         assert await delivery.tick() == 0  # sent once
         [item] = await all_followups(bot)
         assert item.state == store.SENT
+    assert (_count("created") - made, _count("sent") - sent) == (1, 1)
+
+
+def _count(event: str) -> float:
+    return sample("mnemo_followups_total", {"event": event})
 
 
 async def test_snooze_dismiss_undo_act_only_on_their_own_followup(
