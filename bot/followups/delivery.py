@@ -97,7 +97,7 @@ class FollowupDelivery:
                 text, state = replies.dropped(item), store.DROPPED
             else:
                 quote = await store.source_text(self.engine, item)
-                text = replies.delivered(item, quote, late=behind > LATE_AFTER, linked=False)
+                text = replies.delivered(item, quote, late=behind > LATE_AFTER)
                 if item.proactive:
                     text = await self._phrased(item, text)
             await sender.send(item, text)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from memory.actions import origins
 from memory.actions.fitting import one_line
+from memory.contract.types import Origin
 from memory.followups.store import Followup
 from memory.followups.times import day_text, local_text
 
@@ -56,22 +58,28 @@ def listing(items: Sequence[Followup], *, proactive: bool, zone: str | None) -> 
     return head + "\n\n" + " ".join(tail)
 
 
-def delivered(
-    item: Followup, source: tuple[str, datetime] | None, *, late: bool, linked: bool
-) -> str:
-    """The follow-up as sent: its text, when it was due if late, and where it came from
-    (the quote, unless the message replies to the source or links it)."""
+def delivered(item: Followup, source: tuple[str, datetime] | None, *, late: bool) -> str:
+    """The follow-up as sent: its text, when it was due if late, and where it came from:
+    the source quoted, with a link to the original where the channel has one (a
+    supergroup's message, memory/actions/origins.py); elsewhere the message is sent as a
+    reply to the original, which links it."""
     lines = [f"⏰ {item.text}"]
     if late:
         lines.append(f"(due {local_text(item.due_at, item.timezone)}; I'm late, I was offline)")
     if source is not None:
         text, at = source
         said = one_line(text, QUOTE_CHARS)
-        if not linked:
-            lines.append(f"You mentioned on {day_text(at, item.timezone)}: “{said}”")
-        else:
-            lines.append(f"You mentioned it on {day_text(at, item.timezone)}.")
+        lines.append(f"You mentioned on {day_text(at, item.timezone)}: “{said}”")
+        url = _link(item)
+        if url is not None:
+            lines.append(url)
     return "\n".join(lines)
+
+
+def _link(item: Followup) -> str | None:
+    if item.chat_id is None or item.quote_message_id is None:
+        return None
+    return origins.link(Origin(item.channel, item.chat_id, item.quote_message_id, item.thread_id))
 
 
 def dropped(item: Followup) -> str:
