@@ -66,7 +66,9 @@ class FollowupDelivery:
         """Send what is due now; how many went (notes included)."""
         now = self.clock()
         sent = 0
-        for item in await store.due(self.engine, now):
+        if not self.senders:
+            return 0
+        for item in await store.due(self.engine, now, list(self.senders)):
             try:
                 sent += await self._one(item, now)
             except Exception:  # one follow-up's failure never stops the others

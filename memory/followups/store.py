@@ -401,9 +401,12 @@ async def act(
 # -- delivery ----------------------------------------------------------------------------
 
 
-async def due(engine: AsyncEngine, now: datetime, limit: int = 100) -> list[Followup]:
-    """Follow-ups due by `now` that nobody holds (waiting, or a claim left past
-    CLAIM_TIMEOUT), of owners not paused."""
+async def due(
+    engine: AsyncEngine, now: datetime, channels: Iterable[str], limit: int = 500
+) -> list[Followup]:
+    """Follow-ups due by `now` on `channels` (those this process can send on) that nobody
+    holds (waiting, or a claim left past CLAIM_TIMEOUT), of owners not paused; oldest
+    first. One made where no channel delivers (the terminal) is never among them."""
     paused = sa.select(prefs.c.user_id).where(
         prefs.c.paused.is_(True), prefs.c.user_id == f.user_id, prefs.c.agent_id == f.agent_id
     )
@@ -411,6 +414,8 @@ async def due(engine: AsyncEngine, now: datetime, limit: int = 100) -> list[Foll
         sa.select(followups)
         .where(
             f.due_at <= now,
+            f.channel.in_(list(channels)),
+            f.chat_id.is_not(None),
             sa.or_(
                 f.state.in_(WAITING),
                 sa.and_(f.state == SENDING, f.claimed_at < now - CLAIM_TIMEOUT),
