@@ -25,7 +25,7 @@ from memory.followups.store import Followup
 
 log = logging.getLogger(__name__)
 
-LATE_AFTER = timedelta(minutes=2)  # behind by more than this: said to be late
+LATE_AFTER = timedelta(minutes=2)  # behind by more (and two runs): said to be late
 PHRASE_PROMPT = (
     "You set yourself a follow-up with the user: {text!r}. Write the one or two friendly "
     "sentences you now send them about it, in their language, with no preamble."
@@ -81,8 +81,9 @@ class FollowupDelivery:
             return 0
         prefs = await store.get_prefs(self.engine, item.owner)
         quiet = prefs.quiet or self.settings.quiet_hours
-        deliver_at = times.after_quiet(item.due_at, item.timezone, quiet)
-        if deliver_at > now or times.after_quiet(now, item.timezone, quiet) > now:
+        zone = prefs.timezone or item.timezone  # where the user is now
+        deliver_at = times.after_quiet(item.due_at, zone, quiet)
+        if deliver_at > now or times.after_quiet(now, zone, quiet) > now:
             return 0  # quiet hours
         if item.proactive and not await self._proactive_allowed(item, prefs, now):
             return 0
@@ -99,7 +100,9 @@ class FollowupDelivery:
                 text, state = replies.dropped(item), store.DROPPED
             else:
                 quote = await store.source_text(self.engine, item)
-                text = replies.delivered(item, quote, late=behind > LATE_AFTER)
+                # Behind by more than a run or two of the job: the bot was down.
+                slack = max(LATE_AFTER, timedelta(seconds=2 * self.settings.interval_s))
+                text = replies.delivered(item, quote, late=behind > slack)
                 if item.proactive:
                     text = await self._phrased(item, text)
             await sender.send(item, text)

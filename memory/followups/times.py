@@ -9,6 +9,7 @@ window "HH:MM-HH:MM" (it may wrap midnight) and a follow-up due in it waits for 
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -26,7 +27,11 @@ class TimeError(ValueError):
 
 def zone(name: str | None) -> ZoneInfo:
     """The zone `name` (IANA, "Area/City"); UTC for None or empty. TimeError if unknown."""
-    name = (name or "").strip()
+    return _zone((name or "").strip())
+
+
+@functools.lru_cache(maxsize=512)
+def _zone(name: str) -> ZoneInfo:
     if not name:
         return ZoneInfo("UTC")
     if not _ZONE.match(name) or len(name) > 64:
@@ -37,9 +42,15 @@ def zone(name: str | None) -> ZoneInfo:
         raise TimeError(
             f"unknown time zone {name!r}; use an Area/City name like Europe/Berlin"
         ) from None
-    if name not in available_timezones() and name != "UTC":
+    if name not in _known() and name != "UTC":
         raise TimeError(f"unknown time zone {name!r}; use an Area/City name like Europe/Berlin")
     return found
+
+
+@functools.cache
+def _known() -> frozenset[str]:
+    """The IANA names this system knows (read once: it scans the zone files)."""
+    return frozenset(available_timezones())
 
 
 def due_utc(text: str, tz: str | None, now: datetime) -> datetime:
