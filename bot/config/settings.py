@@ -331,6 +331,46 @@ class ReflectSettings(_Periodic):
     batch: int = Field(default=5, ge=1, le=1000)
 
 
+class FollowupsSettings(_Section):
+    """Follow-ups (docs/CHAT.md "Follow-ups"): how often the root's scheduler looks for
+    due ones (`interval`), how late a missed one may still be sent (`grace`; past it, a
+    note says it was missed), the default quiet hours (local to each user), how many
+    the bot's own (proactive) ones a user gets a day, and whether those go to groups."""
+
+    enabled: bool = True
+    interval: str = "30s"
+    grace: str = "12h"
+    quiet_hours: str = "22:00-08:00"
+    max_per_day: int = Field(default=3, ge=0, le=100)
+    groups: bool = False  # proactive ones in groups (explicit reminders always go)
+
+    @field_validator("interval", "grace")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not 1 <= parse_duration(v) <= 365 * 86400:
+            raise ValueError("expected a duration from 1s to 365d")
+        return v
+
+    @field_validator("quiet_hours")
+    @classmethod
+    def _window(cls, v: str) -> str:
+        from memory.followups.times import TimeError, quiet_window
+
+        try:
+            quiet_window(v)
+        except TimeError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @property
+    def interval_s(self) -> float:
+        return parse_duration(self.interval)
+
+    @property
+    def grace_s(self) -> float:
+        return parse_duration(self.grace)
+
+
 class BackgroundGuardSettings(_Section):
     """The spend guard of background work (summaries of automatic compaction, reflect,
     embeddings), per `window`; 0 turns a cap off (bot/conversation/budgets.py)."""
@@ -475,6 +515,7 @@ class Settings(_WithChannels):
     memory: Annotated[_MemoryBase, _ProviderSections()] = Field(default_factory=_memory_defaults)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     reflect: ReflectSettings = Field(default_factory=ReflectSettings)
+    followups: FollowupsSettings = Field(default_factory=FollowupsSettings)
     recall: RecallSettings = Field(default_factory=RecallSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)

@@ -41,6 +41,8 @@ from memory.contract.types import (
     Session,
     SessionInfo,
 )
+from memory.followups import store as followup_store
+from memory.followups.times import local_text
 from memory.storage import forgetting as fg
 from memory.storage import operator_reads, snapshots
 from memory.storage.history import LIST_ORDERS as HISTORY_ORDERS
@@ -371,3 +373,42 @@ async def turn_view(
     total = total_cost(by_model((u.model, u.usage) for u in usage), prices)
     latency = (last - first).total_seconds() if first is not None and last is not None else None
     return TurnView(turn, why, usage, costs, "–" if total is None else format_cost(total), latency)
+
+
+@dataclass(frozen=True)
+class FollowupRow:
+    id: int
+    due: str  # in the user's zone
+    timezone: str
+    text: str
+    state: str
+    created_by: str
+    proactive: bool
+
+
+async def followups(engine: AsyncEngine, user_id: int, agent_id: str) -> list[FollowupRow]:
+    """A user's follow-ups (every state, soonest first): the memory page lists them."""
+    items = await followup_store.listed(
+        engine,
+        Owner(user_id, agent_id),
+        (
+            followup_store.PENDING,
+            followup_store.SNOOZED,
+            followup_store.SENDING,
+            followup_store.SENT,
+            followup_store.DISMISSED,
+            followup_store.DROPPED,
+        ),
+    )
+    return [
+        FollowupRow(
+            i.id,
+            local_text(i.due_at, i.timezone),
+            i.timezone,
+            i.text,
+            i.state,
+            i.created_by,
+            i.proactive,
+        )
+        for i in items[-100:]
+    ]

@@ -268,6 +268,8 @@ async def why(c: Call, args: Any, found: Why | None) -> str:
         asked = f" “{one_line(use.asked, 80)}”" if use.asked else ""
         if use.failed:
             got = "failed or found nothing"
+        elif use.action == "followup_add":  # a write: it returns nothing to cite
+            got = "follow-up set (/memory followups lists it)"
         elif use.returned:
             got = ", ".join(f"{r.kind} {r.id}" for r in use.returned)
         else:

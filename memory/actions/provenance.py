@@ -49,7 +49,13 @@ _CHILD = re.compile(r"^\[([^\]\s]+)\] (?:leaf|condensed)\b", re.MULTILINE)
 _EXPANDED = re.compile(r"^#\d+ \w+[^\[\n]*\[([^\]\s]+)\]:", re.MULTILINE)
 _DESCRIBED = re.compile(r"^summary (\S+): ")
 _RECALLED = re.compile(r"\b(message|summary|archive|note) ([^\s,()]+)")
-_ASKED = {"search": "text", "recall": "question", "describe": "summary_id", "expand": "summary_id"}
+_ASKED = {
+    "search": "text",
+    "recall": "question",
+    "describe": "summary_id",
+    "expand": "summary_id",
+    "followup_add": "text",
+}
 
 
 @dataclass(frozen=True)

@@ -271,6 +271,8 @@ async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int
         await conn.execute(
             messages.delete().where(messages.c.conversation_id == conv_id, messages.c.id.in_(chunk))
         )
+    for hook in _forget_hooks.values():  # rows citing the messages (follow-ups)
+        await hook(conn, ids)
     await _reindex_followers(conn, conv_id, sorted(s for s, _, _ in deleted))
     await _retitle(conn, conv_id, [c for _, role, c in deleted if role == "user"])
     return len(deleted)
@@ -482,6 +484,18 @@ def shared_scope(user_id: int) -> bool:
 # transaction; it returns {what: how many rows} for the erasure's record.
 EraseHook = Callable[[AsyncConnection, Owner], Awaitable[dict[str, int]]]
 _erase_hooks: dict[str, EraseHook] = {}
+
+
+# Rows outside the history that cite messages (follow-ups, memory/followups/store.py):
+# their owners register a hook, which `delete_messages` runs in the forget's transaction
+# with the ids forgotten.
+ForgetHook = Callable[[AsyncConnection, Sequence[int]], Awaitable[object]]
+_forget_hooks: dict[str, ForgetHook] = {}
+
+
+def on_forget_messages(name: str, hook: ForgetHook) -> None:
+    """Register (or replace) the message-forget hook `name`."""
+    _forget_hooks[name] = hook
 
 
 def on_erase(name: str, hook: EraseHook) -> None:

@@ -31,7 +31,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memory.contract.errors import Conflict, InvalidArgument, NotFound
 from memory.contract.maintenance import Exporter, StagedFiles
 from memory.contract.tracing import unwrap
-from memory.contract.types import iso_utc
+from memory.contract.types import Owner, iso_utc
+from memory.followups import store as followup_store
 from memory.storage.db import lock_for_transaction, write_transaction
 from memory.storage.history import conversations, messages, origins, parts
 from memory.storage.stores import changelog_table, snapshot_table, state_table
@@ -102,6 +103,19 @@ async def export_session(
             "snapshot": await _export_snapshot(conn, session_id),
             "user_memory": await _export_user_memory(conn, conv["user_id"], conv["agent_id"]),
         }
+        seqs = {
+            int(i): int(q)
+            for i, q in await conn.execute(
+                sa.select(messages.c.id, messages.c.seq).where(
+                    messages.c.conversation_id == conv["id"]
+                )
+            )
+        }
+        made = await followup_store.export_session(
+            conn, session_id, conv["user_id"], conv["agent_id"], seqs
+        )
+        if made is not None:  # the key only where there are follow-ups (older documents)
+            doc["followups"] = made
     exporter = _exporter(provider)
     overlay = await exporter.export_overlay(session_id) if exporter is not None else None
     # (an overlay comes only from a provider's exporter)
@@ -278,6 +292,7 @@ class ImportReport:
     session_id: str
     messages: int = 0
     notes: list[str] = field(default_factory=list)
+    followups: int = 0
 
 
 async def import_session(
@@ -322,6 +337,10 @@ async def import_session(
             note = await _import_user_memory(conn, s.user_id, s.agent_id, checked.user_memory)
             if note:
                 report.notes.append(note)
+            if checked.followups is not None:
+                report.followups = await followup_store.import_session(
+                    conn, s.id, Owner(s.user_id, s.agent_id), checked.followups, ids
+                )
             if checked.provider is not None and exporter is not None:
                 staged = await exporter.import_overlay(conn, conv_id, checked.provider.data, ids)
     except BaseException:

@@ -251,6 +251,10 @@ class Telegram:
         self.app = build_application(
             services.settings, services.conversations, engine=services.engine
         )
+        if services.followups is not None:  # the root's follow-up job sends through us
+            from bot.followups.telegram import TelegramSender
+
+            services.followups.senders[self.name] = TelegramSender(self.app.bot)
 
     async def run(self, stop: asyncio.Event) -> int:
         if not await reach_bot_api(self.app.bot, stop):  # retried until up, or stopped

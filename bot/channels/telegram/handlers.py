@@ -84,6 +84,7 @@ from bot.conversation.service import Conversations, Reply
 from bot.conversation.session_binding import bind_session
 from bot.conversation.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
 from bot.conversation.turns import MEMORY_DOWN
+from bot.followups import telegram as followups
 from bot.model.images import Image
 from memory.actions.commands import group_wide
 from memory.contract.tracing import unwrap
@@ -163,7 +164,9 @@ class TelegramChannel:
         provider = getattr(conversations, "provider", None)
         engine = getattr(unwrap(provider), "engine", None) if provider is not None else None
         self.people = People(engine) if engine is not None else None
-        self.engine = engine  # whose words a group keeps (members/consent.py)
+        # Whose words a group keeps (members/consent.py); follow-ups' confirmations and
+        # buttons (bot/followups/).
+        self.engine = engine
         self.admins = ChatAdmins()  # who administers a group, as Telegram says
         self.started = (
             utcnow()
@@ -193,6 +196,9 @@ class TelegramChannel:
         app.add_handler(MessageHandler(filters.UpdateType.EDITED_MESSAGE, self.on_edited))
         app.add_handler(CallbackQueryHandler(self.on_button, pattern=f"^{BUTTONS}"))
         app.add_handler(CallbackQueryHandler(self.on_import_button, pattern=f"^{IMPORT_BUTTONS}"))
+        app.add_handler(
+            CallbackQueryHandler(self.on_followup_button, pattern=f"^{followups.PREFIX}")
+        )
         app.add_error_handler(self.on_error)
 
     # --- gatekeeping -----------------------------------------------------------------
@@ -464,6 +470,7 @@ class TelegramChannel:
             asked=asked,
             session=session,
         )
+        await self._confirm_followups(context.bot, session, place)
         await self._names(message, place)
 
     async def _consent(self, message: Message, place: Place, base: Session) -> tuple[bool, bool]:
@@ -513,6 +520,20 @@ class TelegramChannel:
         )
         if receipt is not None:
             await receipt.record()
+
+    async def _confirm_followups(self, bot: Bot, session: Session, place: Place) -> None:
+        """The one-line confirmation (with Undo) of each follow-up the turn made."""
+        if self.engine is None:
+            return
+        try:
+            await followups.confirm_new(
+                bot,
+                self.engine,
+                Owner(session.user_id, session.agent_id),
+                Target(place.chat_id, place.thread_id),
+            )
+        except Exception as exc:  # the answer is shown; /memory followups still lists it
+            log.warning("could not confirm follow-ups of %s: %s", session.id, exc)
 
     @staticmethod
     async def _delayed(stream: ReplyStream) -> None:
@@ -623,6 +644,10 @@ class TelegramChannel:
         if receipt is not None:
             await receipt.record()  # its effect happened: never run it twice
         words = args if name == "memory" else None  # a forget preview gets its buttons
+        if followups.is_listing(words) and self.engine is not None:
+            owner = Owner(base.user_id, base.agent_id)
+            await followups.send_listing(context.bot, self.engine, owner, target, answer)
+            return
         await confirmations.reply(context.bot, self.conversations, target, answer, words)
 
     async def _group_admin(self, bot: Bot, place: Place, member: int | None, words: str) -> bool:
@@ -704,6 +729,23 @@ class TelegramChannel:
         )
         if said is not None:
             await send_plain_reply(context.bot, target, said)
+
+    async def on_followup_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Undo, Dismiss or Snooze under a follow-up (bot/followups/telegram.py): on the
+        follow-up it was shown for, if it is the presser's memory's."""
+        query = update.callback_query
+        if query is None or not isinstance(query.message, Message) or self.engine is None:
+            return
+        message, user = query.message, query.from_user
+        place = Place.of(message)
+        await query.answer()
+        if not is_allowed(self.tg, user.id, place.chat_id):
+            return
+        base = base_session(self.settings.agent.id, place, user.id)
+        said = await followups.press(
+            context.bot, self.engine, Owner(base.user_id, base.agent_id), query.data or "", message
+        )
+        await send_plain_reply(context.bot, self._target(message, place), said)
 
     async def on_unknown_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.effective_message

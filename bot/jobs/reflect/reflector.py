@@ -39,8 +39,9 @@ REFLECT_ACTIONS = (
     "soul_update",
     "constraint_list",
     "constraint_add",
+    "followup_add",
 )
-WRITE_ACTIONS = frozenset({"profile_update", "soul_update", "constraint_add"})
+WRITE_ACTIONS = frozenset({"profile_update", "soul_update", "constraint_add", "followup_add"})
 
 ToolHandler = Callable[[dict[str, Any]], Awaitable[str]]
 # (prompt, tool schema, tool handler) -> the model's final text; raises on LLM failure.
