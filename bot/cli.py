@@ -333,7 +333,7 @@ def _memory_action(
 
         if action == "export":
             return transfer.export(settings, args.session, args.format)
-        return transfer.import_(settings, args.path)
+        return transfer.import_(settings, args.path, user=args.user, dry_run=args.dry_run)
     if action == "compact":
         from bot.ops.compact import compact
 
@@ -698,8 +698,23 @@ def build_parser() -> argparse.ArgumentParser:
     backup.add_argument(
         "path", help="the new backup file (never overwritten; its directory is created)"
     )
-    imp = madd("import", "import a session exported with `mnemo memory export`")
-    imp.add_argument("path", help="the JSON export, or - to read it from stdin")
+    imp = madd(
+        "import",
+        "import a session exported with `mnemo memory export`, or a person's memory "
+        "exported with /memory export (its zip or memory.json)",
+    )
+    imp.add_argument("path", help="the JSON export or the zip, or - to read JSON from stdin")
+    imp.add_argument(
+        "--user",
+        type=int,
+        default=None,
+        help="a memory export: into this user's memory instead of its owner's (default: the owner)",
+    )
+    imp.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="a memory export: check it and say what it would import, writing nothing",
+    )
     chats = madd(
         "import-chat",
         "import a Telegram Desktop export (result.json) or a ChatGPT export "

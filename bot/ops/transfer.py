@@ -1,5 +1,7 @@
 """`mnemo memory export` and `mnemo memory import`: one session out as JSON (lossless)
-or Markdown (for reading), and a JSON export back in, in one transaction."""
+or Markdown (for reading), and an export back in, in one transaction: a session's JSON,
+or a person's whole memory (`/memory export`'s zip or its memory.json,
+`memory.transfer.memory_export`), into its own owner or, with `--user`, another's."""
 
 from __future__ import annotations
 
@@ -33,15 +35,23 @@ async def export(settings: Settings, session_id: str, fmt: str, out: TextIO = sy
 
 
 def _read_document(path: str) -> Any:
-    from memory.transfer.schema import read_document  # bounded: a size cap, read in chunks
+    from memory.transfer.memory_export import from_bytes
+    from memory.transfer.schema import MAX_DOCUMENT_BYTES, read_document
 
     if path == "-":
         return read_document(sys.stdin.buffer)
     with Path(path).open("rb") as stream:
-        return read_document(stream)
+        if stream.read(2) == b"PK":  # `/memory export`'s zip
+            stream.seek(0)
+            return from_bytes(stream.read(MAX_DOCUMENT_BYTES + 1), MAX_DOCUMENT_BYTES)
+        stream.seek(0)
+        return read_document(stream)  # bounded: a size cap, read in chunks
 
 
-async def import_(settings: Settings, path: str) -> int:
+async def import_(
+    settings: Settings, path: str, *, user: int | None = None, dry_run: bool = False
+) -> int:
+    from memory.transfer.memory_export import import_memory, is_memory_export
     from memory.transfer.session import import_session
 
     try:
@@ -52,12 +62,28 @@ async def import_(settings: Settings, path: str) -> int:
     except InvalidArgument as exc:
         err(f"{path} is not a JSON export: {exc}")
         return EXIT_FAULT
+    whole = is_memory_export(doc)
+    if not whole and (user is not None or dry_run):
+        err("--user and --dry-run are for a memory export (`/memory export`'s file)")
+        return EXIT_FAULT
     async with open_memory(settings, create=True) as m:
         try:
-            report = await import_session(m.engine, doc, m.provider)
+            if whole:
+                into = None if user is None else (user, settings.agent.id)
+                memory = await import_memory(
+                    m.engine, doc, m.provider, retarget=into, dry_run=dry_run
+                )
+            else:
+                report = await import_session(m.engine, doc, m.provider)
         except ContractError as exc:
             err(f"import refused, nothing was written: {exc}")
             return EXIT_FAULT
+    if whole:
+        for line in memory.lines(dry_run=dry_run):
+            print(terminal_safe(line))
+        if not dry_run:
+            print(f"into {m.where}")
+        return EXIT_OK
     for note in report.notes:
         print(f"note: {terminal_safe(note)}", file=sys.stderr)
     print(

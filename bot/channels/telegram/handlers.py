@@ -55,6 +55,7 @@ from bot.channels.telegram.imports import PREFIX as IMPORT_BUTTONS
 from bot.channels.telegram.imports import ChatImports, export_format, is_import_command
 from bot.channels.telegram.imports import pressed as pressed_import
 from bot.channels.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
+from bot.channels.telegram.portability.memory_files import MemoryFiles, is_memory_file
 from bot.channels.telegram.render.replies import EditPacer, ReplyStream, send_plain_reply, typing
 from bot.channels.telegram.sessions import (
     CHANNEL,
@@ -155,6 +156,8 @@ class TelegramChannel:
         self.outbox = Outbox()  # answers Telegram could not take yet
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
         self.imports = ChatImports(conversations, settings)  # exports sent in private chats
+        # A person's own memory as a file: /memory export, and that file sent back.
+        self.memory_files = MemoryFiles(conversations, settings.agent.id)
         # Names, for the console: where the memory is an SQL provider's (a stand-in
         # conversation service, as the throughput bench's, has no provider at all).
         provider = getattr(conversations, "provider", None)
@@ -252,6 +255,14 @@ class TelegramChannel:
             return
         message, place, user = admitted
         target = self._target(message, place)
+        if not place.is_group and user is not None and is_memory_file(message.document):
+            receipt = self._receipt(update)  # a redelivered offer is not read again
+            if receipt is None or not await receipt.seen_before():
+                assert message.document is not None
+                await self.memory_files.offer(context.bot, target, user.id, message.document)
+                if receipt is not None:
+                    await receipt.record()
+            return
         if not place.is_group and user is not None and export_format(message.document):
             receipt = self._receipt(update)  # a redelivered offer is not fetched again
             if receipt is None or not await receipt.seen_before():
@@ -531,6 +542,29 @@ class TelegramChannel:
         if receipt is not None and await receipt.seen_before():
             return
         name, args = command_parts(message.text or "")
+        sub = args.lower().split()[:1] if name == "memory" else []
+        if sub == ["export"]:  # the sender's own memory: in a private chat only
+            said = (
+                "/memory export sends your own memory: ask me in a private chat."
+                if place.is_group or user is None
+                else self.memory_files.export(context.bot, target, user.id)
+            )
+            if receipt is not None:
+                await receipt.record()
+            if said is not None:
+                await send_plain_reply(context.bot, target, said)
+            return
+        if (
+            sub == ["import"]
+            and not place.is_group
+            and user
+            and self.memory_files.has_offer(user.id)
+        ):
+            said = await self.memory_files.command(user.id, args)
+            if receipt is not None:
+                await receipt.record()
+            await send_plain_reply(context.bot, target, said)
+            return
         if name == "memory" and is_import_command(args) and not place.is_group and user:
             said = await self.imports.command(context.bot, target, user.id, args)
             if receipt is not None:
