@@ -55,6 +55,7 @@ from bot.channels.telegram.imports import PREFIX as IMPORT_BUTTONS
 from bot.channels.telegram.imports import ChatImports, export_format, is_import_command
 from bot.channels.telegram.imports import pressed as pressed_import
 from bot.channels.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
+from bot.channels.telegram.portability.mcp_access import is_mcp_command, mcp_command
 from bot.channels.telegram.portability.memory_files import MemoryFiles, is_memory_file
 from bot.channels.telegram.render.replies import EditPacer, ReplyStream, send_plain_reply, typing
 from bot.channels.telegram.sessions import (
@@ -83,6 +84,7 @@ from bot.conversation.service import Conversations, Reply
 from bot.conversation.session_binding import bind_session
 from bot.conversation.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
 from bot.conversation.turns import MEMORY_DOWN
+from bot.mcp.access import AccessStore
 from bot.model.images import Image
 from memory.contract.tracing import unwrap
 from memory.contract.types import Origin, Session, utcnow
@@ -163,6 +165,7 @@ class TelegramChannel:
         provider = getattr(conversations, "provider", None)
         engine = getattr(unwrap(provider), "engine", None) if provider is not None else None
         self.people = People(engine) if engine is not None else None
+        self.mcp_access = AccessStore(engine) if engine is not None else None  # /memory mcp
         self.started = (
             utcnow()
         )  # turns handled since are this run's (bot.channels.telegram.delivery.resume)
@@ -553,6 +556,23 @@ class TelegramChannel:
                 await receipt.record()
             if said is not None:
                 await send_plain_reply(context.bot, target, said)
+            return
+        if sub == ["mcp"] and is_mcp_command(args):  # a person's own access: private only
+            said = (
+                "/memory mcp reaches your own memory: ask me in a private chat."
+                if place.is_group or user is None
+                else await mcp_command(
+                    self.mcp_access,
+                    self.settings.mcp,
+                    user.id,
+                    self.settings.agent.id,
+                    CHANNEL,
+                    args,
+                )
+            )
+            if receipt is not None:
+                await receipt.record()
+            await send_plain_reply(context.bot, target, said)
             return
         if (
             sub == ["import"]
