@@ -213,3 +213,16 @@ async def test_tokens_are_stored_as_digests_and_expire(
         assert await store.verify(expired.token) is None
         off = await _said(tg, ALICE, "/memory mcp on", "MCP endpoint is off")
         assert "mcp.enabled" in off
+
+
+def test_the_endpoint_needs_a_port_of_its_own_and_an_http_url() -> None:
+    from bot.config.settings import Settings
+
+    with pytest.raises(ValueError, match="needs a port of its own"):
+        Settings.model_validate(
+            {"health": {"enabled": True}, "mcp": {"enabled": True, "port": 9464}}
+        )
+    with pytest.raises(ValueError, match="http"):
+        Settings.model_validate({"mcp": {"public_url": "mnemo.example.org/mcp"}})
+    ok = Settings.model_validate({"mcp": {"public_url": "https://mnemo.example.org/mcp"}})
+    assert ok.mcp.token_ttl_s == 30 * 86400 and not ok.mcp.enabled
