@@ -226,3 +226,28 @@ def test_the_endpoint_needs_a_port_of_its_own_and_an_http_url() -> None:
         Settings.model_validate({"mcp": {"public_url": "mnemo.example.org/mcp"}})
     ok = Settings.model_validate({"mcp": {"public_url": "https://mnemo.example.org/mcp"}})
     assert ok.mcp.token_ttl_s == 30 * 86400 and not ok.mcp.enabled
+
+
+async def test_an_erasure_deletes_the_persons_tokens_and_access_record(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
+) -> None:
+    from bot.mcp.access import mcp_accesses, mcp_tokens, register
+    from memory.contract.types import Owner
+
+    register()  # as `mnemo run` does (bot.app.services.register_erasure_hooks)
+    async with running_bot(tg, llm, tmp_path, provider="lcm", db=db_kind) as bot:
+        await _said(tg, ALICE, "something to forget", "echo:")
+        engine = fg.engine_of(bot.provider)
+        store = AccessStore(engine)
+        mine = await store.issue(ALICE, "default", "telegram", ttl_s=600)
+        theirs = await store.issue(BOB, "default", "telegram", ttl_s=600)
+        await store.admit(mine.grant, "search", 10)
+        await store.admit(theirs.grant, "search", 10)
+        report = await fg.erase(bot.provider, Owner(ALICE, "default"), by="test")
+        assert report.extra["MCP token(s)"] == 1 and report.extra["MCP access record(s)"] == 1
+        assert await store.verify(mine.token) is None
+        assert await store.verify(theirs.token) == theirs.grant  # nobody else's
+        async with engine.connect() as conn:
+            left = (await conn.execute(mcp_tokens.select())).all()
+            accesses = (await conn.execute(mcp_accesses.select())).all()
+        assert [r.user_id for r in left] == [BOB] and [r.user_id for r in accesses] == [BOB]
