@@ -39,6 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.contract.errors import InvalidArgument
+from memory.contract.tracing import unwrap
 from memory.contract.types import iso_utc
 from memory.storage.db import write_transaction
 from memory.storage.history import conversations
@@ -79,9 +80,13 @@ async def export_memory(
         ).all()
         memory = await export_user_memory(conn, user_id, agent_id)
     sessions = []
+    owned = _owner_keys(provider)
     for session_id in ids:
         doc = await export_session(engine, session_id, provider)
         doc["user_memory"] = dict(_EMPTY_MEMORY)  # once, in the memory section
+        if sessions and doc.get("provider") is not None:
+            for key in owned:  # once, in the first session
+                doc["provider"]["data"].pop(key, None)
         sessions.append(doc)
     return {
         "format": FORMAT,
@@ -90,6 +95,16 @@ async def export_memory(
         "exported_at": iso_utc(datetime.now(UTC)),
         "sections": {"sessions": sessions, "memory": memory},
     }
+
+
+def _owner_keys(provider: Provider | None) -> tuple[str, ...]:
+    """The keys of a provider's session data that hold the person's, not the session's
+    (simple: the notes file), the same in every session: written once in a whole-memory
+    export, so its import stages them once (a provider's files are locked from staging
+    to the commit: twice in one transaction would wait on itself)."""
+    inner = unwrap(provider) if provider is not None else None
+    keys = getattr(inner, "owner_overlay_keys", ())
+    return tuple(keys) if isinstance(keys, tuple) else ()
 
 
 def memory_content(doc: dict[str, Any]) -> dict[str, Any]:
@@ -237,7 +252,14 @@ def check_memory_document(
     if not isinstance(raw_sessions, list):
         raise InvalidArgument(".sections.sessions: expected a list")
     checked = []
+    owned = _owner_keys(provider)
     for i, raw in enumerate(raw_sessions):
+        data = (raw.get("provider") or {}).get("data") if isinstance(raw, dict) else None
+        if i and isinstance(data, dict) and any(key in data for key in owned):
+            raise InvalidArgument(
+                f".sections.sessions[{i}].provider.data: the person's own data "
+                f"({', '.join(k for k in owned if k in data)}) comes once, in the first session"
+            )
         if retarget is not None:
             raw = retarget_session(raw, user_id, agent_id)
         try:

@@ -18,6 +18,7 @@ from memory.compaction.summarizer import StaticSummarizer
 from memory.contract.capabilities import ProviderContext
 from memory.contract.errors import InvalidArgument
 from memory.contract.registry import create_provider
+from memory.contract.types import NoteKind, Session
 from memory.storage import forgetting as fg
 from memory.testing.databases import temp_engine
 from memory.transfer.memory_export import (
@@ -163,3 +164,44 @@ async def test_an_export_sent_back_is_dry_run_then_imported_into_the_senders_mem
         assert mine["sections"]["sessions"] == moved
         found = await _said(tg, BOB, "/memory search lemon tart", "lemon tart")
         assert "lemon tart" in found
+
+
+async def test_a_simple_memory_of_two_conversations_and_notes_reimports_whole(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The simple provider carries the person's notes file in every session's data: the
+    import writes it once, whatever the number of conversations."""
+    async with running_bot(tg, llm, tmp_path / "a", provider="simple") as bot:
+        agent = bot.settings.agent.id
+        await _said(tg, ALICE, "first conversation", "echo: first conversation")
+        await _said(tg, ALICE, "/new", "Started a new conversation")
+        await _said(tg, ALICE, "second conversation", "echo: second conversation")
+        session = await bot.conversations.current_session(
+            Session(f"{agent}:telegram:{ALICE}", agent, ALICE, "telegram")
+        )
+        await bot.provider.note_add(session, "garden", "tomatoes in May", NoteKind.NOTE)
+        exported = await export_memory(fg.engine_of(bot.provider), ALICE, agent, bot.provider)
+    assert len(exported["sections"]["sessions"]) == 2
+    (tmp_path / "b").mkdir()
+    async with temp_engine("sqlite", tmp_path / "b") as engine:
+        ctx = ProviderContext(
+            engine=engine,
+            summarizer=StaticSummarizer("unused"),
+            agent_id=agent,
+            data_dir=tmp_path / "b" / "data",
+            config={"keep_tail": 2, "store_dir": str(tmp_path / "b" / "notes")},
+        )
+        other = create_provider("simple", ctx)
+        try:
+            await import_memory(engine, exported, other)
+            copy = await export_memory(engine, ALICE, agent, other)
+            assert _canonical(copy) == _canonical(exported)
+            assert "tomatoes in May" in json.dumps(copy)
+            # An edited document carrying them twice is refused, never left waiting.
+            twice = json.loads(json.dumps(exported))
+            second = twice["sections"]["sessions"][1]["provider"]["data"]
+            second["notes"] = exported["sections"]["sessions"][0]["provider"]["data"]["notes"]
+            with pytest.raises(InvalidArgument, match=r"sessions\[1\].*comes once"):
+                await import_memory(engine, twice, other, dry_run=True)
+        finally:
+            await other.close()
