@@ -79,7 +79,7 @@ async def export_memory(
             )
         ).all()
         memory = await export_user_memory(conn, user_id, agent_id)
-    sessions = []
+    sessions: list[dict[str, Any]] = []
     owned = _owner_keys(provider)
     for session_id in ids:
         doc = await export_session(engine, session_id, provider)
