@@ -14,13 +14,15 @@ from typing import Any
 
 import pytest
 
+from bot.ops import transfer
+from bot.ops.common import open_memory
 from memory.compaction.summarizer import StaticSummarizer
 from memory.contract.capabilities import ProviderContext
 from memory.contract.errors import InvalidArgument
 from memory.contract.registry import create_provider
 from memory.contract.types import NoteKind, Session
 from memory.storage import forgetting as fg
-from memory.testing.databases import temp_engine
+from memory.testing.databases import temp_database_url, temp_engine
 from memory.transfer.memory_export import (
     FORMAT,
     export_memory,
@@ -30,6 +32,7 @@ from memory.transfer.memory_export import (
 )
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram, User
+from tests.ops.conftest import make_settings as make_ops_settings
 from tests.telegram.harness import running_bot
 
 ALICE, BOB = 42, 77
@@ -54,7 +57,11 @@ async def _said(tg: FakeTelegram, chat_id: int, words: str, expect: str) -> str:
 
 
 async def test_an_export_is_sent_as_a_document_and_reimports_byte_for_byte(
-    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
+    tg: FakeTelegram,
+    llm: FakeOpenAI,
+    tmp_path: Path,
+    db_kind: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     async with running_bot(tg, llm, tmp_path / "a", provider="lcm", db=db_kind) as bot:
         agent = bot.settings.agent.id
@@ -127,6 +134,23 @@ async def test_an_export_is_sent_as_a_document_and_reimports_byte_for_byte(
                 await import_memory(engine, exported, other)  # twice: refused whole
         finally:
             await other.close()
+
+    # `mnemo memory import ZIP --user 77`: the zip itself, into another person's memory.
+    (tmp_path / "c").mkdir()
+    path = tmp_path / "c" / sent.file_name
+    path.write_bytes(sent.content)
+    async with temp_database_url(db_kind, tmp_path / "c") as url:
+        settings = make_ops_settings(url, tmp_path / "c", provider="lcm")
+        assert await transfer.import_(settings, str(path), user=BOB, dry_run=True) == 0
+        said = capsys.readouterr().out
+        assert said.startswith(f"Would import 1 conversations, {len(session['messages'])} ")
+        assert await transfer.import_(settings, str(path), user=BOB) == 0
+        assert "Imported 1 conversations" in capsys.readouterr().out
+        async with open_memory(settings) as m:
+            bobs = await export_memory(m.engine, BOB, agent, m.provider)
+        moved = [retarget_session(s, BOB, agent) for s in exported["sections"]["sessions"]]
+        assert bobs["sections"]["sessions"] == moved
+        assert bobs["sections"]["memory"] == exported["sections"]["memory"]
 
 
 async def test_an_export_sent_back_is_dry_run_then_imported_into_the_senders_memory(

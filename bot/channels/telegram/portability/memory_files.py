@@ -44,8 +44,10 @@ EXPORT_EVERY_S = 3600.0
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # what the Bot API lets a bot send
 MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024  # what it lets a bot download
 CONFIRM_WITHIN_S = 600.0
-# Unpacked, the JSON of a 20 MB zip: text compresses about tenfold.
-MAX_UNPACKED_BYTES = 256 * 1024 * 1024
+# The JSON a zip sent in the chat may unpack to: it is parsed in the bot's own process
+# (several times its size once parsed), unlike chat imports' sandboxed reading; a bigger
+# one is the operator's (`mnemo memory import`, up to 256 MB).
+MAX_UNPACKED_BYTES = 64 * 1024 * 1024
 FILE_PREFIX = "mnemo-memory"
 TOO_BIG_UP = (
     "Your memory export is {size:.0f} MB, over the 50 MB Telegram lets me send. Ask the "
