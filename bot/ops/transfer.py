@@ -9,10 +9,10 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from bot.config.settings import Settings
-from bot.ops.common import EXIT_FAULT, EXIT_OK, err, open_memory
+from bot.ops.common import EXIT_FAULT, EXIT_OK, EXIT_USAGE, err, open_memory
 from memory.contract.errors import ContractError, InvalidArgument
 from memory.text.display import json_terminal_safe, terminal_safe
 
@@ -31,6 +31,25 @@ async def export(settings: Settings, session_id: str, fmt: str, out: TextIO = sy
             out.write(render_markdown(doc, m.provider))  # escaped for display
         else:  # lossless: escaped only as JSON escapes
             out.write(json_terminal_safe(json.dumps(doc, indent=2, ensure_ascii=False)) + "\n")
+    return EXIT_OK
+
+
+async def refuse(line: str) -> int:
+    err(line)
+    return EXIT_USAGE
+
+
+async def export_memory_zip(settings: Settings, user: int, out: BinaryIO | None = None) -> int:
+    """A person's whole memory as /memory export makes it (the zip), on stdout."""
+    from memory.transfer.memory_export import export_memory, to_zip
+
+    async with open_memory(settings) as m:
+        doc = await export_memory(m.engine, user, settings.agent.id, m.provider)
+        body = await asyncio.to_thread(to_zip, doc, m.provider)
+    if not doc["sections"]["sessions"] and doc["sections"]["memory"]["state"] is None:
+        err(f"user {user} has no memory here (agent {settings.agent.id!r})")
+        return EXIT_FAULT
+    (out or sys.stdout.buffer).write(body)
     return EXIT_OK
 
 

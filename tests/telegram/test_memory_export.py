@@ -151,6 +151,10 @@ async def test_an_export_is_sent_as_a_document_and_reimports_byte_for_byte(
         moved = [retarget_session(s, BOB, agent) for s in exported["sections"]["sessions"]]
         assert bobs["sections"]["sessions"] == moved
         assert bobs["sections"]["memory"] == exported["sections"]["memory"]
+        out = io.BytesIO()  # `mnemo memory export --user 77`: the same zip the bot sends
+        assert await transfer.export_memory_zip(settings, BOB, out) == 0
+        assert _canonical(_unzip(out.getvalue())[0]) == _canonical(bobs)
+        assert await transfer.export_memory_zip(settings, 55, io.BytesIO()) == 1  # nobody
 
 
 async def test_an_export_sent_back_is_dry_run_then_imported_into_the_senders_memory(
@@ -229,3 +233,15 @@ async def test_a_simple_memory_of_two_conversations_and_notes_reimports_whole(
                 await import_memory(engine, twice, other, dry_run=True)
         finally:
             await other.close()
+
+
+async def test_an_export_over_the_upload_limit_is_refused_in_one_line(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bot.channels.telegram.portability import memory_files
+
+    monkeypatch.setattr(memory_files, "MAX_UPLOAD_BYTES", 64)  # any real zip is bigger
+    async with running_bot(tg, llm, tmp_path, provider="lcm"):
+        await _said(tg, ALICE, "a few words", "echo: a few words")
+        refused = await _said(tg, ALICE, "/memory export", "over the 50 MB")
+        assert "mnemo memory export" in refused and tg.documents == []

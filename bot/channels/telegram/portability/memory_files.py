@@ -7,7 +7,7 @@ writes and reads it).
   background, one progress message edited with the outcome; at most one export a user
   an hour (`EXPORT_EVERY_S`, kept by this process: a restart forgets it); a file over
   the Bot API's 50 MB upload limit is refused in one line naming the operator's CLI
-  (`mnemo memory export`), never split (a split file would need reassembling before it
+  (`mnemo memory export --user`), never split (a split file would need reassembling before it
   imports).
 - Sending that zip (named `mnemo-memory*.zip`) back in a private chat is an import
   offer: a dry run says what it would import into the sender's own memory (the export's
@@ -51,7 +51,7 @@ MAX_UNPACKED_BYTES = 64 * 1024 * 1024
 FILE_PREFIX = "mnemo-memory"
 TOO_BIG_UP = (
     "Your memory export is {size:.0f} MB, over the 50 MB Telegram lets me send. Ask the "
-    "bot's operator for it (`mnemo memory export` per conversation)."
+    "bot's operator for it (`mnemo memory export --user <your id>`)."
 )
 TOO_BIG_DOWN = (
     "That export is over 20 MB, more than Telegram lets me download. Ask the bot's "
