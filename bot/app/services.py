@@ -132,6 +132,7 @@ def register_erasure_hooks() -> None:
     from bot.chat_import.ledger import register as chat_imports
     from bot.conversation.people import register as people
     from bot.jobs.reflect.state import register_erasure as reflect
+    from bot.mcp.access import register as mcp_access
     from memory.followups.store import register_erasure as followups
     from memory.storage.forget_requests import register as forget_requests
 
@@ -140,6 +141,7 @@ def register_erasure_hooks() -> None:
     reflect()
     chat_imports()
     people()
+    mcp_access()
     forget_requests()
     followups()
 

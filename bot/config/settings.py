@@ -466,6 +466,38 @@ class WebSettings(_Section):
         return parse_duration(self.session_ttl)
 
 
+class McpSettings(_Section):
+    """The per-user MCP endpoint (bot/mcp/): off unless enabled; see docs/OPERATIONS.md."""
+
+    enabled: bool = False
+    listen: str = "127.0.0.1"
+    # Its own port (not the health server's): bot/mcp/server.py says why.
+    port: int = Field(default=9465, ge=0, le=65535)
+    # The address people are shown by `/memory mcp on` (a TLS reverse proxy's, say);
+    # empty: http://<listen>:<port>/mcp.
+    public_url: str = ""
+    token_ttl: str = "30d"  # how long a token works before `/memory mcp on` again
+    requests_per_minute: int = Field(default=30, ge=1, le=10_000)  # per token
+
+    @field_validator("token_ttl")
+    @classmethod
+    def _ttl(cls, v: str) -> str:
+        if not 60 <= parse_duration(v) <= 366 * 86400:
+            raise ValueError("expected a duration from 1m to 366d")
+        return v
+
+    @field_validator("public_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v and not re.match(r"^https?://[^\s/]+(/\S*)?$", v):
+            raise ValueError("expected an http(s) URL, like https://mnemo.example.org/mcp")
+        return v
+
+    @property
+    def token_ttl_s(self) -> float:
+        return parse_duration(self.token_ttl)
+
+
 class _Core(_Section):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
@@ -520,6 +552,7 @@ class Settings(_WithChannels):
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     web: WebSettings = Field(default_factory=WebSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")
@@ -531,6 +564,13 @@ class Settings(_WithChannels):
             raise ValueError(
                 f"web.listen ({web.listen}) differs from health.listen ({health.listen}) "
                 "on the same port: give web.port another port, or the same listen address"
+            )
+        ports = {self.health.port} if health.enabled else set()
+        ports |= {web.port} if web.enabled else set()
+        if self.mcp.enabled and self.mcp.port in ports:
+            raise ValueError(
+                f"mcp.port ({self.mcp.port}) is the health server's or the console's: the MCP "
+                "endpoint needs a port of its own"
             )
         return self
 

@@ -151,6 +151,14 @@ class BotMessage:
 
 
 @dataclass(frozen=True)
+class SentDocument:
+    chat_id: int
+    file_name: str
+    content: bytes
+    caption: str
+
+
+@dataclass(frozen=True)
 class User:
     id: int
     first_name: str = "Test"
@@ -461,6 +469,7 @@ class FakeTelegram:
         self.username = username
         self.calls: list[ApiCall] = []
         self.commands: list[dict[str, Any]] = []
+        self.documents: list[SentDocument] = []  # files the bot sent (sendDocument)
         self.webhook: dict[str, Any] | None = None
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1)
@@ -758,6 +767,8 @@ class FakeTelegram:
         for key, value in form.items():
             if not isinstance(value, str):
                 params[key] = "<file>"
+                # sendDocument's upload, kept whole (`documents`)
+                params[f"{key}:file"] = (value.filename, value.file.read())
             elif key in _STRING_PARAMS:
                 params[key] = value
             else:
@@ -990,6 +1001,30 @@ class FakeTelegram:
         self._bot_messages[(chat_id, m.message_id)] = m
         out = self._bot_message_dict(m, self._chat_dict(chat_id))
         self._messages[(chat_id, m.message_id)] = out
+        return out
+
+    async def _api_sendDocument(self, params: dict[str, Any]) -> Any:
+        """An uploaded file: kept in `documents` (chat id, file name, bytes, caption)."""
+        chat_id = int(params["chat_id"])
+        upload = params.get("document:file")
+        if upload is None:
+            return _error(400, "Bad Request: there is no document in the request")
+        name, body = upload
+        caption = params.get("caption") or ""
+        self.documents.append(SentDocument(chat_id, name, body, caption))
+        m = BotMessage(chat_id, self._next_message_id(chat_id), caption, [])
+        self._bot_messages[(chat_id, m.message_id)] = m
+        out = self._bot_message_dict(m, self._chat_dict(chat_id))
+        out.pop("text")
+        out["caption"] = caption
+        out["document"] = {
+            "file_id": f"sent-{chat_id}-{m.message_id}",
+            "file_unique_id": f"sent-{chat_id}-{m.message_id}",
+            "file_name": name,
+            "file_size": len(body),
+        }
+        self._messages[(chat_id, m.message_id)] = out
+        self._notify()
         return out
 
     async def _api_editMessageText(self, params: dict[str, Any]) -> Any:

@@ -231,6 +231,7 @@ async def running(
             await inflight.drain(drain_s)
             await channel.outbox.close()  # what it still owes is marked for the next start
             await channel.imports.close()  # an import cut short continues when sent again
+            await channel.memory_files.close()
             await inflight.release_parked()
             if inflight.handled is not None:
                 await inflight.handled.flush_answered()

@@ -57,6 +57,8 @@ from bot.channels.telegram.imports import pressed as pressed_import
 from bot.channels.telegram.members.admins import ChatAdmins
 from bot.channels.telegram.members.consent import author_id, keeps_out
 from bot.channels.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
+from bot.channels.telegram.portability.mcp_access import is_mcp_command, mcp_command
+from bot.channels.telegram.portability.memory_files import MemoryFiles, is_memory_file
 from bot.channels.telegram.render.replies import EditPacer, ReplyStream, send_plain_reply, typing
 from bot.channels.telegram.sessions import (
     CHANNEL,
@@ -85,6 +87,7 @@ from bot.conversation.session_binding import bind_session
 from bot.conversation.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
 from bot.conversation.turns import MEMORY_DOWN
 from bot.followups import telegram as followups
+from bot.mcp.access import AccessStore
 from bot.model.images import Image
 from memory.actions.commands import group_wide
 from memory.contract.tracing import unwrap
@@ -159,6 +162,8 @@ class TelegramChannel:
         self.outbox = Outbox()  # answers Telegram could not take yet
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
         self.imports = ChatImports(conversations, settings)  # exports sent in private chats
+        # A person's own memory as a file: /memory export, and that file sent back.
+        self.memory_files = MemoryFiles(conversations, settings.agent.id)
         # Names, for the console: where the memory is an SQL provider's (a stand-in
         # conversation service, as the throughput bench's, has no provider at all).
         provider = getattr(conversations, "provider", None)
@@ -168,6 +173,7 @@ class TelegramChannel:
         # buttons (bot/followups/).
         self.engine = engine
         self.admins = ChatAdmins()  # who administers a group, as Telegram says
+        self.mcp_access = AccessStore(engine) if engine is not None else None  # /memory mcp
         self.started = (
             utcnow()
         )  # turns handled since are this run's (bot.channels.telegram.delivery.resume)
@@ -263,6 +269,14 @@ class TelegramChannel:
             return
         message, place, user = admitted
         target = self._target(message, place)
+        if not place.is_group and user is not None and is_memory_file(message.document):
+            receipt = self._receipt(update)  # a redelivered offer is not read again
+            if receipt is None or not await receipt.seen_before():
+                assert message.document is not None
+                await self.memory_files.offer(context.bot, target, user.id, message.document)
+                if receipt is not None:
+                    await receipt.record()
+            return
         if not place.is_group and user is not None and export_format(message.document):
             receipt = self._receipt(update)  # a redelivered offer is not fetched again
             if receipt is None or not await receipt.seen_before():
@@ -620,8 +634,8 @@ class TelegramChannel:
         if receipt is not None and await receipt.seen_before():
             return
         name, args = command_parts(message.text or "")
-        if name == "memory" and is_import_command(args) and not place.is_group and user:
-            said = await self.imports.command(context.bot, target, user.id, args)
+        handled, said = await self._own_memory(context.bot, target, place, user, name, args)
+        if handled:  # the sender's own memory, outside the action registry
             if receipt is not None:
                 await receipt.record()
             if said is not None:
@@ -649,6 +663,34 @@ class TelegramChannel:
             await followups.send_listing(context.bot, self.engine, owner, target, answer)
             return
         await confirmations.reply(context.bot, self.conversations, target, answer, words)
+
+    async def _own_memory(
+        self, bot: Bot, target: Target, place: Place, user: User | None, name: str, args: str
+    ) -> tuple[bool, str | None]:
+        """`/memory export`, `/memory mcp ...` and the import offers' confirmations: a
+        person's own memory, in a private chat only. (handled, what to say)."""
+        if name != "memory":
+            return False, None
+        sub = args.lower().split()[:1]
+        uid = None if place.is_group or user is None else user.id  # None: not private
+        if sub == ["export"]:
+            if uid is None:
+                return True, "/memory export sends your own memory: ask me in a private chat."
+            return True, self.memory_files.export(bot, target, uid)
+        if sub == ["mcp"] and is_mcp_command(args):
+            if uid is None:
+                return True, "/memory mcp reaches your own memory: ask me in a private chat."
+            said = await mcp_command(
+                self.mcp_access, self.settings.mcp, uid, self.settings.agent.id, CHANNEL, args
+            )
+            return True, said
+        if uid is None:
+            return False, None
+        if sub == ["import"] and self.memory_files.has_offer(uid):
+            return True, await self.memory_files.command(uid, args)
+        if is_import_command(args):
+            return True, await self.imports.command(bot, target, uid, args)
+        return False, None
 
     async def _group_admin(self, bot: Bot, place: Place, member: int | None, words: str) -> bool:
         """Whether `member` administers the group at `place` (Telegram says; cached),
