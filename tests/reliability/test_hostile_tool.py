@@ -134,4 +134,6 @@ _VALID: dict[str, Any] = {
     "key": "home city",
     "value": "Berlin",
     "keys": ["city"],
+    "due": "2026-12-01T09:00",
+    "followup_id": 1,
 }
