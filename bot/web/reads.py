@@ -41,6 +41,7 @@ from memory.contract.types import (
     Session,
     SessionInfo,
 )
+from memory.facts.render import describe_change
 from memory.followups import store as followup_store
 from memory.followups.times import local_text
 from memory.storage import forgetting as fg
@@ -151,11 +152,13 @@ async def memory_history(
 def readable_after(entry: ChangeEntry) -> str:
     """A changelog row's text after the change as a person reads it: rules one a line,
     as the system prompt lists them, not the JSON they are stored as."""
-    if entry.scope == "constraint":
-        try:
+    try:
+        if entry.scope == "constraint":
             return _rules(parse_constraints(entry.after_text))
-        except StoreCorrupt:  # shown as stored: the page must still draw
-            pass
+        if entry.scope == "fact":  # JSON lists of the facts changed: what the change did
+            return describe_change(entry.before_text, entry.after_text)
+    except StoreCorrupt:  # shown as stored: the page must still draw
+        pass
     return entry.after_text
 
 

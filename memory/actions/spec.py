@@ -126,6 +126,10 @@ class FrontEnd:
     # Who asked, where the memory is shared (a group member's user id): whose words
     # `/memory forget mine` and `/memory optout` act on (memory/consent/).
     member: int | None = None
+    # Message ids a fact written now may cite besides the turn's own conversation
+    # (memory/facts/citing.py): in a turn, what its memory calls returned so far (the
+    # tool adds them, one FrontEnd per turn); for reflect, the material it reviewed.
+    citable: set[str] = field(default_factory=set)
 
 
 NO_FRONT_END = FrontEnd()

@@ -43,6 +43,7 @@ from memory.contract.embedding import (
     QueryEmbedder,
     VectorHit,
 )
+from memory.contract.facts import DEFAULT_MAX_FACTS, FactStore
 from memory.contract.graph import SummaryGraphReader
 from memory.contract.maintenance import Exporter, IntegrityChecker, OverlaySchema
 from memory.contract.options import AppendOptions, WriteOptions
@@ -107,6 +108,8 @@ class ProviderContext:
     # Scopes of this many vectors are searched through an on-disk index under
     # `data_dir`/vectors (0: none is; memory/search/semantic/disk.py).
     vector_disk_min_rows: int = DEFAULT_DISK_MIN_ROWS
+    # The cap on current facts per (user, agent): `memory.max_facts` (memory/contract/facts.py).
+    max_facts: int = DEFAULT_MAX_FACTS
 
 
 @runtime_checkable
@@ -335,7 +338,9 @@ class SessionManager(Protocol):
 @runtime_checkable
 class Reviewer(Protocol):
     async def build_review_context(self, session: Session, since: datetime | None) -> str:
-        """Prior summaries as background plus content after `since` ("" if none)."""
+        """Prior summaries as background plus content after `since` ("" if none), each
+        message headed by its id as `memory.text.transcript.render_reviewed` writes it,
+        so reflect's facts can cite it."""
         ...
 
 
@@ -428,6 +433,7 @@ CAPABILITIES: dict[str, type] = {
     "NoteStore": NoteStore,
     "EmbeddingSources": EmbeddingSources,
     "Forgetter": Forgetter,
+    "FactStore": FactStore,
 }
 
 

@@ -131,4 +131,9 @@ _VALID: dict[str, Any] = {
     "mode": "full_text",
     "limit": 5,
     "token_cap": 500,
+    "key": "home city",
+    "value": "Berlin",
+    "keys": ["city"],
+    "due": "2026-12-01T09:00",
+    "followup_id": 1,
 }
