@@ -32,6 +32,7 @@ from bot.web.acting import Acting
 from bot.web.auth import FORM, LOGIN, PRE_COOKIE, SESSION_COOKIE, Gate, Login
 from bot.web.dag_svg import render as render_dag
 from bot.web.diff import line_diff
+from bot.web.facts import FactPages
 from bot.web.offload import Offload, TooSlow
 from bot.web.params import BadInput, check_request, page_url, whole
 from bot.web.throttle import LoginThrottle
@@ -76,7 +77,7 @@ MAX_PAGE = 1_000_000_000
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class Console(Acting):
+class Console(Acting, FactPages):
     """The console over one engine and provider; `install(app)` adds its routes."""
 
     def __init__(self, settings: Settings, engine: AsyncEngine, provider: Provider) -> None:
@@ -112,6 +113,7 @@ class Console(Acting):
         r.add_get("/memory/{uid}/rollback", self.rollback_confirm)
         r.add_post("/memory/{uid}/rollback", self.rollback)
         self.install_acting(r)
+        self.install_facts(r)
         r.add_get("/changelog", self.changelog)
         r.add_get("/usage", self.usage)
         r.add_static("/static", HERE / "static", show_index=False)

@@ -27,6 +27,7 @@ from memory.contract.capabilities import (
 )
 from memory.contract.context import with_actor, with_change_source
 from memory.contract.errors import NotFound, StoreCorrupt
+from memory.contract.facts import Fact, FactOp, FactState, FactStore
 from memory.contract.options import WriteOptions
 from memory.contract.tracing import unwrap
 from memory.contract.types import (
@@ -41,6 +42,7 @@ from memory.contract.types import (
     Session,
     SessionInfo,
 )
+from memory.facts.keys import normalize_key
 from memory.facts.render import describe_change
 from memory.followups import store as followup_store
 from memory.followups.times import local_text
@@ -242,6 +244,56 @@ async def write_rule(
     if isinstance(inner, VersionedProfileStore):
         return await inner.memory_version(user_id, agent_id)
     return 0
+
+
+@dataclass
+class FactView:
+    current: list[Fact]
+    earlier: list[Fact]  # superseded, retracted or reverted; newest first
+    sessions: dict[int, str]  # evidence message id -> its session, for links
+
+    def current_on(self, key: str) -> Fact | None:
+        wanted = normalize_key(key)
+        return next((f for f in self.current if f.key == wanted), None)
+
+
+async def fact_view(
+    provider: Provider, engine: AsyncEngine, user_id: int, agent_id: str, topic: str
+) -> FactView:
+    """The facts of (user, agent): current ones and, filtered by `topic` when given
+    (key or value), the earlier ones."""
+    inner = unwrap(provider)
+    if not isinstance(inner, FactStore):
+        raise NotFound(f"the {provider.name} provider keeps no facts")
+    current = await inner.current_facts(user_id, agent_id)
+    history = await inner.fact_history(user_id, agent_id, topic or None)
+    earlier = [f for f in reversed(history) if f.state != FactState.CURRENT]
+    ids = [i for f in (*current, *earlier) for i in f.evidence]
+    return FactView(
+        current, earlier, await operator_reads.sessions_of_messages(engine, user_id, ids)
+    )
+
+
+async def write_fact(
+    provider: Provider,
+    engine: AsyncEngine,
+    user_id: int,
+    agent_id: str,
+    *,
+    op: str,
+    key: str,
+    value: str,
+    operator: str,
+) -> int:
+    """Set or retract the fact on `key` as an operator (no message cited: the changelog
+    names who); the new memory version."""
+    inner = unwrap(provider)
+    if not isinstance(inner, FactStore):
+        raise NotFound(f"the {provider.name} provider keeps no facts")
+    options = WriteOptions(ChangeSource.OPERATOR, f"web:{operator}")
+    changes = await inner.apply_facts(user_id, agent_id, [FactOp(op, key, value)], options)
+    await _move_snapshots(inner, engine, user_id, agent_id)
+    return max((c.version for c in changes), default=0)
 
 
 async def _move_snapshots(inner: Any, engine: AsyncEngine, user_id: int, agent_id: str) -> None:

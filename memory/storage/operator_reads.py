@@ -17,7 +17,13 @@ from memory.contract.capabilities import Provider
 from memory.contract.errors import NotFound
 from memory.contract.tracing import unwrap
 from memory.contract.types import ChangeEntry, ListOptions, Message, Session, as_utc
-from memory.storage.history import HistoryStore, SessionCounter, SessionCounts, messages
+from memory.storage.history import (
+    HistoryStore,
+    SessionCounter,
+    SessionCounts,
+    conversations,
+    messages,
+)
 from memory.storage.stores import changelog_entry, changelog_table, snapshot_table, state_table
 from memory.storage.usage import TokenUsage, usage_records
 
@@ -224,3 +230,20 @@ async def usage_between(
         )
         for r in rows
     ]
+
+
+async def sessions_of_messages(
+    engine: AsyncEngine, user_id: int, message_ids: Sequence[int]
+) -> dict[int, str]:
+    """The session each of `message_ids` is stored in, for those in `user_id`'s memory
+    (an id of another user's message is left out, as unknown ones are)."""
+    ids = sorted(set(message_ids))
+    if not ids:
+        return {}
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(messages.c.id, conversations.c.session_id)
+            .join(conversations, conversations.c.id == messages.c.conversation_id)
+            .where(messages.c.id.in_(ids), conversations.c.user_id == user_id)
+        )
+        return {int(r.id): str(r.session_id) for r in rows}

@@ -264,6 +264,7 @@ PAGES = {
     "rollback-confirm": "/memory/1001/rollback?scope=profile&version=2",
     "edit": "/memory/1001/edit?scope=profile",
     "rule-add": "/memory/1001/rule",
+    "facts": "/memory/1001/facts",
     "erase-confirm": "/memory/1002/erase",
     "changelog": "/changelog",
     "usage": "/usage",
