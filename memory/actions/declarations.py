@@ -21,6 +21,7 @@ from memory.actions.arguments import (
     SEARCH_SCOPES,
     Alias,
     Arguments,
+    Before,
     ConstraintId,
     Content,
     ContentOrEmpty,
@@ -31,10 +32,12 @@ from memory.actions.arguments import (
     NoteName,
     Question,
     Scope,
+    Since,
     SummaryId,
     Text,
     TokenCap,
     Version,
+    parse_date,
     refuse,
 )
 from memory.actions.spec import Action, Audience, Call, Command, Recalled, Registry
@@ -77,6 +80,22 @@ def _rest(key: str, **extra: Any) -> Any:
     return lambda words: {key: words, **extra} if words else None
 
 
+def _search_words(words: str) -> dict[str, Any] | None:
+    """`[since <date>] [before <date>] <text>`, the two in either order (a date that is
+    none answers with the usage line; a range that is none, with the search's error)."""
+    args: dict[str, Any] = {"limit": PEOPLE_SEARCH_POOL}
+    rest = words.strip()
+    while True:
+        parts = rest.split(maxsplit=2)
+        key = parts[0].lower() if parts else ""
+        if len(parts) < 3 or key not in ("since", "before") or key in args:
+            break
+        args[key], rest = parse_date(parts[1]), parts[2]
+        if args[key] is None:
+            return None
+    return {"since": None, "before": None, **args, "text": rest} if rest else None
+
+
 # --- status and search --------------------------------------------------------------
 
 
@@ -110,11 +129,15 @@ class SearchArgs(Arguments):
     scope: Scope = SearchScope.BOTH.value
     mode: Mode = SearchMode.HYBRID.value
     limit: Limit = DEFAULT_LIMIT
+    since: Since = None
+    before: Before = None
 
     @model_validator(mode="after")
     def _search_scope(self) -> SearchArgs:
         if self.scope not in SEARCH_SCOPES:
             raise refuse(f"search scope must be one of {', '.join(SEARCH_SCOPES)}")
+        if self.since and self.before and self.since >= self.before:
+            raise refuse("search since must be earlier than before")
         return self
 
 
@@ -125,6 +148,8 @@ async def _search(c: Call, args: SearchArgs) -> Any:
         limit=args.limit,
         mode=SearchMode(args.mode),
         in_turn=c.front.in_turn,
+        since=args.since,
+        before=args.before,
     )
     return await c.provider_as(Searcher).search(c.session, query)
 
@@ -136,13 +161,14 @@ declare(
         Searcher,
         "search earlier messages and summaries; ask in plain words (a question or a few "
         "keywords: any of them may match, rarer ones weigh more); each hit has its id, date "
-        "and a snippet",
+        'and a snippet; since/before keep it to a date range ("last week": since 7d)',
         _search,
         render=to_model.search,
         command=Command(
             "search",
-            "<text> — search everything I remember of our conversations",
-            parse=_rest("text", limit=PEOPLE_SEARCH_POOL),
+            "<text> — search everything I remember of our conversations; since <date> "
+            "and before <date> ahead of the text keep to dates (2026-03-01, or 7d / 2w ago)",
+            parse=_search_words,
             render=to_people.search,
             lacks="search",
         ),
