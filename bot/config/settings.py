@@ -244,6 +244,9 @@ class _MemoryBase(BaseModel):
     # Defaults chosen by bench/cost.py (issue 17): see docs/CHAT.md "Compaction and caching".
     budget_tokens: int = Field(default=13500, ge=256, le=MAX_TOKENS)
     fresh_tail: int = Field(default=20, ge=0, le=MAX_MESSAGES)
+    # Current facts per user (a group, in a group): a create past it is refused with a
+    # request to merge (memory/contract/facts.py), never dropped silently.
+    max_facts: int = Field(default=200, ge=1, le=10_000)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
     def section(self, name: str) -> dict[str, Any]:

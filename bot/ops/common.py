@@ -103,6 +103,7 @@ async def open_memory(
             agent_id=settings.agent.id,
             data_dir=Path(settings.data_dir),
             config=settings.provider_config(),
+            max_facts=settings.memory.max_facts,
         )
         provider = await create_provider_async(settings.memory.provider, ctx)
         try:

@@ -43,6 +43,7 @@ from memory.contract.embedding import (
     QueryEmbedder,
     VectorHit,
 )
+from memory.contract.facts import DEFAULT_MAX_FACTS, FactStore
 from memory.contract.graph import SummaryGraphReader
 from memory.contract.maintenance import Exporter, IntegrityChecker, OverlaySchema
 from memory.contract.options import AppendOptions, WriteOptions
@@ -107,6 +108,8 @@ class ProviderContext:
     # Scopes of this many vectors are searched through an on-disk index under
     # `data_dir`/vectors (0: none is; memory/search/semantic/disk.py).
     vector_disk_min_rows: int = DEFAULT_DISK_MIN_ROWS
+    # The cap on current facts per (user, agent): `memory.max_facts` (memory/contract/facts.py).
+    max_facts: int = DEFAULT_MAX_FACTS
 
 
 @runtime_checkable
@@ -428,6 +431,7 @@ CAPABILITIES: dict[str, type] = {
     "NoteStore": NoteStore,
     "EmbeddingSources": EmbeddingSources,
     "Forgetter": Forgetter,
+    "FactStore": FactStore,
 }
 
 

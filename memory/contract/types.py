@@ -337,6 +337,7 @@ class Scope(enum.StrEnum):
     SOUL = "soul"
     CONSTRAINT = "constraint"
     COMPACTION = "compaction"
+    FACT = "fact"  # memory/contract/facts.py: before/after are JSON lists of facts
 
 
 class Action(enum.StrEnum):

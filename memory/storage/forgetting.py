@@ -43,7 +43,9 @@ from memory.contract.types import Dependents as Dependents
 from memory.contract.types import ErasureReport as ErasureReport
 from memory.contract.types import ForgetReport as ForgetReport
 from memory.contract.types import Owner as Owner
+from memory.facts.forgetting import forget_evidence
 from memory.search.text import like_pattern
+from memory.storage import snapshots
 from memory.storage.db import lock_for_transaction, write_transaction
 from memory.storage.history import TITLE_CHARS, PartKind, conversations, messages, origins, parts
 from memory.text.sanitize import storable
@@ -246,10 +248,13 @@ async def _exchanges(conn: AsyncConnection, keys: set[tuple[int, str]]) -> list[
 async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int]) -> int:
     """Delete messages `ids` of conversation `conv_id` with their parts, origins, vectors
     and index entries, re-index the messages whose search context quoted them, and retitle
-    the conversation if its title came from one. Returns how many were deleted."""
+    the conversation if its title came from one; the facts they alone supported go (and
+    what those had superseded reopens: memory/facts/forgetting.py). Returns how many
+    messages were deleted."""
     ids = sorted(set(ids))
     if not ids:
         return 0
+    await forget_evidence(conn, ids)
     deleted: list[tuple[int, str, str]] = []  # (seq, role, content)
     for chunk in chunks(ids):
         rows = await conn.execute(
@@ -624,6 +629,7 @@ async def after_forget(provider: Provider, owner: Owner) -> None:
     process's cached vectors of the owner (other replicas reload theirs when they find
     rows gone, memory/search/semantic/index.py)."""
     await scrub(engine_of(provider))
+    snapshots.moved()  # a forget that removed a fact moved its owner's snapshots
     semantic = getattr(unwrap(provider), "semantic", None)
     if semantic is not None:
         semantic.index.forget(owner.user_id, owner.agent_id)

@@ -3,7 +3,8 @@ one version counter, the changelog, versioned reads, rollback and session snapsh
 
 `SharedStores` is a mixin: a provider that has `self.engine` inherits it and thereby
 implements ProfileStore, ConstraintStore, VersionedProfileStore,
-VersionedConstraintStore, ChangelogReader, ChangelogWriter and SessionSnapshotStore.
+VersionedConstraintStore, ChangelogReader, ChangelogWriter, SessionSnapshotStore and
+FactStore (memory/facts/, on the same version counter and write path).
 
 Decisions worth knowing:
 - Every store write, including one that leaves the text unchanged, is a new version
@@ -15,6 +16,10 @@ Decisions worth knowing:
   `version_after` <= V ("" when none); V <= 0 means "current" (the Go contract).
 - `write_changelog` takes any scope except profile/soul/constraint (those rows are the
   stores' own and drive versioned reads); its rows never bump the version.
+- The profile's text is its current facts rendered (memory/facts/render.py), then the
+  free text `set_profile` writes; a versioned read renders the facts of that version.
+  `set_profile` drops lines that render a current fact, so a text read and written back
+  does not copy the facts into the free text.
 - Text is made storable (NUL and lone surrogates replaced) as the message history does.
 - A write's changelog row records `options.source` and `options.session_id`
   (memory/contract/options.py `WriteOptions`); a write without options takes them from the
@@ -33,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.contract.context import change_source_from_context, session_id_from_context
 from memory.contract.errors import Conflict, InvalidArgument, NotFound, StoreCorrupt
+from memory.contract.facts import Fact
 from memory.contract.options import WriteOptions
 from memory.contract.types import (
     Action,
@@ -45,6 +51,11 @@ from memory.contract.types import (
     as_utc,
     utcnow,
 )
+from memory.facts.forgetting import erase_facts
+from memory.facts.models import facts as facts_table
+from memory.facts.render import render_profile, strip_fact_lines
+from memory.facts.rows import read_facts
+from memory.facts.store import FactStores
 from memory.storage.db import conflict_insert, write_transaction
 from memory.storage.store_models import MemoryChangelog, MemoryState, SessionSnapshotRow
 from memory.storage.usage import write_pending
@@ -196,6 +207,17 @@ async def _text_at(
     return text or ""
 
 
+async def _current_facts(conn: AsyncConnection, user_id: int, agent_id: str) -> list[Fact]:
+    return await read_facts(
+        conn,
+        sa.select(facts_table).where(
+            facts_table.c.user_id == user_id,
+            facts_table.c.agent_id == agent_id,
+            facts_table.c.state == "current",
+        ),
+    )
+
+
 def changelog_entry(row: sa.Row[*tuple[Any, ...]]) -> ChangeEntry:
     """A changelog row as a `ChangeEntry` (the stores' reads and the web console's)."""
     return ChangeEntry(
@@ -224,12 +246,63 @@ def _snapshot(row: sa.Row[*tuple[Any, ...]]) -> SessionSnapshot:
     )
 
 
-class SharedStores:
+class SharedStores(FactStores):
     """Mixin implementing the shared-store capabilities over `self.engine`."""
 
     engine: AsyncEngine
 
     # -- the one write path -------------------------------------------------------
+
+    def _check_owner(self, user_id: int, agent_id: str) -> None:
+        _check_owner(user_id, agent_id)
+
+    async def _versioned_write(
+        self,
+        user_id: int,
+        agent_id: str,
+        scope: Scope,
+        options: WriteOptions | None,
+        body: Callable[[AsyncConnection, int, ChangeSource], Awaitable[tuple[Action, str, str]]],
+    ) -> tuple[int, int]:
+        """A write of rows outside memory_state (the facts) on the same counter: lock the
+        owner's row, run `body(conn, new version, source)` for the action and the
+        changelog texts, bump the version, record the row, in one transaction. Returns
+        (version, changelog id)."""
+        _check_owner(user_id, agent_id)
+        who = options or WriteOptions.from_context()
+        try:
+            source = ChangeSource(who.source)
+        except ValueError as exc:
+            raise InvalidArgument(f"unknown change source {who.source!r}") from exc
+        async with write_transaction(self.engine) as conn:
+            row = await _lock_state(conn, user_id, agent_id)
+            version = int(row.version) + 1
+            action, before, after = await body(conn, version, source)
+            now = utcnow()
+            await conn.execute(
+                sa.update(state_table)
+                .where(_owner(state_table, user_id, agent_id))
+                .values(version=version, updated_at=now)
+            )
+            result = await conn.execute(
+                sa.insert(changelog_table)
+                .values(
+                    user_id=user_id,
+                    agent_id=agent_id,
+                    session_id=who.session_id[:MAX_SESSION_ID_CHARS],
+                    scope=scope.value,
+                    action=action.value,
+                    source=source.value,
+                    version_before=int(row.version),
+                    version_after=version,
+                    before_text=before,
+                    after_text=after,
+                    created_at=now,
+                )
+                .returning(changelog_table.c.id)
+            )
+            changelog_id = int(result.scalar_one())
+        return version, changelog_id
 
     async def _write_scope(
         self,
@@ -252,6 +325,8 @@ class SharedStores:
             row = await _lock_state(conn, user_id, agent_id)
             before = getattr(row, column)
             after, action = await change(conn, int(row.version), before)
+            if scope == Scope.PROFILE:
+                after = strip_fact_lines(after, await _current_facts(conn, user_id, agent_id))
             version = int(row.version) + 1
             now = utcnow()
             await conn.execute(
@@ -297,7 +372,7 @@ class SharedStores:
     # -- ProfileStore ---------------------------------------------------------------
 
     async def get_profile(self, user_id: int, agent_id: str) -> str:
-        return await self._current_text(user_id, agent_id, Scope.PROFILE)
+        return await self.get_profile_at(user_id, agent_id, 0)
 
     async def set_profile(
         self, user_id: int, agent_id: str, content: str, options: WriteOptions | None = None
@@ -378,7 +453,8 @@ class SharedStores:
             return await _current_version(conn, user_id, agent_id)
 
     async def get_profile_at(self, user_id: int, agent_id: str, version: int) -> str:
-        return await self._versioned_text(user_id, agent_id, Scope.PROFILE, version)
+        free = await self._versioned_text(user_id, agent_id, Scope.PROFILE, version)
+        return render_profile(await self.facts_at(user_id, agent_id, version), free)
 
     async def get_soul_at(self, user_id: int, agent_id: str, version: int) -> str:
         return await self._versioned_text(user_id, agent_id, Scope.SOUL, version)
@@ -477,10 +553,10 @@ class SharedStores:
         """`write_changelog` inside the caller's write transaction, so the event and its
         record commit together (a provider's compaction, say)."""
         _check_owner(entry.user_id, entry.agent_id)
-        if not entry.scope or entry.scope in {s.value for s in _COLUMNS}:
+        if not entry.scope or entry.scope in {s.value for s in (*_COLUMNS, Scope.FACT)}:
             raise InvalidArgument(
-                f"write_changelog cannot record scope {entry.scope!r}: profile, soul and "
-                "constraint rows are written by the stores themselves"
+                f"write_changelog cannot record scope {entry.scope!r}: profile, soul, "
+                "constraint and fact rows are written by the stores themselves"
             )
         if not entry.action:
             raise InvalidArgument("a changelog entry needs an action")
@@ -507,9 +583,10 @@ class SharedStores:
         )
 
     async def erase_stores(self, conn: AsyncConnection, user_id: int, agent_id: str) -> int:
-        """Delete (user, agent)'s profile, soul, constraints, all their versions (the
-        changelog) and session snapshots, in the caller's transaction (an erasure, which
-        then records itself). Returns how many changelog rows went."""
+        """Delete (user, agent)'s profile, soul, constraints, facts, all their versions
+        (the changelog) and session snapshots, in the caller's transaction (an erasure,
+        which then records itself). Returns how many changelog rows went."""
+        await erase_facts(conn, user_id, agent_id)
         rows = int(
             await conn.scalar(
                 sa.select(sa.func.count())

@@ -66,6 +66,7 @@ from memory.contract.capabilities import (
 )
 from memory.contract.context import with_change_source, with_session_id
 from memory.contract.errors import Conflict, InvalidArgument, NotFound, SessionArchived
+from memory.contract.facts import FactOp, FactStore
 from memory.contract.options import AppendOptions, WriteOptions
 from memory.contract.tracing import capability, unwrap
 from memory.contract.types import (
@@ -990,6 +991,95 @@ class ProviderConformance:
         assert await p.note_list(mine) == []
         await p.note_add(mine, "diary", "my own")  # same name, other user: no conflict
         assert (await p.note_get(theirs, "diary")).content == "secret narwhal"
+
+    # == FactStore ===============================================================
+
+    async def cited(self, provider: Provider, session: Session, text: str) -> list[int]:
+        """Append `text` as a user message of `session`; the ids a fact may cite for it
+        (found as a forget finds it: needs Forgetter, else the fact cites nothing)."""
+        await provider.bootstrap(session)
+        await provider.append(session, Message("user", text))
+        if not isinstance(unwrap(provider), Forgetter):
+            return []
+        owner = fg.Owner(session.user_id, session.agent_id)
+        return [i.id for i in (await fg.preview(provider, owner, text)).items]
+
+    async def test_a_new_value_supersedes_closing_both_intervals(self, provider: Provider) -> None:
+        p = self.require(provider, FactStore)
+        u, a = self.user_id, self.agent_id
+        s = self.session()
+        first = await self.cited(provider, s, "I live in Lisbonkit")
+        second = await self.cited(provider, s, "moved to Portokit now")
+        [made] = await p.apply_facts(u, a, [FactOp("set", "Home City", "Lisbon", first)])
+        [moved] = await p.apply_facts(u, a, [FactOp("set", "home  city", "Porto", second)])
+        assert moved.action == "superseded" and moved.version == made.version + 1
+        [old] = moved.closed
+        assert old.state == "superseded" and old.replaced_by == moved.fact.id
+        assert old.valid_to == moved.fact.valid_from and old.version_to == moved.version
+        assert old.evidence == tuple(first) and moved.fact.evidence == tuple(second)
+        assert [f.value for f in await p.current_facts(u, a)] == ["Porto"]
+        assert [f.value for f in await p.facts_at(u, a, made.version)] == ["Lisbon"]
+        assert [f.value for f in await p.facts_as_of(u, a, old.valid_from)] == ["Lisbon"]
+        assert await p.current_facts(self.other_user_id, a) == []
+        if isinstance(p, ChangelogReader):
+            [row] = await p.read_changelog(u, a, scope="fact", limit=1)
+            assert row.id == moved.changelog_id and row.version_after == moved.version
+        if isinstance(p, ProfileStore):
+            assert "home city: Porto" in await p.get_profile(u, a)
+            assert "Lisbon" not in await p.get_profile(u, a)
+
+    async def test_a_restatement_is_merged_and_a_retraction_closes(
+        self, provider: Provider
+    ) -> None:
+        p = self.require(provider, FactStore)
+        u, a = self.user_id, self.agent_id
+        s = self.session()
+        one = await self.cited(provider, s, "I am vegetariankit")
+        two = await self.cited(provider, s, "still vegetariankit here")
+        three = await self.cited(provider, s, "no longer vegetariankit")
+        await p.apply_facts(u, a, [FactOp("set", "diet", "vegetarian", one)])
+        [again] = await p.apply_facts(u, a, [FactOp("set", "diet", "Vegetarian", two)])
+        assert again.action == "restated"
+        assert again.fact.evidence == tuple(sorted(one + two))
+        assert len(await p.fact_history(u, a)) == 1
+        [gone] = await p.apply_facts(u, a, [FactOp("retract", "diet", message_ids=three)])
+        assert gone.fact.state == "retracted" and gone.fact.valid_to is not None
+        assert await p.current_facts(u, a) == []
+        with pytest.raises(NotFound):
+            await p.apply_facts(u, a, [FactOp("retract", "diet")])
+
+    async def test_fact_evidence_outside_the_memory_is_dropped(self, provider: Provider) -> None:
+        p = self.require(provider, FactStore)
+        self.require(provider, Forgetter)
+        u, a = self.user_id, self.agent_id
+        mine = await self.cited(provider, self.session(), "my own citykit words")
+        theirs = await self.cited(
+            provider, self.session(self.other_user_id), "their secret citykit words"
+        )
+        assert mine and theirs
+        [made] = await p.apply_facts(
+            u, a, [FactOp("set", "city", "Kit", [*mine, *theirs, 987654321])]
+        )
+        assert made.fact.evidence == tuple(mine)
+        assert set(made.dropped_ids) == {*theirs, 987654321}
+
+    async def test_forget_removes_a_fact_its_message_alone_supported(
+        self, provider: Provider
+    ) -> None:
+        p = self.require(provider, FactStore)
+        self.require(provider, Forgetter)
+        u, a = self.user_id, self.agent_id
+        s = self.session()
+        first = await self.cited(provider, s, "I work at Acmekit")
+        second = await self.cited(provider, s, "I now work at Globexkit")
+        await p.apply_facts(u, a, [FactOp("set", "employer", "Acme", first)])
+        await p.apply_facts(u, a, [FactOp("set", "employer", "Globex", second)])
+        await fg.forget(provider, fg.Owner(u, a), second)
+        [back] = await p.current_facts(u, a)
+        assert (back.value, back.state, back.valid_to) == ("Acme", "current", None)
+        assert [f.value for f in await p.fact_history(u, a)] == ["Acme"]
+        await fg.forget(provider, fg.Owner(u, a), first)
+        assert await p.fact_history(u, a) == []
 
     # == Forgetter ===============================================================
 

@@ -61,6 +61,7 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance, LcmForgetting, L
 
     def __init__(self, ctx: ProviderContext) -> None:
         self.engine = ctx.engine
+        self.max_facts = ctx.max_facts
         self.history = HistoryStore(ctx.engine)
         self.settings = settings_of(LcmSettings, self.name, ctx.settings, ctx.config)
         self.summarizer = ctx.summarizer

@@ -125,6 +125,7 @@ class SimpleProvider(
         if isinstance(keep_tail, bool) or not isinstance(keep_tail, int) or keep_tail < 0:
             raise InvalidArgument(f"memory.simple keep_tail must be >= 0, got {keep_tail!r}")
         self.engine = ctx.engine
+        self.max_facts = ctx.max_facts
         self.summarizer: Summarizer = ctx.summarizer
         self.agent_id = ctx.agent_id
         self.keep_tail = keep_tail

@@ -20,6 +20,7 @@ from memory.contract.capabilities import (
 )
 from memory.contract.context import with_change_source, with_session_id
 from memory.contract.errors import Conflict, InvalidArgument, NotFound, StoreCorrupt
+from memory.contract.facts import FactStore
 from memory.contract.types import ChangeEntry, ChangeSource
 from memory.storage.stores import MAX_CONSTRAINT_CHARS, SharedStores, state_table
 
@@ -46,6 +47,7 @@ def test_mixin_implements_every_store_protocol(engine: AsyncEngine) -> None:
         ChangelogReader,
         ChangelogWriter,
         SessionSnapshotStore,
+        FactStore,
     ):
         assert isinstance(s, proto), proto.__name__
 

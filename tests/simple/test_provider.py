@@ -67,6 +67,7 @@ async def test_registered_with_every_capability(engine: AsyncEngine, tmp_path: P
         "Forgetter",
         "MessageReader",
         "AnswerOrigins",
+        "FactStore",
     }
     await provider.close()
     await provider.close()  # idempotent

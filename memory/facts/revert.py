@@ -1,0 +1,104 @@
+"""Undoing one fact change as a new version (the review's Revert button, the console).
+
+The change's changelog row holds the facts it touched before and after
+(`changelog_lists`). What it created is closed as `reverted`; what it closed (superseded,
+retracted, merged away) is reopened as a copy current from the revert's version, so a
+snapshot at any earlier version still reads as it did; evidence a restatement added is
+unlinked. A fact a later change moved on from the row's "after" is a Conflict: revert
+the later change first."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from memory.contract.errors import Conflict, StoreCorrupt
+from memory.contract.facts import Fact, FactChange, FactState
+from memory.facts.apply import Applied, Writer, add_evidence, insert_fact
+from memory.facts.models import evidence, facts
+from memory.facts.rows import facts_by_id
+
+
+def changelog_lists(before_text: str, after_text: str) -> tuple[list[dict[str, Any]], ...]:
+    """A fact changelog row's (before, after): JSON lists of `Fact.to_dict()`."""
+    try:
+        before = json.loads(before_text) if before_text.strip() else []
+        after = json.loads(after_text) if after_text.strip() else []
+    except ValueError as exc:
+        raise StoreCorrupt(f"a fact changelog row is not JSON: {exc}") from exc
+    if not isinstance(before, list) or not isinstance(after, list):
+        raise StoreCorrupt("a fact changelog row is not a JSON list")
+    return before, after
+
+
+def _moved_on(now: Fact | None, then: dict[str, Any]) -> bool:
+    return (
+        now is None
+        or now.state != then.get("state")
+        or now.version_to != then.get("version_to")
+        or now.replaced_by != then.get("replaced_by")
+    )
+
+
+async def revert_rows(
+    conn: AsyncConnection, w: Writer, before: list[dict[str, Any]], after: list[dict[str, Any]]
+) -> Applied:
+    was = {str(f["id"]): f for f in before}
+    done = Applied()
+    now = await facts_by_id(conn, [str(f["id"]) for f in after])
+    for then in after:
+        fid = str(then["id"])
+        if _moved_on(now.get(fid), then):
+            raise Conflict(
+                f"fact {then.get('key')!r} changed again since (or was forgotten): "
+                "revert the later change first"
+            )
+    for then in after:
+        fid = str(then["id"])
+        fact = now[fid]
+        prior = was.get(fid)
+        done.touch(fact)
+        if prior is None:  # created by the change: it never held
+            await conn.execute(
+                sa.update(facts)
+                .where(facts.c.id == fid)
+                .values(
+                    state=FactState.REVERTED.value,
+                    valid_to=fact.valid_from,
+                    version_to=fact.version_to if fact.version_to is not None else w.version,
+                )
+            )
+            closed = (await facts_by_id(conn, [fid]))[fid]
+            done.changes.append(FactChange("reverted", closed, (closed,), (), w.version))
+        elif prior.get("state") == FactState.CURRENT and fact.state != FactState.CURRENT:
+            copy = await _reopen(conn, w, fact)
+            done.touch_new(copy.id)
+            done.changes.append(FactChange("reopened", copy, (), (), w.version))
+        else:  # a restatement (or retraction) added evidence: unlink what it added
+            added = set(fact.evidence) - {int(m) for m in prior.get("evidence", [])}
+            if added:
+                await conn.execute(
+                    evidence.delete().where(
+                        evidence.c.fact_id == fid, evidence.c.message_id.in_(sorted(added))
+                    )
+                )
+            back = (await facts_by_id(conn, [fid]))[fid]
+            done.changes.append(FactChange("reverted", back, (), (), w.version))
+    return done
+
+
+async def _reopen(conn: AsyncConnection, w: Writer, fact: Fact) -> Fact:
+    """`fact` current again from this version, as a copy; the closed row keeps its
+    version interval and yields its valid interval to the copy (else a date in both
+    would find the fact twice)."""
+    copy_id = await insert_fact(conn, w, fact.key, fact.value, fact.valid_from, [])
+    await add_evidence(conn, copy_id, fact.evidence)
+    await conn.execute(
+        sa.update(facts)
+        .where(facts.c.id == fact.id)
+        .values(valid_to=fact.valid_from, replaced_by=copy_id)
+    )
+    return (await facts_by_id(conn, [copy_id]))[copy_id]
