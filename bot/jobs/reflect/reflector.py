@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.jobs.reflect import runs
 from bot.jobs.reflect.activity import activity_source
 from bot.jobs.reflect.prompt import build_messages
 from bot.jobs.reflect.state import Candidate, Lease, ReflectState
@@ -143,6 +144,7 @@ class Reflector:
         self.config = config
         self.usage = usage or UsageRecorder()
         self.guard = guard
+        self.engine = engine
         self.state = ReflectState(engine, config.agent_id, replica_id or _replica_id())
         self.activity = activity_source(provider, engine, self.state)
 
@@ -221,6 +223,7 @@ class Reflector:
         if lease is None:
             return SessionOutcome(session.id, "busy")
         writes = 0
+        run = runs.Run(session, lease.watermark)
         try:
             # run_cycle refuses a provider that is not a Reviewer (`unsupported`).
             reviewer = cast(Reviewer, self.provider)
@@ -228,6 +231,7 @@ class Reflector:
             if not context.strip():
                 await self._succeed(lease)
                 return SessionOutcome(session.id, "nothing_new")
+            await runs.begin(self.provider, self.engine, run)
             actions = tool_actions(self.provider, actions_only=REFLECT_ACTIONS)
             schema = build_tool(self.provider, actions_only=actions)
             allowed = set(actions)
@@ -247,6 +251,7 @@ class Reflector:
                     ("error", "not found")
                 ):
                     writes += 1
+                    run.written.append(str(args["action"]))
                 return out
 
             prompt = await self._prompt(lease, context)
@@ -260,7 +265,9 @@ class Reflector:
                 reason,
             )
             await self.state.fail(lease, reason)
+            await runs.record(self.provider, run, "", failed=reason)
             return SessionOutcome(session.id, "failed", writes, reason[:200])
+        await runs.record(self.provider, run, answer)
         await self._succeed(lease)
         status = "changed" if writes else "unchanged"
         return SessionOutcome(session.id, status, writes, " ".join(answer.split())[:200])
