@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import model_validator
 
+from memory.actions import changes, forgetting, provenance
 from memory.actions import chat_replies as to_people
-from memory.actions import forgetting, provenance
 from memory.actions import tool_results as to_model
 from memory.actions.arguments import (
     CHANGE_SCOPES,
@@ -43,6 +43,7 @@ from memory.actions.arguments import (
 from memory.actions.spec import Action, Audience, Call, Command, Recalled, Registry
 from memory.contract.capabilities import (
     ChangelogReader,
+    ChangelogWriter,
     ConstraintStore,
     Explorer,
     Forgetter,
@@ -54,6 +55,7 @@ from memory.contract.capabilities import (
     VersionedProfileStore,
 )
 from memory.contract.errors import ContractError
+from memory.contract.facts import FactStore
 from memory.contract.types import SearchMode, SearchQuery, SearchScope
 
 DEFAULT_LIMIT = 10  # search, note_search and profile_history results
@@ -816,6 +818,123 @@ declare(
             parse=lambda words: {} if words.lower().split() == ["cancel"] else None,
             render=forgetting.cancelled_text,
             lacks=_FORGETTING,
+        ),
+    )
+)
+
+
+# --- what changed: the facts' timeline, the review of reflect's changes -------------
+# (memory/actions/changes.py; people only: the model has fact_list and its own writes)
+
+
+class TopicArgs(Arguments):
+    topic: str = ""
+
+
+class ChangeIdArgs(Arguments):
+    change_id: Version
+
+
+class DigestArgs(Arguments):
+    digest: str = changes.ON
+
+
+def _review_words(verb: str) -> Any:
+    def parse(words: str) -> dict[str, Any] | None:
+        parts = words.lower().split()
+        if len(parts) == 2 and parts[0] == verb and parts[1].lstrip("#").isdigit():
+            return {"change_id": int(parts[1].lstrip("#"))}
+        return None
+
+    return parse
+
+
+_CHANGES = "reviewing reflect's changes"
+_NO_CHANGE = "No change #{change_id} of reflect to review; /memory review lists them."
+declare(
+    Action(
+        "timeline",
+        TopicArgs,
+        FactStore,
+        "every fact about the user in any state, by date, with its sources",
+        changes.timeline,
+        tool=False,
+        command=Command(
+            "timeline",
+            "[topic] — how the facts I hold about you changed, by date, with their sources",
+            parse=lambda words: {"topic": words},
+            render=changes.timeline_text,
+            lacks="facts",
+            listed_after="profile",
+        ),
+    )
+)
+declare(
+    Action(
+        "review",
+        NoArgs,
+        ChangelogReader,
+        "reflect's changes the user has not kept or reverted yet",
+        changes.review,
+        audience=Audience.OWNER,
+        tool=False,
+        command=Command(
+            "review",
+            "[off | on] — reflect's changes to your facts, profile, soul and rules, to keep "
+            "or revert (off / on: the digest after reflect changes something)",
+            render=changes.review_text,
+            lacks=_CHANGES,
+            listed_after="history",
+        ),
+    )
+)
+declare(
+    Action(
+        "review_keep",
+        ChangeIdArgs,
+        ChangelogWriter,
+        "keep one of reflect's changes",
+        changes.keep,
+        audience=Audience.OWNER,
+        tool=False,
+        command=Command(
+            "review", parse=_review_words(changes.KEEP), lacks=_CHANGES, not_found=_NO_CHANGE
+        ),
+    )
+)
+declare(
+    Action(
+        "review_revert",
+        ChangeIdArgs,
+        ChangelogWriter,
+        "revert one of reflect's changes",
+        changes.revert,
+        audience=Audience.OWNER,
+        tool=False,
+        write="rollback",
+        command=Command(
+            "review",
+            parse=_review_words(changes.REVERT),
+            lacks=_CHANGES,
+            not_found=_NO_CHANGE,
+        ),
+    )
+)
+declare(
+    Action(
+        "review_digest",
+        DigestArgs,
+        ChangelogWriter,
+        "turn the digest of reflect's changes off or on",
+        changes.switch,
+        audience=Audience.OWNER,
+        tool=False,
+        command=Command(
+            "review",
+            parse=lambda w: (
+                {"digest": w.lower()} if w.lower() in (changes.OFF, changes.ON) else None
+            ),
+            lacks=_CHANGES,
         ),
     )
 )

@@ -62,9 +62,7 @@ async def test_cycle_writes_memory_with_source_reflect(reflector, provider, fake
     # The review's own row, last: the versions it spanned and the writes it made.
     assert (review.scope, review.action, review.source) == ("reflect", "review", "reflect")
     assert (review.version_before, review.version_after) == (0, 3)
-    assert review.after_text.startswith(
-        "3 change(s): profile_update, soul_update, constraint_add"
-    )
+    assert review.after_text.startswith("3 change(s): profile_update, soul_update, constraint_add")
     # The running session keeps its view until its next compaction (cached prefix).
     snapshot = await provider.get_or_create_snapshot(ANA.id, 100, "default")
     assert snapshot.version == 0

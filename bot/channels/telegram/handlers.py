@@ -56,6 +56,7 @@ from bot.channels.telegram.imports import ChatImports, export_format, is_import_
 from bot.channels.telegram.imports import pressed as pressed_import
 from bot.channels.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
 from bot.channels.telegram.render.replies import EditPacer, ReplyStream, send_plain_reply, typing
+from bot.channels.telegram.review import buttons as review_buttons
 from bot.channels.telegram.sessions import (
     CHANNEL,
     Place,
@@ -83,6 +84,7 @@ from bot.conversation.session_binding import bind_session
 from bot.conversation.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
 from bot.conversation.turns import MEMORY_DOWN
 from bot.model.images import Image
+from memory.actions.commands import split_words
 from memory.contract.tracing import unwrap
 from memory.contract.types import Origin, Session, utcnow
 from memory.storage.usage import UsageRecorder
@@ -188,6 +190,9 @@ class TelegramChannel:
         app.add_handler(MessageHandler(filters.UpdateType.EDITED_MESSAGE, self.on_edited))
         app.add_handler(CallbackQueryHandler(self.on_button, pattern=f"^{BUTTONS}"))
         app.add_handler(CallbackQueryHandler(self.on_import_button, pattern=f"^{IMPORT_BUTTONS}"))
+        app.add_handler(
+            CallbackQueryHandler(self.on_review_button, pattern=f"^{review_buttons.PREFIX}")
+        )
         app.add_error_handler(self.on_error)
 
     # --- gatekeeping -----------------------------------------------------------------
@@ -551,6 +556,10 @@ class TelegramChannel:
         if receipt is not None:
             await receipt.record()  # its effect happened: never run it twice
         words = args if name == "memory" else None  # a forget preview gets its buttons
+        markup = review_buttons.review_buttons(answer) if words is not None else None
+        if markup is not None and split_words(args)[0] == "review":  # Keep / Revert
+            await send_plain_reply(context.bot, target, answer, markup)
+            return
         await confirmations.reply(context.bot, self.conversations, target, answer, words)
 
     async def _names(self, message: Message, place: Place) -> None:
@@ -596,6 +605,32 @@ class TelegramChannel:
         )
         await confirmations.after_press(context.bot, self.conversations, message, code)
         await send_plain_reply(context.bot, target, answer)
+
+    async def on_review_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Keep or Revert under a review of reflect's changes
+        (bot/channels/telegram/review/buttons.py): the command it stands for, run for the
+        person who pressed it, on the change the button was shown with."""
+        query = update.callback_query
+        if query is None or not isinstance(query.message, Message):
+            return
+        words = review_buttons.pressed(query.data or "")
+        message, user = query.message, query.from_user
+        place = Place.of(message)
+        await query.answer()
+        if words is None or not is_allowed(self.tg, user.id, place.chat_id):
+            return
+        base = base_session(self.settings.agent.id, place, user.id)
+        answer = await handle_command(
+            self.conversations,
+            base,
+            "memory",
+            words,
+            is_admin=is_admin(self.tg, user.id),
+            limit=self.reply_limit,
+        )
+        if answer.startswith(("Kept", "Reverted")) or "already kept or reverted" in answer:
+            await review_buttons.drop_row(message, query.data or "")
+        await send_plain_reply(context.bot, self._target(message, place), answer)
 
     async def on_import_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Import or Cancel under an import offer (bot/channels/telegram/imports.py): the offer is

@@ -12,7 +12,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -27,7 +27,7 @@ from memory.actions.tool import build_tool, run_tool, tool_actions
 from memory.contract.capabilities import ConstraintStore, ProfileStore, Provider, Reviewer
 from memory.contract.context import with_agent_id, with_change_source, with_session_id, with_user_id
 from memory.contract.tracing import capability, unwrap
-from memory.contract.types import ChangeSource, Message, utcnow
+from memory.contract.types import ChangeSource, Message, Session, utcnow
 from memory.storage.usage import UsageRecorder, call_kind
 
 log = logging.getLogger(__name__)
@@ -135,10 +135,15 @@ class Reflector:
         replica_id: str | None = None,
         usage: UsageRecorder | None = None,
         guard: Callable[[int], Awaitable[bool]] | None = None,
+        on_changed: Sequence[Callable[[Session], Awaitable[None]]] = (),
     ) -> None:
         """`usage`: where the reviews' model calls are recorded (with the watermark
         they moved); `guard(user_id)`: may a review for this user spend now? (False:
-        the session is put off to a later cycle, its watermark untouched.)"""
+        the session is put off to a later cycle, its watermark untouched.) `on_changed`:
+        told of each session whose review changed the memory, after the cycle (a
+        channel's digest to the user); a failing one is logged."""
+        self.on_changed = on_changed
+        self._reviewed_sessions: list[Session] = []
         self.provider = provider
         self.run_turn = run_turn
         self.config = config
@@ -190,12 +195,28 @@ class Reflector:
             report.sessions.append(await self._review_guarded(cand))
         if slot is not None:
             await self.state.finish_slot(slot, report.reviewed, report.changes, report.failed)
+        await self._tell_changed(report)
         if report.sessions:
             log.info("%s", report.summary())
         return report
 
+    async def _tell_changed(self, report: CycleReport) -> None:
+        changed = {s.session_id for s in report.sessions if s.status == "changed"}
+        for session in self._reviewed_sessions:
+            if session.id not in changed:
+                continue
+            for listener in self.on_changed:
+                try:
+                    await listener(session)
+                except Exception:
+                    log.warning(
+                        "reflect: telling of %s's changes failed", session.id, exc_info=True
+                    )
+        self._reviewed_sessions.clear()
+
     async def _review_guarded(self, cand: Candidate) -> SessionOutcome:
         session = cand.session
+        self._reviewed_sessions.append(session)
         try:
             if self.guard is not None and not await self.guard(session.user_id):
                 return SessionOutcome(session.id, "deferred")
