@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import (
@@ -26,7 +26,7 @@ from pydantic_core import PydanticCustomError
 from memory.contract.types import SearchMode, SearchScope, as_utc, minute_utc, utcnow
 
 SEARCH_SCOPES = tuple(s.value for s in SearchScope)
-CHANGE_SCOPES = ("profile", "soul", "constraint", "compaction")
+CHANGE_SCOPES = ("profile", "soul", "constraint", "fact", "compaction")
 ALL_SCOPES = (*SEARCH_SCOPES, *CHANGE_SCOPES)
 SEARCH_MODES = tuple(m.value for m in SearchMode)
 
@@ -129,7 +129,7 @@ def said_window(args: Any) -> str:
     return out + (f" before {minute_utc(before)}" if before else "")
 
 
-def _date() -> Any:
+def _search_date() -> Any:
     def check(raw: Any, info: ValidationInfo) -> datetime | None:
         name = info.field_name
         if raw is None:
@@ -169,7 +169,7 @@ Scope = Annotated[
             "type": "string",
             "enum": list(ALL_SCOPES),
             "description": "search: messages|summaries|both (default both); profile_history: "
-            "profile|soul|constraint|compaction (default all); profile_rollback: "
+            "profile|soul|constraint|fact|compaction (default all); profile_rollback: "
             "what to roll back",
         }
     ),
@@ -244,7 +244,7 @@ Alias = Annotated[
 _DATE_FORMS = "YYYY-MM-DD (UTC), an ISO date and time, or 7d / 2w for that long ago"
 Since = Annotated[
     datetime | None,
-    _date(),
+    _search_date(),
     _schema(
         {
             "type": "string",
@@ -254,7 +254,7 @@ Since = Annotated[
 ]
 Before = Annotated[
     datetime | None,
-    _date(),
+    _search_date(),
     _schema(
         {
             "type": "string",
@@ -265,6 +265,104 @@ Before = Annotated[
 MessageId = Annotated[
     str, _text(64), _schema({"type": "string", "description": "id of a message, e.g. from search"})
 ]
+
+
+def _date(raw: Any, info: ValidationInfo) -> datetime:
+    """A day (YYYY-MM-DD, read as its start in UTC) or a full ISO-8601 time."""
+    name = info.field_name
+    if isinstance(raw, str) and len(raw) <= 40:
+        try:
+            parsed = datetime.fromisoformat(raw.strip())
+        except ValueError:
+            parsed = None
+        if parsed is not None:
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    raise refuse(f"{name} must be a date like 2026-03-01")
+
+
+def _ids(raw: Any, info: ValidationInfo) -> tuple[int, ...]:
+    name = info.field_name
+    items = raw if isinstance(raw, list) else [raw]
+    if len(items) > MAX_CITED:
+        raise refuse(f"{name}: at most {MAX_CITED} message ids")
+    out = []
+    for item in items:
+        if isinstance(item, str) and item.strip().isdecimal() and len(item.strip()) <= 18:
+            item = int(item.strip())
+        if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+            raise refuse(f"{name} must be a list of message ids (integers), e.g. [12, 40]")
+        out.append(item)
+    return tuple(out)
+
+
+MAX_CITED = 20
+FactKey = Annotated[
+    str,
+    _text(64),
+    _schema(
+        {
+            "type": "string",
+            "description": "fact_set/fact_retract/fact_merge: what the fact is about, a short "
+            "stable label such as 'home city', 'employer', 'partner', 'diet'",
+        }
+    ),
+]
+FactValue = Annotated[
+    str,
+    _text(500),
+    _schema({"type": "string", "description": "fact_set/fact_merge: the fact itself, short"}),
+]
+FactKeys = Annotated[
+    tuple[str, ...],
+    BeforeValidator(
+        lambda raw, info: (
+            tuple(raw)
+            if isinstance(raw, list)
+            and 0 < len(raw) <= 20
+            and all(isinstance(k, str) and k.strip() and len(k) <= 64 for k in raw)
+            else _refuse_keys()
+        )
+    ),
+    _schema(
+        {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "fact_merge: the keys whose facts the new one replaces",
+        }
+    ),
+]
+MessageIds = Annotated[
+    tuple[int, ...],
+    BeforeValidator(_ids),
+    _schema(
+        {
+            "type": "array",
+            "items": {"type": "integer"},
+            "description": "fact_set/fact_retract/fact_merge: ids of the messages that say it "
+            "(of this conversation, or returned by search); default: the user's latest message",
+        }
+    ),
+]
+Day = Annotated[
+    datetime,
+    BeforeValidator(_date),
+    _schema(
+        {
+            "type": "string",
+            "description": "a date, YYYY-MM-DD. fact_list as_of: the facts true then; "
+            "fact_set valid_from: when it became true, if the user said so",
+        }
+    ),
+]
+Topic = Annotated[
+    str,
+    _text(200),
+    _schema({"type": "string", "description": "fact_list: only facts about this (key or value)"}),
+]
+
+
+def _refuse_keys() -> Any:
+    raise refuse("keys must be a list of 1 to 20 fact keys")
 
 
 def parameter_schemas(model: type[BaseModel]) -> dict[str, dict[str, Any]]:

@@ -16,6 +16,7 @@ from memory.contract.capabilities import (
     VersionedProfileStore,
 )
 from memory.contract.errors import StoreCorrupt
+from memory.contract.facts import Fact
 from memory.contract.tracing import capability, unwrap
 from memory.contract.types import (
     ChangeEntry,
@@ -29,6 +30,7 @@ from memory.contract.types import (
     SessionStats,
     minute_utc,
 )
+from memory.facts.render import describe_change
 from memory.storage.stores import parse_constraints
 from memory.text.sanitize import storable
 
@@ -201,6 +203,20 @@ async def constraint_removed(c: Call, args: Any, items: list[ConstraintEntry]) -
     return f"Rule {args.id} removed."
 
 
+async def facts(c: Call, args: Any, found: list[Fact]) -> str:
+    when = f" on {args.as_of:%d %b %Y}" if args.as_of else ""
+    about = f" about “{one_line(args.topic, 60)}”" if args.topic else ""
+    if not found:
+        return f"I hold no facts about you{when}{about}."
+    lines = []
+    for f in found:
+        until = f" until {f.valid_to:%d %b %Y}" if f.valid_to else ""
+        sources = f" (sources: {', '.join(map(str, f.evidence))})" if f.evidence else ""
+        lines.append(f"• {f.key}: {f.value}, since {f.valid_from:%d %b %Y}{until}{sources}")
+    head = f"What I hold about you{when}{about}:" if when else f"Facts about you{about}:"
+    return listing(lines, head, c.limit)
+
+
 async def history(c: Call, args: Any, entries: list[ChangeEntry]) -> str:
     if not entries:
         return "No changes yet."
@@ -229,6 +245,11 @@ def change_text(entry: ChangeEntry) -> str:
             done = [f"added “{one_line(t, 60)}”" for i, t in new.items() if i not in old]
             done += [f"removed “{one_line(t, 60)}”" for i, t in old.items() if i not in new]
             return "; ".join(done) or "rules unchanged"
+    if entry.scope == Scope.FACT:
+        try:
+            return one_line(describe_change(entry.before_text, entry.after_text), 160)
+        except StoreCorrupt:
+            pass  # shown as stored
     return one_line(entry.after_text or entry.before_text, 120)
 
 

@@ -8,6 +8,8 @@ change source its caller set."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import model_validator
@@ -25,8 +27,13 @@ from memory.actions.arguments import (
     ConstraintId,
     Content,
     ContentOrEmpty,
+    Day,
+    FactKey,
+    FactKeys,
+    FactValue,
     Limit,
     MessageId,
+    MessageIds,
     Mode,
     NewName,
     NoteName,
@@ -36,6 +43,7 @@ from memory.actions.arguments import (
     SummaryId,
     Text,
     TokenCap,
+    Topic,
     Version,
     parse_date,
     refuse,
@@ -55,8 +63,9 @@ from memory.contract.capabilities import (
     VersionedProfileStore,
 )
 from memory.contract.errors import ContractError
-from memory.contract.facts import FactStore
+from memory.contract.facts import Fact, FactOp, FactStore
 from memory.contract.types import SearchMode, SearchQuery, SearchScope
+from memory.facts.citing import FactWrite, citable
 
 DEFAULT_LIMIT = 10  # search, note_search and profile_history results
 PEOPLE_SEARCH_POOL = 200  # hits people's search asks for, to count them; more are "200+"
@@ -397,6 +406,140 @@ declare(
         _set_soul,
         render=to_model.soul_updated,
         write="soul",
+    )
+)
+
+
+# --- facts (memory/contract/facts.py) ----------------------------------------------
+
+
+class FactSetArgs(Arguments):
+    key: FactKey
+    value: FactValue
+    message_ids: MessageIds = ()
+    valid_from: Day | None = None
+
+
+class FactRetractArgs(Arguments):
+    key: FactKey
+    message_ids: MessageIds = ()
+
+
+class FactMergeArgs(Arguments):
+    keys: FactKeys
+    key: FactKey
+    value: FactValue
+    message_ids: MessageIds = ()
+
+
+class FactListArgs(Arguments):
+    as_of: Day | None = None
+    topic: Topic = ""
+
+
+async def _write_facts(c: Call, op: FactOp) -> FactWrite:
+    cite = await citable(
+        c.provider, c.session, op.message_ids, c.front.citable, in_turn=c.front.in_turn
+    )
+    changes = await c.provider_as(FactStore).apply_facts(
+        *c.owner, [replace(op, message_ids=cite.kept)], options=c.write_options()
+    )
+    return FactWrite(changes, cite.refused)
+
+
+async def _fact_set(c: Call, args: FactSetArgs) -> FactWrite:
+    return await _write_facts(
+        c, FactOp("set", args.key, args.value, args.message_ids, args.valid_from)
+    )
+
+
+async def _fact_retract(c: Call, args: FactRetractArgs) -> FactWrite:
+    return await _write_facts(c, FactOp("retract", args.key, message_ids=args.message_ids))
+
+
+async def _fact_merge(c: Call, args: FactMergeArgs) -> FactWrite:
+    return await _write_facts(
+        c, FactOp("merge", args.key, args.value, args.message_ids, merged_keys=args.keys)
+    )
+
+
+async def _fact_list(c: Call, args: FactListArgs) -> list[Fact]:
+    store = c.provider_as(FactStore)
+    if args.as_of is not None:
+        found = await store.facts_as_of(*c.owner, args.as_of)
+    else:
+        found = await store.current_facts(*c.owner)
+    needle = " ".join(args.topic.split()).casefold()
+    return [f for f in found if needle in f.key or needle in f.value.casefold()]
+
+
+def _facts_words(words: str) -> dict[str, Any] | None:
+    """`facts`, `facts <YYYY-MM-DD>` (as of that day), `facts <topic>`; typed here, as
+    people's arguments are taken as parsed."""
+    if not words:
+        return {}
+    try:
+        day = datetime.strptime(words, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        return {"topic": words[:200]}
+    return {"as_of": day}
+
+
+declare(
+    Action(
+        "fact_list",
+        FactListArgs,
+        FactStore,
+        "the user's facts (each with its dates and source message ids): the current ones, "
+        "or those true on a date (as_of, e.g. 'where did I live in March?'); topic narrows",
+        _fact_list,
+        render=to_model.facts,
+        command=Command(
+            "facts",
+            "[date | topic] — the facts I hold about you, now or as of a date (YYYY-MM-DD)",
+            parse=_facts_words,
+            render=to_people.facts,
+            lacks="facts",
+            listed_after="profile",
+        ),
+    )
+)
+declare(
+    Action(
+        "fact_set",
+        FactSetArgs,
+        FactStore,
+        "record a durable fact about the user under a short key; a new value on a key "
+        "supersedes the old one (never add a second key for the same thing), the same value "
+        "adds its source; cite the message ids that say it (default: the user's latest "
+        "message)",
+        _fact_set,
+        render=to_model.fact_written,
+        write="fact",
+    )
+)
+declare(
+    Action(
+        "fact_retract",
+        FactRetractArgs,
+        FactStore,
+        "close a fact that is no longer true (e.g. 'not vegetarian any more'), citing the "
+        "message that says so",
+        _fact_retract,
+        render=to_model.fact_written,
+        write="fact",
+    )
+)
+declare(
+    Action(
+        "fact_merge",
+        FactMergeArgs,
+        FactStore,
+        "replace the facts of several keys by one fact (under `key`): the way to make room "
+        "when the facts are at their cap",
+        _fact_merge,
+        render=to_model.fact_written,
+        write="fact",
     )
 )
 

@@ -49,7 +49,16 @@ _CHILD = re.compile(r"^\[([^\]\s]+)\] (?:leaf|condensed)\b", re.MULTILINE)
 _EXPANDED = re.compile(r"^#\d+ \w+[^\[\n]*\[([^\]\s]+)\]:", re.MULTILINE)
 _DESCRIBED = re.compile(r"^summary (\S+): ")
 _RECALLED = re.compile(r"\b(message|summary|archive|note) ([^\s,()]+)")
-_ASKED = {"search": "text", "recall": "question", "describe": "summary_id", "expand": "summary_id"}
+# fact_list's lines end with the facts' sources (memory/actions/tool_results.py facts).
+_SOURCES = re.compile(r"; sources: (message \d+(?:, message \d+)*)$", re.MULTILINE)
+_ID = re.compile(r"message (\d+)")
+_ASKED = {
+    "fact_list": "topic",
+    "search": "text",
+    "recall": "question",
+    "describe": "summary_id",
+    "expand": "summary_id",
+}
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,7 @@ def uses(turn: Sequence[Message]) -> list[Use]:
             asked = str(args.get(_ASKED.get(action, ""), "") or "")
             result = results.get(call.id, "")
             failed = result.startswith(("error:", "not found"))
-            use = Use(action, asked, [] if failed else _returned(action, result), failed)
+            use = Use(action, asked, [] if failed else returned_refs(action, result), failed)
             out.append(use)
     return out
 
@@ -121,7 +130,7 @@ def _arguments(raw: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _returned(action: str, result: str) -> list[Ref]:
+def returned_refs(action: str, result: str) -> list[Ref]:
     refs: list[Ref] = []
     if action == "search":
         refs = [Ref(kind, item) for kind, item in _HIT.findall(result)]
@@ -131,6 +140,8 @@ def _returned(action: str, result: str) -> list[Ref]:
     elif action == "describe":
         found = _DESCRIBED.match(result)
         refs = [Ref("summary", found.group(1))] if found else []
+    elif action == "fact_list":
+        refs = [Ref("message", m) for line in _SOURCES.findall(result) for m in _ID.findall(line)]
     elif action == "recall":
         last = result.rstrip().rpartition("\n")[2]
         if last.startswith("Sources: "):

@@ -120,6 +120,10 @@ class FrontEnd:
     # The action runs while a turn is answered (the model's tool in a turn): searches
     # leave that turn out (`SearchQuery.in_turn`).
     in_turn: bool = False
+    # Message ids a fact written now may cite besides the turn's own conversation
+    # (memory/facts/citing.py): in a turn, what its memory calls returned so far (the
+    # tool adds them, one FrontEnd per turn); for reflect, the material it reviewed.
+    citable: set[str] = field(default_factory=set)
 
 
 NO_FRONT_END = FrontEnd()

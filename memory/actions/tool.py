@@ -28,6 +28,7 @@ from memory.actions.arguments import (
     parameter_schemas,
 )
 from memory.actions.declarations import ACTIONS
+from memory.actions.provenance import returned_refs
 from memory.actions.spec import NO_FRONT_END, Call, FrontEnd, perform
 from memory.contract.capabilities import Provider
 from memory.contract.errors import ContractError, NotFound
@@ -248,4 +249,6 @@ async def run_tool(
         return f"error: the memory provider failed on {action}; try again later"
     if len(text) > MAX_OUTPUT_CHARS:
         text = text[:MAX_OUTPUT_CHARS] + "\n[output cut: narrow the request]"
+    if front.in_turn:  # (one FrontEnd per turn: NO_FRONT_END is never in a turn)
+        front.citable.update(r.id for r in returned_refs(action, text) if r.kind == "message")
     return text

@@ -10,6 +10,7 @@ from memory.actions.arguments import said_window
 from memory.actions.fitting import one_line
 from memory.actions.spec import Call
 from memory.contract.capabilities import capabilities_of
+from memory.contract.facts import Fact
 from memory.contract.tracing import unwrap
 from memory.contract.types import (
     ChangeEntry,
@@ -23,6 +24,8 @@ from memory.contract.types import (
     SessionStats,
     minute_utc,
 )
+from memory.facts.citing import FactWrite
+from memory.facts.render import describe_change
 
 PREVIEW_CHARS = 200
 
@@ -131,6 +134,10 @@ def change(e: ChangeEntry) -> str:
     head = f"v{before}->v{after} {minute_utc(e.created_at)} {e.scope} {e.action} by {e.source}"
     if e.scope == "constraint":
         return head  # the rows carry whole JSON lists: constraint_list shows the state
+    if e.scope == "fact":
+        return (
+            f"{head} [change {e.id}]: {one_line(describe_change(e.before_text, e.after_text), 300)}"
+        )
     parts = [head]
     if e.before_text:
         parts.append(f"  before: {one_line(e.before_text, PREVIEW_CHARS)}")
@@ -192,3 +199,55 @@ async def notes(c: Call, args: Any, entries: list[NoteEntry]) -> str:
     if not entries:
         return "no notes"
     return "\n".join(f"{note_head(n)}: {one_line(n.content, 80)}" for n in entries)
+
+
+def fact_line(f: Fact) -> str:
+    """A fact for the model: its dates, state and sources (fact_list's sources are
+    citable, memory/actions/provenance.py)."""
+    until = f", until {f.valid_to:%Y-%m-%d}" if f.valid_to else ""
+    state = "" if f.state == "current" else f", {f.state}"
+    sources = ", ".join(f"message {m}" for m in f.evidence)
+    tail = f"; sources: {sources}" if sources else ""
+    return f"{f.key}: {f.value} (since {f.valid_from:%Y-%m-%d}{until}{state}){tail}"
+
+
+async def facts(c: Call, args: Any, found: list[Fact]) -> str:
+    when = f"true on {args.as_of:%Y-%m-%d}" if args.as_of else "current"
+    about = f" about “{one_line(args.topic, 60)}”" if args.topic else ""
+    if not found:
+        return f"no facts {when}{about}"
+    return f"{len(found)} fact(s) {when}{about}:\n" + "\n".join(fact_line(f) for f in found)
+
+
+_DONE = {
+    "created": "recorded",
+    "superseded": "recorded, superseding",
+    "restated": "already known: source added to",
+    "retracted": "retracted",
+    "merged": "merged into",
+}
+
+
+async def fact_written(c: Call, args: Any, done: FactWrite) -> str:
+    lines = []
+    for ch in done.changes:
+        f = ch.fact
+        what = _DONE.get(ch.action, ch.action)
+        if ch.action == "superseded":
+            olds = ", ".join(o.value for o in ch.closed)
+            lines.append(f"{what} {olds}: {f.key}: {f.value} (version {ch.version})")
+        elif ch.action == "merged":
+            olds = ", ".join(o.key for o in ch.closed) or "nothing"
+            lines.append(f"{olds} {what} {f.key}: {f.value} (version {ch.version})")
+        else:
+            lines.append(f"{what} {f.key}: {f.value} (version {ch.version})")
+        if f.evidence:
+            lines[-1] += f"; sources: {', '.join(f'message {m}' for m in f.evidence)}"
+        if ch.dropped_ids:
+            lines.append(f"not cited (not in this memory): {', '.join(map(str, ch.dropped_ids))}")
+    if done.refused:
+        lines.append(
+            "not cited (neither in this conversation nor returned by this turn's memory "
+            f"calls): {', '.join(map(str, done.refused))}"
+        )
+    return "\n".join(lines)

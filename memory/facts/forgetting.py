@@ -9,8 +9,9 @@ change are left, as profile versions are (docs/CHAT.md, "Forgetting").
 
 A forget that removed a fact rewrote what earlier versions read, which a prompt built
 at a session's snapshot (and cached per version, bot/model/prompt.py) must not keep
-showing: the owner gets a new version and every session snapshot of the owner moves to
-it, in the forget's transaction (the caller announces the move:
+showing: the owner gets a new version, recorded by a content-free fact changelog row
+(empty before and after: nothing to revert), and every session snapshot of the owner
+moves to it, in the forget's transaction (the caller announces the move:
 memory.storage.snapshots.moved()).
 """
 
@@ -21,12 +22,14 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memory.contract.types import utcnow
+from memory.contract.context import change_source_from_context
+from memory.contract.types import Action, Scope, utcnow
 from memory.facts.models import evidence, facts
-from memory.storage.store_models import MemoryState, SessionSnapshotRow
+from memory.storage.store_models import MemoryChangelog, MemoryState, SessionSnapshotRow
 
 _state: sa.Table = MemoryState.__table__  # type: ignore[attr-defined]
 _snapshots: sa.Table = SessionSnapshotRow.__table__  # type: ignore[attr-defined]
+_changelog: sa.Table = MemoryChangelog.__table__  # type: ignore[attr-defined]
 
 _CHUNK = 500
 
@@ -96,20 +99,34 @@ async def forget_evidence(conn: AsyncConnection, message_ids: Sequence[int]) -> 
         )
     await conn.execute(facts.delete().where(facts.c.id.in_(doomed)))
     for user_id, agent_id in sorted({(r.user_id, r.agent_id) for r in rows.values()}):
-        await _move_snapshots(conn, int(user_id), agent_id)
+        await _new_version(conn, int(user_id), agent_id)
     return len(doomed)
 
 
-async def _move_snapshots(conn: AsyncConnection, user_id: int, agent_id: str) -> None:
+async def _new_version(conn: AsyncConnection, user_id: int, agent_id: str) -> None:
     owned = sa.and_(_state.c.user_id == user_id, _state.c.agent_id == agent_id)
+    now = utcnow()
+    before = int(await conn.scalar(sa.select(_state.c.version).where(owned)) or 0)
+    await conn.execute(sa.update(_state).where(owned).values(version=before + 1, updated_at=now))
     await conn.execute(
-        sa.update(_state).where(owned).values(version=_state.c.version + 1, updated_at=utcnow())
+        sa.insert(_changelog).values(
+            user_id=user_id,
+            agent_id=agent_id,
+            session_id="",
+            scope=Scope.FACT.value,
+            action=Action.DELETE.value,
+            source=change_source_from_context().value,
+            version_before=before,
+            version_after=before + 1,
+            before_text="",
+            after_text="",
+            created_at=now,
+        )
     )
-    version = await conn.scalar(sa.select(_state.c.version).where(owned))
     await conn.execute(
         sa.update(_snapshots)
         .where(_snapshots.c.user_id == user_id, _snapshots.c.agent_id == agent_id)
-        .values(version=int(version or 0), updated_at=utcnow())
+        .values(version=before + 1, updated_at=now)
     )
 
 

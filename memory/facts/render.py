@@ -29,3 +29,45 @@ def strip_fact_lines(text: str, current: Sequence[Fact]) -> str:
     rendered = {fact_line(f) for f in current}
     kept = [line for line in text.splitlines() if line.strip() not in rendered]
     return "\n".join(kept).strip("\n")
+
+
+def describe_change(before_text: str, after_text: str) -> str:
+    """A fact changelog row in a line: "home city: Berlin (was London)", "diet:
+    vegetarian retracted"; a forget's content-free row says so."""
+    from memory.facts.revert import changelog_lists
+
+    before, after = changelog_lists(before_text, after_text)
+    if not before and not after:
+        return "facts a forgotten message alone supported were removed"
+    was = {str(f["id"]): f for f in before}
+    keys = {str(f["id"]): str(f["key"]) for f in after}
+    out = []
+    for f in after:
+        fid, key, value, state = str(f["id"]), f["key"], f["value"], f["state"]
+        prior = was.get(fid)
+        if prior is None:
+            if state == "reverted":
+                out.append(f"{key}: {value} (reverted)")
+                continue
+            replaced = [str(b["value"]) for b in before if b.get("key") == key and fid != b["id"]]
+            merged = [
+                str(b["key"])
+                for b in after
+                if b.get("replaced_by") == fid and b.get("key") != key and str(b["id"]) in was
+            ]
+            note = f" (was {', '.join(replaced)})" if replaced else ""
+            note += f" (merging {', '.join(merged)})" if merged else ""
+            out.append(f"{key}: {value}{note}")
+        elif state == "retracted" and prior.get("state") == "current":
+            out.append(f"{key}: {value} retracted")
+        elif state == "reverted" and prior.get("state") != "reverted":
+            out.append(f"{key}: {value} reverted")
+        elif state == prior.get("state") == "current":
+            out.append(f"{key}: {value} (restated)")
+        elif (
+            state == "superseded"
+            and prior.get("state") == "current"
+            and str(f.get("replaced_by")) not in keys
+        ):
+            out.append(f"{key}: {value} superseded")
+    return "; ".join(out) or "facts unchanged"

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from memory.contract.errors import Conflict, StoreCorrupt
+from memory.contract.errors import Conflict, InvalidArgument, StoreCorrupt
 from memory.contract.facts import Fact, FactChange, FactState
 from memory.facts.apply import Applied, Writer, add_evidence, insert_fact
 from memory.facts.models import evidence, facts
@@ -46,6 +46,8 @@ def _moved_on(now: Fact | None, then: dict[str, Any]) -> bool:
 async def revert_rows(
     conn: AsyncConnection, w: Writer, before: list[dict[str, Any]], after: list[dict[str, Any]]
 ) -> Applied:
+    if not before and not after:
+        raise InvalidArgument("that change removed facts on a forget: there is nothing to revert")
     was = {str(f["id"]): f for f in before}
     done = Applied()
     now = await facts_by_id(conn, [str(f["id"]) for f in after])

@@ -92,3 +92,32 @@ async def owned_message_dates(
         )
         out.update((int(m), as_utc(d)) for m, d in rows)
     return out
+
+
+async def in_conversation(conn: AsyncConnection, session_id: str, ids: Iterable[int]) -> set[int]:
+    """Those of `ids` that are messages of the conversation `session_id`."""
+    wanted = sorted(set(ids))
+    out: set[int] = set()
+    for i in range(0, len(wanted), _CHUNK):
+        rows = await conn.execute(
+            sa.select(messages.c.id)
+            .join(conversations, conversations.c.id == messages.c.conversation_id)
+            .where(
+                conversations.c.session_id == session_id,
+                messages.c.id.in_(wanted[i : i + _CHUNK]),
+            )
+        )
+        out.update(int(m) for m in rows.scalars())
+    return out
+
+
+async def latest_user_message(conn: AsyncConnection, session_id: str) -> int | None:
+    """The id of the conversation's newest user message (a turn's own)."""
+    found = await conn.scalar(
+        sa.select(messages.c.id)
+        .join(conversations, conversations.c.id == messages.c.conversation_id)
+        .where(conversations.c.session_id == session_id, messages.c.role == "user")
+        .order_by(messages.c.seq.desc())
+        .limit(1)
+    )
+    return None if found is None else int(found)

@@ -7,22 +7,41 @@ Chat Completions API, so every cut goes through `safe_start`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from memory.contract.types import Message, Role, minute_utc
 
 
-def render_message(msg: Message) -> str:
-    """One message as `[time] role: text`, tool calls and results spelled out."""
+def render_message(msg: Message, message_id: int | None = None) -> str:
+    """One message as `[time] role: text`, tool calls and results spelled out; with its
+    id, `[time] (message 12) role: text` (what a reviewer cites)."""
     stamp = minute_utc(msg.created_at) + " " if msg.created_at else ""
+    tag = f"(message {message_id}) " if message_id is not None else ""
     if msg.role == Role.TOOL:
-        who = f"tool result ({msg.name})" if msg.name else "tool result"
+        who = tag + (f"tool result ({msg.name})" if msg.name else "tool result")
         return f"[{stamp.strip()}] {who}: {msg.content}" if stamp else f"{who}: {msg.content}"
     text = msg.content
     if msg.tool_calls:
         calls = "; ".join(f"calls {c.name}({c.arguments})" for c in msg.tool_calls)
         text = f"{text}\n{calls}" if text else calls
-    return f"[{stamp.strip()}] {msg.role}: {text}" if stamp else f"{msg.role}: {text}"
+    who = tag + msg.role
+    return f"[{stamp.strip()}] {who}: {text}" if stamp else f"{who}: {text}"
+
+
+def render_reviewed(items: Sequence[tuple[int, Message]]) -> str:
+    """A transcript whose messages carry their ids (the review context reflect reads)."""
+    return "\n\n".join(render_message(m, i) for i, m in items)
+
+
+# A block's head as render_reviewed writes it: the ids a review showed.
+_REVIEWED = re.compile(r"^(?:\[[^\]\n]*\] )?\(message (\d{1,18})\) ", re.MULTILINE)
+
+
+def reviewed_ids(text: str) -> set[int]:
+    """The message ids a review context shows (a caller still checks each belongs to the
+    reviewed conversation: a message's own text may imitate a head)."""
+    return {int(i) for i in _REVIEWED.findall(text)}
 
 
 def render_transcript(msgs: Sequence[Message]) -> str:

@@ -7,7 +7,7 @@ Checked here, for every provider:
 - `message_parts_ordinal_gap`: a message's parts are numbered 0..k-1;
 - `changelog_version_backwards`: per (user, agent), in insertion order, `version_after`
   never decreases;
-- `changelog_version_gap`: a store write (profile, soul, constraint) starts at the
+- `changelog_version_gap`: a store write (profile, soul, constraint, fact) starts at the
   version the previous one ended at, and ends one later;
 - `memory_state_version_mismatch`: the stored version is the last store write's;
 - `snapshot_ahead`: no session sees a version that does not exist yet.
@@ -26,7 +26,7 @@ from memory.storage.forgetting import FORGET_SCOPE
 from memory.storage.history import conversations, messages, parts
 from memory.storage.stores import changelog_table, snapshot_table, state_table
 
-STORE_SCOPES = (Scope.PROFILE.value, Scope.SOUL.value, Scope.CONSTRAINT.value)
+STORE_SCOPES = (Scope.PROFILE.value, Scope.SOUL.value, Scope.CONSTRAINT.value, Scope.FACT.value)
 
 
 async def check_shared(engine: AsyncEngine) -> list[Fault]:

@@ -51,8 +51,10 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from memory.contract.errors import InvalidArgument
+from memory.contract.facts import MAX_VALUE_CHARS, FactState
 from memory.contract.maintenance import OverlaySchema as OverlaySchema
 from memory.contract.types import ChangeSource, Role
+from memory.facts.models import facts
 from memory.storage.history import PartKind, conversations, origins
 from memory.storage.stores import changelog_table, snapshot_table
 
@@ -239,9 +241,41 @@ class ChangeRecord(Strict):
     created_at: Timestamp
 
 
+class EvidenceRecord(Strict):
+    """A message supporting a fact, by its conversation and seq (ids are the database's)."""
+
+    session_id: bounded(conversations.c.session_id)  # type: ignore[valid-type]
+    seq: BigInt
+
+
+class FactRecord(Strict):
+    id: bounded(facts.c.id)  # type: ignore[valid-type]
+    key: bounded(facts.c.key)  # type: ignore[valid-type]
+    value: Annotated[Text, Field(min_length=1, max_length=MAX_VALUE_CHARS)]
+    state: Literal[tuple(s.value for s in FactState)]  # type: ignore[valid-type]
+    valid_from: Timestamp
+    valid_to: Timestamp | None
+    version_from: Version
+    version_to: Version | None
+    source: Literal[tuple(s.value for s in ChangeSource)]  # type: ignore[valid-type]
+    session_id: bounded(facts.c.session_id)  # type: ignore[valid-type]
+    replaced_by: bounded(facts.c.replaced_by) | None  # type: ignore[valid-type]
+    created_at: Timestamp
+    evidence: list[EvidenceRecord]
+
+
 class UserMemory(Strict):
     state: StateRecord | None
     changelog: list[ChangeRecord]
+    # The memory's facts (core revision 0013_facts); absent in older exports.
+    facts: list[FactRecord] = []
+
+    @model_validator(mode="after")
+    def _fact_ids(self) -> UserMemory:
+        ids = [f.id for f in self.facts]
+        if len(set(ids)) != len(ids):
+            raise PydanticCustomError("duplicate", "two facts have the same id")
+        return self
 
 
 class ProviderSection(Strict):

@@ -31,7 +31,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memory.contract.errors import Conflict, InvalidArgument, NotFound
 from memory.contract.maintenance import Exporter, StagedFiles
 from memory.contract.tracing import unwrap
-from memory.contract.types import iso_utc
+from memory.contract.types import as_utc, iso_utc
+from memory.facts.models import evidence, facts
 from memory.storage.db import lock_for_transaction, write_transaction
 from memory.storage.history import conversations, messages, origins, parts
 from memory.storage.stores import changelog_table, snapshot_table, state_table
@@ -39,6 +40,7 @@ from memory.text.display import terminal_safe
 from memory.transfer.schema import (
     FORMAT,
     VERSION,
+    FactRecord,
     MessageRecord,
     SnapshotRecord,
     UserMemory,
@@ -48,6 +50,20 @@ from memory.transfer.schema import (
 if TYPE_CHECKING:
     from memory.contract.capabilities import Provider
 
+_FACT_FIELDS = (
+    "id",
+    "key",
+    "value",
+    "state",
+    "valid_from",
+    "valid_to",
+    "version_from",
+    "version_to",
+    "source",
+    "session_id",
+    "replaced_by",
+    "created_at",
+)
 _CHANGELOG_FIELDS = (
     "session_id",
     "scope",
@@ -229,7 +245,42 @@ async def _export_user_memory(conn: AsyncConnection, user_id: int, agent_id: str
             {k: (iso_utc(r[k]) if k == "created_at" else r[k]) for k in _CHANGELOG_FIELDS}
             for r in log_rows
         ],
+        "facts": await _export_facts(conn, user_id, agent_id),
     }
+
+
+async def _export_facts(conn: AsyncConnection, user_id: int, agent_id: str) -> list[dict[str, Any]]:
+    """Every fact of the memory in any state, with its evidence by (session, seq)."""
+    rows = (
+        (
+            await conn.execute(
+                sa.select(facts)
+                .where(facts.c.user_id == user_id, facts.c.agent_id == agent_id)
+                .order_by(facts.c.created_at, facts.c.id)
+            )
+        )
+        .mappings()
+        .all()
+    )
+    refs: dict[str, list[dict[str, Any]]] = {}
+    cited = await conn.execute(
+        sa.select(evidence.c.fact_id, conversations.c.session_id, messages.c.seq)
+        .join(messages, messages.c.id == evidence.c.message_id)
+        .join(conversations, conversations.c.id == messages.c.conversation_id)
+        .join(facts, facts.c.id == evidence.c.fact_id)
+        .where(facts.c.user_id == user_id, facts.c.agent_id == agent_id)
+        .order_by(evidence.c.fact_id, conversations.c.session_id, messages.c.seq)
+    )
+    for fact_id, session_id, seq in cited:
+        refs.setdefault(fact_id, []).append({"session_id": session_id, "seq": seq})
+    out = []
+    for r in rows:
+        item: dict[str, Any] = {k: r[k] for k in _FACT_FIELDS}
+        for k in ("valid_from", "valid_to", "created_at"):
+            item[k] = iso_utc(as_utc(r[k]))
+        item["evidence"] = refs.get(r["id"], [])
+        out.append(item)
+    return out
 
 
 # --- validation -----------------------------------------------------------------------
@@ -443,7 +494,49 @@ async def _import_user_memory(
         await conn.execute(
             sa.insert(changelog_table).values(user_id=user_id, agent_id=agent_id, **c.model_dump())
         )
-    return ""
+    return await _import_facts(conn, user_id, agent_id, memory.facts)
+
+
+async def _import_facts(
+    conn: AsyncConnection, user_id: int, agent_id: str, items: list[FactRecord]
+) -> str:
+    """The facts with the evidence that resolves here (the message's conversation is in
+    this database, the imported one included); the rest is said in the report."""
+    if not items:
+        return ""
+    taken = await conn.scalar(
+        sa.select(facts.c.id).where(facts.c.id.in_([f.id for f in items])).limit(1)
+    )
+    if taken is not None:
+        raise Conflict(f"fact {taken!r} already exists in this database; nothing was imported")
+    missing = 0
+    for f in items:
+        await conn.execute(
+            sa.insert(facts).values(
+                user_id=user_id, agent_id=agent_id, **f.model_dump(exclude={"evidence"})
+            )
+        )
+        for ref in f.evidence:
+            message_id = await conn.scalar(
+                sa.select(messages.c.id)
+                .join(conversations, conversations.c.id == messages.c.conversation_id)
+                .where(
+                    conversations.c.session_id == ref.session_id,
+                    conversations.c.user_id == user_id,
+                    conversations.c.agent_id == agent_id,
+                    messages.c.seq == ref.seq,
+                )
+            )
+            if message_id is None:
+                missing += 1
+                continue
+            await conn.execute(sa.insert(evidence).values(fact_id=f.id, message_id=message_id))
+    if not missing:
+        return ""
+    return (
+        f"{missing} fact source(s) name messages of conversations not in this database "
+        "(import them first to keep those links); the facts were imported without them"
+    )
 
 
 # --- Markdown -------------------------------------------------------------------------
@@ -510,6 +603,13 @@ def render_markdown(doc: dict[str, Any], provider: Provider | None = None) -> st
                 "",
             ]
             out += [f"- `{c.get('id')}` {c.get('text')}" for c in constraints] or ["(none)"]
+        if mem.get("facts"):
+            out += ["", "### Facts", ""]
+            out += [
+                f"- {f['key']}: {f['value']} ({f['state']}, {f['valid_from'][:10]} -> "
+                f"{(f['valid_to'] or '')[:10] or 'now'}; {len(f['evidence'])} source(s))"
+                for f in mem["facts"]
+            ]
         if mem["changelog"]:
             out += [
                 "",

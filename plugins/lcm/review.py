@@ -2,7 +2,8 @@
 
 The messages after `since` (the newest ones when there are more than REVIEW_TOKENS),
 preceded by the summaries currently in the session's context as background: they are
-what the conversation established before, in compact form. Nothing new -> "".
+what the conversation established before, in compact form. Nothing new -> "". Each
+message carries its id (`(message 12)`), which the facts reflect records cite.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.contract.types import Message
 from memory.storage.history import HistoryStore, messages
-from memory.text.transcript import render_transcript
+from memory.text.transcript import render_reviewed
 from plugins.lcm.dag import load_summaries
 from plugins.lcm.models import context_items
 from plugins.lcm.render import summary_xml
@@ -35,19 +36,19 @@ async def build_review_context(
     if background:
         parts.append("<background>\n" + "\n".join(background) + "\n</background>")
     head = f"({omitted} earlier new messages omitted)\n\n" if omitted else ""
-    parts.append("<conversation>\n" + head + render_transcript(recent) + "\n</conversation>")
+    parts.append("<conversation>\n" + head + render_reviewed(recent) + "\n</conversation>")
     return "\n\n".join(parts)
 
 
 async def _recent_messages(
     conn: AsyncConnection, history: HistoryStore, conv_id: int, since: datetime | None
-) -> tuple[list[Message], int]:
+) -> tuple[list[tuple[int, Message]], int]:
     where = messages.c.conversation_id == conv_id
     if since is not None:
         if since.tzinfo is None:
             since = since.replace(tzinfo=UTC)
         where = sa.and_(where, messages.c.created_at > since.astimezone(UTC))
-    newest_first: list[Message] = []
+    newest_first: list[tuple[int, Message]] = []
     used = 0
     cursor: int | None = None
     while True:
@@ -58,7 +59,7 @@ async def _recent_messages(
                 total = await conn.scalar(sa.select(sa.func.count()).where(where))
                 return list(reversed(newest_first)), int(total or 0) - len(newest_first)
             used += stored.token_count
-            newest_first.append(msg)
+            newest_first.append((stored.id, msg))
         if len(page) < _PAGE:
             return list(reversed(newest_first)), 0
         cursor = page[-1][0].seq

@@ -67,7 +67,12 @@ from memory.storage.history import (
 from memory.storage.stores import SharedStores
 from memory.text.sanitize import storable
 from memory.text.tokens import estimate_tokens
-from memory.text.transcript import render_transcript, safe_start, without_leading_results
+from memory.text.transcript import (
+    render_reviewed,
+    render_transcript,
+    safe_start,
+    without_leading_results,
+)
 from plugins.simple import markers
 
 if TYPE_CHECKING:
@@ -507,25 +512,26 @@ class SimpleProvider(
             else:
                 where = sa.true()
                 after = marker.through_seq if marker else 0
-            picked: list[Message] = []
+            picked: list[tuple[int, Message]] = []
             used = 0
             async for stored, msg in self._newest_first(conn, conv_id, after, where):
                 if picked and used + stored.token_count > MAX_REVIEW_TOKENS:
                     break
-                picked.append(msg)
+                picked.append((stored.id, msg))
                 used += stored.token_count
         if not picked:
             return ""
         picked.reverse()
+        # (ids beside their messages: the facts reflect records cite them)
+        kept = without_leading_results([m for _, m in picked])
+        picked = picked[len(picked) - len(kept) :]
         parts = []
         if marker is not None:
             parts.append(
                 "<background>\nSummary of the conversation so far (from its latest "
                 f"compaction):\n{marker.summary}\n</background>"
             )
-        parts.append(
-            f"<messages>\n{render_transcript(without_leading_results(picked))}\n</messages>"
-        )
+        parts.append(f"<messages>\n{render_reviewed(picked)}\n</messages>")
         return "\n\n".join(parts)
 
     # ---- helpers -------------------------------------------------------------------

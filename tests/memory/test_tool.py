@@ -41,6 +41,8 @@ BOB = Session("s-bob", "bot", 2, "telegram")
 T0 = datetime(2025, 1, 2, 3, 4, tzinfo=UTC)
 
 NOTE_ACTIONS = {a for a in ALL_ACTIONS if a.startswith("note_")}
+# The fact store's actions: tested through a real provider (tests/memory/test_fact_actions.py).
+FACT_ACTIONS = {a for a in ALL_ACTIONS if a.startswith("fact_")}
 
 
 class Core:
@@ -330,7 +332,7 @@ def test_schema_shape_and_core_only() -> None:
 
 
 def test_actions_follow_capabilities() -> None:
-    assert set(tool_actions(Full())) == set(ALL_ACTIONS) - NOTE_ACTIONS
+    assert set(tool_actions(Full())) == set(ALL_ACTIONS) - NOTE_ACTIONS - FACT_ACTIONS
     assert set(tool_actions(Notes())) == {"status"} | NOTE_ACTIONS
     props = build_tool(Full())["function"]["parameters"]["properties"]
     assert {
@@ -354,6 +356,7 @@ def test_actions_follow_capabilities() -> None:
         "profile",
         "soul",
         "constraint",
+        "fact",
         "compaction",
     ]
     note_props = build_tool(Notes())["function"]["parameters"]["properties"]

@@ -23,25 +23,36 @@ from bot.jobs.reflect import runs
 from bot.jobs.reflect.activity import activity_source
 from bot.jobs.reflect.prompt import build_messages
 from bot.jobs.reflect.state import Candidate, Lease, ReflectState
+from memory.actions.spec import FrontEnd
 from memory.actions.tool import build_tool, run_tool, tool_actions
 from memory.contract.capabilities import ConstraintStore, ProfileStore, Provider, Reviewer
 from memory.contract.context import with_agent_id, with_change_source, with_session_id, with_user_id
+from memory.contract.facts import FactStore
 from memory.contract.tracing import capability, unwrap
 from memory.contract.types import ChangeSource, Message, Session, utcnow
+from memory.facts.render import strip_fact_lines
+from memory.facts.rows import in_conversation
 from memory.storage.usage import UsageRecorder, call_kind
+from memory.text.transcript import reviewed_ids
 
 log = logging.getLogger(__name__)
 
-# The memory tool actions reflect may use (constraint ones only where supported).
+# The memory tool actions reflect may use (constraint and fact ones only where supported).
 REFLECT_ACTIONS = (
     "profile_get",
     "profile_update",
     "soul_get",
     "soul_update",
+    "fact_list",
+    "fact_set",
+    "fact_retract",
+    "fact_merge",
     "constraint_list",
     "constraint_add",
 )
-WRITE_ACTIONS = frozenset({"profile_update", "soul_update", "constraint_add"})
+WRITE_ACTIONS = frozenset(
+    {"profile_update", "fact_set", "fact_retract", "fact_merge", "soul_update", "constraint_add"}
+)
 
 ToolHandler = Callable[[dict[str, Any]], Awaitable[str]]
 # (prompt, tool schema, tool handler) -> the model's final text; raises on LLM failure.
@@ -256,6 +267,9 @@ class Reflector:
             actions = tool_actions(self.provider, actions_only=REFLECT_ACTIONS)
             schema = build_tool(self.provider, actions_only=actions)
             allowed = set(actions)
+            # A fact may cite only what this review showed (ids of other messages are
+            # dropped, as an answer's citations are).
+            front = FrontEnd(citable={str(i) for i in await self._shown(session, context)})
 
             async def handler(args: dict[str, Any]) -> str:
                 nonlocal writes
@@ -267,6 +281,7 @@ class Reflector:
                         args,
                         allowed_actions=allowed,
                         source=ChangeSource.REFLECT,
+                        front=front,
                     )
                 if args.get("action") in WRITE_ACTIONS and not out.startswith(
                     ("error", "not found")
@@ -293,6 +308,11 @@ class Reflector:
         status = "changed" if writes else "unchanged"
         return SessionOutcome(session.id, status, writes, " ".join(answer.split())[:200])
 
+    async def _shown(self, session: Session, context: str) -> set[int]:
+        """The messages of the session the review context shows by id."""
+        async with self.engine.connect() as conn:
+            return await in_conversation(conn, session.id, reviewed_ids(context))
+
     async def _succeed(self, lease: Lease) -> None:
         if not await self.state.succeed(lease):
             log.warning(
@@ -312,4 +332,9 @@ class Reflector:
         rules = capability(self.provider, ConstraintStore)
         if rules is not None:
             constraints = await rules.get_constraints(s.user_id, s.agent_id)
-        return build_messages(context, profile, soul, constraints)
+        facts = None
+        known = capability(self.provider, FactStore)
+        if known is not None:
+            facts = await known.current_facts(s.user_id, s.agent_id)
+            profile = strip_fact_lines(profile, facts)  # the facts are listed apart
+        return build_messages(context, profile, soul, constraints, facts)
