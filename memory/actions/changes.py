@@ -39,6 +39,7 @@ from memory.contract.errors import Conflict, ContractError, NotFound
 from memory.contract.facts import Fact, FactState, FactStore
 from memory.contract.tracing import capability
 from memory.contract.types import ChangeEntry, ChangeSource
+from memory.facts.render import describe_change
 from memory.facts.revert import changelog_lists
 from memory.text.replies import first_words
 
@@ -165,29 +166,9 @@ def _undecided(rows: Sequence[ChangeEntry]) -> list[ChangeEntry]:
     ]
 
 
-def _fact_words(before_text: str, after_text: str) -> str:
-    """A fact changelog row in a line: "home city: Berlin (was London)", "diet:
-    vegetarian retracted"."""
-    before, after = changelog_lists(before_text, after_text)
-    was = {str(f.get("id")): f for f in before}
-    closed = {str(f.get("key")): str(f.get("value")) for f in after if f.get("state") != "current"}
-    out = []
-    for f in after:
-        key, value, state = f.get("key"), f.get("value"), f.get("state")
-        prior = was.get(str(f.get("id")))
-        if state == "current" and prior is None:
-            old = closed.get(str(key))
-            out.append(f"{key}: {value}" + (f" (was {old})" if old and old != value else ""))
-        elif state == "current":
-            out.append(f"{key}: {value} (restated)")
-        elif state == "retracted" and (prior or {}).get("state") == "current":
-            out.append(f"{key}: {value} retracted")
-    return "; ".join(out) or "facts changed"
-
-
 def _describe(entry: ChangeEntry) -> str:
     if entry.scope == "fact":
-        return "facts: " + _fact_words(entry.before_text, entry.after_text)
+        return "facts: " + describe_change(entry.before_text, entry.after_text)
     if entry.scope == "constraint":
         return f"rules: {entry.action} (/memory constraints lists them)"
     words = first_words(entry.after_text, 20) or "(cleared)"
