@@ -378,7 +378,7 @@ declare(
         "profile_update",
         ContentArgs,
         ProfileStore,
-        "replace the user profile",
+        "replace the user profile (its free text: facts with a key are kept with fact_set)",
         _set_profile,
         render=to_model.profile_updated,
         write="profile",

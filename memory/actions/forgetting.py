@@ -159,6 +159,12 @@ async def preview_text(c: Call, args: Any, asked: Asked) -> str:
             f"{deps.summaries} summaries depend on them: they will be rebuilt from what "
             "remains, or removed if nothing does."
         )
+    if deps.facts:
+        tail.append(
+            "Facts resting on them alone go too (what they replaced is current again): "
+            + "; ".join(one_line(f, 80) for f in deps.facts[:SHOWN_ITEMS])
+            + "."
+        )
     if deps.quoting_stores:
         tail.append(
             "Still quoting them after the forget (yours to change): "

@@ -338,7 +338,9 @@ class SessionManager(Protocol):
 @runtime_checkable
 class Reviewer(Protocol):
     async def build_review_context(self, session: Session, since: datetime | None) -> str:
-        """Prior summaries as background plus content after `since` ("" if none)."""
+        """Prior summaries as background plus content after `since` ("" if none), each
+        message headed by its id as `memory.text.transcript.render_reviewed` writes it,
+        so reflect's facts can cite it."""
         ...
 
 

@@ -466,6 +466,9 @@ class Dependents:
     # Profile, soul or rules that quote them: the user's or reflect's own words, shown
     # (a forget does not rewrite them; the person decides).
     quoting_stores: list[str] = field(default_factory=list)
+    # Facts resting on them alone ("home city: Berlin"): the forget removes them, and
+    # what they had superseded is current again (memory/facts/forgetting.py).
+    facts: list[str] = field(default_factory=list)
 
 
 @dataclass

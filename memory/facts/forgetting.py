@@ -63,6 +63,17 @@ async def supported_only_by(conn: AsyncConnection, message_ids: Sequence[int]) -
     return out
 
 
+async def resting_on(conn: AsyncConnection, message_ids: Sequence[int]) -> list[str]:
+    """The facts a forget of `message_ids` would remove, as "key: value" (a preview)."""
+    doomed = await supported_only_by(conn, message_ids)
+    if not doomed:
+        return []
+    rows = await conn.execute(
+        sa.select(facts.c.key, facts.c.value).where(facts.c.id.in_(doomed)).order_by(facts.c.key)
+    )
+    return [f"{key}: {value}" for key, value in rows]
+
+
 async def forget_evidence(conn: AsyncConnection, message_ids: Sequence[int]) -> int:
     """Drop `message_ids`' evidence and the facts they alone supported (module doc); the
     number of facts deleted. Call before the messages are deleted."""

@@ -131,4 +131,7 @@ _VALID: dict[str, Any] = {
     "mode": "full_text",
     "limit": 5,
     "token_cap": 500,
+    "key": "home city",
+    "value": "Berlin",
+    "keys": ["city"],
 }

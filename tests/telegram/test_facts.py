@@ -96,6 +96,8 @@ async def test_facts_supersede_restate_retract_and_forget(
         # it, and London, which it had superseded, is current again.
         for msg_id, left in ((again_msg, (berlin_msg,)), (berlin_msg, None)):
             preview = await ask(tg, f"/memory forget {msg_id}", "This would forget")
+            assert ("Facts resting on them alone go too" in preview) == (left is None), preview
+            assert left is not None or "home city: Berlin" in preview
             await ask(tg, f"/memory forget confirm {code_of(preview)}", "Forgot")
             [now] = await store.current_facts(U, A)
             if left is not None:
