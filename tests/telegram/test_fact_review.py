@@ -177,3 +177,35 @@ async def test_timeline_and_review_in_the_chat(
         assert re.search(r"^#\d+ (soul|profile): now “", digest.text, re.M), digest.text
         assert digest.reply_markup and digest.reply_markup["inline_keyboard"]
         assert len(tg.bot_messages(GROUP)) == in_group_before  # never unprompted in a group
+
+
+async def test_reflects_fact_change_is_digested_and_reverted_by_its_button(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    async with live_bot(tmp_path, tg, llm, provider="lcm") as bot:
+        alice = tg.private(ALICE, "Alice")
+        await said(tg, alice, "I work at Acme")
+        acme = await message_id(bot, "I work at Acme")
+        llm.push(
+            tool_call(
+                "memory",
+                {"action": "fact_set", "key": "employer", "value": "Acme", "message_ids": [acme]},
+            ),
+            text("noted the employer"),
+        )
+        count = len(tg.bot_messages(ALICE))
+        report = await build_reflector(bot.services).run_cycle()
+        assert [s.status for s in report.sessions] == ["changed"]
+        await tg.wait_for(lambda: len(tg.bot_messages(ALICE)) > count)
+        digest = tg.bot_messages(ALICE)[-1]
+        assert "facts: employer: Acme" in digest.text, digest.text
+        assert re.search(r"evidence: \d{4}-\d\d-\d\d “I work at Acme”", digest.text), digest.text
+        [(label, data)] = [(k, v) for k, v in buttons(digest).items() if k.startswith("Revert")]
+        answer = await press(tg, alice, digest, data)
+        assert answer.startswith(f"Reverted {label.removeprefix('Revert ')}"), answer
+        assert await bot.provider.current_facts(ALICE, "default") == []
+        [row] = await bot.provider.read_changelog(ALICE, "default", "fact", 1)
+        assert row.source == "user"
+        # The console's changelog shows the review of the run and the user's decision.
+        kinds = [(r.scope, r.action) for r in await bot.provider.read_changelog(ALICE, "default")]
+        assert ("review", "revert") in kinds and ("reflect", "review") in kinds
