@@ -118,7 +118,7 @@ def parse_date(raw: str) -> datetime | None:
         return utcnow() - timedelta(days=int(ago.group(1)) * _AGO_DAYS[ago.group(2)])
     try:
         return as_utc(datetime.fromisoformat(word.upper()))
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: 0001-01-01T00:00+05:00 in UTC
         return None
 
 

@@ -32,6 +32,10 @@ async def test_people_search_within_dates(
         await ask(tg, "/memory search since 2020-01-01 before 2020-02-01 kitchen", "No matches")
         # A bad date or range answers with the usage line, and a plain search is unchanged.
         await ask(tg, "/memory search since someday kitchen", "Usage: /memory search")
+        # A time before year 1 in UTC is no date either (not an overflow).
+        await ask(tg, "/memory search since 0001-01-01T00:00+05:00 x", "Usage: /memory search")
+        found = await ask(tg, "/memory search since 0001-01-01 kitchen", "2 matches")
+        assert "kitchen blue" in found
         await ask(tg, "/memory search since 2d before 3d kitchen", "since must be earlier")
         await ask(tg, "/memory search since", "matches for “since”")
 
