@@ -41,6 +41,7 @@ from memory.contract.types import (
     Session,
     SessionInfo,
 )
+from memory.facts.render import describe_change
 from memory.storage import forgetting as fg
 from memory.storage import operator_reads, snapshots
 from memory.storage.history import LIST_ORDERS as HISTORY_ORDERS
@@ -152,11 +153,13 @@ def readable_after(entry: ChangeEntry) -> str:
     what it decided and what it read (bot/jobs/reflect/runs.py)."""
     if entry.scope == "reflect":
         return f"{entry.after_text} · read {entry.before_text}"
-    if entry.scope == "constraint":
-        try:
+    try:
+        if entry.scope == "constraint":
             return _rules(parse_constraints(entry.after_text))
-        except StoreCorrupt:  # shown as stored: the page must still draw
-            pass
+        if entry.scope == "fact":  # JSON lists of the facts changed: what the change did
+            return describe_change(entry.before_text, entry.after_text)
+    except StoreCorrupt:  # shown as stored: the page must still draw
+        pass
     return entry.after_text
 
 

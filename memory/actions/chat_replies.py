@@ -30,6 +30,7 @@ from memory.contract.types import (
     SessionStats,
     minute_utc,
 )
+from memory.facts.citing import FactWrite
 from memory.facts.render import describe_change
 from memory.storage.stores import parse_constraints
 from memory.text.sanitize import storable
@@ -215,6 +216,20 @@ async def facts(c: Call, args: Any, found: list[Fact]) -> str:
         lines.append(f"• {f.key}: {f.value}, since {f.valid_from:%d %b %Y}{until}{sources}")
     head = f"What I hold about you{when}{about}:" if when else f"Facts about you{about}:"
     return listing(lines, head, c.limit)
+
+
+async def fact_written(c: Call, args: Any, done: FactWrite) -> str:
+    out = []
+    for ch in done.changes:
+        f = ch.fact
+        if ch.action == "retracted":
+            out.append(f"No longer true: {f.key}: {f.value}.")
+        elif ch.action == "restated":
+            out.append(f"I knew that already: {f.key}: {f.value}.")
+        else:
+            was = ", ".join(o.value for o in ch.closed)
+            out.append(f"Noted: {f.key}: {f.value}" + (f" (was {was})." if was else "."))
+    return " ".join(out)
 
 
 async def history(c: Call, args: Any, entries: list[ChangeEntry]) -> str:

@@ -63,7 +63,7 @@ from memory.contract.capabilities import (
     VersionedProfileStore,
 )
 from memory.contract.errors import ContractError
-from memory.contract.facts import Fact, FactOp, FactStore
+from memory.contract.facts import MAX_KEY_CHARS, MAX_VALUE_CHARS, Fact, FactOp, FactStore
 from memory.contract.types import SearchMode, SearchQuery, SearchScope
 from memory.facts.citing import FactWrite, citable
 
@@ -504,6 +504,23 @@ declare(
         ),
     )
 )
+
+
+def _fact_words(words: str) -> dict[str, Any] | None:
+    """`<key>: <value>`, as people write a fact."""
+    key, colon, value = words.partition(":")
+    if not colon or not key.strip() or not value.strip():
+        return None
+    if len(key.strip()) > MAX_KEY_CHARS or len(value.strip()) > MAX_VALUE_CHARS:
+        return None
+    return {"key": key.strip(), "value": value.strip()}
+
+
+def _unfact_words(words: str) -> dict[str, Any] | None:
+    key = words.strip()
+    return {"key": key} if key and len(key) <= MAX_KEY_CHARS else None
+
+
 declare(
     Action(
         "fact_set",
@@ -516,6 +533,14 @@ declare(
         _fact_set,
         render=to_model.fact_written,
         write="fact",
+        command=Command(
+            "fact",
+            "<key>: <value> — record a fact about you (a new value replaces the old one)",
+            parse=_fact_words,
+            render=to_people.fact_written,
+            lacks="facts",
+            listed_after="facts",
+        ),
     )
 )
 declare(
@@ -528,6 +553,15 @@ declare(
         _fact_retract,
         render=to_model.fact_written,
         write="fact",
+        command=Command(
+            "unfact",
+            "<key> — a fact about you that is no longer true",
+            parse=_unfact_words,
+            render=to_people.fact_written,
+            lacks="facts",
+            listed_after="fact",
+            not_found="No current fact under “{key}”; /memory facts lists them.",
+        ),
     )
 )
 declare(

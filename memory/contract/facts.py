@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -131,14 +131,6 @@ class FactCapReached(InvalidArgument):
             "before adding another"
         )
         self.cap = cap
-
-
-@dataclass(frozen=True)
-class FactDiff:
-    """A fact changelog row read back: the facts it changed, before and after."""
-
-    before: list[dict[str, object]] = field(default_factory=list)
-    after: list[dict[str, object]] = field(default_factory=list)
 
 
 @runtime_checkable

@@ -123,8 +123,9 @@ async def insert_fact(
     value: str,
     valid_from: datetime,
     ids: Sequence[int],
+    fact_id: str | None = None,
 ) -> str:
-    fact_id = new_fact_id()
+    fact_id = fact_id or new_fact_id()
     await conn.execute(
         sa.insert(facts).values(
             id=fact_id,
@@ -239,12 +240,13 @@ async def _set(
         done.changes.append(FactChange("restated", fact, (), dropped, w.version))
         return
     valid_from = _when(op, earliest, w.now)
-    new_id = await insert_fact(conn, w, key, value, valid_from, kept)
-    done.touch_new(new_id)
+    new_id = new_fact_id()
     closed: tuple[Fact, ...] = ()
-    if old is not None:
+    if old is not None:  # closed first: one current fact per key (a unique index)
         await close_fact(conn, w, old, FactState.SUPERSEDED, valid_from, new_id)
         closed = (old,)
+    await insert_fact(conn, w, key, value, valid_from, kept, new_id)
+    done.touch_new(new_id)
     fact = (await facts_by_id(conn, [new_id]))[new_id]
     action = "superseded" if old is not None else "created"
     done.changes.append(FactChange(action, fact, closed, dropped, w.version))
@@ -294,9 +296,10 @@ async def _merge(
     support = sorted({*kept, *(m for f in olds for m in f.evidence)})
     starts = [f.valid_from for f in olds]
     valid_from = as_utc(op.valid_from) if op.valid_from else min(starts or [earliest or w.now])
-    new_id = await insert_fact(conn, w, key, value, valid_from, support)
-    done.touch_new(new_id)
+    new_id = new_fact_id()
     for old in olds:
         await close_fact(conn, w, old, FactState.SUPERSEDED, valid_from, new_id)
+    await insert_fact(conn, w, key, value, valid_from, support, new_id)
+    done.touch_new(new_id)
     fact = (await facts_by_id(conn, [new_id]))[new_id]
     done.changes.append(FactChange("merged", fact, tuple(olds), dropped, w.version))

@@ -93,6 +93,9 @@ async def forget_evidence(conn: AsyncConnection, message_ids: Sequence[int]) -> 
             )
         )
     ).all()
+    # Deleted first: an heir that becomes current again must not meet them (one current
+    # fact per key, a unique index).
+    await conn.execute(facts.delete().where(facts.c.id.in_(doomed)))
     for heir_id, replaced_by in heirs:
         # Follow the chain past every deleted fact: the heir ends as the last one did.
         end = rows[replaced_by]
@@ -108,7 +111,6 @@ async def forget_evidence(conn: AsyncConnection, message_ids: Sequence[int]) -> 
                 replaced_by=end.replaced_by,
             )
         )
-    await conn.execute(facts.delete().where(facts.c.id.in_(doomed)))
     for user_id, agent_id in sorted({(r.user_id, r.agent_id) for r in rows.values()}):
         await _new_version(conn, int(user_id), agent_id)
     return len(doomed)

@@ -34,6 +34,11 @@ def changelog_lists(before_text: str, after_text: str) -> tuple[list[dict[str, A
     return before, after
 
 
+def _reopens(prior: dict[str, Any], fact: Fact) -> bool:
+    """The change closed this fact (superseded, retracted, merged away)."""
+    return prior.get("state") == FactState.CURRENT and fact.state != FactState.CURRENT
+
+
 def _moved_on(now: Fact | None, then: dict[str, Any]) -> bool:
     return (
         now is None
@@ -58,7 +63,14 @@ async def revert_rows(
                 f"fact {then.get('key')!r} changed again since (or was forgotten): "
                 "revert the later change first"
             )
-    for then in after:
+    # What the change created is closed before what it closed reopens: one current
+    # fact per key (a unique index).
+    reopening = [
+        t
+        for t in after
+        if (p := was.get(str(t["id"]))) is not None and _reopens(p, now[str(t["id"])])
+    ]
+    for then in [t for t in after if t not in reopening] + reopening:
         fid = str(then["id"])
         fact = now[fid]
         prior = was.get(fid)
@@ -75,7 +87,7 @@ async def revert_rows(
             )
             closed = (await facts_by_id(conn, [fid]))[fid]
             done.changes.append(FactChange("reverted", closed, (closed,), (), w.version))
-        elif prior.get("state") == FactState.CURRENT and fact.state != FactState.CURRENT:
+        elif _reopens(prior, fact):
             copy = await _reopen(conn, w, fact)
             done.touch_new(copy.id)
             done.changes.append(FactChange("reopened", copy, (), (), w.version))

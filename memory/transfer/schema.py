@@ -275,6 +275,9 @@ class UserMemory(Strict):
         ids = [f.id for f in self.facts]
         if len(set(ids)) != len(ids):
             raise PydanticCustomError("duplicate", "two facts have the same id")
+        current = [f.key for f in self.facts if f.state == "current"]
+        if len(set(current)) != len(current):
+            raise PydanticCustomError("duplicate", "two current facts have the same key")
         return self
 
 

@@ -141,3 +141,22 @@ async def test_facts_in_the_prompt_follow_the_profile_snapshot(provider) -> None
     assert await provider.get_profile(U, A) == (
         "- home city: Oslo (since 2026-03)\n\nLikes fjords."
     )
+
+
+async def test_people_record_and_retract_facts_themselves(provider) -> None:  # type: ignore[no-untyped-def]
+    async def cmd(words: str) -> str:
+        return await run_memory_command(provider, HERE, words, is_admin=False)
+
+    assert await cmd("fact home city: London") == "Noted: home city: London."
+    assert await cmd("fact Home City: Berlin") == "Noted: home city: Berlin (was London)."
+    assert await cmd("fact home city: berlin") == "I knew that already: home city: Berlin."
+    [fact] = await provider.current_facts(U, A)
+    assert (fact.source, fact.evidence, fact.session_id) == ("user", (), HERE.id)
+    assert await cmd("unfact home city") == "No longer true: home city: Berlin."
+    assert await cmd("unfact home city") == (
+        "No current fact under “home city”; /memory facts lists them."
+    )
+    assert (await cmd("fact no colon here")).startswith("Usage: /memory fact <key>: <value>")
+    # A person's write reaches the conversation at once: its snapshot moved.
+    snap = await provider.get_or_create_snapshot(HERE.id, U, A)
+    assert snap.version == await provider.memory_version(U, A) == 4

@@ -5,6 +5,7 @@ erase."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from memory.contract.facts import FactCapReached, FactOp, FactStore
 from memory.contract.options import WriteOptions
 from memory.contract.registry import create_provider
 from memory.contract.types import ChangeSource, Message, Session
+from memory.facts.models import facts as fact_rows
 from memory.storage import forgetting as fg
 from memory.storage.history import conversations, messages
 from tests.fakes.summarizer import KeepingSummarizer
@@ -272,3 +274,25 @@ async def test_erase_removes_every_fact(provider) -> None:  # type: ignore[no-un
     await fg.erase(provider, fg.Owner(U, A), "test")
     assert await provider.fact_history(U, A) == []
     assert await provider.get_profile(U, A) == ""
+
+
+async def test_concurrent_writes_on_one_key_leave_one_current_fact(provider) -> None:  # type: ignore[no-untyped-def]
+    await asyncio.gather(
+        *(provider.apply_facts(U, A, [FactOp("set", "home city", f"City {i}")]) for i in range(6))
+    )
+    [current] = await provider.current_facts(U, A)
+    history = await provider.fact_history(U, A)
+    assert len(history) == 6 and sum(f.state == "current" for f in history) == 1
+    # Each superseded one names the next; following the chain ends at the current one.
+    by_id = {f.id: f for f in history}
+    ends = {f.replaced_by for f in history if f.replaced_by}
+    assert current.id in ends and all(by_id[e] for e in ends)
+
+
+async def test_the_database_refuses_two_current_facts_on_a_key(provider) -> None:  # type: ignore[no-untyped-def]
+    await provider.apply_facts(U, A, [FactOp("set", "pet", "cat")])
+    async with fg.engine_of(provider).connect() as conn:
+        row = (await conn.execute(sa.select(fact_rows).limit(1))).mappings().one()
+    with pytest.raises(sa.exc.IntegrityError):
+        async with fg.engine_of(provider).begin() as conn:
+            await conn.execute(sa.insert(fact_rows).values({**row, "id": "f_copy"}))

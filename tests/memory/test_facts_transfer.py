@@ -105,6 +105,10 @@ async def test_a_malformed_fact_is_refused_before_any_write(
             )
             is None
         )
+    twice = json.loads(json.dumps(doc))
+    twice["user_memory"]["facts"].append({**twice["user_memory"]["facts"][0], "id": "f_two"})
+    with pytest.raises(InvalidArgument, match="two current facts have the same key"):
+        await import_session(engine, twice)
     # An export of an older version (no facts) still imports.
     del doc["user_memory"]["facts"]
     await import_session(engine, doc)

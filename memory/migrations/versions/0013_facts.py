@@ -46,6 +46,15 @@ def upgrade() -> None:
     op.create_index(
         "ix_memory_facts_owner_state_key", "memory_facts", ["user_id", "agent_id", "state", "key"]
     )
+    # At most one current fact per key: a write that would leave two fails whole.
+    op.create_index(
+        "ux_memory_facts_current_key",
+        "memory_facts",
+        ["user_id", "agent_id", "key"],
+        unique=True,
+        sqlite_where=sa.text("state = 'current'"),
+        postgresql_where=sa.text("state = 'current'"),
+    )
     op.create_table(
         "memory_fact_evidence",
         sa.Column(
@@ -68,5 +77,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_memory_fact_evidence_message", table_name="memory_fact_evidence")
     op.drop_table("memory_fact_evidence")
+    op.drop_index("ux_memory_facts_current_key", table_name="memory_facts")
     op.drop_index("ix_memory_facts_owner_state_key", table_name="memory_facts")
     op.drop_table("memory_facts")
