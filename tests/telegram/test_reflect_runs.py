@@ -50,6 +50,7 @@ async def test_a_review_that_changed_nothing_is_on_the_console(
         async with serve(settings, bot.engine, bot.provider) as base, client() as http:
             await login(http, base, VIEWER_TOKEN)
             page = await (await http.get(f"{base}/changelog?scope=reflect")).text()
+            assert "<option selected>reflect</option>" in page  # the filter offers it
     changed, unchanged = _rows(page)  # newest first
     session = "default:telegram:42"
     assert f">{session}<" in unchanged and ">review<" in unchanged and "reflect" in unchanged
