@@ -13,7 +13,7 @@ WORKDIR /app
 # 1. Dependencies, in a layer of their own: the versions of constraints.txt (`make lock`),
 #    reinstalled only when pyproject.toml or the lock changes, not at every code edit.
 COPY pyproject.toml constraints.txt deploy/project_requirements.py /tmp/deps/
-RUN python /tmp/deps/project_requirements.py /tmp/deps/pyproject.toml postgres webhooks \
+RUN python /tmp/deps/project_requirements.py /tmp/deps/pyproject.toml postgres webhooks mcp \
         > /tmp/deps/requirements.txt \
     && pip install -r /tmp/deps/requirements.txt -c /tmp/deps/constraints.txt \
     && rm -rf /tmp/deps
@@ -37,7 +37,7 @@ ENV MNEMO_CONFIG=/app/config.yaml \
     MNEMO_HEALTH_LISTEN=0.0.0.0
 VOLUME ["/app/data"]
 # 8443: Telegram webhook (when TELEGRAM_WEBHOOK_URL is set); 9464: /healthz and /metrics.
-EXPOSE 8443 9464
+EXPOSE 8443 9464 9465
 
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "/opt/mnemo/healthcheck.py"]

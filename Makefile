@@ -34,7 +34,7 @@ $(VENV)/.installed-dev: pyproject.toml $(LOCK) | $(BIN)/python
 lock: | $(BIN)/python
 	$(BIN)/pip install -q uv==$(UV_VERSION)
 	$(BIN)/uv pip compile --universal --python-version 3.11 --extra dev --extra postgres \
-		--extra webhooks --custom-compile-command "make lock" pyproject.toml -o $(LOCK)
+		--extra webhooks --extra mcp --custom-compile-command "make lock" pyproject.toml -o $(LOCK)
 
 run: $(VENV)/.installed
 	$(BIN)/mnemo $(if $(CONFIG),--config $(CONFIG)) run

@@ -334,8 +334,12 @@ def _memory_action(
         from bot.ops import transfer
 
         if action == "export":
+            if (args.user is None) == (args.session is None):
+                return transfer.refuse("give a session or --user, one of them")
+            if args.user is not None:
+                return transfer.export_memory_zip(settings, args.user)
             return transfer.export(settings, args.session, args.format)
-        return transfer.import_(settings, args.path)
+        return transfer.import_(settings, args.path, user=args.user, dry_run=args.dry_run)
     if action == "compact":
         from bot.ops.compact import compact
 
@@ -463,6 +467,7 @@ EXAMPLES: dict[str, list[str]] = {
     "memory export": [
         "mnemo memory export default:telegram:42 > session.json",
         "mnemo memory export --format markdown default:telegram:42 > session.md",
+        "mnemo memory export --user 42 > mnemo-memory-42.zip",
     ],
     "memory compact": ["mnemo memory compact default:telegram:42", "mnemo memory compact --all"],
     "memory doctor": ["mnemo memory doctor", "mnemo memory doctor --offline"],
@@ -477,6 +482,7 @@ EXAMPLES: dict[str, list[str]] = {
     "memory import": [
         "mnemo memory import session.json",
         "cat session.json | mnemo memory import -",
+        "mnemo memory import mnemo-memory-42.zip --user 77 --dry-run",
     ],
     "memory import-chat": [
         "mnemo memory import-chat result.json --format telegram --user 42 --dry-run",
@@ -631,7 +637,16 @@ def build_parser() -> argparse.ArgumentParser:
             "or 7d / 2w for that long ago",
         )
     export = madd("export", "export a session's full history and summary DAG to stdout")
-    export.add_argument("session", help=session_help)
+    export.add_argument(
+        "session", nargs="?", help=session_help + "; or give --user for a whole memory"
+    )
+    export.add_argument(
+        "--user",
+        type=int,
+        default=None,
+        help="a person's whole memory instead, as /memory export makes it: the zip on "
+        "stdout (default: one session)",
+    )
     export.add_argument(
         "--format",
         choices=["json", "markdown"],
@@ -707,8 +722,24 @@ def build_parser() -> argparse.ArgumentParser:
     backup.add_argument(
         "path", help="the new backup file (never overwritten; its directory is created)"
     )
-    imp = madd("import", "import a session exported with `mnemo memory export`")
-    imp.add_argument("path", help="the JSON export, or - to read it from stdin")
+    imp = madd(
+        "import",
+        "import a session exported with `mnemo memory export`, or a person's memory "
+        "exported with /memory export (its zip or memory.json)",
+    )
+    imp.add_argument("path", help="the JSON export or the zip, or - to read JSON from stdin")
+    imp.add_argument(
+        "--user",
+        type=int,
+        default=None,
+        help="a memory export: into this user's memory instead of its owner's (default: the owner)",
+    )
+    imp.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="a memory export: check it and say what it would import, writing nothing "
+        "(default: off)",
+    )
     chats = madd(
         "import-chat",
         "import a Telegram Desktop export (result.json) or a ChatGPT export "

@@ -10,8 +10,9 @@
    polling and every background job it is given (`Job`; by default
    `bot.app.services.background_jobs`: reflect, `reflect.*`, and retention,
    `memory.retention.*`);
-4. the health/metrics server, when `health.enabled`, and the web console, when
-   `web.enabled` (bot/web/), if the command serves them;
+4. the health/metrics server, when `health.enabled`, the web console, when
+   `web.enabled` (bot/web/), and the MCP endpoint, when `mcp.enabled` (bot/mcp/), if
+   the command serves them;
 5. the channels, each built from the services, until the stop event, or until one ends
    by itself (the terminal at end of input) or fails (its error ends the run).
 At the stop, at once: the channels finish what is in flight (each its own drain) while
@@ -39,6 +40,29 @@ JOB_GRACE_S = 2.0  # a background job in flight at a stop (docker stop waits 10 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 Build = Callable[[Settings], Awaitable[Services]]
+
+
+async def start_mcp(settings: Settings, engine: Any, conversations: Any) -> Any:
+    """The per-user MCP endpoint on its own port (bot/mcp/server.py), its tools run as
+    the token owner's `/memory` sub-commands."""
+    try:
+        from bot.mcp.server import McpEndpoint
+    except ImportError as exc:  # the `mcp` extra is not installed
+        raise RuntimeError(
+            f"mcp.enabled needs the MCP SDK: pip install 'mnemo[mcp]' ({exc})"
+        ) from None
+    from bot.conversation.commands import handle_command
+    from bot.mcp.access import AccessStore
+    from bot.mcp.server import MAX_REPLY
+
+    async def run(session: Any, words: str) -> str:
+        return await handle_command(
+            conversations, session, "memory", words, is_admin=False, limit=MAX_REPLY
+        )
+
+    endpoint = McpEndpoint(AccessStore(engine), run, settings.mcp)
+    await endpoint.start()
+    return endpoint
 
 
 class Root:
@@ -71,6 +95,7 @@ class Root:
         self.services: Services | None = None
         self.scheduler = Scheduler()
         self.health: Any = None
+        self.mcp: Any = None
         self.channels: list[Channel] = []
 
     def stop(self) -> None:
@@ -115,10 +140,14 @@ class Root:
                     services.provider,
                     provider=self.settings.memory.provider,
                 )
+            if self.serve_health and self.settings.mcp.enabled:
+                self.mcp = await start_mcp(self.settings, services.engine, services.conversations)
             yield services
         finally:
             # Jobs use the conversation service and the provider: ended before those close.
             await self.scheduler.stop(JOB_GRACE_S)
+            if self.mcp is not None:
+                await self.mcp.stop()
             if self.health is not None:
                 await self.health.stop()
             await services.close()

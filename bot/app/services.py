@@ -44,6 +44,7 @@ class Services:
     embedding_worker: Any = None  # memory.search.semantic.backlog.EmbeddingWorker, not started
     usage: UsageRecorder | None = None  # where every model call's tokens are recorded
     budgets: Budgets | None = None  # token limits and the background spend guard
+    followups: Any = None  # bot.followups.delivery.FollowupDelivery; channels add senders
 
     async def close(self) -> None:
         """Conversations first (its background compactions still use the provider), then the
@@ -131,6 +132,8 @@ def register_erasure_hooks() -> None:
     from bot.chat_import.ledger import register as chat_imports
     from bot.conversation.people import register as people
     from bot.jobs.reflect.state import register_erasure as reflect
+    from bot.mcp.access import register as mcp_access
+    from memory.followups.store import register_erasure as followups
     from memory.storage.forget_requests import register as forget_requests
 
     for channel in registered_channels():
@@ -138,7 +141,9 @@ def register_erasure_hooks() -> None:
     reflect()
     chat_imports()
     people()
+    mcp_access()
     forget_requests()
+    followups()
 
 
 def admin_ids(settings: Settings) -> set[int]:
@@ -152,6 +157,7 @@ Job = Callable[[Scheduler, "Services"], object]
 
 def background_jobs(*, reflect: bool = True) -> list[Job]:
     """The jobs the root starts (reflect schedules itself only when `reflect.enabled`)."""
+    from bot.followups.delivery import start_followups
     from bot.jobs.retention import start_retention
 
     jobs: list[Job] = []
@@ -160,6 +166,7 @@ def background_jobs(*, reflect: bool = True) -> list[Job]:
 
         jobs.append(start_reflect)
     jobs.append(start_retention)
+    jobs.append(start_followups)
     return jobs
 
 
@@ -231,7 +238,18 @@ async def build_services(
         embedding_worker=worker,
         usage=usage,
         budgets=budgets,
+        followups=_followups(settings, engine, llm, budgets),
     )
+
+
+def _followups(settings: Settings, engine: AsyncEngine, llm: Any, budgets: Budgets) -> Any:
+    """The follow-up delivery of this process; each channel adds its sender."""
+    from bot.followups.delivery import FollowupDelivery
+    from bot.runtime.metrics import count_followup
+    from memory.followups.store import observe
+
+    observe(count_followup)
+    return FollowupDelivery(engine, settings.followups, llm=llm, budgets=budgets)
 
 
 def _embedding_worker(

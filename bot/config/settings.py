@@ -155,6 +155,9 @@ class LLMSettings(_Section):
     answer_deadline_s: float = Field(default=300, gt=0, le=86_400)
     turn_deadline_s: float = Field(default=600, gt=0, le=86_400)
     temperature: float | None = Field(default=None, ge=0, le=2)  # OpenAI's range
+    # The model's context window in tokens, shown beside the budget (/memory status, the
+    # console); 0: unknown, or what a llama.cpp server reports at start (model/server_context.py).
+    context_window: int = Field(default=0, ge=0, le=100_000_000)
     # model name -> its price (chat, summary, embedding and transcription models alike)
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
 
@@ -331,6 +334,46 @@ class ReflectSettings(_Periodic):
     batch: int = Field(default=5, ge=1, le=1000)
 
 
+class FollowupsSettings(_Section):
+    """Follow-ups (docs/CHAT.md "Follow-ups"): how often the root's scheduler looks for
+    due ones (`interval`), how late a missed one may still be sent (`grace`; past it, a
+    note says it was missed), the default quiet hours (local to each user), how many
+    the bot's own (proactive) ones a user gets a day, and whether those go to groups."""
+
+    enabled: bool = True
+    interval: str = "30s"
+    grace: str = "12h"
+    quiet_hours: str = "22:00-08:00"
+    max_per_day: int = Field(default=3, ge=0, le=100)
+    groups: bool = False  # proactive ones in groups (explicit reminders always go)
+
+    @field_validator("interval", "grace")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not 1 <= parse_duration(v) <= 365 * 86400:
+            raise ValueError("expected a duration from 1s to 365d")
+        return v
+
+    @field_validator("quiet_hours")
+    @classmethod
+    def _window(cls, v: str) -> str:
+        from memory.followups.times import TimeError, quiet_window
+
+        try:
+            quiet_window(v)
+        except TimeError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @property
+    def interval_s(self) -> float:
+        return parse_duration(self.interval)
+
+    @property
+    def grace_s(self) -> float:
+        return parse_duration(self.grace)
+
+
 class BackgroundGuardSettings(_Section):
     """The spend guard of background work (summaries of automatic compaction, reflect,
     embeddings), per `window`; 0 turns a cap off (bot/conversation/budgets.py)."""
@@ -426,6 +469,38 @@ class WebSettings(_Section):
         return parse_duration(self.session_ttl)
 
 
+class McpSettings(_Section):
+    """The per-user MCP endpoint (bot/mcp/): off unless enabled; see docs/OPERATIONS.md."""
+
+    enabled: bool = False
+    listen: str = "127.0.0.1"
+    # Its own port (not the health server's): bot/mcp/server.py says why.
+    port: int = Field(default=9465, ge=0, le=65535)
+    # The address people are shown by `/memory mcp on` (a TLS reverse proxy's, say);
+    # empty: http://<listen>:<port>/mcp.
+    public_url: str = ""
+    token_ttl: str = "30d"  # how long a token works before `/memory mcp on` again
+    requests_per_minute: int = Field(default=30, ge=1, le=10_000)  # per token
+
+    @field_validator("token_ttl")
+    @classmethod
+    def _ttl(cls, v: str) -> str:
+        if not 60 <= parse_duration(v) <= 366 * 86400:
+            raise ValueError("expected a duration from 1m to 366d")
+        return v
+
+    @field_validator("public_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v and not re.match(r"^https?://[^\s/]+(/\S*)?$", v):
+            raise ValueError("expected an http(s) URL, like https://mnemo.example.org/mcp")
+        return v
+
+    @property
+    def token_ttl_s(self) -> float:
+        return parse_duration(self.token_ttl)
+
+
 class _Core(_Section):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
@@ -475,10 +550,12 @@ class Settings(_WithChannels):
     memory: Annotated[_MemoryBase, _ProviderSections()] = Field(default_factory=_memory_defaults)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     reflect: ReflectSettings = Field(default_factory=ReflectSettings)
+    followups: FollowupsSettings = Field(default_factory=FollowupsSettings)
     recall: RecallSettings = Field(default_factory=RecallSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     web: WebSettings = Field(default_factory=WebSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @model_validator(mode="after")
@@ -490,6 +567,13 @@ class Settings(_WithChannels):
             raise ValueError(
                 f"web.listen ({web.listen}) differs from health.listen ({health.listen}) "
                 "on the same port: give web.port another port, or the same listen address"
+            )
+        ports = {self.health.port} if health.enabled else set()
+        ports |= {web.port} if web.enabled else set()
+        if self.mcp.enabled and self.mcp.port in ports:
+            raise ValueError(
+                f"mcp.port ({self.mcp.port}) is the health server's or the console's: the MCP "
+                "endpoint needs a port of its own"
             )
         return self
 

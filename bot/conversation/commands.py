@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import logging
+from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -76,14 +77,28 @@ async def handle_command(
     *,
     is_admin: bool,
     limit: int = MAX_REPLY,
+    member: int | None = None,
+    group_admin: bool = False,
 ) -> str:
     """Answer `/name args`, in at most `limit` characters (the channel's). Never raises
-    for user or provider errors."""
-    return clip(await _answer(conversations, session, name, args, is_admin=is_admin), limit)
+    for user or provider errors. In a group: `member`, who asked (their own words are
+    theirs to forget or keep out, memory/consent/); `group_admin`, whether the channel
+    found them an admin of the group (its group-wide memory commands are theirs)."""
+    asker = Asker(is_admin, member, group_admin)
+    return clip(await _answer(conversations, session, name, args, asker), limit)
+
+
+@dataclass(frozen=True)
+class Asker:
+    """Who asked, as the channel knows them."""
+
+    is_admin: bool  # one of the bot's operators (`telegram.admin_ids`)
+    member: int | None = None  # their user id, in a memory several people share
+    group_admin: bool = False  # an admin of the group whose memory it is
 
 
 async def _answer(
-    conversations: Conversations, session: Session, name: str, args: str, *, is_admin: bool
+    conversations: Conversations, session: Session, name: str, args: str, asker: Asker
 ) -> str:
     command = name.strip().lstrip("/").split("@", 1)[0].lower()
     base = session.base()
@@ -104,7 +119,7 @@ async def _answer(
             return await _compact(conversations, await conversations.current_session(base))
         if command == "memory":
             return await _memory(
-                conversations, await conversations.current_session(base), args, is_admin=is_admin
+                conversations, await conversations.current_session(base), args, asker
             )
         return f"Unknown command /{command}.\n\n{HELP}"
     except NotFound:
@@ -197,9 +212,7 @@ def _compacted(result: CompactionResult) -> str:
     )
 
 
-async def _memory(
-    conversations: Conversations, session: Session, args: str, *, is_admin: bool
-) -> str:
+async def _memory(conversations: Conversations, session: Session, args: str, asker: Asker) -> str:
     compact_above = conversations.settings.compaction.max_tokens
     budget = ContextBudget(
         conversations.settings.memory.budget_tokens, None if compact_above == -1 else compact_above
@@ -218,9 +231,15 @@ async def _memory(
         recaller=conversations.recaller,
         limits=conversations.budgets,
         context=context,
+        member=asker.member,
     )
     return await run_memory_command(
-        conversations.provider, session, args, is_admin=is_admin, front=front
+        conversations.provider,
+        session,
+        args,
+        is_admin=asker.is_admin,
+        group_admin=asker.group_admin,
+        front=front,
     )
 
 

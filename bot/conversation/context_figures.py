@@ -68,5 +68,6 @@ async def next_context(provider: Provider, settings: Settings, session: Session)
         budget=budget,
         compact_above=None if compact_above == -1 else compact_above,
         stored=stats.context_tokens,
+        window=settings.llm.context_window or None,
     )
     return NextContext(figures, system, history, version)

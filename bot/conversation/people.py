@@ -4,7 +4,7 @@ group, whose chat id its memory is kept under), for the operator console's pages
 Written only when they change: each process remembers what it last wrote per id, so a
 chat costs one write per process and per rename, not one per message. A failure to
 write is logged and forgotten (a name is a convenience, never worth a lost message).
-An erasure deletes the row with the memory (`register`).
+An erasure deletes the row with the id's last memory (`register`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from memory.contract.types import utcnow
 from memory.storage import forgetting as fg
 from memory.storage.db import conflict_insert, write_transaction
 from memory.storage.forgetting import Owner
+from memory.storage.history import conversations
 from memory.text.sanitize import storable
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,12 @@ async def names(engine: AsyncEngine, user_ids: Iterable[int]) -> dict[int, Perso
 
 
 async def erase_name(conn: AsyncConnection, owner: Owner) -> dict[str, int]:
-    result = await conn.execute(people.delete().where(people.c.user_id == owner.user_id))
+    """The name goes with the id's last memory: a name is one per id, not per agent, so
+    erasing the memory one agent keeps leaves it while another agent still has some."""
+    others = sa.exists().where(
+        conversations.c.user_id == owner.user_id, conversations.c.agent_id != owner.agent_id
+    )
+    result = await conn.execute(people.delete().where(people.c.user_id == owner.user_id, ~others))
     return {"recorded name(s)": int(result.rowcount or 0)}
 
 

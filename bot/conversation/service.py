@@ -186,6 +186,30 @@ class Conversations:
             return reply  # no turn happened here
         return self._turn_done(session, reply, started)
 
+    async def chat_unstored(
+        self,
+        session: Session,
+        text: str,
+        *,
+        on_delta: OnDelta | None = None,
+        images: Sequence[Image] = (),
+    ) -> Reply:
+        """Answer `text` in `session` storing nothing of it (`Turns.unstored`: a group
+        member who opted out), under the session's turn lock so it reads the
+        conversation between turns. Never raises for model or memory failures."""
+        if self._closed:
+            raise RuntimeError("the conversation service is closed")
+        if not text.strip():
+            return Reply("There is nothing to answer: the message is empty.", error=True)
+        started = time.monotonic()
+        async with self._hold(session.id):
+            with bind_session(session):
+                reply = await self._turns.unstored(session, text, on_delta, images)
+        record_turn(
+            time.monotonic() - started, ok=not reply.error or reply.limited, limited=reply.limited
+        )
+        return reply
+
     def _turn_done(self, session: Session, reply: Reply, started: float) -> Reply:
         """A turn's metrics, and the compaction check that follows a successful one."""
         record_turn(

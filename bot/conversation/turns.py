@@ -72,6 +72,7 @@ MEMORY_DOWN = "Sorry, my memory store failed, so your message was NOT saved. Ple
 MEMORY_FAILED_KEPT = (
     "Sorry, my memory store failed before I could answer. Your message is saved; please try again."
 )
+MEMORY_DOWN_UNSTORED = "Sorry, my memory store failed before I could answer. Please try again."
 ANSWER_NOT_SAVED = (
     "Sorry, my memory store failed while saving the answer, so I can't "
     "show it. Your message is saved; please try again."
@@ -249,6 +250,55 @@ class Turns:
             log.exception("memory failed before the model was called (session %s)", session.id)
             return Reply(MEMORY_FAILED_KEPT if kept else MEMORY_DOWN, error=True)
         return await self.answer(session, context, on_delta, images, wait=wait)
+
+    async def unstored(
+        self,
+        session: Session,
+        text: str,
+        on_delta: OnDelta | None,
+        images: Sequence[Image] = (),
+    ) -> Reply:
+        """A turn nothing of which is stored: a group member who opted out
+        (memory/consent/). The model reads the conversation as assembled, then `text`;
+        it gets no memory tool (a note or a rule would keep their words); the answer is
+        shown and never appended. Only the model calls' usage rows (token counts) are
+        written, under the session's user (the group)."""
+        what = f"unstored turn of session {session.id}"
+        try:
+            version = await retry_on_disconnect(
+                lambda: self._prepare(session), what, idempotent=True
+            )
+            system, _tools, history = await retry_on_disconnect(
+                lambda: self._context(session, version, images=len(images)), what
+            )
+        except Exception:
+            log.exception("memory failed before the model was called (session %s)", session.id)
+            return Reply(MEMORY_DOWN_UNSTORED, error=True)
+        if self.budgets is not None:
+            refusal = await self.budgets.refusal(session.user_id)
+            if refusal is not None:
+                return Reply(refusal, error=True, limited=True)
+        async with self.usage.collecting(join=True):
+            try:
+                with turn_deadline(self.settings.llm.turn_deadline_s):
+                    result = await run_turn(
+                        self.llm,
+                        [
+                            Message(role="system", content=system),
+                            *history,
+                            Message(role="user", content=text),
+                        ],
+                        [],
+                        max_rounds=self.settings.llm.max_tool_rounds,
+                        on_delta=_guarded(on_delta, session),
+                        images=images,
+                    )
+            except LLMError as exc:
+                log.warning("unstored turn of session %s failed: %s", session.id, exc.described())
+                return Reply(
+                    f"Sorry, I couldn't answer: {exc.reason}. Please try again.", error=True
+                )
+        return Reply(cite(result.text, {}, named=False)[0])
 
     async def owed(self, session: Session) -> Context | None:
         """What the model gets to answer the session's last stored message, if that is

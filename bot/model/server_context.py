@@ -8,7 +8,9 @@ exceeded", so at start the bot reads it, when the server offers it, and lowers
 of the context for the reply and the tool results of the turn; one warning says so. A
 server without the endpoint (OpenAI, most hosted APIs) changes nothing. Set the budget
 yourself (`MNEMO_BUDGET_TOKENS`) to the size you want to silence the warning, or give
-the model more context (`LLM_CTX_SIZE` in the compose profile).
+the model more context (`LLM_CTX_SIZE` in the compose profile). `llm.context_window`, when
+set, is taken instead of asking (a hosted model's window), and the window is shown beside
+the budget by `/memory status` and the console.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ def fit_budget(settings: Settings, n_ctx: int) -> bool:
 
 
 async def fit_to_server(settings: Settings) -> None:
-    n_ctx = await server_context(settings.llm.base_url)
-    if n_ctx is not None:
+    # The operator's own figure (`llm.context_window`) wins over what the server says.
+    n_ctx = settings.llm.context_window or await server_context(settings.llm.base_url)
+    if n_ctx:
+        settings.llm.context_window = n_ctx
         fit_budget(settings, n_ctx)

@@ -112,6 +112,12 @@ REFLECT_RUNS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+FOLLOWUPS = Counter(
+    "mnemo_followups",
+    "Follow-ups by event (created|sent|dismissed|dropped).",
+    ["event"],
+    registry=REGISTRY,
+)
 DB_ERRORS = Counter(
     "mnemo_db_errors",
     "Database errors raised through the engine, by exception class.",
@@ -192,6 +198,10 @@ def record_reflect_report(report: Any) -> None:
     """Every session outcome of one reflect cycle (`bot.jobs.reflect.CycleReport`)."""
     for outcome in report.sessions:
         record_reflect_run(outcome.status)
+
+
+def count_followup(event: str) -> None:
+    FOLLOWUPS.labels(event).inc()
 
 
 def record_db_error(error: str) -> None:

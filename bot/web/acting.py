@@ -36,7 +36,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EDITABLE = ("profile", "soul")  # rules are a list: added and removed in the chat
+# Texts edited whole; rules are a list, each added or removed on its own (one atomic
+# store write each: an edited rule would be two, a removal and an addition).
+EDITABLE = ("profile", "soul")
+MAX_RULE_CHARS = 2000
 
 
 def digest(text: str) -> str:
@@ -69,6 +72,8 @@ class Acting:
     def install_acting(self, r: web.UrlDispatcher) -> None:
         r.add_get("/memory/{uid}/edit", self.edit_form)
         r.add_post("/memory/{uid}/edit", self.edit)
+        r.add_get("/memory/{uid}/rule", self.rule_form)
+        r.add_post("/memory/{uid}/rule", self.rule)
         r.add_get("/memory/{uid}/erase", self.erase_form)
         r.add_post("/memory/{uid}/erase", self.erase)
         r.add_get("/sessions/{sid}/export.json", self.export)
@@ -129,6 +134,56 @@ class Acting:
             page_url(f"/memory/{uid}", {"agent": agent, "scope": scope}, saved=new)
         )
 
+    # -- add or remove a rule -----------------------------------------------------------
+
+    async def _rules(self, uid: int, agent: str) -> tuple[Any, str]:
+        hist = await reads.memory_history(self.provider, uid, agent, "constraint")
+        return hist, digest(hist.current_text)
+
+    async def rule_form(self, request: web.Request) -> web.Response:
+        uid, agent, _ = self._owner(request)
+        hist, shown = await self._rules(uid, agent)
+        remove = request.query.get("remove", "")[:64]
+        rule = reads.rule_text(hist, remove) if remove else ""
+        if remove and rule is None:
+            raise web.HTTPNotFound(text="no such rule (removed meanwhile?)")
+        return await self._page(
+            request, "rule.html", hist=hist, shown=shown, add="", remove=remove, rule=rule
+        )
+
+    async def rule(self, request: web.Request) -> web.StreamResponse:
+        who = self._operator(request, "change rules")
+        uid, agent, _ = self._owner(request)
+        form = request[FORM]
+        add = " ".join(str(form.get("add", "")).split())[:MAX_RULE_CHARS]
+        remove = str(form.get("remove", ""))[:64]
+        hist, shown = await self._rules(uid, agent)
+        if form.get("shown") != shown:
+            return self._error(
+                request,
+                409,
+                "The rules changed since you opened them (a reflect run, the user or another "
+                "operator): nothing was written. Open them again.",
+                title="Changed meanwhile",
+            )
+        rule = reads.rule_text(hist, remove) if remove else add
+        if not rule:
+            raise web.HTTPBadRequest(text="write the rule to add, or name one to remove")
+        if form.get("confirm") != "yes":  # the first POST: show what would change
+            return await self._page(
+                request, "rule.html", hist=hist, shown=shown, add=add, remove=remove, rule=rule
+            )
+        try:
+            new = await reads.write_rule(
+                self.provider, self.engine, uid, agent, add=add, remove=remove, operator=who
+            )
+        except ContractError as exc:
+            return self._error(request, 400, f"Refused: {exc}")
+        log.info("web console: %s changed the rules of user %s (agent %s)", who, uid, agent)
+        raise web.HTTPSeeOther(
+            page_url(f"/memory/{uid}", {"agent": agent, "scope": "constraint"}, saved=new)
+        )
+
     # -- forget a message, or what a summary was made of ---------------------------
 
     async def _preview(self, request: web.Request, item: str) -> tuple[Any, Any]:
@@ -171,7 +226,7 @@ class Acting:
                 "not confirmed): nothing was forgotten. Open the preview again.",
                 title="Changed meanwhile",
             )
-        report = await reads.forget(self.provider, preview)
+        report = await reads.forget(self.provider, preview, who)
         log.info("web console: %s forgot %d message(s) of %s", who, report.messages, info.id)
         return await self._page(
             request, "forget.html", info=info, item=item, preview=preview, shown="", done=report

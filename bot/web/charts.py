@@ -64,7 +64,7 @@ def render(days: Sequence[Day]) -> str:
     return "".join(out)
 
 
-BAR_W, BAR_H = 720.0, 46.0
+BAR_W, BAR_H = 720.0, 60.0
 PARTS = (
     ("system", "system prompt"),
     ("tools", "memory tool"),
@@ -75,8 +75,12 @@ PARTS = (
 
 def context_bar(f: ContextFigures) -> str:
     """The next turn's context, part by part, against `memory.budget_tokens` (the end of
-    the scale unless the context is larger), with a tick at compaction's threshold."""
-    scale = max(f.budget, f.total, 1)
+    the scale unless the context is larger), with a tick at compaction's threshold and
+    one at the model's window when known. A window far past the budget (a hosted model's
+    128k beside a 13.5k budget) is named at the bar's end instead of drawn: on its scale
+    the parts would be slivers."""
+    drawn_window = f.window if f.window and f.window <= 2 * max(f.budget, f.total) else None
+    scale = max(f.budget, f.total, drawn_window or 0, 1)
     px = (BAR_W - 2 * PAD) / scale
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart context-bar" '
@@ -104,6 +108,17 @@ def context_bar(f: ContextFigures) -> str:
             f'<line class="compact" x1="{cx:.1f}" y1="{PAD - 4}" x2="{cx:.1f}" y2="{PAD + 22}">'
             f"<title>compaction.max_tokens: {f.compact_above:,} (of the conversation kept "
             f"in context, now {f.stored:,})</title></line>"
+        )
+    if drawn_window is not None:
+        wx = PAD + drawn_window * px
+        out.append(
+            f'<line class="window" x1="{wx:.1f}" y1="{PAD - 4}" x2="{wx:.1f}" y2="{PAD + 22}">'
+            f"<title>the model's window: {drawn_window:,} tokens</title></line>"
+        )
+    if f.window:
+        out.append(
+            f'<text class="window" x="{BAR_W - PAD:.1f}" y="{BAR_H - 20:.1f}" '
+            f'text-anchor="end">model window {f.window:,}</text>'
         )
     out.append(f'<text x="{PAD}" y="{BAR_H - 4:.1f}">next context {f.total:,} tokens</text>')
     out.append("</svg>")

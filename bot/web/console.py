@@ -480,6 +480,7 @@ class Console(Acting):
             scopes=reads.SCOPES,
             done=done,
             saved=saved,
+            followups=await reads.followups(self.engine, uid, agent),
         )
 
     async def rollback_confirm(self, request: web.Request) -> web.Response:

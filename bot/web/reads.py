@@ -25,7 +25,7 @@ from memory.contract.capabilities import (
     SessionSnapshotStore,
     VersionedProfileStore,
 )
-from memory.contract.context import with_change_source
+from memory.contract.context import with_actor, with_change_source
 from memory.contract.errors import NotFound, StoreCorrupt
 from memory.contract.options import WriteOptions
 from memory.contract.tracing import unwrap
@@ -42,6 +42,8 @@ from memory.contract.types import (
     SessionInfo,
 )
 from memory.facts.render import describe_change
+from memory.followups import store as followup_store
+from memory.followups.times import local_text
 from memory.storage import forgetting as fg
 from memory.storage import operator_reads, snapshots
 from memory.storage.history import LIST_ORDERS as HISTORY_ORDERS
@@ -212,6 +214,39 @@ async def write_text(
     return 0
 
 
+def rule_text(hist: MemoryHistory, rule_id: str) -> str | None:
+    """The text of rule `rule_id` as the rules page lists it (`[id] text`); None if gone."""
+    for line in hist.current_text.splitlines():
+        if line.startswith(f"[{rule_id}] "):
+            return line.split("] ", 1)[1]
+    return None
+
+
+async def write_rule(
+    provider: Provider,
+    engine: AsyncEngine,
+    user_id: int,
+    agent_id: str,
+    *,
+    add: str,
+    remove: str,
+    operator: str,
+) -> int:
+    """Add rule `add`, or remove rule `remove`, as an operator; the new memory version."""
+    inner = unwrap(provider)
+    if not isinstance(inner, ConstraintStore):
+        raise NotFound(f"the {provider.name} provider keeps no rules")
+    options = WriteOptions(ChangeSource.OPERATOR, f"web:{operator}")
+    if remove:
+        await inner.remove_constraint(user_id, agent_id, remove, options)
+    else:
+        await inner.add_constraint(user_id, agent_id, add, options)
+    await _move_snapshots(inner, engine, user_id, agent_id)
+    if isinstance(inner, VersionedProfileStore):
+        return await inner.memory_version(user_id, agent_id)
+    return 0
+
+
 async def _move_snapshots(inner: Any, engine: AsyncEngine, user_id: int, agent_id: str) -> None:
     """The user's live sessions read the change at once, as after their own `/memory`."""
     if isinstance(inner, SessionSnapshotStore):
@@ -249,8 +284,8 @@ async def forget_preview(provider: Provider, info: SessionInfo, item: str) -> fg
     return await fg.preview(provider, Owner(info.user_id, info.agent_id), item)
 
 
-async def forget(provider: Provider, preview: fg.ForgetPreview) -> ForgetReport:
-    with with_change_source(ChangeSource.OPERATOR):
+async def forget(provider: Provider, preview: fg.ForgetPreview, operator: str) -> ForgetReport:
+    with with_change_source(ChangeSource.OPERATOR), with_actor(f"web:{operator}"):
         return await fg.forget(provider, preview.owner, preview.ids, preview.needles)
 
 
@@ -344,3 +379,42 @@ async def turn_view(
     total = total_cost(by_model((u.model, u.usage) for u in usage), prices)
     latency = (last - first).total_seconds() if first is not None and last is not None else None
     return TurnView(turn, why, usage, costs, "–" if total is None else format_cost(total), latency)
+
+
+@dataclass(frozen=True)
+class FollowupRow:
+    id: int
+    due: str  # in the user's zone
+    timezone: str
+    text: str
+    state: str
+    created_by: str
+    proactive: bool
+
+
+async def followups(engine: AsyncEngine, user_id: int, agent_id: str) -> list[FollowupRow]:
+    """A user's follow-ups (every state, soonest first): the memory page lists them."""
+    items = await followup_store.listed(
+        engine,
+        Owner(user_id, agent_id),
+        (
+            followup_store.PENDING,
+            followup_store.SNOOZED,
+            followup_store.SENDING,
+            followup_store.SENT,
+            followup_store.DISMISSED,
+            followup_store.DROPPED,
+        ),
+    )
+    return [
+        FollowupRow(
+            i.id,
+            local_text(i.due_at, i.timezone),
+            i.timezone,
+            i.text,
+            i.state,
+            i.created_by,
+            i.proactive,
+        )
+        for i in items[-100:]
+    ]

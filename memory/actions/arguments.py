@@ -266,6 +266,39 @@ MessageId = Annotated[
     str, _text(64), _schema({"type": "string", "description": "id of a message, e.g. from search"})
 ]
 
+Due = Annotated[
+    str,
+    _text(64),
+    _schema(
+        {
+            "type": "string",
+            "description": "followup_add: when, as ISO 8601 in the user's local time "
+            "(2026-05-03T09:00; a date alone is 09:00)",
+        }
+    ),
+]
+SourceIds = Annotated[
+    list[int],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "items": {"type": "integer"},
+            "description": "followup_add: ids of the messages that asked for it "
+            "(default: the user's message of this turn)",
+        }
+    ),
+]
+FollowupId = Annotated[
+    int,
+    _integer(1, 2**53),
+    _schema({"type": "integer", "description": "followup_dismiss: the follow-up's id"}),
+]
+Zone = Annotated[
+    str,
+    _text(64),
+    _schema({"type": "string", "description": "timezone_set: IANA name, e.g. Europe/Berlin"}),
+]
+
 
 def _date(raw: Any, info: ValidationInfo) -> datetime:
     """A day (YYYY-MM-DD, read as its start in UTC) or a full ISO-8601 time."""

@@ -53,7 +53,7 @@ def context_lines(f: ContextFigures) -> list[str]:
     return [
         f"Next turn's context: {f.total:,} of {f.budget:,} tokens (system prompt "
         f"{f.system:,}, memory tool {f.tools:,}, summaries {f.summaries:,}, messages "
-        f"{f.messages:,})",
+        f"{f.messages:,})" + (f"; the model's window is {f.window:,}" if f.window else ""),
         f"Conversation kept in context: {f.stored:,} tokens ({compaction})",
     ]
 
@@ -306,6 +306,8 @@ async def why(c: Call, args: Any, found: Why | None) -> str:
         asked = f" “{one_line(use.asked, 80)}”" if use.asked else ""
         if use.failed:
             got = "failed or found nothing"
+        elif use.action == "followup_add":  # a write: it returns nothing to cite
+            got = "follow-up set (/memory followups lists it)"
         elif use.returned:
             got = ", ".join(f"{r.kind} {r.id}" for r in use.returned)
         else:

@@ -74,19 +74,30 @@ def open_subs(provider: Provider, registry: Registry = ACTIONS) -> tuple[str, ..
     )
 
 
+def group_wide(words: str, registry: Registry = ACTIONS) -> bool:
+    """Whether `/memory <words>` may be a group-wide sub-command (`Audience.OWNER`): the
+    only ones for which a channel needs to know if the caller administers the group."""
+    sub, _ = split_words(words)
+    return any(a.audience == Audience.OWNER for a in registry.commands().get(sub, []))
+
+
 async def run_memory_command(
     provider: Provider,
     session: Session,
     words: str,
     *,
     is_admin: bool,
+    group_admin: bool = False,
     limit: int = MAX_REPLY,
     front: FrontEnd = NO_FRONT_END,
     registry: Registry = ACTIONS,
 ) -> str:
     """Answer `/memory <words>` for `session` (the live one); at most `limit` characters.
     `front`: what the front-end provides the actions (a model for `/memory ask`, the
-    user's token limits, the context budget /memory status shows)."""
+    user's token limits, the context budget /memory status shows). `group_admin`: the
+    caller administers the group whose memory this is (the channel asked it): the
+    group-wide sub-commands (`Audience.OWNER`) are theirs there, the operators' ones
+    (`Audience.OPERATOR`) are not."""
     sub, rest = split_words(words)
     if sub in ("", "help"):
         return usage(registry=registry, provider=provider)
@@ -104,21 +115,23 @@ async def run_memory_command(
         )
     if not is_admin and any(a.audience == Audience.OPERATOR for a in actions):
         return f"/memory {sub} is for the bot's operators only."
-    if (
-        not is_admin
-        and shared_scope(session.user_id)
-        and any(a.audience == Audience.OWNER for a in actions)
-    ):
-        return (
-            f"In a group, /memory {sub} is for the bot's operators only: the group's memory "
-            "belongs to every member."
-        )
     lacking: Action | None = None
     for action in actions:
         assert action.command is not None
         parsed = action.command.parse(rest)
         if parsed is None:
             continue
+        # Per action: `/memory forget mine` is a member's own, `/memory forget <text>`
+        # the group's.
+        if (
+            not (is_admin or group_admin)
+            and shared_scope(session.user_id)
+            and action.audience == Audience.OWNER
+        ):
+            return (
+                f"In a group, /memory {sub} is for the group's admins and the bot's "
+                "operators only: the group's memory belongs to every member."
+            )
         if not action.available(provider):
             lacking = action
             continue

@@ -28,9 +28,11 @@ from memory.actions.arguments import (
     Content,
     ContentOrEmpty,
     Day,
+    Due,
     FactKey,
     FactKeys,
     FactValue,
+    FollowupId,
     Limit,
     MessageId,
     MessageIds,
@@ -40,15 +42,18 @@ from memory.actions.arguments import (
     Question,
     Scope,
     Since,
+    SourceIds,
     SummaryId,
     Text,
     TokenCap,
     Topic,
     Version,
+    Zone,
     parse_date,
     refuse,
 )
 from memory.actions.spec import Action, Audience, Call, Command, Recalled, Registry
+from memory.consent import actions as consent
 from memory.contract.capabilities import (
     ChangelogReader,
     ChangelogWriter,
@@ -62,10 +67,15 @@ from memory.contract.capabilities import (
     SessionManager,
     VersionedProfileStore,
 )
-from memory.contract.errors import ContractError
+from memory.contract.context import change_source_from_context
+from memory.contract.errors import ContractError, InvalidArgument
 from memory.contract.facts import MAX_KEY_CHARS, MAX_VALUE_CHARS, Fact, FactOp, FactStore
-from memory.contract.types import SearchMode, SearchQuery, SearchScope
+from memory.contract.types import ChangeSource, Owner, SearchMode, SearchQuery, SearchScope, utcnow
 from memory.facts.citing import FactWrite, citable
+from memory.followups import replies as followup_replies
+from memory.followups import store as followups
+from memory.followups import times
+from memory.storage import forgetting as forgetting_store
 
 DEFAULT_LIMIT = 10  # search, note_search and profile_history results
 PEOPLE_SEARCH_POOL = 200  # hits people's search asks for, to count them; more are "200+"
@@ -908,7 +918,7 @@ class ConfirmArgs(Arguments):
 
 
 def _forget_words(words: str) -> dict[str, Any] | None:
-    if not words or words.lower().split()[0] in ("confirm", "cancel", "everything"):
+    if not words or words.lower().split()[0] in ("confirm", "cancel", "everything", "mine"):
         return None
     return {"target": words}
 
@@ -937,8 +947,9 @@ declare(
         tool=False,
         command=Command(
             "forget",
-            "<message id | summary id | text | everything> — forget it for good "
-            "(shows what would go; /memory forget confirm <code> does it, cancel drops it)",
+            "<message id | summary id | text | everything | mine> — forget it for good "
+            "(shows what would go; /memory forget confirm <code> does it, cancel drops it; "
+            "in a group, mine is what you said there, yours alone to confirm)",
             parse=_forget_words,
             render=forgetting.preview_text,
             lacks=_FORGETTING,
@@ -995,6 +1006,429 @@ declare(
             parse=lambda words: {} if words.lower().split() == ["cancel"] else None,
             render=forgetting.cancelled_text,
             lacks=_FORGETTING,
+        ),
+    )
+)
+
+
+# --- consent in groups (a member's own words; memory/consent/) --------------------------
+
+
+def _mine_confirm_words(words: str) -> dict[str, Any] | None:
+    """`mine confirm [<code>]`."""
+    parts = words.lower().split()
+    if parts[:2] != ["mine", "confirm"] or len(parts) > 3:
+        return None
+    return {"code": parts[2] if len(parts) == 3 else "", "notes": False}
+
+
+declare(
+    Action(
+        "forget_mine",
+        NoArgs,
+        Forgetter,
+        "show what forgetting everything the member said in this group would remove",
+        consent.ask_mine,
+        tool=False,
+        command=Command(
+            "forget",
+            parse=lambda words: {} if words.lower().split() == ["mine"] else None,
+            render=consent.mine_text,
+            lacks=_FORGETTING,
+        ),
+    )
+)
+declare(
+    Action(
+        "forget_mine_confirm",
+        ConfirmArgs,
+        Forgetter,
+        "forget what the member's own /memory forget mine preview showed",
+        consent.confirm_mine,
+        tool=False,
+        write="forget",
+        command=Command(
+            "forget",
+            parse=_mine_confirm_words,
+            render=consent.confirmed_mine_text,
+            lacks=_FORGETTING,
+        ),
+    )
+)
+declare(
+    Action(
+        "forget_mine_cancel",
+        NoArgs,
+        Forgetter,
+        "drop the member's pending /memory forget mine request",
+        consent.cancel_mine,
+        tool=False,
+        command=Command(
+            "forget",
+            parse=lambda words: {} if words.lower().split() == ["mine", "cancel"] else None,
+            render=consent.cancelled_mine_text,
+            lacks=_FORGETTING,
+        ),
+    )
+)
+# Opting out is offered where words can be forgotten (the SQL providers): same capability.
+declare(
+    Action(
+        "optout",
+        NoArgs,
+        Forgetter,
+        "keep the member's future messages in this group out of memory",
+        consent.optout,
+        tool=False,
+        command=Command(
+            "optout",
+            "— in a group: I stop remembering what you write there (answers still come; "
+            "/memory optin undoes it)",
+            render=consent.optout_text,
+            lacks="opting out",
+        ),
+    )
+)
+declare(
+    Action(
+        "optin",
+        NoArgs,
+        Forgetter,
+        "remember the member's messages in this group again",
+        consent.optin,
+        tool=False,
+        command=Command(
+            "optin",
+            "— in a group: I remember what you write there again",
+            render=consent.optin_text,
+            lacks="opting out",
+        ),
+    )
+)
+
+
+# --- follow-ups (memory/followups/) -------------------------------------------------
+
+
+class FollowupAddArgs(Arguments):
+    due: Due
+    text: Text
+    source_ids: SourceIds = []
+
+
+class FollowupIdArgs(Arguments):
+    followup_id: FollowupId
+
+
+class SnoozeArgs(Arguments):
+    followup_id: FollowupId
+    snooze: str = "1h"
+
+
+class SwitchArgs(Arguments):
+    on: bool
+
+
+class QuietArgs(Arguments):
+    quiet: str
+
+
+class ZoneArgs(Arguments):
+    zone: Zone = ""  # empty: show it
+
+
+def _followup_owner(c: Call) -> Owner:
+    return Owner(*c.owner)
+
+
+async def _followup_add(c: Call, args: FollowupAddArgs) -> Any:
+    engine = forgetting_store.engine_of(c.provider)
+    owner = _followup_owner(c)
+    prefs = await followups.get_prefs(engine, owner)
+    try:
+        due = times.due_utc(args.due, prefs.timezone, utcnow())
+    except times.TimeError as exc:
+        raise InvalidArgument(str(exc)) from None
+    source = (c.source or change_source_from_context()).value
+    if source == ChangeSource.REFLECT.value and not prefs.proactive:
+        raise InvalidArgument("the user turned follow-ups you propose off")
+    if prefs.paused and source != ChangeSource.REFLECT.value:  # they write again: delivery resumes
+        await followups.set_prefs(engine, owner, paused=False)
+    made = await followups.add(
+        engine,
+        owner,
+        c.session.id,
+        due_at=due,
+        timezone=prefs.timezone or "UTC",
+        text=args.text,
+        source_ids=args.source_ids,
+        created_by=source,
+        proactive=source == ChangeSource.REFLECT.value,
+        channel=c.session.channel,
+    )
+    return made, prefs.timezone is not None
+
+
+async def _followup_added(c: Call, args: Any, result: Any) -> str:
+    return followup_replies.for_model(*result)
+
+
+declare(
+    Action(
+        "followup_add",
+        FollowupAddArgs,
+        MessageReader,
+        "remember to come back to the user at a time: whenever they ask to be reminded or "
+        "followed up, and for a date they mention that calls for it",
+        _followup_add,
+        render=_followup_added,
+    )
+)
+
+
+async def _followup_list(c: Call, args: NoArgs) -> Any:
+    engine = forgetting_store.engine_of(c.provider)
+    owner = _followup_owner(c)
+    prefs = await followups.get_prefs(engine, owner)
+    if prefs.paused:  # they are back: delivery resumes
+        prefs = await followups.set_prefs(engine, owner, paused=False)
+    return await followups.listed(engine, owner), prefs
+
+
+async def _followups_text(c: Call, args: Any, result: Any) -> str:
+    items, prefs = result
+    return followup_replies.listing(items, proactive=prefs.proactive, zone=prefs.timezone)
+
+
+async def _followup_switch(c: Call, args: SwitchArgs) -> Any:
+    engine = forgetting_store.engine_of(c.provider)
+    await followups.set_prefs(engine, _followup_owner(c), proactive=args.on, paused=False)
+    return args.on
+
+
+async def _switched(c: Call, args: Any, on: Any) -> str:
+    if on:
+        return "Follow-ups I propose myself are on again."
+    return (
+        "I won't propose follow-ups on my own any more; reminders you ask for still work "
+        "(/memory followups on undoes this)."
+    )
+
+
+async def _followup_quiet(c: Call, args: QuietArgs) -> Any:
+    try:
+        times.quiet_window(args.quiet)
+    except times.TimeError as exc:
+        raise InvalidArgument(str(exc)) from None
+    engine = forgetting_store.engine_of(c.provider)
+    await followups.set_prefs(engine, _followup_owner(c), quiet=args.quiet)
+    return args.quiet
+
+
+async def _followup_dismiss(c: Call, args: FollowupIdArgs) -> Any:
+    engine = forgetting_store.engine_of(c.provider)
+    return await followups.act(engine, _followup_owner(c), args.followup_id, followups.DISMISS)
+
+
+async def _followup_undo(c: Call, args: FollowupIdArgs) -> Any:
+    engine = forgetting_store.engine_of(c.provider)
+    return await followups.act(engine, _followup_owner(c), args.followup_id, followups.UNDO)
+
+
+async def _followup_snooze(c: Call, args: SnoozeArgs) -> Any:
+    engine = forgetting_store.engine_of(c.provider)
+    owner = _followup_owner(c)
+    found = await followups.get(engine, args.followup_id)
+    tz = found.timezone if found is not None else None
+    try:
+        due = times.snoozed(args.snooze, tz, utcnow())
+    except times.TimeError as exc:
+        raise InvalidArgument(str(exc)) from None
+    return await followups.act(engine, owner, args.followup_id, "snooze", due_at=due)
+
+
+def _followup_words(verb: str) -> Any:
+    def parse(words: str) -> dict[str, Any] | None:
+        parts = words.split()
+        if len(parts) == 2 and parts[0].lower() == verb and parts[1].isdigit():
+            return {"followup_id": int(parts[1])}
+        return None
+
+    return parse
+
+
+def _snooze_words(words: str) -> dict[str, Any] | None:
+    parts = words.split()
+    if (
+        len(parts) == 3
+        and parts[0].lower() == "snooze"
+        and parts[1].isdigit()
+        and parts[2].lower() in times.SNOOZES
+    ):
+        return {"followup_id": int(parts[1]), "snooze": parts[2].lower()}
+    return None
+
+
+async def _dismissed(c: Call, args: Any, item: Any) -> str:
+    return f"Dismissed follow-up {item.id}: {item.text}"
+
+
+async def _undone(c: Call, args: Any, item: Any) -> str:
+    return f"Undone: I won't follow up on “{item.text}”."
+
+
+async def _snoozed(c: Call, args: Any, item: Any) -> str:
+    return f"Snoozed until {times.local_text(item.due_at, item.timezone)}: {item.text}"
+
+
+_FOLLOWUPS = "follow-ups"
+_NO_FOLLOWUP = "No pending follow-up {followup_id} of yours; /memory followups lists them."
+declare(
+    Action(
+        "followup_list",
+        NoArgs,
+        MessageReader,
+        "the user's pending follow-ups, with their ids",
+        _followup_list,
+        render=_followups_text,
+        command=Command(
+            "followups",
+            "[off|on|quiet HH:MM-HH:MM|dismiss <id>|snooze <id> 1h|tomorrow|week] — what "
+            "I'll follow up on, with buttons; off stops the ones I'd propose myself",
+            render=_followups_text,
+            lacks=_FOLLOWUPS,
+        ),
+    )
+)
+declare(
+    Action(
+        "followup_dismiss",
+        FollowupIdArgs,
+        MessageReader,
+        "drop a pending follow-up the user no longer wants",
+        _followup_dismiss,
+        render=_dismissed,
+        command=Command(
+            "followups",
+            parse=_followup_words("dismiss"),
+            render=_dismissed,
+            lacks=_FOLLOWUPS,
+            not_found=_NO_FOLLOWUP,
+        ),
+    )
+)
+declare(
+    Action(
+        "followup_undo",
+        FollowupIdArgs,
+        MessageReader,
+        "take back a follow-up just made",
+        _followup_undo,
+        tool=False,
+        command=Command(
+            "followups",
+            parse=_followup_words("undo"),
+            render=_undone,
+            lacks=_FOLLOWUPS,
+            not_found=_NO_FOLLOWUP,
+        ),
+    )
+)
+declare(
+    Action(
+        "followup_snooze",
+        SnoozeArgs,
+        MessageReader,
+        "put a pending follow-up off",
+        _followup_snooze,
+        tool=False,
+        command=Command(
+            "followups",
+            parse=_snooze_words,
+            render=_snoozed,
+            lacks=_FOLLOWUPS,
+            not_found=_NO_FOLLOWUP,
+        ),
+    )
+)
+declare(
+    Action(
+        "followups_switch",
+        SwitchArgs,
+        MessageReader,
+        "turn the follow-ups the bot proposes itself on or off",
+        _followup_switch,
+        tool=False,
+        command=Command(
+            "followups",
+            parse=lambda w: {"on": w.lower() == "on"} if w.lower() in ("on", "off") else None,
+            render=_switched,
+            lacks=_FOLLOWUPS,
+        ),
+    )
+)
+declare(
+    Action(
+        "followups_quiet",
+        QuietArgs,
+        MessageReader,
+        "set the user's quiet hours",
+        _followup_quiet,
+        tool=False,
+        command=Command(
+            "followups",
+            parse=lambda w: (
+                {"quiet": w.split()[1]}
+                if len(w.split()) == 2 and w.split()[0].lower() == "quiet"
+                else None
+            ),
+            render=lambda c, a, q: _said(f"Quiet hours: {q} in your time zone."),
+            lacks=_FOLLOWUPS,
+        ),
+    )
+)
+
+
+async def _said(text: str) -> str:
+    return text
+
+
+async def _timezone(c: Call, args: ZoneArgs) -> Any:
+    engine = forgetting_store.engine_of(c.provider)
+    owner = _followup_owner(c)
+    if not args.zone.strip():
+        return (await followups.get_prefs(engine, owner)).timezone, False
+    try:
+        times.zone(args.zone)
+    except times.TimeError as exc:
+        raise InvalidArgument(str(exc)) from None
+    await followups.set_prefs(engine, owner, timezone=args.zone.strip())
+    return args.zone.strip(), True
+
+
+async def _zone_text(c: Call, args: Any, result: Any) -> str:
+    zone, changed = result
+    if changed:
+        return f"Time zone set: {zone}. New follow-ups use it."
+    return (
+        f"Time zone: {zone}." if zone else "Time zone: not set (UTC). " + followup_replies.NO_ZONE
+    )
+
+
+declare(
+    Action(
+        "timezone_set",
+        ZoneArgs,
+        MessageReader,
+        "set the user's time zone when they tell you where they are",
+        _timezone,
+        render=_zone_text,
+        command=Command(
+            "timezone",
+            "[Area/City] — your time zone for follow-ups (IANA name, like Europe/Berlin)",
+            parse=lambda w: {"zone": w},
+            render=_zone_text,
+            lacks=_FOLLOWUPS,
         ),
     )
 )

@@ -15,8 +15,9 @@ by its confirmation.
 
 Scope: the caller's own memory only (`Call.owner`); ids of anyone else's messages or
 summaries are "not found", exactly like ids that do not exist. In a group the memory is
-the group's, which every member shares: forgetting there is for the bot's operators
-(`Audience.OWNER`, checked in memory/actions/commands.py).
+the group's, which every member shares: forgetting there is for the group's admins and
+the bot's operators (`Audience.OWNER`, checked in memory/actions/commands.py); a member's
+own words are theirs to forget (`/memory forget mine`, memory/consent/actions.py).
 """
 
 from __future__ import annotations

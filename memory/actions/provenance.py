@@ -58,6 +58,7 @@ _ASKED = {
     "recall": "question",
     "describe": "summary_id",
     "expand": "summary_id",
+    "followup_add": "text",
 }
 
 

@@ -46,7 +46,7 @@ class Audience(enum.StrEnum):
     USER = "user"  # on the caller's own memory
     OPERATOR = "operator"  # the bot's operators only (rewrites a scope a group shares)
     # the caller's own memory; a memory a group shares (memory.storage.forgetting.shared_scope):
-    # the bot's operators only, since it belongs to every member
+    # the group's admins and the bot's operators only, since it belongs to every member
     OWNER = "owner"
 
 
@@ -73,6 +73,9 @@ class ContextFigures:
     budget: int  # memory.budget_tokens: all of the above must fit in it
     compact_above: int | None  # compaction.max_tokens; None: automatic compaction off
     stored: int
+    # The model's context window in tokens (`llm.context_window`, or what the model server
+    # reported at start); None: not known (hosted APIs do not say).
+    window: int | None = None
 
     @property
     def total(self) -> int:
@@ -120,6 +123,9 @@ class FrontEnd:
     # The action runs while a turn is answered (the model's tool in a turn): searches
     # leave that turn out (`SearchQuery.in_turn`).
     in_turn: bool = False
+    # Who asked, where the memory is shared (a group member's user id): whose words
+    # `/memory forget mine` and `/memory optout` act on (memory/consent/).
+    member: int | None = None
     # Message ids a fact written now may cite besides the turn's own conversation
     # (memory/facts/citing.py): in a turn, what its memory calls returned so far (the
     # tool adds them, one FrontEnd per turn); for reflect, the material it reviewed.

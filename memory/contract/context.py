@@ -16,6 +16,9 @@ _agent_id: ContextVar[str] = ContextVar("mnemo_agent_id", default="")
 _change_source: ContextVar[ChangeSource] = ContextVar(
     "mnemo_change_source", default=ChangeSource.AGENT
 )
+# A person behind the write beyond its source (an operator's `web:<name>`), for the rows
+# whose session column already names something else (a forget's conversation).
+_actor: ContextVar[str] = ContextVar("mnemo_actor", default="")
 
 
 T = TypeVar("T")
@@ -44,6 +47,14 @@ def with_agent_id(agent_id: str) -> AbstractContextManager[None]:
 
 def with_change_source(source: ChangeSource | str) -> AbstractContextManager[None]:
     return _bind(_change_source, ChangeSource(source))
+
+
+def with_actor(actor: str) -> AbstractContextManager[None]:
+    return _bind(_actor, actor)
+
+
+def actor_from_context() -> str:
+    return _actor.get()
 
 
 def session_id_from_context() -> str:

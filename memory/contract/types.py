@@ -133,6 +133,9 @@ class Origin:
     chat_id: int
     message_id: int
     thread_id: int | None = None
+    # Who wrote it, where one memory holds several people's words (a group member's
+    # user id): what `/memory forget mine` finds (memory/consent/).
+    sender_id: int | None = None
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Tables of the fact store, created by core revision `0013_facts`."""
+"""Tables of the fact store, created by core revision `0015_facts`."""
 
 from __future__ import annotations
 

@@ -36,6 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory.contract.capabilities import ConstraintStore, Forgetter, ProfileStore, Provider
+from memory.contract.context import actor_from_context
 from memory.contract.errors import InvalidArgument, Unsupported
 from memory.contract.tracing import capability, unwrap
 from memory.contract.types import ChangeEntry, as_utc
@@ -275,6 +276,8 @@ async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int
         await conn.execute(
             messages.delete().where(messages.c.conversation_id == conv_id, messages.c.id.in_(chunk))
         )
+    for hook in _forget_hooks.values():  # rows citing the messages (follow-ups)
+        await hook(conn, ids)
     await _reindex_followers(conn, conv_id, sorted(s for s, _, _ in deleted))
     await _retitle(conn, conv_id, [c for _, role, c in deleted if role == "user"])
     return len(deleted)
@@ -488,6 +491,18 @@ EraseHook = Callable[[AsyncConnection, Owner], Awaitable[dict[str, int]]]
 _erase_hooks: dict[str, EraseHook] = {}
 
 
+# Rows outside the history that cite messages (follow-ups, memory/followups/store.py):
+# their owners register a hook, which `delete_messages` runs in the forget's transaction
+# with the ids forgotten.
+ForgetHook = Callable[[AsyncConnection, Sequence[int]], Awaitable[object]]
+_forget_hooks: dict[str, ForgetHook] = {}
+
+
+def on_forget_messages(name: str, hook: ForgetHook) -> None:
+    """Register (or replace) the message-forget hook `name`."""
+    _forget_hooks[name] = hook
+
+
 def on_erase(name: str, hook: EraseHook) -> None:
     """Register (or replace) the erasure hook `name`."""
     _erase_hooks[name] = hook
@@ -560,6 +575,14 @@ async def preview(provider: Provider, owner: Owner, selector: str) -> ForgetPrev
             raise SelectorError(
                 f"more than {MAX_SELECTED} messages hold that text: forget everything instead"
             )
+    return await preview_of(provider, owner, ids, needles)
+
+
+async def preview_of(
+    provider: Provider, owner: Owner, ids: Sequence[int], needles: tuple[str, ...] = ()
+) -> ForgetPreview:
+    """The preview of forgetting messages `ids` of `owner` (others' left out) with their
+    tool partners, and what depends on them. Nothing changes."""
     async with engine_of(provider).connect() as conn:
         ids = await with_tool_partners(conn, ids)
         found = await owned_items(conn, owner, ids)
@@ -647,7 +670,9 @@ def changelog_text(report: ForgetReport) -> str:
 
 def forget_entry(owner: Owner, session_id: str, report: ForgetReport) -> ChangeEntry:
     """The content-free changelog row of one conversation's forget (its source, user,
-    system or reflect, comes from the caller's context)."""
+    system, reflect or operator, comes from the caller's context, with the operator's
+    name when one acted)."""
+    actor = actor_from_context()
     return ChangeEntry(
         user_id=owner.user_id,
         agent_id=owner.agent_id,
@@ -655,7 +680,7 @@ def forget_entry(owner: Owner, session_id: str, report: ForgetReport) -> ChangeE
         action="delete",
         source="",
         session_id=session_id,
-        after_text=changelog_text(report),
+        after_text=changelog_text(report) + (f" (by {actor})" if actor else ""),
     )
 
 

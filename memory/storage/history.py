@@ -80,6 +80,7 @@ def origin_values(message_id: int, origin: Origin) -> dict[str, Any]:
         "chat_id": origin.chat_id,
         "channel_message_id": origin.message_id,
         "thread_id": origin.thread_id,
+        "sender_id": origin.sender_id,
     }
 
 
@@ -642,7 +643,11 @@ class HistoryStore:
         origin = None
         if where is not None:
             origin = Origin(
-                where["channel"], where["chat_id"], where["channel_message_id"], where["thread_id"]
+                where["channel"],
+                where["chat_id"],
+                where["channel_message_id"],
+                where["thread_id"],
+                where["sender_id"],
             )
         return FoundMessage(self._info(row), row["seq"], msg, origin)
 

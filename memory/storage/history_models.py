@@ -90,3 +90,5 @@ class MessageOriginRow(SQLModel, table=True):
     chat_id: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
     channel_message_id: int = Field(sa_column=sa.Column(sa.BigInteger, nullable=False))
     thread_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger))
+    # Who wrote it (a group member's user id; core revision 0013_group_consent).
+    sender_id: int | None = Field(default=None, sa_column=sa.Column(sa.BigInteger))

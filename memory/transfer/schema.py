@@ -55,6 +55,8 @@ from memory.contract.facts import MAX_VALUE_CHARS, FactState
 from memory.contract.maintenance import OverlaySchema as OverlaySchema
 from memory.contract.types import ChangeSource, Role
 from memory.facts.models import facts
+from memory.followups.store import followups
+from memory.followups.store import prefs as followup_prefs
 from memory.storage.history import PartKind, conversations, origins
 from memory.storage.stores import changelog_table, snapshot_table
 
@@ -181,6 +183,9 @@ class OriginRecord(Strict):
     chat_id: BigInt
     message_id: BigInt
     thread_id: BigInt | None
+    # Who wrote it, in a group (core 0013_group_consent); only written when known, so
+    # documents of other messages read as before.
+    sender_id: BigInt | None = None
 
 
 class MessageRecord(Strict):
@@ -267,7 +272,7 @@ class FactRecord(Strict):
 class UserMemory(Strict):
     state: StateRecord | None
     changelog: list[ChangeRecord]
-    # The memory's facts (core revision 0013_facts); absent in older exports.
+    # The memory's facts (core revision 0015_facts); absent in older exports.
     facts: list[FactRecord] = []
 
     @model_validator(mode="after")
@@ -279,6 +284,33 @@ class UserMemory(Strict):
         if len(set(current)) != len(current):
             raise PydanticCustomError("duplicate", "two current facts have the same key")
         return self
+
+
+class FollowupRecord(Strict):
+    """A follow-up made in the session (memory/followups/store.py); its sources by seq."""
+
+    due_at: Timestamp
+    timezone: bounded(followups.c.timezone)  # type: ignore[valid-type]
+    text: Text
+    state: Literal["pending", "snoozed", "sent", "dismissed", "dropped"]
+    created_by: bounded(followups.c.created_by)  # type: ignore[valid-type]
+    proactive: bool
+    channel: bounded(followups.c.channel)  # type: ignore[valid-type]
+    chat_id: BigInt | None
+    thread_id: BigInt | None
+    quote_message_id: BigInt | None
+    source_seqs: list[Count]
+
+
+class FollowupPrefsRecord(Strict):
+    timezone: bounded(followup_prefs.c.timezone) | None  # type: ignore[valid-type]
+    quiet: bounded(followup_prefs.c.quiet) | None  # type: ignore[valid-type]
+    proactive: bool
+
+
+class FollowupsSection(Strict):
+    items: list[FollowupRecord]
+    prefs: FollowupPrefsRecord | None
 
 
 class ProviderSection(Strict):
@@ -294,6 +326,7 @@ class SessionDocument(Strict):
     snapshot: SnapshotRecord | None
     user_memory: UserMemory
     provider: ProviderSection | None
+    followups: FollowupsSection | None = None  # absent from exports before follow-ups
 
     @model_validator(mode="after")
     def _consistent(self) -> SessionDocument:
@@ -307,6 +340,10 @@ class SessionDocument(Strict):
                     ("messages", i, "seq"),
                     f"expected {i + 1} (messages are numbered 1, 2, 3... in order), got {m.seq}",
                 )
+        for i, item in enumerate(self.followups.items if self.followups else []):
+            for seq in item.source_seqs:
+                if seq not in seen:
+                    raise refused_at(("followups", "items", i), f"cites no message {seq}")
         snap, s = self.snapshot, self.session
         if snap is not None and (snap.user_id, snap.agent_id) != (s.user_id, s.agent_id):
             raise refused_at(

@@ -31,8 +31,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memory.contract.errors import Conflict, InvalidArgument, NotFound
 from memory.contract.maintenance import Exporter, StagedFiles
 from memory.contract.tracing import unwrap
-from memory.contract.types import as_utc, iso_utc
+from memory.contract.types import Owner, as_utc, iso_utc
 from memory.facts.models import evidence, facts
+from memory.followups import store as followup_store
 from memory.storage.db import lock_for_transaction, write_transaction
 from memory.storage.history import conversations, messages, origins, parts
 from memory.storage.stores import changelog_table, snapshot_table, state_table
@@ -42,6 +43,7 @@ from memory.transfer.schema import (
     VERSION,
     FactRecord,
     MessageRecord,
+    SessionDocument,
     SnapshotRecord,
     UserMemory,
     validate_document,
@@ -116,8 +118,21 @@ async def export_session(
             },
             "messages": await _export_messages(conn, conv["id"]),
             "snapshot": await _export_snapshot(conn, session_id),
-            "user_memory": await _export_user_memory(conn, conv["user_id"], conv["agent_id"]),
+            "user_memory": await export_user_memory(conn, conv["user_id"], conv["agent_id"]),
         }
+        seqs = {
+            int(i): int(q)
+            for i, q in await conn.execute(
+                sa.select(messages.c.id, messages.c.seq).where(
+                    messages.c.conversation_id == conv["id"]
+                )
+            )
+        }
+        made = await followup_store.export_session(
+            conn, session_id, conv["user_id"], conv["agent_id"], seqs
+        )
+        if made is not None:  # the key only where there are follow-ups (older documents)
+            doc["followups"] = made
     exporter = _exporter(provider)
     overlay = await exporter.export_overlay(session_id) if exporter is not None else None
     # (an overlay comes only from a provider's exporter)
@@ -180,6 +195,7 @@ async def _export_messages(conn: AsyncConnection, conv_id: int) -> list[dict[str
             "chat_id": o["chat_id"],
             "message_id": o["channel_message_id"],
             "thread_id": o["thread_id"],
+            **({"sender_id": o["sender_id"]} if o["sender_id"] is not None else {}),
         }
         for o in origin_rows
     }
@@ -217,7 +233,7 @@ async def _export_snapshot(conn: AsyncConnection, session_id: str) -> dict[str, 
     }
 
 
-async def _export_user_memory(conn: AsyncConnection, user_id: int, agent_id: str) -> dict[str, Any]:
+async def export_user_memory(conn: AsyncConnection, user_id: int, agent_id: str) -> dict[str, Any]:
     owner = sa.and_(state_table.c.user_id == user_id, state_table.c.agent_id == agent_id)
     state = (await conn.execute(sa.select(state_table).where(owner))).mappings().first()
     log_rows = (
@@ -328,6 +344,7 @@ class ImportReport:
     session_id: str
     messages: int = 0
     notes: list[str] = field(default_factory=list)
+    followups: int = 0
 
 
 async def import_session(
@@ -340,50 +357,74 @@ async def import_session(
     Conflict when the session already exists.
     """
     checked = validate_document(doc, provider)
+    staged: list[StagedFiles] = []
+    try:
+        async with write_transaction(engine) as conn:
+            report = await write_session(conn, checked, provider, staged)
+    except BaseException:
+        # Rolled back, or the commit failed: the provider's staged files go as well.
+        for files in staged:
+            files.discard()
+        raise
+    await publish(staged)
+    return report
+
+
+async def publish(staged: list[StagedFiles]) -> None:
+    """Only after the commit, so a failed import leaves no files. A failure (or a crash)
+    between the commit and this rename leaves the session imported without the
+    provider's files; the provider's error names them, to move by hand."""
+    for files in staged:
+        await asyncio.to_thread(files.publish)
+
+
+async def write_session(
+    conn: AsyncConnection,
+    checked: SessionDocument,
+    provider: Provider | None,
+    staged: list[StagedFiles],
+) -> ImportReport:
+    """Write one checked session inside the caller's transaction (`import_session`, and
+    a whole memory export, `memory.transfer.memory_export`). Conflict when the session
+    exists; the provider's files outside the database are appended to `staged`, for the
+    caller to publish after its commit (or discard)."""
     exporter = _exporter(provider)
     s = checked.session
     report = ImportReport(s.id)
-    staged: StagedFiles | None = None
-    try:
-        async with write_transaction(engine) as conn:
-            await lock_for_transaction(conn, f"session:{s.id}")
-            exists = await conn.scalar(
-                sa.select(conversations.c.id).where(conversations.c.session_id == s.id)
-            )
-            if exists is not None:
-                raise Conflict(f"session {s.id!r} already exists; nothing was imported")
-            conv_id = await conn.scalar(
-                sa.insert(conversations)
-                .values(
-                    session_id=s.id,
-                    agent_id=s.agent_id,
-                    user_id=s.user_id,
-                    channel=s.channel,
-                    title=s.title,
-                    archived=s.archived,
-                    created_at=s.created_at,
-                    updated_at=s.updated_at,
-                )
-                .returning(conversations.c.id)
-            )
-            ids = await _import_messages(conn, conv_id, checked.messages)
-            report.messages = len(ids)
-            await _import_snapshot(conn, s.id, checked.snapshot)
-            note = await _import_user_memory(conn, s.user_id, s.agent_id, checked.user_memory)
-            if note:
-                report.notes.append(note)
-            if checked.provider is not None and exporter is not None:
-                staged = await exporter.import_overlay(conn, conv_id, checked.provider.data, ids)
-    except BaseException:
-        # Rolled back, or the commit failed: the provider's staged files go as well.
-        if staged is not None:
-            staged.discard()
-        raise
-    if staged is not None:
-        # Only after the commit, so a failed import leaves no files. A failure (or a
-        # crash) between the commit and this rename leaves the session imported without
-        # the provider's files; the provider's error names them, to move by hand.
-        await asyncio.to_thread(staged.publish)
+    await lock_for_transaction(conn, f"session:{s.id}")
+    exists = await conn.scalar(
+        sa.select(conversations.c.id).where(conversations.c.session_id == s.id)
+    )
+    if exists is not None:
+        raise Conflict(f"session {s.id!r} already exists; nothing was imported")
+    conv_id = await conn.scalar(
+        sa.insert(conversations)
+        .values(
+            session_id=s.id,
+            agent_id=s.agent_id,
+            user_id=s.user_id,
+            channel=s.channel,
+            title=s.title,
+            archived=s.archived,
+            created_at=s.created_at,
+            updated_at=s.updated_at,
+        )
+        .returning(conversations.c.id)
+    )
+    ids = await _import_messages(conn, conv_id, checked.messages)
+    report.messages = len(ids)
+    await _import_snapshot(conn, s.id, checked.snapshot)
+    note = await import_user_memory(conn, s.user_id, s.agent_id, checked.user_memory)
+    if note:
+        report.notes.append(note)
+    if checked.followups is not None:
+        report.followups = await followup_store.import_session(
+            conn, s.id, Owner(s.user_id, s.agent_id), checked.followups, ids
+        )
+    if checked.provider is not None and exporter is not None:
+        files = await exporter.import_overlay(conn, conv_id, checked.provider.data, ids)
+        if files is not None:
+            staged.append(files)
     return report
 
 
@@ -428,6 +469,7 @@ async def _import_messages(
                     chat_id=m.origin.chat_id,
                     channel_message_id=m.origin.message_id,
                     thread_id=m.origin.thread_id,
+                    sender_id=m.origin.sender_id,
                 )
             )
     return ids
@@ -456,7 +498,7 @@ async def _import_snapshot(
     )
 
 
-async def _import_user_memory(
+async def import_user_memory(
     conn: AsyncConnection, user_id: int, agent_id: str, memory: UserMemory
 ) -> str:
     state = memory.state

@@ -50,6 +50,9 @@ class SimpleMaintenance:
     notes: NotesStore
     # Checked with the whole document before the import writes (memory.transfer.schema).
     overlay_model = SimpleOverlay
+    # The person's notes, the same in every session's data: a whole-memory export keeps
+    # them in its first session only (memory.transfer.memory_export.OWNER_KEYS).
+    owner_overlay_keys = ("notes",)
 
     async def export_overlay(self, session_id: str) -> dict[str, Any] | None:
         async with self.engine.connect() as conn:

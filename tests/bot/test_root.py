@@ -108,7 +108,9 @@ async def test_reflect_and_the_embeddings_worker_run_on_the_roots_one_scheduler(
     settings = lcm_settings(llm_server, tmp_path, embeddings={"model": "fake-embed"})
     root = Root(settings, health=False)
     async with root.started() as services:
-        assert sorted(job.id for job in root.scheduler.get_jobs()) == ["embeddings", "reflect"]
+        jobs = sorted(job.id for job in root.scheduler.get_jobs())
+        assert jobs == ["embeddings", "followups", "reflect"]  # followups.enabled by default
+        assert services.followups is not None
         session = await services.conversations.current_session(ALICE)
         assert not (await services.conversations.chat(session, "I play the cello")).error
         await services.embedding_worker.next_pass()  # a pass of the scheduler's job

@@ -94,8 +94,29 @@ async def test_the_budget_fits_a_llama_cpp_servers_context(tmp_path: Path) -> No
     assert rc == 0, err
     # Compaction stays a quarter below the fitted budget, as at the defaults.
     assert re.search(r"Next turn's context: [\d,]+ of 6,144 tokens", out), out
+    assert "; the model's window is 8,192" in out
     assert "(automatic compaction above 4,608)" in out
     assert (
         "the model server's context is 8192 tokens: memory.budget_tokens 13500 lowered to 6144"
         in err
     )
+
+
+@pytest.mark.slow  # subprocesses: `make test-slow`
+async def test_a_configured_window_wins_over_the_servers(tmp_path: Path) -> None:
+    # A hosted model says nothing of its window: the operator states it, and the bot
+    # fits its budget to it and shows it, as for a server that reports one.
+    from tests.bot.test_terminal import mnemo_chat, write_config
+    from tests.fakes.openai_server import FakeOpenAI
+
+    async with FakeOpenAI() as server:
+        server.context_size = 8192
+        cfg = write_config(tmp_path, server.base_url)
+        cfg.write_text(
+            cfg.read_text().replace("timeout_s: 5}", "timeout_s: 5, context_window: 4096}")
+        )
+        rc, out, err = await mnemo_chat(cfg, "/memory status\n")
+    assert rc == 0, err
+    assert re.search(r"Next turn's context: [\d,]+ of 3,072 tokens", out), out
+    assert "; the model's window is 4,096" in out
+    assert "context is 4096 tokens" in err

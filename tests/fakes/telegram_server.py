@@ -17,7 +17,8 @@ non-string values JSON-encoded, as python-telegram-bot sends them), answers
 Methods: getMe, getUpdates (long poll: waits up to `timeout` seconds, drops updates below
 `offset`), setMyCommands, getMyCommands, deleteWebhook, setWebhook, getWebhookInfo,
 sendMessage, editMessageText, sendChatAction, deleteMessage, answerCallbackQuery, getFile
-(400 for a file_id not registered). Anything else answers 404 (and is recorded). A wrong
+(400 for a file_id not registered), getChatMember (a group's creator and administrators
+as `tg.set_admins(chat_id, creator=, admins=)` named them; everyone else a member). Anything else answers 404 (and is recorded). A wrong
 token answers 401. Files: `GET /file/bot<token>/<file_path>` serves a registered file's
 bytes (recorded as method "file", params {"path": ...}; `tg.fail("file", ...)` works).
 
@@ -147,6 +148,14 @@ class BotMessage:
     edits: int = 0
     deleted: bool = False
     reply_markup: dict[str, Any] | None = None  # inline keyboard, as sent
+
+
+@dataclass(frozen=True)
+class SentDocument:
+    chat_id: int
+    file_name: str
+    content: bytes
+    caption: str
 
 
 @dataclass(frozen=True)
@@ -460,6 +469,7 @@ class FakeTelegram:
         self.username = username
         self.calls: list[ApiCall] = []
         self.commands: list[dict[str, Any]] = []
+        self.documents: list[SentDocument] = []  # files the bot sent (sendDocument)
         self.webhook: dict[str, Any] | None = None
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1)
@@ -473,6 +483,8 @@ class FakeTelegram:
         self.flood_violations: list[ApiCall] = []
         self._files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
         self._chats: dict[int, dict[str, Any]] = {}
+        self._creators: dict[int, int] = {}  # chat id -> its creator's user id
+        self._admins: dict[int, set[int]] = {}  # chat id -> its administrators' ids
         self._subscribers: list[Callable[[ApiCall], None]] = []
         self._changed = asyncio.Event()
         self._closing = False
@@ -755,6 +767,8 @@ class FakeTelegram:
         for key, value in form.items():
             if not isinstance(value, str):
                 params[key] = "<file>"
+                # sendDocument's upload, kept whole (`documents`)
+                params[f"{key}:file"] = (value.filename, value.file.read())
             elif key in _STRING_PARAMS:
                 params[key] = value
             else:
@@ -822,6 +836,39 @@ class FakeTelegram:
             "file_size": len(content),
             "file_path": file_path,
         }
+
+    def set_admins(self, chat_id: int, *, creator: int | None = None, admins: Any = ()) -> None:
+        """Who getChatMember says administers `chat_id` from now on."""
+        if creator is not None:
+            self._creators[chat_id] = creator
+        self._admins[chat_id] = set(admins)
+
+    async def _api_getChatMember(self, params: dict[str, Any]) -> Any:
+        chat_id, user_id = int(params["chat_id"]), int(params["user_id"])
+        user = User(user_id).to_dict()
+        if self._creators.get(chat_id) == user_id:
+            return {"status": "creator", "user": user, "is_anonymous": False}
+        if user_id in self._admins.get(chat_id, set()):
+            rights = [
+                "can_be_edited",
+                "can_manage_chat",
+                "can_delete_messages",
+                "can_manage_video_chats",
+                "can_restrict_members",
+                "can_promote_members",
+                "can_change_info",
+                "can_invite_users",
+                "can_post_stories",
+                "can_edit_stories",
+                "can_delete_stories",
+            ]
+            return {
+                "status": "administrator",
+                "user": user,
+                "is_anonymous": False,
+                **{right: right != "can_be_edited" for right in rights},
+            }
+        return {"status": "member", "user": user}
 
     async def _api_getMe(self, params: dict[str, Any]) -> Any:
         return self.bot_user
@@ -954,6 +1001,30 @@ class FakeTelegram:
         self._bot_messages[(chat_id, m.message_id)] = m
         out = self._bot_message_dict(m, self._chat_dict(chat_id))
         self._messages[(chat_id, m.message_id)] = out
+        return out
+
+    async def _api_sendDocument(self, params: dict[str, Any]) -> Any:
+        """An uploaded file: kept in `documents` (chat id, file name, bytes, caption)."""
+        chat_id = int(params["chat_id"])
+        upload = params.get("document:file")
+        if upload is None:
+            return _error(400, "Bad Request: there is no document in the request")
+        name, body = upload
+        caption = params.get("caption") or ""
+        self.documents.append(SentDocument(chat_id, name, body, caption))
+        m = BotMessage(chat_id, self._next_message_id(chat_id), caption, [])
+        self._bot_messages[(chat_id, m.message_id)] = m
+        out = self._bot_message_dict(m, self._chat_dict(chat_id))
+        out.pop("text")
+        out["caption"] = caption
+        out["document"] = {
+            "file_id": f"sent-{chat_id}-{m.message_id}",
+            "file_unique_id": f"sent-{chat_id}-{m.message_id}",
+            "file_name": name,
+            "file_size": len(body),
+        }
+        self._messages[(chat_id, m.message_id)] = out
+        self._notify()
         return out
 
     async def _api_editMessageText(self, params: dict[str, Any]) -> Any:

@@ -41,6 +41,8 @@ BOB = Session("s-bob", "bot", 2, "telegram")
 T0 = datetime(2025, 1, 2, 3, 4, tzinfo=UTC)
 
 NOTE_ACTIONS = {a for a in ALL_ACTIONS if a.startswith("note_")}
+# Follow-ups cite stored messages (MessageReader), which these fakes do not keep.
+FOLLOWUP_ACTIONS = {"followup_add", "followup_list", "followup_dismiss", "timezone_set"}
 # The fact store's actions: tested through a real provider (tests/memory/test_fact_actions.py).
 FACT_ACTIONS = {a for a in ALL_ACTIONS if a.startswith("fact_")}
 
@@ -332,7 +334,9 @@ def test_schema_shape_and_core_only() -> None:
 
 
 def test_actions_follow_capabilities() -> None:
-    assert set(tool_actions(Full())) == set(ALL_ACTIONS) - NOTE_ACTIONS - FACT_ACTIONS
+    assert set(tool_actions(Full())) == (
+        set(ALL_ACTIONS) - NOTE_ACTIONS - FOLLOWUP_ACTIONS - FACT_ACTIONS
+    )
     assert set(tool_actions(Notes())) == {"status"} | NOTE_ACTIONS
     props = build_tool(Full())["function"]["parameters"]["properties"]
     assert {

@@ -164,7 +164,7 @@ def test_dockerfile_builds_what_the_readme_says(dockerfile, readme_docker: str) 
         in (dockerfile[deps][1])
     )
     assert (
-        "project_requirements.py /tmp/deps/pyproject.toml postgres webhooks"
+        "project_requirements.py /tmp/deps/pyproject.toml postgres webhooks mcp"
         in (dockerfile[deps][1])
     )
     first_source = dockerfile.index(("COPY", "bot ./bot"))

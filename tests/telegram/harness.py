@@ -53,11 +53,14 @@ def make_settings(
     *,
     transcription_model: str = "",
     vision: bool = False,
+    sections: dict[str, Any] | None = None,
     **telegram: Any,
 ) -> Settings:
+    """`sections`: more top-level settings (`{"mcp": {...}}`)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     return Settings.model_validate(
         {
+            **(sections or {}),
             "data_dir": str(tmp_path / "data"),
             "llm": {
                 "base_url": llm.base_url,
@@ -93,12 +96,21 @@ async def running_bot(
     summarizer: Summarizer | None = None,
     db: str = "sqlite",
     url: str | None = None,
+    embedder: Any = None,
+    sections: dict[str, Any] | None = None,
     **telegram: Any,
 ) -> AsyncIterator[RunningBot]:
     """`url`: a migrated database another bot uses too (a second replica); otherwise a
-    throwaway one of kind `db`."""
+    throwaway one of kind `db`. `embedder`: the provider's, for semantic search (a test
+    runs its EmbeddingWorker passes itself)."""
     settings = make_settings(
-        tg, llm, tmp_path, transcription_model=transcription_model, vision=vision, **telegram
+        tg,
+        llm,
+        tmp_path,
+        transcription_model=transcription_model,
+        vision=vision,
+        sections=sections,
+        **telegram,
     )
     async with temp_engine(db, tmp_path) if url is None else _engine_on(url) as engine:
         ctx = ProviderContext(
@@ -107,6 +119,7 @@ async def running_bot(
             agent_id=settings.agent.id,
             data_dir=Path(settings.data_dir),
             config={"keep_tail": settings.compaction.keep_tail},
+            embedder=embedder,
         )
         if provider == "reference":
             memory = create_reference(ctx)

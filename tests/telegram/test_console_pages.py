@@ -72,6 +72,7 @@ async def test_the_console_and_memory_status_give_the_same_context(
             chat.send(f"note {i} about the garden")
             await tg.wait_for_message(42, contains=f"echo: note {i} about")
         assert "Compacted" in await ask(tg, chat, "/compact")
+        bot.settings.llm.context_window = 20_000  # as a llama.cpp server would report it
         status = await ask(tg, chat, "/memory status")
         # The console of the same bot: its settings, with the console's logins.
         web = settings_for(str(bot.engine.url), tmp_path, "lcm").web
@@ -85,3 +86,5 @@ async def test_the_console_and_memory_status_give_the_same_context(
     assert total == sum(parts) and parts[1] > 0 and parts[2] > 0  # a tool, a summary
     bar = page.split('id="context-bar"')[1].split("</svg>")[0]
     assert bar.count('<rect class="part') == 4 and f"budget {budget:,}" in bar
+    assert "the model's window is 20,000" in status
+    assert "the model's window is 20,000" in page and "model window 20,000" in bar

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bot.app.services import register_erasure_hooks
 from memory.contract.tracing import unwrap
-from memory.contract.types import Owner
+from memory.contract.types import Message, Owner, Session
 from memory.storage import forgetting as fg
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_server import FakeTelegram, User
@@ -51,8 +51,13 @@ async def test_the_console_names_people_as_the_chat_does(
                 lambda p: "Alice Liddell (@alice)" in p,
                 what="the new name on the memory page",
             )
-            # An erasure takes the name with the memory.
+            # An erasure takes the name with the id's last memory: while another agent
+            # keeps a conversation of 42, the name stays.
             register_erasure_hooks()
+            other = Session("cli:42", agent_id="other", user_id=42)
+            await bot.provider.append(other, Message(role="user", content="elsewhere"))
             await fg.erase(bot.provider, Owner(42, "default"), "a test")
+            assert "Alice Liddell" in await page("/memory/42")
+            await fg.erase(bot.provider, Owner(42, "other"), "a test")
             assert "Alice" not in await page("/memory/42")
             assert "Garden club" in await page("/memory/-1001")  # others' names stay

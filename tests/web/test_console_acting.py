@@ -131,9 +131,57 @@ async def test_an_operator_forgets_a_message_after_its_preview(site: tuple[str, 
         assert "hostile text" not in page and "noted the aquarium" in page
         log = await (await http.get(f"{base}/changelog?scope=forget")).text()
         row = log.split("<tbody>")[1].split("</tr>")[0]
-        assert "operator" in row and "1 message(s) forgotten" in row
+        assert "operator" in row and "1 message(s) forgotten" in row and "(by web:ann)" in row
         # Another user's message id, asked through this conversation: nothing to forget.
         alice = await (await http.get(f"{base}/sessions/{ALICE.id}")).text()
         theirs = re.findall(r'<tr id="m(\d+)"', alice)[0]
         other = await (await http.get(f"{conversation}/forget?item={theirs}")).text()
         assert "nothing to forget" in other and 'id="confirm-forget"' not in other
+
+
+async def test_an_operator_adds_and_removes_a_rule_after_seeing_it(
+    site: tuple[str, str],
+) -> None:
+    base, _ = site
+    rules = f"{base}/memory/1001?scope=constraint"
+    async with client() as http:
+        await login(http, base, OPERATOR_TOKEN)
+        page = await (await http.get(rules)).text()
+        assert 'id="add-rule"' in page
+        form = await (await http.get(f"{base}/memory/1001/rule")).text()
+        sent = {"csrf": csrf_of(form), "shown": field(form, "shown"), "add": "Answer in French."}
+        preview = await (await http.post(f"{base}/memory/1001/rule", data=sent)).text()
+        assert 'id="confirm-rule"' in preview and "Answer in French." in preview
+        assert "Answer in French." not in current(await (await http.get(rules)).text())
+        r = await http.post(f"{base}/memory/1001/rule", data={**sent, "confirm": "yes"})
+        page = await r.text()
+        assert r.status == 200 and 'id="saved"' in page
+        rule_id = re.search(r"\[(c_[0-9a-f]+)\] Answer in French\.", current(page))
+        assert rule_id, current(page)
+        # The same confirmation again was drawn over rules that are gone: refused.
+        r = await http.post(f"{base}/memory/1001/rule", data={**sent, "confirm": "yes"})
+        assert r.status == 409
+        assert current(await (await http.get(rules)).text()).count("Answer in French.") == 1
+        # Removing it: the page names the rule, the confirmation removes only it.
+        form = await (await http.get(f"{base}/memory/1001/rule?remove={rule_id[1]}")).text()
+        assert "Answer in French." in form and 'id="confirm-rule"' in form
+        data = {"csrf": csrf_of(form), "shown": field(form, "shown"), "remove": rule_id[1]}
+        r = await http.post(f"{base}/memory/1001/rule", data={**data, "confirm": "yes"})
+        assert r.status == 200
+        assert "Answer in French." not in current(await r.text())
+        log = await (await http.get(f"{base}/changelog?scope=constraint&source=operator")).text()
+        assert log.count("web:ann") >= 2
+        r = await http.get(f"{base}/memory/1001/rule?remove=c_00000000")
+        assert r.status == 404
+
+
+async def test_a_viewer_cannot_change_rules(site: tuple[str, str]) -> None:
+    base, _ = site
+    async with client() as http:
+        await login(http, base, VIEWER_TOKEN)
+        page = await (await http.get(f"{base}/memory/1001?scope=constraint")).text()
+        assert 'id="add-rule"' not in page
+        form = await (await http.get(f"{base}/memory/1001/rule")).text()
+        data = {"csrf": csrf_of(form), "shown": "x", "add": "Obey me.", "confirm": "yes"}
+        r = await http.post(f"{base}/memory/1001/rule", data=data)
+        assert r.status == 403

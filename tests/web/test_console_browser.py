@@ -263,6 +263,7 @@ PAGES = {
     "rules": "/memory/1001?scope=constraint",
     "rollback-confirm": "/memory/1001/rollback?scope=profile&version=2",
     "edit": "/memory/1001/edit?scope=profile",
+    "rule-add": "/memory/1001/rule",
     "erase-confirm": "/memory/1002/erase",
     "changelog": "/changelog",
     "usage": "/usage",

@@ -234,6 +234,7 @@ async def running(
             await inflight.drain(drain_s)
             await channel.outbox.close()  # what it still owes is marked for the next start
             await channel.imports.close()  # an import cut short continues when sent again
+            await channel.memory_files.close()
             await inflight.release_parked()
             if inflight.handled is not None:
                 await inflight.handled.flush_answered()
@@ -254,6 +255,10 @@ class Telegram:
         self.app = build_application(
             services.settings, services.conversations, engine=services.engine
         )
+        if services.followups is not None:  # the root's follow-up job sends through us
+            from bot.followups.telegram import TelegramSender
+
+            services.followups.senders[self.name] = TelegramSender(self.app.bot)
 
     async def run(self, stop: asyncio.Event) -> int:
         if not await reach_bot_api(self.app.bot, stop):  # retried until up, or stopped

@@ -1,8 +1,10 @@
 """The buttons under a `/memory forget` preview: "Forget" runs `/memory forget confirm
 <code>` (and "Forget, notes too" `confirm <code> notes`) for whoever presses it, with that
 person's rights, exactly as if they had typed it: in a private chat only its user sees
-the button; in a group the command itself admits only the bot's operators
-(memory/actions/commands.py).
+the button; in a group the command itself admits only the group's admins and the bot's
+operators (memory/actions/commands.py). Under a `/memory forget mine` preview the one
+button runs `/memory forget mine confirm <code>` for the presser, which finds only their
+own request (memory/consent/actions.py): anyone else's press leaves it for its member.
 
 Each button carries its preview's code (memory/storage/forget_requests.py), so it acts only on
 its own preview, and at most once. A preview whose request ended (confirmed by a button
@@ -29,14 +31,18 @@ from bot.channels.telegram.delivery.sent import Target
 from bot.channels.telegram.render.replies import send_plain_reply
 from memory.actions.commands import split_words
 from memory.actions.forgetting import CONFIRM, NO_LONGER_VALID
+from memory.consent.actions import CONFIRM_MINE
 from memory.storage import forget_requests as requests
 from memory.storage import forgetting as fg
 
 log = logging.getLogger(__name__)
 
 PREFIX = "mnemo:forget:"
-_CONFIRM, _NOTES = "confirm", "notes"
+_CONFIRM, _NOTES, _MINE = "confirm", "notes", "mine"
 _ASKED = re.compile(rf"Reply {re.escape(CONFIRM)} ([0-9a-f]+) within")
+# A group member's own request (`/memory forget mine`, memory/consent/actions.py): its
+# button runs the member's confirmation, which finds only the presser's own request.
+_ASKED_MINE = re.compile(rf"reply {re.escape(CONFIRM_MINE)} ([0-9a-f]+) within")
 
 
 def forget_buttons(answer: str) -> tuple[str, InlineKeyboardMarkup] | None:
@@ -45,7 +51,11 @@ def forget_buttons(answer: str) -> tuple[str, InlineKeyboardMarkup] | None:
     line, after the messages it lists (whose words anyone may have written)."""
     codes = _ASKED.findall(answer)
     if not codes:
-        return None
+        mine = _ASKED_MINE.findall(answer)
+        if not mine:
+            return None
+        button = InlineKeyboardButton("Forget", callback_data=f"{PREFIX}{_MINE}:{mine[-1]}")
+        return mine[-1], InlineKeyboardMarkup([[button]])
     code = codes[-1]
     row = [InlineKeyboardButton("Forget", callback_data=f"{PREFIX}{_CONFIRM}:{code}")]
     if f"Reply {CONFIRM} {code} notes" in answer:
@@ -59,8 +69,10 @@ def pressed(data: str) -> tuple[str, str] | None:
     """(code, the words after `/memory`) of a button's callback data; None for data this
     version does not make (a button from before codes: no longer valid)."""
     action, _, code = data.removeprefix(PREFIX).partition(":")
-    if not requests.CODE.fullmatch(code) or action not in (_CONFIRM, _NOTES):
+    if not requests.CODE.fullmatch(code) or action not in (_CONFIRM, _NOTES, _MINE):
         return None
+    if action == _MINE:
+        return code, f"forget mine confirm {code}"
     return code, f"forget confirm {code}" + (" notes" if action == _NOTES else "")
 
 

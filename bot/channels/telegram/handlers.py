@@ -54,7 +54,11 @@ from bot.channels.telegram.delivery.sent import Target
 from bot.channels.telegram.imports import PREFIX as IMPORT_BUTTONS
 from bot.channels.telegram.imports import ChatImports, export_format, is_import_command
 from bot.channels.telegram.imports import pressed as pressed_import
+from bot.channels.telegram.members.admins import ChatAdmins
+from bot.channels.telegram.members.consent import author_id, keeps_out
 from bot.channels.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, photo_text
+from bot.channels.telegram.portability.mcp_access import is_mcp_command, mcp_command
+from bot.channels.telegram.portability.memory_files import MemoryFiles, is_memory_file
 from bot.channels.telegram.render.replies import EditPacer, ReplyStream, send_plain_reply, typing
 from bot.channels.telegram.review import buttons as review_buttons
 from bot.channels.telegram.sessions import (
@@ -83,10 +87,12 @@ from bot.conversation.service import Conversations, Reply
 from bot.conversation.session_binding import bind_session
 from bot.conversation.store_wait import DELAYED, NOT_SAVED_YET, StoreWait, transient
 from bot.conversation.turns import MEMORY_DOWN
+from bot.followups import telegram as followups
+from bot.mcp.access import AccessStore
 from bot.model.images import Image
-from memory.actions.commands import split_words
+from memory.actions.commands import group_wide, split_words
 from memory.contract.tracing import unwrap
-from memory.contract.types import Origin, Session, utcnow
+from memory.contract.types import Origin, Owner, Session, utcnow
 from memory.storage.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -157,11 +163,18 @@ class TelegramChannel:
         self.outbox = Outbox()  # answers Telegram could not take yet
         self.stream_interval = max(self.tg.stream_edit_interval_s, EDIT_MIN_GAP_S)
         self.imports = ChatImports(conversations, settings)  # exports sent in private chats
+        # A person's own memory as a file: /memory export, and that file sent back.
+        self.memory_files = MemoryFiles(conversations, settings.agent.id)
         # Names, for the console: where the memory is an SQL provider's (a stand-in
         # conversation service, as the throughput bench's, has no provider at all).
         provider = getattr(conversations, "provider", None)
         engine = getattr(unwrap(provider), "engine", None) if provider is not None else None
         self.people = People(engine) if engine is not None else None
+        # Whose words a group keeps (members/consent.py); follow-ups' confirmations and
+        # buttons (bot/followups/).
+        self.engine = engine
+        self.admins = ChatAdmins()  # who administers a group, as Telegram says
+        self.mcp_access = AccessStore(engine) if engine is not None else None  # /memory mcp
         self.started = (
             utcnow()
         )  # turns handled since are this run's (bot.channels.telegram.delivery.resume)
@@ -192,6 +205,9 @@ class TelegramChannel:
         app.add_handler(CallbackQueryHandler(self.on_import_button, pattern=f"^{IMPORT_BUTTONS}"))
         app.add_handler(
             CallbackQueryHandler(self.on_review_button, pattern=f"^{review_buttons.PREFIX}")
+        )
+        app.add_handler(
+            CallbackQueryHandler(self.on_followup_button, pattern=f"^{followups.PREFIX}")
         )
         app.add_error_handler(self.on_error)
 
@@ -257,6 +273,14 @@ class TelegramChannel:
             return
         message, place, user = admitted
         target = self._target(message, place)
+        if not place.is_group and user is not None and is_memory_file(message.document):
+            receipt = self._receipt(update)  # a redelivered offer is not read again
+            if receipt is None or not await receipt.seen_before():
+                assert message.document is not None
+                await self.memory_files.offer(context.bot, target, user.id, message.document)
+                if receipt is not None:
+                    await receipt.record()
+            return
         if not place.is_group and user is not None and export_format(message.document):
             receipt = self._receipt(update)  # a redelivered offer is not fetched again
             if receipt is None or not await receipt.seen_before():
@@ -387,15 +411,8 @@ class TelegramChannel:
                 context.bot, target, TOO_LONG.format(n=len(text), limit=MAX_INPUT_CHARS)
             )
             return
-        text = stored_text(message, text, group=place.is_group)
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         receipt = self._receipt(update)
-        # Updates of a chat arrive in order: an earlier redelivered update of this
-        # conversation has been recognised (or stored) by now.
-        if receipt is not None and await receipt.seen_before(turn=True):
-            return
-        if receipt is not None:  # a stop before the answer: the next start gives it
-            receipt.reply_to = ReplyTo(place.chat_id, place.thread_id, message.message_id)
         # A chat under flood control (or owed earlier answers) gets no streaming and no
         # "typing…": Telegram takes nothing there now, and the answer queues behind.
         quiet = self.outbox.owes(place.chat_id)
@@ -404,6 +421,22 @@ class TelegramChannel:
         # for it (bot.conversation.store_wait); the user hears once that the answer is delayed.
         wait = StoreWait(None if quiet else functools.partial(self._delayed, stream))
         try:
+            # A member who opted out is answered with nothing stored; a reply to one of
+            # their messages is stored without their words (members/consent.py).
+            unstored, hidden = await wait.run(
+                lambda: self._consent(message, place, base),
+                f"the consent of update {update.update_id}",
+            )
+            text = stored_text(message, text, group=place.is_group, hide_replied=hidden)
+            if unstored:
+                await self._unstored_turn(update, message, place, base, text, stream, wait, images)
+                return
+            # Updates of a chat arrive in order: an earlier redelivered update of this
+            # conversation has been recognised (or stored) by now.
+            if receipt is not None and await receipt.seen_before(turn=True):
+                return
+            if receipt is not None:  # a stop before the answer: the next start gives it
+                receipt.reply_to = ReplyTo(place.chat_id, place.thread_id, message.message_id)
             session = await wait.run(
                 lambda: self.conversations.current_session(base),
                 f"the session of update {update.update_id}",
@@ -413,7 +446,13 @@ class TelegramChannel:
                 raise
             await send_plain_reply(context.bot, target, MEMORY_DOWN)  # past the bound
             return
-        asked = Origin(CHANNEL, place.chat_id, message.message_id, place.thread_id)
+        asked = Origin(
+            CHANNEL,
+            place.chat_id,
+            message.message_id,
+            place.thread_id,
+            author_id(message) if place.is_group else None,
+        )
         async with contextlib.nullcontext() if quiet else typing(context.bot, target):
             try:
                 reply = await self.conversations.chat(
@@ -449,7 +488,70 @@ class TelegramChannel:
             asked=asked,
             session=session,
         )
+        await self._confirm_followups(context.bot, session, place)
         await self._names(message, place)
+
+    async def _consent(self, message: Message, place: Place, base: Session) -> tuple[bool, bool]:
+        """(the author opted out of the group's memory, the author of the message it
+        replies to did): both False outside groups."""
+        if not place.is_group:
+            return False, False
+        owner = Owner(base.user_id, base.agent_id)
+        return (
+            await keeps_out(self.engine, owner, message),
+            await keeps_out(self.engine, owner, message.reply_to_message),
+        )
+
+    async def _unstored_turn(
+        self,
+        update: Update,
+        message: Message,
+        place: Place,
+        base: Session,
+        text: str,
+        stream: ReplyStream,
+        wait: StoreWait,
+        images: Sequence[Image],
+    ) -> None:
+        """The turn of a member who opted out: answered, nothing of it stored. Its update
+        is recorded as handled (its id only) once the answer is shown, so a crash before
+        that answers it again; an answer Telegram does not take now waits in this
+        process's outbox only (never in the database), and is lost with the process."""
+        receipt = self._receipt(update)
+        if receipt is not None and await receipt.seen_before():
+            return
+        quiet = self.outbox.owes(place.chat_id)
+        session = await wait.run(
+            lambda: self.conversations.current_session(base),
+            f"the session of update {update.update_id}",
+        )
+        async with contextlib.nullcontext() if quiet else typing(stream.bot, stream.target):
+            reply = await self.conversations.chat_unstored(
+                session, text, on_delta=None if quiet else stream.on_delta, images=images
+            )
+        await finish_or_owe(
+            self.outbox,
+            stream,
+            reply.text,
+            what=f"the unstored answer to update {update.update_id}",
+            quote=message.message_id,
+        )
+        if receipt is not None:
+            await receipt.record()
+
+    async def _confirm_followups(self, bot: Bot, session: Session, place: Place) -> None:
+        """The one-line confirmation (with Undo) of each follow-up the turn made."""
+        if self.engine is None:
+            return
+        try:
+            await followups.confirm_new(
+                bot,
+                self.engine,
+                Owner(session.user_id, session.agent_id),
+                Target(place.chat_id, place.thread_id),
+            )
+        except Exception as exc:  # the answer is shown; /memory followups still lists it
+            log.warning("could not confirm follow-ups of %s: %s", session.id, exc)
 
     @staticmethod
     async def _delayed(stream: ReplyStream) -> None:
@@ -536,8 +638,8 @@ class TelegramChannel:
         if receipt is not None and await receipt.seen_before():
             return
         name, args = command_parts(message.text or "")
-        if name == "memory" and is_import_command(args) and not place.is_group and user:
-            said = await self.imports.command(context.bot, target, user.id, args)
+        handled, said = await self._own_memory(context.bot, target, place, user, name, args)
+        if handled:  # the sender's own memory, outside the action registry
             if receipt is not None:
                 await receipt.record()
             if said is not None:
@@ -545,6 +647,7 @@ class TelegramChannel:
             return
         base = base_session(self.settings.agent.id, place, user.id if user else place.chat_id)
         async with typing(context.bot, target):
+            member = author_id(message) if place.is_group else None
             answer = await handle_command(
                 self.conversations,
                 base,
@@ -552,6 +655,9 @@ class TelegramChannel:
                 args.strip(),
                 is_admin=is_admin(self.tg, user.id if user else None),
                 limit=self.reply_limit,
+                member=member,
+                group_admin=name == "memory"
+                and await self._group_admin(context.bot, place, member, args),
             )
         if receipt is not None:
             await receipt.record()  # its effect happened: never run it twice
@@ -560,7 +666,48 @@ class TelegramChannel:
         if markup is not None and split_words(args)[0] == "review":  # Keep / Revert
             await send_plain_reply(context.bot, target, answer, markup)
             return
+        if followups.is_listing(words) and self.engine is not None:
+            owner = Owner(base.user_id, base.agent_id)
+            await followups.send_listing(context.bot, self.engine, owner, target, answer)
+            return
         await confirmations.reply(context.bot, self.conversations, target, answer, words)
+
+    async def _own_memory(
+        self, bot: Bot, target: Target, place: Place, user: User | None, name: str, args: str
+    ) -> tuple[bool, str | None]:
+        """`/memory export`, `/memory mcp ...` and the import offers' confirmations: a
+        person's own memory, in a private chat only. (handled, what to say)."""
+        if name != "memory":
+            return False, None
+        sub = args.lower().split()[:1]
+        uid = None if place.is_group or user is None else user.id  # None: not private
+        if sub == ["export"]:
+            if uid is None:
+                return True, "/memory export sends your own memory: ask me in a private chat."
+            return True, self.memory_files.export(bot, target, uid)
+        if sub == ["mcp"] and is_mcp_command(args):
+            if uid is None:
+                return True, "/memory mcp reaches your own memory: ask me in a private chat."
+            said = await mcp_command(
+                self.mcp_access, self.settings.mcp, uid, self.settings.agent.id, CHANNEL, args
+            )
+            return True, said
+        if uid is None:
+            return False, None
+        if sub == ["import"] and self.memory_files.has_offer(uid):
+            return True, await self.memory_files.command(uid, args)
+        if is_import_command(args):
+            return True, await self.imports.command(bot, target, uid, args)
+        return False, None
+
+    async def _group_admin(self, bot: Bot, place: Place, member: int | None, words: str) -> bool:
+        """Whether `member` administers the group at `place` (Telegram says; cached),
+        asked only for a group-wide `/memory <words>`."""
+        if not place.is_group or member is None or is_admin(self.tg, member):
+            return False
+        if not group_wide(words):
+            return False
+        return await self.admins.is_admin(bot, place.chat_id, member)
 
     async def _names(self, message: Message, place: Place) -> None:
         """Record who wrote (and, in a group, the group) under their memory's ids, for
@@ -595,6 +742,7 @@ class TelegramChannel:
             return
         code, words = button
         base = base_session(self.settings.agent.id, place, user.id)
+        member = user.id if place.is_group else None
         answer = await handle_command(
             self.conversations,
             base,
@@ -602,6 +750,8 @@ class TelegramChannel:
             words,
             is_admin=is_admin(self.tg, user.id),
             limit=self.reply_limit,
+            member=member,
+            group_admin=await self._group_admin(context.bot, place, member, words),
         )
         await confirmations.after_press(context.bot, self.conversations, message, code)
         await send_plain_reply(context.bot, target, answer)
@@ -620,6 +770,7 @@ class TelegramChannel:
         if words is None or not is_allowed(self.tg, user.id, place.chat_id):
             return
         base = base_session(self.settings.agent.id, place, user.id)
+        member = user.id if place.is_group else None
         answer = await handle_command(
             self.conversations,
             base,
@@ -627,6 +778,8 @@ class TelegramChannel:
             words,
             is_admin=is_admin(self.tg, user.id),
             limit=self.reply_limit,
+            member=member,
+            group_admin=await self._group_admin(context.bot, place, member, words),
         )
         if answer.startswith(("Kept", "Reverted")) or "already kept or reverted" in answer:
             await review_buttons.drop_row(message, query.data or "")
@@ -655,6 +808,23 @@ class TelegramChannel:
         )
         if said is not None:
             await send_plain_reply(context.bot, target, said)
+
+    async def on_followup_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Undo, Dismiss or Snooze under a follow-up (bot/followups/telegram.py): on the
+        follow-up it was shown for, if it is the presser's memory's."""
+        query = update.callback_query
+        if query is None or not isinstance(query.message, Message) or self.engine is None:
+            return
+        message, user = query.message, query.from_user
+        place = Place.of(message)
+        await query.answer()
+        if not is_allowed(self.tg, user.id, place.chat_id):
+            return
+        base = base_session(self.settings.agent.id, place, user.id)
+        said = await followups.press(
+            context.bot, self.engine, Owner(base.user_id, base.agent_id), query.data or "", message
+        )
+        await send_plain_reply(context.bot, self._target(message, place), said)
 
     async def on_unknown_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.effective_message

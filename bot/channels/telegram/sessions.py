@@ -9,7 +9,8 @@ in its stored text.
 - `/new` rotates the live session through the conversation service; the base session here never changes.
 - Access: `telegram.allowed_ids` lists user ids and/or group chat ids (empty = everyone);
   `telegram.admin_ids` lists the user ids allowed operator-only sub-commands (empty =
-  nobody: an operator must name themselves).
+  nobody: an operator must name themselves); in a group its own admins, as Telegram says
+  (members/admins.py), may use the group-wide ones.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from memory.contract.types import Session
 from memory.text.replies import first_words, reply_note
 
 CHANNEL = "telegram"
+OPTED_OUT_MEMBER = "a member who opted out"
 
 
 @dataclass(frozen=True)
@@ -103,15 +105,18 @@ def sender_name(message: Message) -> str:
     return user.full_name if user else "someone"
 
 
-def stored_text(message: Message, text: str, *, group: bool) -> str:
+def stored_text(message: Message, text: str, *, group: bool, hide_replied: bool = False) -> str:
     """`text` as stored: in a group after its author's name (`[Ann] hi`), and, for a
     real reply, with whom and what it answers (`[Ann, replying to Bob: "see you…"]`,
     the form of imported replies): without it a reply to last week's message reads, to
     the model and in search hits, as if it answered the message before it. The words
-    are the part the user quoted, if they quoted one."""
+    are the part the user quoted, if they quoted one. `hide_replied`: the replied
+    message's author opted out of the group's memory: neither their name nor words."""
     head = [sender_name(message)] if group else []
     replied = message.reply_to_message
-    if replied is not None and replied.forum_topic_created is None:
+    if replied is not None and replied.forum_topic_created is None and hide_replied:
+        head.append(reply_note(OPTED_OUT_MEMBER))
+    elif replied is not None and replied.forum_topic_created is None:
         quoted = message.quote.text if message.quote is not None else None
         words = quoted or replied.text or replied.caption or ""
         head.append(reply_note(sender_name(replied), first_words(words)))

@@ -49,9 +49,18 @@ REFLECT_ACTIONS = (
     "fact_merge",
     "constraint_list",
     "constraint_add",
+    "followup_add",
 )
 WRITE_ACTIONS = frozenset(
-    {"profile_update", "fact_set", "fact_retract", "fact_merge", "soul_update", "constraint_add"}
+    {
+        "profile_update",
+        "fact_set",
+        "fact_retract",
+        "fact_merge",
+        "soul_update",
+        "constraint_add",
+        "followup_add",
+    }
 )
 
 ToolHandler = Callable[[dict[str, Any]], Awaitable[str]]

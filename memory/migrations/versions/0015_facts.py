@@ -8,8 +8,8 @@ it (source, session_id) and what replaced it. `memory_fact_evidence`: the messag
 support a fact, deleted with the message (a forget rewrites the fact first:
 memory/facts/forgetting.py).
 
-Revision ID: 0013_facts
-Revises: 0012_search_postings
+Revision ID: 0015_facts
+Revises: 0014_followups
 Create Date: 2026-11-27
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0013_facts"
-down_revision: str | None = "0012_search_postings"
+revision: str = "0015_facts"
+down_revision: str | None = "0014_followups"
 branch_labels: Sequence[str] | None = None
 depends_on: Sequence[str] | None = None
 
