@@ -327,6 +327,8 @@ def _memory_action(
             agent=args.agent,
             mode=args.mode,
             limit=args.limit,
+            since=args.since,
+            before=args.before,
         )
     if action in ("export", "import"):
         from bot.ops import transfer
@@ -627,6 +629,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"at most N results, 1-{SEARCH_MAX_LIMIT} (default: 20)",
     )
+    for flag, what in (("--since", "from this date on"), ("--before", "before this date")):
+        search.add_argument(
+            flag,
+            metavar="DATE",
+            help=f"only what was said {what}: YYYY-MM-DD (UTC), an ISO date and time, "
+            "or 7d / 2w for that long ago",
+        )
     export = madd("export", "export a session's full history and summary DAG to stdout")
     export.add_argument(
         "session", nargs="?", help=session_help + "; or give --user for a whole memory"

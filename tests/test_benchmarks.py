@@ -254,3 +254,25 @@ def test_search_scale_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| 400 | sqlite | question |" in done.stdout
     assert (tmp_path / "sqlite-400-v2.db").exists()  # cached for the next run
+
+
+def test_timeline_runs(tmp_path: Path) -> None:
+    """bench/timeline.py on the toy conversation: the scripted facts end as expected, and
+    a temporal question naming its month is scored with and without the date filter."""
+    toy = json.loads(json.dumps(TOY_LOCOMO))
+    toy[0]["qa"].append(
+        {
+            "question": "What did Bob say about Pip in June 2023?",
+            "answer": "likes the tank",
+            "evidence": ["D2:1"],
+            "category": 2,
+        }
+    )
+    data = tmp_path / "toy-locomo.json"
+    data.write_text(json.dumps(toy), encoding="utf-8")
+    out = run_bench("bench/timeline.py", "--provider", "lcm", "--data", str(data))
+    assert "| lcm | sqlite | 6/6 | 0 | 0 | 0 | 0 | 0 |" in out, out
+    dated = [line for line in out.splitlines() if line.startswith("| lcm (dated only")]
+    assert len(dated) == 3 and all("| sqlite | 1 |" in line for line in dated), out
+    # The filter keeps June: the one evidence turn is first, with the filter.
+    assert "| lcm (dated only, filter +0d) | sqlite | 1 | 1.000 |" in out, out

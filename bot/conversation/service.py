@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 
 from bot.config.settings import Settings
@@ -96,6 +96,9 @@ class Conversations:
             calibration=self._turns.calibration,
             budgets=budgets,
         )
+        # Told of each session whose memory a reflect review changed (a channel sends
+        # the user a digest: bot/channels/telegram/review/digest.py); best effort.
+        self.reflect_listeners: list[Callable[[Session], Awaitable[None]]] = []
         self._closed = False
 
     def _hold(self, session_id: str) -> AbstractAsyncContextManager[None]:

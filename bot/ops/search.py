@@ -26,11 +26,20 @@ async def search(
     agent: str | None = None,
     mode: str = SearchMode.FULL_TEXT.value,
     limit: int = 20,
+    since: str | None = None,
+    before: str | None = None,
 ) -> int:
     """One user's memory, every conversation of theirs (the provider's search covers the
     user): given by `user` (and `agent`), or by one of their sessions."""
+    from memory.actions.arguments import parse_date
     from memory.contract.tracing import unwrap
 
+    dates = {}
+    for name, raw in (("since", since), ("before", before)):
+        dates[name] = None if raw is None else parse_date(raw)
+        if raw is not None and dates[name] is None:
+            err(f"--{name} must be a date: YYYY-MM-DD, an ISO date and time, or 7d / 2w")
+            return EXIT_USAGE
     if (session_id is None) == (user is None):
         err("give a SESSION or --user ID (not both)")
         return EXIT_USAGE
@@ -52,7 +61,13 @@ async def search(
             if session is None:
                 err(f"no session {session_id!r} (see `mnemo memory sessions`)")
                 return EXIT_FAULT
-        query = SearchQuery(text=text, limit=limit, mode=SearchMode(mode))
+        query = SearchQuery(
+            text=text,
+            limit=limit,
+            mode=SearchMode(mode),
+            since=dates["since"],
+            before=dates["before"],
+        )
         try:
             hits = await cast(Searcher, m.provider).search(session, query)
         except ContractError as exc:

@@ -547,7 +547,9 @@ class Console(Acting, FactPages):
             rows=rows,
             f=f,
             keep=keep,
-            scopes=[s.value for s in Scope] + [FORGET_SCOPE, ERASURE_SCOPE],
+            # reflect: each review's row (bot/jobs/reflect/runs.py); review: the user's
+            # keep / revert of reflect's changes (memory/actions/changes.py)
+            scopes=[s.value for s in Scope] + [FORGET_SCOPE, ERASURE_SCOPE, "reflect", "review"],
             sources=[s.value for s in ChangeSource],
             prev_url=page_url("/changelog", keep, page=f.page - 1) if f.page > 1 else "",
             next_url=page_url("/changelog", keep, page=f.page + 1) if more else "",

@@ -153,7 +153,10 @@ async def memory_history(
 
 def readable_after(entry: ChangeEntry) -> str:
     """A changelog row's text after the change as a person reads it: rules one a line,
-    as the system prompt lists them, not the JSON they are stored as."""
+    as the system prompt lists them, not the JSON they are stored as; a reflect review,
+    what it decided and what it read (bot/jobs/reflect/runs.py)."""
+    if entry.scope == "reflect":
+        return f"{entry.after_text} · read {entry.before_text}"
     try:
         if entry.scope == "constraint":
             return _rules(parse_constraints(entry.after_text))

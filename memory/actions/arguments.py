@@ -9,7 +9,8 @@ unless the action allows an empty one (an empty profile clears it)."""
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import (
@@ -22,7 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from memory.contract.types import SearchMode, SearchScope
+from memory.contract.types import SearchMode, SearchScope, as_utc, minute_utc, utcnow
 
 SEARCH_SCOPES = tuple(s.value for s in SearchScope)
 CHANGE_SCOPES = ("profile", "soul", "constraint", "fact", "compaction")
@@ -99,6 +100,44 @@ def _choice(choices: tuple[str, ...]) -> Any:
         if value not in choices:
             raise refuse(f"{name} must be one of {', '.join(choices)}")
         return value
+
+    return BeforeValidator(check)
+
+
+_AGO = re.compile(r"(\d{1,4})([dw])")
+_AGO_DAYS = {"d": 1, "w": 7}
+
+
+def parse_date(raw: str) -> datetime | None:
+    """A date as people and the model write it: `2026-03-01` (midnight UTC), an ISO date
+    and time (UTC unless it says), or `7d` / `2w`: that many days or weeks before now.
+    None when it is none of these."""
+    word = raw.strip().lower()
+    ago = _AGO.fullmatch(word)
+    if ago:
+        return utcnow() - timedelta(days=int(ago.group(1)) * _AGO_DAYS[ago.group(2)])
+    try:
+        return as_utc(datetime.fromisoformat(word.upper()))
+    except (ValueError, OverflowError):  # OverflowError: 0001-01-01T00:00+05:00 in UTC
+        return None
+
+
+def said_window(args: Any) -> str:
+    """The date range a search was kept to, in words (" from … before …"), or ""."""
+    since, before = getattr(args, "since", None), getattr(args, "before", None)
+    out = f" from {minute_utc(since)}" if since else ""
+    return out + (f" before {minute_utc(before)}" if before else "")
+
+
+def _search_date() -> Any:
+    def check(raw: Any, info: ValidationInfo) -> datetime | None:
+        name = info.field_name
+        if raw is None:
+            return None
+        parsed = parse_date(raw) if isinstance(raw, str) and len(raw) <= 40 else None
+        if parsed is None:
+            raise refuse(f"{name} must be a date: YYYY-MM-DD, an ISO date and time, or 7d / 2w ago")
+        return parsed
 
     return BeforeValidator(check)
 
@@ -201,6 +240,27 @@ Alias = Annotated[
     str,
     _text(200),
     _schema({"type": "string", "description": "note_alias: another name for the note"}),
+]
+_DATE_FORMS = "YYYY-MM-DD (UTC), an ISO date and time, or 7d / 2w for that long ago"
+Since = Annotated[
+    datetime | None,
+    _search_date(),
+    _schema(
+        {
+            "type": "string",
+            "description": f"search: only what was said from this date on: {_DATE_FORMS}",
+        }
+    ),
+]
+Before = Annotated[
+    datetime | None,
+    _search_date(),
+    _schema(
+        {
+            "type": "string",
+            "description": f"search: only what was said before this date: {_DATE_FORMS}",
+        }
+    ),
 ]
 MessageId = Annotated[
     str, _text(64), _schema({"type": "string", "description": "id of a message, e.g. from search"})

@@ -8,6 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from memory.actions import hit_groups, origins
+from memory.actions.arguments import said_window
 from memory.actions.fitting import clip, listing, one_line
 from memory.actions.provenance import Why
 from memory.actions.spec import Call, ContextFigures
@@ -110,11 +111,12 @@ async def _usage(c: Call) -> list[str]:
 async def search(c: Call, args: Any, hits: list[SearchResult]) -> str:
     # More hits were asked for than are shown, to say how many there are.
     asked = one_line(storable(args.text), 100)  # echoed: no lone surrogate, no NUL, one line
+    dates = said_window(args)
     if not hits:
         if args.mode == SearchMode.HYBRID and getattr(unwrap(c.provider), "semantic", None):
             # Meaning was asked too: nothing near it either (far neighbours are no match).
-            return f"No close matches for “{asked}”."
-        return f"No matches for “{asked}”."
+            return f"No close matches for “{asked}”{dates}."
+        return f"No matches for “{asked}”{dates}."
     lines = []
     for group in await hit_groups.by_conversation(c, hits[:SHOWN_HITS]):
         lines.append(f"From {group.name()}:")
@@ -126,9 +128,9 @@ async def search(c: Call, args: Any, hits: list[SearchResult]) -> str:
     shown = hits[:SHOWN_HITS]
     if len(hits) > len(shown):
         total = f"{len(hits)}+" if len(hits) >= args.limit else str(len(hits))
-        header = f"First {len(shown)} of {total} matches for “{asked}”:"
+        header = f"First {len(shown)} of {total} matches for “{asked}”{dates}:"
     else:
-        header = f"{len(hits)} match{'es' if len(hits) != 1 else ''} for “{asked}”:"
+        header = f"{len(hits)} match{'es' if len(hits) != 1 else ''} for “{asked}”{dates}:"
     footer = "\n(/memory show <id> shows one in full)"
     return listing(lines, header, c.limit - len(footer)) + footer
 

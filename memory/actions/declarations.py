@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import model_validator
 
+from memory.actions import changes, forgetting, provenance
 from memory.actions import chat_replies as to_people
-from memory.actions import forgetting, provenance
 from memory.actions import tool_results as to_model
 from memory.actions.arguments import (
     CHANGE_SCOPES,
@@ -23,6 +23,7 @@ from memory.actions.arguments import (
     SEARCH_SCOPES,
     Alias,
     Arguments,
+    Before,
     ConstraintId,
     Content,
     ContentOrEmpty,
@@ -40,6 +41,7 @@ from memory.actions.arguments import (
     NoteName,
     Question,
     Scope,
+    Since,
     SourceIds,
     SummaryId,
     Text,
@@ -47,12 +49,14 @@ from memory.actions.arguments import (
     Topic,
     Version,
     Zone,
+    parse_date,
     refuse,
 )
 from memory.actions.spec import Action, Audience, Call, Command, Recalled, Registry
 from memory.consent import actions as consent
 from memory.contract.capabilities import (
     ChangelogReader,
+    ChangelogWriter,
     ConstraintStore,
     Explorer,
     Forgetter,
@@ -97,6 +101,22 @@ def _rest(key: str, **extra: Any) -> Any:
     return lambda words: {key: words, **extra} if words else None
 
 
+def _search_words(words: str) -> dict[str, Any] | None:
+    """`[since <date>] [before <date>] <text>`, the two in either order (a date that is
+    none answers with the usage line; a range that is none, with the search's error)."""
+    args: dict[str, Any] = {"limit": PEOPLE_SEARCH_POOL}
+    rest = words.strip()
+    while True:
+        parts = rest.split(maxsplit=2)
+        key = parts[0].lower() if parts else ""
+        if len(parts) < 3 or key not in ("since", "before") or key in args:
+            break
+        args[key], rest = parse_date(parts[1]), parts[2]
+        if args[key] is None:
+            return None
+    return {"since": None, "before": None, **args, "text": rest} if rest else None
+
+
 # --- status and search --------------------------------------------------------------
 
 
@@ -130,11 +150,15 @@ class SearchArgs(Arguments):
     scope: Scope = SearchScope.BOTH.value
     mode: Mode = SearchMode.HYBRID.value
     limit: Limit = DEFAULT_LIMIT
+    since: Since = None
+    before: Before = None
 
     @model_validator(mode="after")
     def _search_scope(self) -> SearchArgs:
         if self.scope not in SEARCH_SCOPES:
             raise refuse(f"search scope must be one of {', '.join(SEARCH_SCOPES)}")
+        if self.since and self.before and self.since >= self.before:
+            raise refuse("search since must be earlier than before")
         return self
 
 
@@ -145,6 +169,8 @@ async def _search(c: Call, args: SearchArgs) -> Any:
         limit=args.limit,
         mode=SearchMode(args.mode),
         in_turn=c.front.in_turn,
+        since=args.since,
+        before=args.before,
     )
     return await c.provider_as(Searcher).search(c.session, query)
 
@@ -156,13 +182,14 @@ declare(
         Searcher,
         "search earlier messages and summaries; ask in plain words (a question or a few "
         "keywords: any of them may match, rarer ones weigh more); each hit has its id, date "
-        "and a snippet",
+        'and a snippet; since/before keep it to a date range ("last week": since 7d)',
         _search,
         render=to_model.search,
         command=Command(
             "search",
-            "<text> — search everything I remember of our conversations",
-            parse=_rest("text", limit=PEOPLE_SEARCH_POOL),
+            "<text> — search everything I remember of our conversations; since <date> "
+            "and before <date> ahead of the text keep to dates (2026-03-01, or 7d / 2w ago)",
+            parse=_search_words,
             render=to_people.search,
             lacks="search",
         ),
@@ -1402,6 +1429,123 @@ declare(
             parse=lambda w: {"zone": w},
             render=_zone_text,
             lacks=_FOLLOWUPS,
+        ),
+    )
+)
+
+
+# --- what changed: the facts' timeline, the review of reflect's changes -------------
+# (memory/actions/changes.py; people only: the model has fact_list and its own writes)
+
+
+class TopicArgs(Arguments):
+    topic: str = ""
+
+
+class ChangeIdArgs(Arguments):
+    change_id: Version
+
+
+class DigestArgs(Arguments):
+    digest: str = changes.ON
+
+
+def _review_words(verb: str) -> Any:
+    def parse(words: str) -> dict[str, Any] | None:
+        parts = words.lower().split()
+        if len(parts) == 2 and parts[0] == verb and parts[1].lstrip("#").isdigit():
+            return {"change_id": int(parts[1].lstrip("#"))}
+        return None
+
+    return parse
+
+
+_CHANGES = "reviewing reflect's changes"
+_NO_CHANGE = "No change #{change_id} of reflect to review; /memory review lists them."
+declare(
+    Action(
+        "timeline",
+        TopicArgs,
+        FactStore,
+        "every fact about the user in any state, by date, with its sources",
+        changes.timeline,
+        tool=False,
+        command=Command(
+            "timeline",
+            "[topic] — how the facts I hold about you changed, by date, with their sources",
+            parse=lambda words: {"topic": words},
+            render=changes.timeline_text,
+            lacks="facts",
+            listed_after="profile",
+        ),
+    )
+)
+declare(
+    Action(
+        "review",
+        NoArgs,
+        ChangelogReader,
+        "reflect's changes the user has not kept or reverted yet",
+        changes.review,
+        audience=Audience.OWNER,
+        tool=False,
+        command=Command(
+            "review",
+            "[off | on] — reflect's changes to your facts, profile, soul and rules, to keep "
+            "or revert (off / on: the digest after reflect changes something)",
+            render=changes.review_text,
+            lacks=_CHANGES,
+            listed_after="history",
+        ),
+    )
+)
+declare(
+    Action(
+        "review_keep",
+        ChangeIdArgs,
+        ChangelogWriter,
+        "keep one of reflect's changes",
+        changes.keep,
+        audience=Audience.OWNER,
+        tool=False,
+        command=Command(
+            "review", parse=_review_words(changes.KEEP), lacks=_CHANGES, not_found=_NO_CHANGE
+        ),
+    )
+)
+declare(
+    Action(
+        "review_revert",
+        ChangeIdArgs,
+        ChangelogWriter,
+        "revert one of reflect's changes",
+        changes.revert,
+        audience=Audience.OWNER,
+        tool=False,
+        write="rollback",
+        command=Command(
+            "review",
+            parse=_review_words(changes.REVERT),
+            lacks=_CHANGES,
+            not_found=_NO_CHANGE,
+        ),
+    )
+)
+declare(
+    Action(
+        "review_digest",
+        DigestArgs,
+        ChangelogWriter,
+        "turn the digest of reflect's changes off or on",
+        changes.switch,
+        audience=Audience.OWNER,
+        tool=False,
+        command=Command(
+            "review",
+            parse=lambda w: (
+                {"digest": w.lower()} if w.lower() in (changes.OFF, changes.ON) else None
+            ),
+            lacks=_CHANGES,
         ),
     )
 )

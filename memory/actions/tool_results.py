@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from memory.actions import hit_groups
+from memory.actions.arguments import said_window
 from memory.actions.fitting import one_line
 from memory.actions.spec import Call
 from memory.contract.capabilities import capabilities_of
@@ -55,7 +56,7 @@ async def status(c: Call, args: Any, stats: SessionStats) -> str:
 
 
 async def search(c: Call, args: Any, hits: list[SearchResult]) -> str:
-    shown = f"“{one_line(args.text, 60)}” ({args.mode}, {args.scope})"
+    shown = f"“{one_line(args.text, 60)}” ({args.mode}, {args.scope}){said_window(args)}"
     if not hits:
         return f"no results for {shown}"
     order = "newest first" if args.mode == SearchMode.SUBSTRING else "best first"

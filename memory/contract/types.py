@@ -242,6 +242,10 @@ class SearchQuery:
     # delegated recall): that message and everything after it in the session's
     # conversation, the turn in progress, are not hits, so a question never finds itself.
     in_turn: bool = False
+    # A date range: hits from `since` (inclusive) to `before` (exclusive), each optional;
+    # naive datetimes are UTC (memory/search/window.py says what "from" means per source).
+    since: datetime | None = None
+    before: datetime | None = None
 
 
 @dataclass

@@ -65,6 +65,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from memory.contract.types import SearchResult, as_utc
 from memory.search import pg_postings, sqlite_ranked, stems
 from memory.search.text import fts5_string, like_pattern, snippet
+from memory.search.window import ANY_TIME, Window
 from memory.storage.sqlite_inline import off_loop
 
 K1, B = 1.2, 0.75
@@ -96,6 +97,9 @@ class TextIndex:
     # PostgreSQL postings (revision 0012): per row and lexeme, its counts and doclen
     pg_postings: str | None = None
     indexed: str = "TRUE"  # which rows of `table` the indexes hold (SQL, on `table`)
+    # Where a row's time span starts when it has one (`stamp` is its end): a date-filtered
+    # search finds the rows whose span overlaps the window (memory/search/window.py)
+    start_stamp: str | None = None
     # SQLite: `fts` has postings, df and totals beside it (core revision 0011)
     postings: bool = False
 
@@ -134,12 +138,23 @@ def _scope_filter(conv_ids: list[int]) -> str:
 
 
 async def bm25(
-    conn: AsyncConnection, index: TextIndex, conv_ids: list[int], terms: list[str], limit: int
+    conn: AsyncConnection,
+    index: TextIndex,
+    conv_ids: list[int],
+    terms: list[str],
+    limit: int,
+    window: Window = ANY_TIME,
 ) -> list[Hit]:
-    """Rows holding any of `terms`, best BM25 first (scores higher-is-better)."""
+    """Rows holding any of `terms`, best BM25 first (scores higher-is-better); of the
+    `window` only when it is set, scored as without it (the window is no other corpus:
+    N, lengths and df stay the user's), by the exhaustive form, which takes a filter."""
     if not terms or not conv_ids:
         return []
     async with off_loop(conn):
+        if window:
+            if conn.dialect.name == "sqlite":
+                return await _sqlite_bm25(conn, index, conv_ids, terms, limit, window)
+            return _hits(await _pg_rank(conn, index, conv_ids, terms, limit, window))
         if conn.dialect.name == "sqlite":
             if index.postings:
                 top = await sqlite_ranked.ranked(
@@ -166,20 +181,32 @@ async def bm25_exhaustive(
 
 
 async def _sqlite_bm25(
-    conn: AsyncConnection, index: TextIndex, conv_ids: list[int], terms: list[str], limit: int
+    conn: AsyncConnection,
+    index: TextIndex,
+    conv_ids: list[int],
+    terms: list[str],
+    limit: int,
+    window: Window = ANY_TIME,
 ) -> list[Hit]:
     columns = "{content context}" if index.context else "content"
     weights = f"0.0, 1.0, {CONTEXT_WEIGHT}" if index.context else "0.0, 1.0"
     words = stems.fts5_terms(terms)
-    rows = await conn.execute(
-        sa.text(
-            f"SELECT rowid, bm25({index.fts}, {weights}) AS rank FROM {index.fts} "
-            # Ties newest first, as on PostgreSQL: a page is the head of a longer one, and
-            # both databases list equal scores alike.
-            f"WHERE {index.fts} MATCH :match ORDER BY rank, rowid DESC LIMIT :limit"
-        ),
-        {"match": f"{_scope_filter(conv_ids)} AND {columns} : ({words})", "limit": limit},
+    within = f"AND rowid IN ({window.rows(index)}) " if window else ""
+    statement = sa.text(
+        f"SELECT rowid, bm25({index.fts}, {weights}) AS rank FROM {index.fts} "
+        # Ties newest first, as on PostgreSQL: a page is the head of a longer one, and
+        # both databases list equal scores alike.
+        f"WHERE {index.fts} MATCH :match {within}ORDER BY rank, rowid DESC LIMIT :limit"
     )
+    if window:
+        statement = window.bind(statement.bindparams(sa.bindparam("convs", expanding=True)))
+    params: dict[str, Any] = {
+        "match": f"{_scope_filter(conv_ids)} AND {columns} : ({words})",
+        "limit": limit,
+    }
+    if window:
+        params["convs"] = conv_ids
+    rows = await conn.execute(statement, params)
     # bm25() is lower-is-better; scores are reported higher-is-better.
     return [Hit(r.rowid, -float(r.rank)) for r in rows]
 
@@ -227,7 +254,7 @@ _PG_RANK = r"""
 WITH {stats},
 hits AS MATERIALIZED (
   SELECT {key} AS rowid, tsv, doclen FROM {side}
-  WHERE conversation_id IN :convs
+  WHERE conversation_id IN :convs{within}
     AND tsv @@ (SELECT string_agg(q, ' | ') FROM terms)::tsquery)
 SELECT h.rowid, sum({score}) AS rank
 FROM hits h CROSS JOIN scope s
@@ -244,7 +271,7 @@ ORDER BY rank DESC, h.rowid DESC LIMIT :limit
 _PG_SCORE = "i.idf * u.tf * ({k1} + 1) / (u.tf + {k1} * (1 - {b} + {b} * {doclen} / s.avgdl))"
 
 
-def _pg_sql(template: str, index: TextIndex) -> str:
+def _pg_sql(template: str, index: TextIndex, window: Window = ANY_TIME) -> str:
     kept = index.pg_totals is not None and index.pg_terms is not None
     stats = (_PG_KEPT if kept else _PG_COUNTED).format(
         side=index.pg_side, totals=index.pg_totals, terms=index.pg_terms
@@ -257,6 +284,7 @@ def _pg_sql(template: str, index: TextIndex) -> str:
         k1=K1,
         b=B,
         ctx=CONTEXT_WEIGHT,
+        within=f"\n    AND {index.pg_key} IN ({window.rows(index)})" if window else "",
     )
 
 
@@ -266,14 +294,15 @@ async def _pg_rank(
     conv_ids: list[int],
     terms: list[str],
     limit: int,
+    window: Window = ANY_TIME,
 ) -> list[tuple[int, Decimal]]:
     """The best `limit` (rowid, score) by BM25 over all of `terms`, every row holding one
-    scored. Scores stay numeric: two rows whose scores differ in numeric may not as
-    floats."""
+    (and in `window`) scored. Scores stay numeric: two rows whose scores differ in numeric
+    may not as floats."""
     params: dict[str, Any] = {"text": " ".join(terms), "convs": conv_ids, "limit": limit}
+    statement = sa.text(_pg_sql(_PG_RANK, index, window))
     rows = await conn.execute(
-        sa.text(_pg_sql(_PG_RANK, index)).bindparams(sa.bindparam("convs", expanding=True)),
-        params,
+        window.bind(statement.bindparams(sa.bindparam("convs", expanding=True))), params
     )
     return [(int(r.rowid), Decimal(r.rank)) for r in rows]
 
@@ -302,43 +331,59 @@ def _hits(scored: list[tuple[int, Decimal]]) -> list[Hit]:
 
 
 async def literal(
-    conn: AsyncConnection, index: TextIndex, conv_ids: list[int], text: str, limit: int
+    conn: AsyncConnection,
+    index: TextIndex,
+    conv_ids: list[int],
+    text: str,
+    limit: int,
+    window: Window = ANY_TIME,
 ) -> tuple[list[Hit], str | None]:
-    """Rows containing `text` (case-insensitive), newest first, and the pattern each
-    candidate must still be checked against (None when the index was exact)."""
+    """Rows containing `text` (case-insensitive), newest first, in `window` when it is
+    set, and the pattern each candidate must still be checked against (None when the
+    index was exact)."""
     if not text or not conv_ids:
         return [], None
     async with off_loop(conn):
-        return await _literal(conn, index, conv_ids, text, limit)
+        return await _literal(conn, index, conv_ids, text, limit, window)
 
 
 async def _literal(
-    conn: AsyncConnection, index: TextIndex, conv_ids: list[int], text: str, limit: int
+    conn: AsyncConnection,
+    index: TextIndex,
+    conv_ids: list[int],
+    text: str,
+    limit: int,
+    window: Window,
 ) -> tuple[list[Hit], str | None]:
     if conn.dialect.name == "sqlite" and len(text) >= TRIGRAM:
         indexed = text[:MAX_INDEXED_PATTERN]
         match = f"{_scope_filter(conv_ids)} AND content : {fts5_string(indexed)}"
         # A cut pattern over-matches; fetch more candidates for the exact check.
         fetch = limit if indexed == text else limit * 10
-        rows = await conn.execute(
-            sa.text(
-                f"SELECT rowid FROM {index.trigram} WHERE {index.trigram} MATCH :match "
-                f"ORDER BY rowid DESC LIMIT :limit"
-            ),
-            {"match": match, "limit": fetch},
+        within = f"AND rowid IN ({window.rows(index)}) " if window else ""
+        statement = sa.text(
+            f"SELECT rowid FROM {index.trigram} WHERE {index.trigram} MATCH :match "
+            f"{within}ORDER BY rowid DESC LIMIT :limit"
         )
+        params: dict[str, Any] = {"match": match, "limit": fetch}
+        if window:
+            statement = window.bind(statement.bindparams(sa.bindparam("convs", expanding=True)))
+            params["convs"] = conv_ids
+        rows = await conn.execute(statement, params)
         verify = text.casefold() if indexed != text else None
         return [Hit(r.rowid, 1.0) for r in rows], verify
     op = "LIKE" if conn.dialect.name == "sqlite" else "ILIKE"
     # Materialized first, sorted after: with `ORDER BY id DESC LIMIT n` alone PostgreSQL
     # may walk the primary key backwards through every user's rows looking for n matches.
+    statement = sa.text(
+        f"WITH hits AS MATERIALIZED (SELECT {index.rowid} AS rowid FROM {index.table} "
+        f"WHERE conversation_id IN :convs AND {index.indexed} "
+        f"AND {window.condition(index)} "
+        f"AND content {op} :pattern ESCAPE '\\') "
+        f"SELECT rowid FROM hits ORDER BY rowid DESC LIMIT :limit"
+    )
     rows = await conn.execute(
-        sa.text(
-            f"WITH hits AS MATERIALIZED (SELECT {index.rowid} AS rowid FROM {index.table} "
-            f"WHERE conversation_id IN :convs AND {index.indexed} "
-            f"AND content {op} :pattern ESCAPE '\\') "
-            f"SELECT rowid FROM hits ORDER BY rowid DESC LIMIT :limit"
-        ).bindparams(sa.bindparam("convs", expanding=True)),
+        window.bind(statement.bindparams(sa.bindparam("convs", expanding=True))),
         {"convs": conv_ids, "pattern": like_pattern(text), "limit": limit},
     )
     return [Hit(r.rowid, 1.0) for r in rows], None
@@ -373,31 +418,38 @@ async def resolve_ids(
     conv_ids: list[int],
     scored: list[tuple[str, float]],
     needles: list[str],
+    window: Window = ANY_TIME,
 ) -> list[SearchResult]:
     """(public id, score) pairs of `index`'s rows as results, in their order; ids of rows
-    that are gone, outside `conv_ids` (the user's), or not ids at all are left out."""
+    that are gone, outside `conv_ids` (the user's) or `window`, or not ids at all are
+    left out."""
     if index.rowid == "id":  # the public id is the key: only whole numbers can be one
         scored = [(i, s) for i, s in scored if i.isdigit() and len(i) <= 18]
     ids: list[int | str] = [int(i) if index.rowid == "id" else i for i, _ in scored]
     if not ids:
         return []
-    rows = await _rows(conn, index, "id", ids)
+    rows = await _rows(conn, index, "id", ids, window)
     mine = set(conv_ids)
     by_id = {str(r["public_id"]): r for r in rows if r["conv"] in mine}
     return [_result(index, by_id[i], score, needles) for i, score in scored if i in by_id]
 
 
 async def _rows(
-    conn: AsyncConnection, index: TextIndex, column: str, values: list[Any]
+    conn: AsyncConnection,
+    index: TextIndex,
+    column: str,
+    values: list[Any],
+    window: Window = ANY_TIME,
 ) -> list[sa.RowMapping]:
+    statement = sa.text(
+        f"SELECT t.{index.rowid} AS rowid, t.id AS public_id, t.content AS content, "
+        f"t.{index.stamp} AS stamp, c.session_id AS session_id, "
+        f"t.conversation_id AS conv, {'t.seq' if index.context else '0'} AS seq "
+        f"FROM {index.table} t JOIN conversations c ON c.id = t.conversation_id "
+        f"WHERE t.{column} IN :values AND {window.condition(index, 't.')}"
+    )
     result = await conn.execute(
-        sa.text(
-            f"SELECT t.{index.rowid} AS rowid, t.id AS public_id, t.content AS content, "
-            f"t.{index.stamp} AS stamp, c.session_id AS session_id, "
-            f"t.conversation_id AS conv, {'t.seq' if index.context else '0'} AS seq "
-            f"FROM {index.table} t JOIN conversations c ON c.id = t.conversation_id "
-            f"WHERE t.{column} IN :values"
-        ).bindparams(sa.bindparam("values", expanding=True)),
+        window.bind(statement.bindparams(sa.bindparam("values", expanding=True))),
         {"values": values},
     )
     return list(result.mappings())

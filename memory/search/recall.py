@@ -17,7 +17,8 @@ archives, an `ExtraSource`). `Recall` decides what a query means and merges the 
 Scope: the memory belongs to the user (the group, in a group), so it is every
 conversation of the session's (user, agent), current and
 archived, and nothing else. Blank text finds nothing (an empty list, not an error). A
-query made while a turn is answered (`in_turn`) leaves that turn out (memory/search/turn.py).
+query made while a turn is answered (`in_turn`) leaves that turn out (memory/search/turn.py);
+one with `since`/`before` searches that date range only (memory/search/window.py).
 Results carry their time, the conversation they came from and what found them.
 """
 
@@ -36,7 +37,7 @@ from memory.contract.capabilities import ExtraSource as ExtraSource
 from memory.contract.embedding import VectorHit
 from memory.contract.errors import InvalidArgument
 from memory.contract.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
-from memory.search import MAX_LIMIT, labels, lexical, turn
+from memory.search import MAX_LIMIT, labels, lexical, turn, window
 from memory.search.fusion import fuse
 from memory.search.lexical import TextIndex
 from memory.search.text import clean_query, ranked_terms
@@ -123,6 +124,7 @@ class Recall:
 
     async def search(self, session: Session, query: SearchQuery) -> list[SearchResult]:
         text, mode, scope, limit = parse_query(query)
+        dates = window.of(query)
         if not text:
             return []
         terms = [] if mode == SearchMode.SUBSTRING else ranked_terms(text)
@@ -138,15 +140,18 @@ class Recall:
                 skip = await turn.in_progress(conn, session) if query.in_turn else frozenset()
                 for index in self._indexes_for(scope):
                     found = await self._from_index(
-                        conn, index, conv_ids, text, terms, depth + len(skip)
+                        conn, index, conv_ids, text, terms, depth + len(skip), dates
                     )
                     lists.append(turn.without(found, skip))
             if self.extra is not None:
-                lists.append(await self.extra.search_extra(session, text, terms, scope, depth))
+                # Its items are dated after they are found: asked for more in a window.
+                wanted = depth * window.DEEPER if dates else depth
+                extra = await self.extra.search_extra(session, text, terms, scope, wanted)
+                lists.append(dates.keep(extra)[:depth])
             ranked = _merged(lists, ranked=bool(terms))
             if vector is not None:
                 ranked = await self._hybrid(
-                    session, conv_ids, await vector, terms or [text], scope, ranked, skip
+                    session, conv_ids, await vector, terms or [text], scope, ranked, skip, dates
                 )
         finally:
             if vector is not None and not vector.done():
@@ -166,21 +171,24 @@ class Recall:
         scope: SearchScope,
         lexical_hits: list[SearchResult],
         skip: frozenset[str] = frozenset(),
+        dates: window.Window = window.ANY_TIME,
     ) -> list[SearchResult]:
         """The first HYBRID_POOL of `lexical_hits` fused with the HYBRID_POOL items nearest
         to the question's `vector` in meaning (memory/search/fusion.py), then the rest of
         `lexical_hits` in their order; the messages `skip` (the turn in progress,
-        memory/search/turn.py) are no item."""
+        memory/search/turn.py) and items outside `dates` are no item (the nearest are
+        asked from a deeper pool then, and cut to HYBRID_POOL once out of it)."""
         if vector is None or self.semantic is None:
             return lexical_hits  # the question has no vector: the words' ranking stands
         pool, after = lexical_hits[:HYBRID_POOL], lexical_hits[HYBRID_POOL:]
         words = {_key(r): r for r in pool}
+        nearest_pool = HYBRID_POOL * window.DEEPER if dates else HYBRID_POOL
         vector_hits = await self.semantic.index.search(
             session.user_id,
             session.agent_id,
             vector,
             sources=_VECTOR_SOURCES[scope],
-            limit=HYBRID_POOL + len(skip),
+            limit=nearest_pool + len(skip),
             # Every word hit weighed by its meaning too (memory/search/fusion.py). simple's notes
             # are embedded under a key of their content, not their name: they have meaning
             # only when among the nearest.
@@ -189,10 +197,11 @@ class Recall:
         vector_hits = [h for h in vector_hits if not turn.held(h.source, h.key, skip)]
         # The turn's own items out, the pool stays HYBRID_POOL (a page's head, whatever the turn).
         nearest = sorted((h for h in vector_hits if h.nearest), key=lambda h: -h.score)[
-            :HYBRID_POOL
+            :nearest_pool
         ]
         similarity = {(h.source, h.key): h.score for h in vector_hits if not h.nearest}
-        meaning = await self._resolve_vectors(session, conv_ids, nearest, needles)
+        meaning = await self._resolve_vectors(session, conv_ids, nearest, needles, dates)
+        meaning = meaning[:HYBRID_POOL]
         # Far neighbours without a word of the question are no match (the floor's reason:
         # memory/search/semantic/__init__.py). They stay in the meaning scale, so no other item's
         # fused score moves: the floor only takes items off the list.
@@ -219,10 +228,15 @@ class Recall:
         return out
 
     async def _resolve_vectors(
-        self, session: Session, conv_ids: list[int], hits: list[VectorHit], needles: list[str]
+        self,
+        session: Session,
+        conv_ids: list[int],
+        hits: list[VectorHit],
+        needles: list[str],
+        dates: window.Window = window.ANY_TIME,
     ) -> list[SearchResult]:
         """Semantic hits as results (score: cosine similarity), best first; rows outside
-        `conv_ids` (the user's conversations) are left out."""
+        `conv_ids` (the user's conversations) or `dates` are left out."""
         by_label = {index.label: index for index in self.indexes}
         mine = [h for h in hits if h.source in by_label]
         out: list[SearchResult] = []
@@ -231,10 +245,12 @@ class Recall:
                 for label, index in by_label.items():
                     scored = [(h.key, h.score) for h in mine if h.source == label]
                     if scored:
-                        out += await lexical.resolve_ids(conn, index, conv_ids, scored, needles)
+                        out += await lexical.resolve_ids(
+                            conn, index, conv_ids, scored, needles, dates
+                        )
         others = [h for h in hits if h.source not in by_label]
         if others and self.extra is not None:
-            out += await self.extra.resolve_extra(session, others, needles)
+            out += dates.keep(await self.extra.resolve_extra(session, others, needles))
         return sorted(out, key=lambda r: r.score, reverse=True)
 
     async def _from_index(
@@ -245,13 +261,14 @@ class Recall:
         text: str,
         terms: list[str],
         limit: int,
+        dates: window.Window,
     ) -> list[SearchResult]:
         if terms:
-            hits = await lexical.bm25(conn, index, conv_ids, terms, limit)
+            hits = await lexical.bm25(conn, index, conv_ids, terms, limit, dates)
             found = await lexical.resolve(conn, index, hits, terms)
             signal = WORDS
         else:
-            hits, verify = await lexical.literal(conn, index, conv_ids, text, limit)
+            hits, verify = await lexical.literal(conn, index, conv_ids, text, limit, dates)
             found = (await lexical.resolve(conn, index, hits, [text], verify))[:limit]
             signal = SUBSTRING
         for result in found:

@@ -82,6 +82,7 @@ from memory.contract.types import (
     SessionInfo,
     SummarizeOptions,
     ToolCall,
+    as_utc,
     utcnow,
 )
 from memory.storage import forgetting as fg
@@ -653,6 +654,53 @@ class ProviderConformance:
             for n in (1, 2, 5, 11, 20, len(keys) - 1):
                 page = await provider.search(s, SearchQuery(text, mode=mode, limit=n))
                 assert [(h.source_type, h.source_id) for h in page] == keys[:n], (mode, text, n)
+
+    async def test_search_within_dates(self, provider: Provider) -> None:
+        """`since` (inclusive) and `before` (exclusive) keep a search to a date range,
+        in every mode, ranked within it (a match outside never takes a place); a range
+        that holds nothing finds nothing; since not before before is refused."""
+        if not isinstance(provider, Searcher):
+            pytest.skip("provider is not a Searcher")
+        s = self.session()
+        await provider.bootstrap(s)
+        march = utcnow().replace(microsecond=0) - timedelta(days=90)
+        dated = [
+            (march - timedelta(days=30), "we decided the budget: ten pounds, decided twice"),
+            (march, "we decided to paint the kitchen blue"),
+            (march + timedelta(days=3), "we decided on a dog called Rex"),
+            (march + timedelta(days=40), "we decided we decided we decided: sell the car"),
+        ]
+        await provider.append(
+            s, *(Message(role="user", content=t, created_at=at) for at, t in dated)
+        )
+        since, before = march, march + timedelta(days=30)
+        for mode in SearchMode:
+            text = "decided"
+            q = SearchQuery(text, SearchScope.MESSAGES, 1, mode, since=since, before=before)
+            first = await provider.search(s, q)
+            assert len(first) == 1 and first[0].timestamp is not None, mode
+            assert since <= as_utc(first[0].timestamp) < before, mode
+            q = dataclasses.replace(q, limit=20)
+            found = {h.content for h in await provider.search(s, q)}
+            assert found == {dated[1][1], dated[2][1]}, (mode, found)
+            after = await provider.search(s, dataclasses.replace(q, since=before, before=None))
+            assert {h.content for h in after} == {dated[3][1]}, mode
+            upto = await provider.search(s, dataclasses.replace(q, since=None, before=since))
+            assert {h.content for h in upto} == {dated[0][1]}, mode
+            empty = dataclasses.replace(q, since=march + timedelta(days=10), before=before)
+            assert await provider.search(s, empty) == [], mode
+            with pytest.raises(InvalidArgument):
+                await provider.search(s, dataclasses.replace(q, since=before, before=since))
+        if isinstance(provider, NoteStore):  # a searched note is dated by when it was written
+            await provider.note_add(s, "plans", "we decided on plans today")
+            for mode in SearchMode:
+                q = SearchQuery("decided", SearchScope.BOTH, 20, mode)
+                if "plans" not in {h.source_id for h in await provider.search(s, q)}:
+                    continue  # its search does not reach notes
+                q = dataclasses.replace(q, since=since, before=before)
+                assert {h.source_type for h in await provider.search(s, q)} == {"message"}
+                today = dataclasses.replace(q, since=utcnow() - timedelta(days=1), before=None)
+                assert [h.source_id for h in await provider.search(s, today)] == ["plans"]
 
     # == Explorer ===============================================================
 

@@ -58,6 +58,7 @@ from memory.contract.types import (
     as_utc,
     utcnow,
 )
+from memory.search import window
 from memory.search.text import ranked_terms, snippet
 from memory.storage.db import write_transaction
 from memory.storage.stores import SharedStores
@@ -263,6 +264,8 @@ class ReferenceProvider(SharedStores):
                 if s.user_id == session.user_id and s.agent_id == session.agent_id:
                     candidates.append(("summary", s.id, s.content, s.created_at))
 
+        dates = window.of(query)
+        candidates = [c for c in candidates if dates.holds(c[3])]
         hits: list[SearchResult] = []
         # Ranked modes look for any non-stop word; with none, the text literally.
         text = storable(query.text)  # as the history it searches was stored

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from memory.contract.capabilities import Provider
-from memory.contract.types import Message, SearchMode, SearchQuery, Session
+from memory.contract.types import Message, SearchMode, SearchQuery, Session, utcnow
 from memory.search.recall import HYBRID_POOL
 from memory.search.semantic.backlog import embed_backlog
 from memory.search.semantic.client import Embedder
 from memory.testing.conformance import HOSTILE_PATTERNS
 
 HYBRID, FULL_TEXT = SearchMode.HYBRID, SearchMode.FULL_TEXT
+DAY = timedelta(days=1)
 
 
 class SemanticConformance:
@@ -95,6 +97,29 @@ class SemanticConformance:
         hits = await provider.search(mine, SearchQuery("lighthouse keeper", mode=HYBRID))
         assert all(h.session_id in ("", mine.id) for h in hits)
         assert not any("lighthouse" in h.content for h in hits)
+
+    async def test_a_date_range_holds_for_meaning_too(
+        self, make_provider: Callable[..., Any], embedder: Embedder
+    ) -> None:
+        """A hybrid search within dates: what is near in meaning but outside the range
+        is no hit, what is inside is found both ways."""
+        provider = make_provider(embedder)
+        s = self.session()
+        await provider.bootstrap(s)
+        then = utcnow() - timedelta(days=60)
+        await provider.append(
+            s,
+            Message(role="user", content="the lighthouse keeper retired", created_at=then),
+            Message(role="user", content="the lighthouse keeper came back", created_at=utcnow()),
+        )
+        await embed_backlog(provider, embedder)
+        text = "lighthouse keeper"
+        q = SearchQuery(text, mode=HYBRID, since=then - timedelta(days=1), before=then + DAY)
+        hits = await provider.search(s, q)
+        assert [h.content for h in hits] == ["the lighthouse keeper retired"]
+        assert set(hits[0].signals) == {"words", "meaning"}
+        recent = await provider.search(s, SearchQuery(text, mode=HYBRID, since=then + DAY))
+        assert [h.content for h in recent] == ["the lighthouse keeper came back"]
 
     async def test_ranking_does_not_depend_on_limit(
         self, make_provider: Callable[..., Any], embedder: Embedder

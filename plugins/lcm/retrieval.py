@@ -16,6 +16,7 @@ SUMMARIES = TextIndex(
     table="summaries",
     rowid="pk",
     stamp="latest_at",
+    start_stamp="earliest_at",  # a summary spans its messages' times
     fts="lcm_summaries_fts",
     trigram="lcm_summaries_trgm",
     pg_side="lcm_summaries_tsv",

@@ -59,6 +59,14 @@ async def test_search_by_user_with_mode_and_limit(db_url: str, tmp_path: Path) -
     # A session still names the user, as before.
     proc = await search(tmp_path, ALICE.id, "question 7")
     assert proc.returncode == 0 and proc.stdout.splitlines() == lines
+    # --since / --before keep it to dates: everything was said on 2026-03-01.
+    alice = ("--user", str(ALICE.user_id))
+    proc = await search(tmp_path, *alice, "--since", "2026-03-01", "--before", "7d", "question 7")
+    assert proc.returncode == 0 and proc.stdout.splitlines() == lines, proc.stderr
+    proc = await search(tmp_path, *alice, "--before", "2026-03-01", "question")
+    assert (proc.returncode, proc.stdout) == (0, ""), proc.stderr
+    proc = await search(tmp_path, "--user", str(ALICE.user_id), "--since", "soon", "question")
+    assert proc.returncode == 2 and "--since must be a date" in proc.stderr
 
 
 async def test_search_names_what_it_did_not_find(db_url: str, tmp_path: Path) -> None:

@@ -350,6 +350,8 @@ def test_actions_follow_capabilities() -> None:
         "id",
         "version",
         "question",
+        "since",
+        "before",
     } == set(props) - {"action"}
     assert props["scope"]["enum"] == [
         "both",

@@ -54,13 +54,17 @@ async def test_cycle_writes_memory_with_source_reflect(reflector, provider, fake
     assert await provider.get_soul(100, "default") == "Answer in Portuguese."
     assert [c.text for c in await provider.get_constraints(100, "default")] == ["Never use emoji."]
 
-    rows = list(reversed(await provider.read_changelog(100, "default")))
+    *rows, review = reversed(await provider.read_changelog(100, "default"))
     assert [(r.scope, r.source, r.session_id) for r in rows] == [
         ("profile", "reflect", ANA.id),
         ("soul", "reflect", ANA.id),
         ("constraint", "reflect", ANA.id),
     ]
     assert [(r.version_before, r.version_after) for r in rows] == [(0, 1), (1, 2), (2, 3)]
+    # The review's own row, last: the versions it spanned and the writes it made.
+    assert (review.scope, review.action, review.source) == ("reflect", "review", "reflect")
+    assert (review.version_before, review.version_after) == (0, 3)
+    assert review.after_text.startswith("3 change(s): profile_update, soul_update, constraint_add")
     # The running session keeps its view until its next compaction (cached prefix).
     snapshot = await provider.get_or_create_snapshot(ANA.id, 100, "default")
     assert snapshot.version == 0
@@ -189,7 +193,10 @@ async def test_bad_tool_calls_write_nothing_and_are_not_counted(
     )
     report = await reflector.run_cycle()
     assert [(s.status, s.changes) for s in report.sessions] == [("unchanged", 0)]
-    assert await provider.read_changelog(100, "default") == []
+    # Nothing written: the only row is the review's, which says so.
+    [review] = await provider.read_changelog(100, "default")
+    assert review.scope == "reflect" and review.after_text.startswith("no change")
+    assert review.version_before == review.version_after
     results = [m["content"] for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"]
     assert len(results) == 3 and all(r.startswith("error") for r in results)
     assert "not allowed" in results[0]

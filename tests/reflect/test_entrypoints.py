@@ -124,8 +124,9 @@ async def test_mnemo_reflect_once(tmp_path: Path, fake_llm, capsys) -> None:
         assert "1 session(s) reviewed, 1 change(s) written, 0 failed" in out
         assert "tg:42: 1 change(s)" in out
         assert await provider.get_profile(42, "default") == "Name: Rui"
-        [row] = await provider.read_changelog(42, "default")
+        [review, row] = await provider.read_changelog(42, "default")
         assert (row.source, row.session_id) == ("reflect", "tg:42")
+        assert (review.scope, review.session_id) == ("reflect", "tg:42")
 
         # The same command in-process (a subprocess costs seconds of imports).
         assert await reflect_command(load_settings(config), once=True) == 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import hmac
 import logging
@@ -48,6 +49,7 @@ from bot.channels.telegram.delivery.polling import Poller, prune_handled
 from bot.channels.telegram.delivery.sent import with_retry
 from bot.channels.telegram.handlers import TelegramChannel
 from bot.channels.telegram.http import AiohttpRequest
+from bot.channels.telegram.review.digest import send_digest
 from bot.channels.telegram.settings import MISSING_TOKEN, telegram_settings
 from bot.channels.telegram.startup import reach_bot_api
 from bot.channels.telegram.voice import MAX_AUDIO_BYTES
@@ -131,6 +133,7 @@ def build_application(
         conversations, settings, inflight, reply_limit=LIMITS.max_message
     )
     channel.register(app)
+    conversations.reflect_listeners.append(functools.partial(send_digest, app.bot, conversations))
     return app
 
 

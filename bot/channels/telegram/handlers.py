@@ -60,6 +60,7 @@ from bot.channels.telegram.photos import PHOTOS_AT_ONCE, fetched, photo_size, ph
 from bot.channels.telegram.portability.mcp_access import is_mcp_command, mcp_command
 from bot.channels.telegram.portability.memory_files import MemoryFiles, is_memory_file
 from bot.channels.telegram.render.replies import EditPacer, ReplyStream, send_plain_reply, typing
+from bot.channels.telegram.review import buttons as review_buttons
 from bot.channels.telegram.sessions import (
     CHANNEL,
     Place,
@@ -89,7 +90,7 @@ from bot.conversation.turns import MEMORY_DOWN
 from bot.followups import telegram as followups
 from bot.mcp.access import AccessStore
 from bot.model.images import Image
-from memory.actions.commands import group_wide
+from memory.actions.commands import group_wide, split_words
 from memory.contract.tracing import unwrap
 from memory.contract.types import Origin, Owner, Session, utcnow
 from memory.storage.usage import UsageRecorder
@@ -202,6 +203,9 @@ class TelegramChannel:
         app.add_handler(MessageHandler(filters.UpdateType.EDITED_MESSAGE, self.on_edited))
         app.add_handler(CallbackQueryHandler(self.on_button, pattern=f"^{BUTTONS}"))
         app.add_handler(CallbackQueryHandler(self.on_import_button, pattern=f"^{IMPORT_BUTTONS}"))
+        app.add_handler(
+            CallbackQueryHandler(self.on_review_button, pattern=f"^{review_buttons.PREFIX}")
+        )
         app.add_handler(
             CallbackQueryHandler(self.on_followup_button, pattern=f"^{followups.PREFIX}")
         )
@@ -658,6 +662,10 @@ class TelegramChannel:
         if receipt is not None:
             await receipt.record()  # its effect happened: never run it twice
         words = args if name == "memory" else None  # a forget preview gets its buttons
+        markup = review_buttons.review_buttons(answer) if words is not None else None
+        if markup is not None and split_words(args)[0] == "review":  # Keep / Revert
+            await send_plain_reply(context.bot, target, answer, markup)
+            return
         if followups.is_listing(words) and self.engine is not None:
             owner = Owner(base.user_id, base.agent_id)
             await followups.send_listing(context.bot, self.engine, owner, target, answer)
@@ -747,6 +755,35 @@ class TelegramChannel:
         )
         await confirmations.after_press(context.bot, self.conversations, message, code)
         await send_plain_reply(context.bot, target, answer)
+
+    async def on_review_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Keep or Revert under a review of reflect's changes
+        (bot/channels/telegram/review/buttons.py): the command it stands for, run for the
+        person who pressed it, on the change the button was shown with."""
+        query = update.callback_query
+        if query is None or not isinstance(query.message, Message):
+            return
+        words = review_buttons.pressed(query.data or "")
+        message, user = query.message, query.from_user
+        place = Place.of(message)
+        await query.answer()
+        if words is None or not is_allowed(self.tg, user.id, place.chat_id):
+            return
+        base = base_session(self.settings.agent.id, place, user.id)
+        member = user.id if place.is_group else None
+        answer = await handle_command(
+            self.conversations,
+            base,
+            "memory",
+            words,
+            is_admin=is_admin(self.tg, user.id),
+            limit=self.reply_limit,
+            member=member,
+            group_admin=await self._group_admin(context.bot, place, member, words),
+        )
+        if answer.startswith(("Kept", "Reverted")) or "already kept or reverted" in answer:
+            await review_buttons.drop_row(message, query.data or "")
+        await send_plain_reply(context.bot, self._target(message, place), answer)
 
     async def on_import_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Import or Cancel under an import offer (bot/channels/telegram/imports.py): the offer is

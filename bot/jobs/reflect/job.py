@@ -63,6 +63,7 @@ def build_reflector(services: Any) -> Reflector:
         ReflectConfig.from_settings(settings),
         usage=getattr(services, "usage", None),
         guard=guard,
+        on_changed=getattr(services.conversations, "reflect_listeners", ()),
     )
 
 

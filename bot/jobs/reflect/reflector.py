@@ -12,13 +12,14 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bot.jobs.reflect import runs
 from bot.jobs.reflect.activity import activity_source
 from bot.jobs.reflect.prompt import build_messages
 from bot.jobs.reflect.state import Candidate, Lease, ReflectState
@@ -154,10 +155,15 @@ class Reflector:
         replica_id: str | None = None,
         usage: UsageRecorder | None = None,
         guard: Callable[[int], Awaitable[bool]] | None = None,
+        on_changed: Sequence[Callable[[Session], Awaitable[None]]] = (),
     ) -> None:
         """`usage`: where the reviews' model calls are recorded (with the watermark
         they moved); `guard(user_id)`: may a review for this user spend now? (False:
-        the session is put off to a later cycle, its watermark untouched.)"""
+        the session is put off to a later cycle, its watermark untouched.) `on_changed`:
+        told of each session whose review changed the memory, after the cycle (a
+        channel's digest to the user); a failing one is logged."""
+        self.on_changed = on_changed
+        self._reviewed_sessions: list[Session] = []
         self.provider = provider
         self.run_turn = run_turn
         self.config = config
@@ -209,12 +215,28 @@ class Reflector:
             report.sessions.append(await self._review_guarded(cand))
         if slot is not None:
             await self.state.finish_slot(slot, report.reviewed, report.changes, report.failed)
+        await self._tell_changed(report)
         if report.sessions:
             log.info("%s", report.summary())
         return report
 
+    async def _tell_changed(self, report: CycleReport) -> None:
+        changed = {s.session_id for s in report.sessions if s.status == "changed"}
+        for session in self._reviewed_sessions:
+            if session.id not in changed:
+                continue
+            for listener in self.on_changed:
+                try:
+                    await listener(session)
+                except Exception:
+                    log.warning(
+                        "reflect: telling of %s's changes failed", session.id, exc_info=True
+                    )
+        self._reviewed_sessions.clear()
+
     async def _review_guarded(self, cand: Candidate) -> SessionOutcome:
         session = cand.session
+        self._reviewed_sessions.append(session)
         try:
             if self.guard is not None and not await self.guard(session.user_id):
                 return SessionOutcome(session.id, "deferred")
@@ -242,6 +264,7 @@ class Reflector:
         if lease is None:
             return SessionOutcome(session.id, "busy")
         writes = 0
+        run = runs.Run(session, lease.watermark)
         try:
             # run_cycle refuses a provider that is not a Reviewer (`unsupported`).
             reviewer = cast(Reviewer, self.provider)
@@ -249,6 +272,7 @@ class Reflector:
             if not context.strip():
                 await self._succeed(lease)
                 return SessionOutcome(session.id, "nothing_new")
+            await runs.begin(self.provider, self.engine, run)
             actions = tool_actions(self.provider, actions_only=REFLECT_ACTIONS)
             schema = build_tool(self.provider, actions_only=actions)
             allowed = set(actions)
@@ -272,6 +296,7 @@ class Reflector:
                     ("error", "not found")
                 ):
                     writes += 1
+                    run.written.append(str(args["action"]))
                 return out
 
             prompt = await self._prompt(lease, context)
@@ -285,7 +310,9 @@ class Reflector:
                 reason,
             )
             await self.state.fail(lease, reason)
+            await runs.record(self.provider, run, "", failed=reason)
             return SessionOutcome(session.id, "failed", writes, reason[:200])
+        await runs.record(self.provider, run, answer)
         await self._succeed(lease)
         status = "changed" if writes else "unchanged"
         return SessionOutcome(session.id, status, writes, " ".join(answer.split())[:200])
