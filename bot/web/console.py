@@ -28,7 +28,6 @@ from bot.config.settings import Settings
 from bot.conversation.context_figures import summary_id
 from bot.conversation.people import names
 from bot.web import charts, reads
-from bot.web.acting import Acting
 from bot.web.auth import FORM, LOGIN, PRE_COOKIE, SESSION_COOKIE, Gate, Login
 from bot.web.dag_svg import render as render_dag
 from bot.web.diff import line_diff
@@ -77,7 +76,7 @@ MAX_PAGE = 1_000_000_000
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class Console(Acting, FactPages):
+class Console(FactPages):  # and so Acting (bot/web/acting.py)
     """The console over one engine and provider; `install(app)` adds its routes."""
 
     def __init__(self, settings: Settings, engine: AsyncEngine, provider: Provider) -> None:

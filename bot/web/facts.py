@@ -11,21 +11,18 @@ page showed and is refused when they moved since. Writes are `apply_facts` with 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from bot.web import reads
-from bot.web.acting import digest
+from bot.web.acting import Acting, digest
 from bot.web.auth import FORM
 from bot.web.params import page_url
 from memory.contract.errors import ContractError
 from memory.contract.facts import FactOpKind
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
-    from memory.contract.capabilities import Provider
     from memory.contract.facts import Fact
 
 log = logging.getLogger(__name__)
@@ -38,28 +35,9 @@ def shown_digest(current: list[Fact]) -> str:
     return digest("\n".join(f"{f.id}\t{f.key}\t{f.value}" for f in current))
 
 
-class FactPages:
-    """The console's fact pages (mixed into `Console`, beside `Acting`)."""
-
-    engine: AsyncEngine
-    provider: Provider
-
-    # Provided by Console and Acting.
-    async def _page(
-        self, request: web.Request, template: str, *, status: int = 200, **values: Any
-    ) -> web.Response:
-        raise NotImplementedError
-
-    def _error(
-        self, request: web.Request, status: int, message: str, *, title: str = "Refused"
-    ) -> web.Response:
-        raise NotImplementedError
-
-    def _owner(self, request: web.Request) -> tuple[int, str, str]:
-        raise NotImplementedError
-
-    def _operator(self, request: web.Request, what: str) -> str:
-        raise NotImplementedError
+class FactPages(Acting):
+    """The console's fact pages (mixed into `Console` with `Acting`, whose page helpers
+    and operator check they use)."""
 
     def install_facts(self, r: web.UrlDispatcher) -> None:
         r.add_get("/memory/{uid}/facts", self.facts)

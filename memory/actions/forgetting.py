@@ -30,7 +30,7 @@ from memory.actions.spec import Call
 from memory.contract.capabilities import NoteStore
 from memory.contract.errors import NotFound
 from memory.contract.tracing import capability
-from memory.contract.types import minute_utc
+from memory.contract.types import Dependents, minute_utc
 from memory.storage import forget_requests as requests
 from memory.storage import forgetting as fg
 from memory.storage.forget_requests import CONFIRM_WITHIN_S
@@ -141,10 +141,8 @@ async def cancel(c: Call, args: Any) -> int:
 # -- what people read ----------------------------------------------------------------------
 
 
-async def preview_text(c: Call, args: Any, asked: Asked) -> str:
-    preview, confirm = asked.preview, f"{CONFIRM} {asked.code}"
-    if not preview.items:
-        return f"Nothing in your memory matches {one_line(args.target, 60)!r}."
+def item_lines(preview: fg.ForgetPreview) -> list[str]:
+    """The messages a forget would take, one line each (the first SHOWN_ITEMS)."""
     n = len(preview.items)
     lines = [
         f"• #{i.id} {minute_utc(i.created_at) if i.created_at else '?'} {i.role}: "
@@ -153,7 +151,11 @@ async def preview_text(c: Call, args: Any, asked: Asked) -> str:
     ]
     if n > SHOWN_ITEMS:
         lines.append(f"… and {n - SHOWN_ITEMS} more")
-    deps = preview.dependents
+    return lines
+
+
+def derived_lines(deps: Dependents) -> list[str]:
+    """What a forget rebuilds or drops with the messages: summaries and facts."""
     tail = []
     if deps.summaries:
         tail.append(
@@ -166,6 +168,17 @@ async def preview_text(c: Call, args: Any, asked: Asked) -> str:
             + "; ".join(one_line(f, 80) for f in deps.facts[:SHOWN_ITEMS])
             + "."
         )
+    return tail
+
+
+async def preview_text(c: Call, args: Any, asked: Asked) -> str:
+    preview, confirm = asked.preview, f"{CONFIRM} {asked.code}"
+    if not preview.items:
+        return f"Nothing in your memory matches {one_line(args.target, 60)!r}."
+    n = len(preview.items)
+    lines = item_lines(preview)
+    deps = preview.dependents
+    tail = derived_lines(deps)
     if deps.quoting_stores:
         tail.append(
             "Still quoting them after the forget (yours to change): "

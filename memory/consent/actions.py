@@ -16,13 +16,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory.actions.fitting import listing, one_line
-from memory.actions.forgetting import Asked, Unconfirmed, owner_of
+from memory.actions.fitting import listing
+from memory.actions.forgetting import (
+    Asked,
+    Unconfirmed,
+    derived_lines,
+    item_lines,
+    owner_of,
+)
 from memory.actions.spec import Call
 from memory.consent import optouts
 from memory.consent.mine import member_messages
 from memory.contract.errors import InvalidArgument
-from memory.contract.types import minute_utc
 from memory.storage import forget_requests as requests
 from memory.storage import forgetting as fg
 from memory.storage.forget_requests import CONFIRM_WITHIN_S
@@ -90,19 +95,8 @@ async def mine_text(c: Call, args: Any, asked: Asked) -> str:
     if not preview.items:
         return "Nothing you said is in this group's memory."
     n = len(preview.items)
-    lines = [
-        f"• #{i.id} {minute_utc(i.created_at) if i.created_at else '?'} {i.role}: "
-        f"{one_line(i.first_words, 80)}"
-        for i in preview.items[:SHOWN_ITEMS]
-    ]
-    if n > SHOWN_ITEMS:
-        lines.append(f"… and {n - SHOWN_ITEMS} more")
-    tail = []
-    if preview.dependents.summaries:
-        tail.append(
-            f"{preview.dependents.summaries} summaries depend on them: they will be rebuilt "
-            "from what remains, or removed if nothing does."
-        )
+    lines = item_lines(preview)
+    tail = derived_lines(preview.dependents)
     if preview.dependents.quoting_stores:
         tail.append(
             "The group's "

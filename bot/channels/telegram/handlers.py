@@ -741,20 +741,23 @@ class TelegramChannel:
             await confirmations.no_longer_valid(context.bot, target)
             return
         code, words = button
-        base = base_session(self.settings.agent.id, place, user.id)
+        answer = await self._pressed(context.bot, place, user, words)
+        await confirmations.after_press(context.bot, self.conversations, message, code)
+        await send_plain_reply(context.bot, target, answer)
+
+    async def _pressed(self, bot: Bot, place: Place, user: User, words: str) -> str:
+        """The `/memory <words>` a button stands for, run as the person who pressed it."""
         member = user.id if place.is_group else None
-        answer = await handle_command(
+        return await handle_command(
             self.conversations,
-            base,
+            base_session(self.settings.agent.id, place, user.id),
             "memory",
             words,
             is_admin=is_admin(self.tg, user.id),
             limit=self.reply_limit,
             member=member,
-            group_admin=await self._group_admin(context.bot, place, member, words),
+            group_admin=await self._group_admin(bot, place, member, words),
         )
-        await confirmations.after_press(context.bot, self.conversations, message, code)
-        await send_plain_reply(context.bot, target, answer)
 
     async def on_review_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """Keep or Revert under a review of reflect's changes
@@ -769,18 +772,7 @@ class TelegramChannel:
         await query.answer()
         if words is None or not is_allowed(self.tg, user.id, place.chat_id):
             return
-        base = base_session(self.settings.agent.id, place, user.id)
-        member = user.id if place.is_group else None
-        answer = await handle_command(
-            self.conversations,
-            base,
-            "memory",
-            words,
-            is_admin=is_admin(self.tg, user.id),
-            limit=self.reply_limit,
-            member=member,
-            group_admin=await self._group_admin(context.bot, place, member, words),
-        )
+        answer = await self._pressed(context.bot, place, user, words)
         if answer.startswith(("Kept", "Reverted")) or "already kept or reverted" in answer:
             await review_buttons.drop_row(message, query.data or "")
         await send_plain_reply(context.bot, self._target(message, place), answer)
