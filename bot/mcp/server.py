@@ -10,8 +10,9 @@ are the chat's, written once in memory/actions):
 - `show(id)`: a message (digits) or a summary (`sum_...`) found by search;
 - `ask(question)`: delegated recall, answered with the message ids and dates it rests
   on; it uses the model, so it counts in the person's usage and is refused over their
-  token limit, as in the chat.
-`timeline` is not offered: there is no facts store on this branch to serve it from.
+  token limit, as in the chat;
+- `timeline(topic)`: the dated facts the memory holds about them (what was true when,
+  what replaced what), each with its source message.
 
 Every request carries `Authorization: Bearer <token>` (`bot.mcp.access`): the SDK's
 bearer middleware asks `TokenVerifier` (unknown, revoked or expired: 401 before any
@@ -183,6 +184,19 @@ def build_server(
         if not question:
             raise ToolError("question: expected a question")
         return await call("ask", f"ask {question}")
+
+    @server.tool(
+        name="timeline",
+        description=(
+            "The facts the user's memory holds about them by the date each became true "
+            "(and stopped: superseded or retracted), each with the message it rests on. "
+            "Give a topic (a word of a key or value) to keep to it, or nothing for all."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def timeline(topic: str = "") -> str:
+        topic = " ".join(topic.split())[:100]
+        return await call("timeline", f"timeline {topic}".strip())
 
     return server
 

@@ -133,7 +133,7 @@ async def test_search_show_and_ask_reach_their_owners_memory_only(
             # The tools, with the SDK's client: read-only, exactly these.
             async with _client(url, token) as client:
                 tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert sorted(tools) == ["ask", "search", "show"]
+            assert sorted(tools) == ["ask", "search", "show", "timeline"]
             assert all(t.annotations and t.annotations.read_only_hint for t in tools.values())
 
             # search: Alice's hits with their dates and ids, none of Bob's.
@@ -165,6 +165,16 @@ async def test_search_show_and_ask_reach_their_owners_memory_only(
             assert not failed and "Mum bakes it" in answer, answer
             assert re.search(r"\[\d+\]|#\d+", answer), answer  # citations
             assert [(r.kind, r.user_id) for r in rows] == [("recall", ALICE)]
+
+            # timeline: her dated facts with what replaced what; never Bob's.
+            await _said(tg, ALICE, "/memory fact home city: Lyon", "Noted")
+            await _said(tg, ALICE, "/memory fact home city: Nantes", "Noted")
+            await _said(tg, BOB, "/memory fact home city: Oslo", "Noted")
+            failed, facts = await _call(url, token, "timeline")
+            assert not failed and "Lyon" in facts and "then Nantes" in facts, facts
+            assert "Oslo" not in facts
+            failed, facts = await _call(url, token, "timeline", topic="city")
+            assert not failed and "Nantes" in facts and "Oslo" not in facts, facts
 
             # Refused before any tool: none, a guessed token, a malformed one.
             for bad in (None, TOKEN_PREFIX + "A" * 43, "Bearer", token[:-1] + "x"):
