@@ -46,7 +46,8 @@ async def test_every_round_carries_the_images_on_the_last_user_message(
 async def test_images_count_a_fixed_estimate_and_are_not_stored(
     engine: AsyncEngine, make_pool: PoolFactory, llm_server: FakeOpenAI
 ) -> None:
-    pool = make_pool(engine)
+    # A budget the two images leave history room in (the memory tool's schema takes some).
+    pool = make_pool(engine, memory={"budget_tokens": 8000})
     budgets: list[int] = []
     assemble = pool.provider.assemble
 
