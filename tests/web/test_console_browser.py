@@ -337,3 +337,79 @@ def test_pages_say_what_they_show(site: Site, browser: Any) -> None:
             assert "kept as messages" in (page.locator("svg.dag g.tail").text_content() or "")
     finally:
         v.close()
+
+
+def test_an_operator_acts_on_memory_and_each_change_is_in_the_changelog(
+    site: Site, browser: Any
+) -> None:
+    """Every action an operator has, clicked as a person would: edit a soul, add a rule,
+    set a fact, forget a message, download an export, erase a user; each (but the
+    download) leaves its changelog row with source operator and the operator's name.
+    The context bar and a turn page are drawn on the way. Last in the module: it changes
+    the memory the other tests read."""
+    v = Visit(browser, site, "acting")
+    try:
+        v.login(OPERATOR_TOKEN)
+        page = v.go("/sessions/tg%3Aalice")
+        assert page.locator("#context-bar svg rect.part").count() == 4
+        with page.expect_download() as download:
+            page.click("#export")
+        assert download.value.suggested_filename.startswith("mnemo-tg_alice")
+        page.locator("a.turn").first.click()
+        page.wait_for_url("**/turn/*")
+        assert page.locator("#turn-usage").count() == 1
+        v.shot("turn")
+
+        v.go("/memory/1001?scope=soul")
+        page.click("#edit")
+        page.fill("textarea[name=text]", "Warm, brief and punctual.")
+        page.click("#preview-edit")
+        page.wait_for_selector("#edit-diff")
+        v.shot("edit-preview")
+        page.click("#confirm-edit")
+        page.wait_for_selector("#saved")
+        assert page.locator("#current").inner_text() == "Warm, brief and punctual."
+
+        v.go("/memory/1001?scope=constraint")
+        page.click("#add-rule")
+        page.fill("textarea[name=add]", "Answer in French.")
+        page.click("#preview-rule")
+        page.wait_for_selector("#confirm-rule")
+        v.shot("rule-preview")
+        page.click("#confirm-rule")
+        page.wait_for_selector("#saved")
+        assert "Answer in French." in page.locator("#current").inner_text()
+
+        v.go("/memory/1001/facts")
+        page.fill("input[name=key]", "home city")
+        page.fill("input[name=value]", "Lyon")
+        page.click("#preview-fact")
+        page.wait_for_selector("#confirm-fact")
+        v.shot("fact-preview")
+        page.click("#confirm-fact")
+        page.wait_for_selector("#saved")
+        assert "Lyon" in page.locator("#current-facts").inner_text()
+        v.shot("facts")
+
+        page = v.go("/sessions/tg%3Abob")
+        page.locator("a", has_text="forget…").first.click()
+        page.wait_for_selector("#confirm-forget")
+        v.shot("forget-preview")
+        page.click("#confirm-forget")
+        page.wait_for_selector("#forgotten")
+
+        v.go("/memory/1003")
+        page.click("#erase")
+        page.wait_for_selector("#confirm-erase")
+        page.click("#confirm-erase")
+        page.wait_for_selector("#erased")
+
+        rows = {}
+        for scope in ("soul", "constraint", "fact", "forget", "erasure"):
+            page = v.go(f"/changelog?scope={scope}&source=operator")
+            rows[scope] = page.locator("#changelog tbody tr").first.inner_text()
+        v.shot("changelog-acted")
+        for scope, row in rows.items():
+            assert "operator" in row and "web:ann" in row, (scope, row)
+    finally:
+        v.close()
