@@ -190,7 +190,7 @@ def test_a_secret_may_come_from_a_file(tmp_path: Path, monkeypatch: pytest.Monke
         (
             {"MNEMO_MEMORY__LCN__LEAF_CHUNK_SIZE": "4"},
             "environment: MNEMO_MEMORY__LCN__LEAF_CHUNK_SIZE: no key memory.lcn (memory has: "
-            "provider, budget_tokens, fresh_tail, retention, lcm, simple)",
+            "provider, budget_tokens, fresh_tail, max_facts, retention, lcm, simple)",
         ),
         (
             {"MNEMO_AGENT__ID__X": "1"},

@@ -43,7 +43,7 @@ async def test_replies_do_not_wait_for_embeddings_and_vectors_follow(
     server.push_embedding(gated(gate, error(500)))  # held until the reply is out, then retried
     root = Root(settings(model="fake-embed"), health=False, reflect=False)
     async with root.started() as services:
-        assert [job.id for job in root.scheduler.get_jobs()] == ["embeddings"]
+        assert "embeddings" in [job.id for job in root.scheduler.get_jobs()]
         await server.wait_for_embedding_requests(1)  # the worker found the backlog, asked
         assert server.in_flight == 1
         reply = await services.conversations.chat(session, "remember the lighthouse keeper")
