@@ -78,6 +78,9 @@ class InstantPool:
     """Stands in for bot.conversation.service.Conversations: echoes at once (streams the answer first, as a model
     would), so only the Telegram channel's own work is measured."""
 
+    def __init__(self) -> None:
+        self.reflect_listeners: list[object] = []  # the channel subscribes its digest
+
     async def current_session(self, base: object) -> object:
         return base
 
@@ -244,10 +247,11 @@ async def measure(
         driver = Driver(tg, proc.pid)
         wall, latencies = await driver.run(args.chats, args.rounds, first_chat)
     finally:
-        proc.send_signal(signal.SIGTERM)
+        if proc.returncode is None:  # one that died at start is shown its stderr below
+            proc.send_signal(signal.SIGTERM)
         _, err = await proc.communicate()
-    if proc.returncode not in (0, -signal.SIGTERM):
-        print(err.decode()[-2000:], file=sys.stderr)
+        if proc.returncode not in (0, -signal.SIGTERM):
+            print(err.decode()[-2000:], file=sys.stderr)
     return Result(name, len(latencies), wall, latencies, driver.calls, driver.cpu_s)
 
 
