@@ -236,6 +236,43 @@ def changelog_entry(row: sa.Row[*tuple[Any, ...]]) -> ChangeEntry:
     )
 
 
+async def _bump(
+    conn: AsyncConnection,
+    entry: ChangeEntry,
+    old_version: int,
+    before: str,
+    after: str,
+    columns: dict[str, str],
+) -> int:
+    """The owner's next version, with `columns` of memory_state written, and the
+    write's changelog row (`entry`'s owner, scope, action, source and session); in the
+    caller's transaction, its row locked. Returns the changelog row's id."""
+    version, now = old_version + 1, utcnow()
+    await conn.execute(
+        sa.update(state_table)
+        .where(_owner(state_table, entry.user_id, entry.agent_id))
+        .values({**columns, "version": version, "updated_at": now})
+    )
+    result = await conn.execute(
+        sa.insert(changelog_table)
+        .values(
+            user_id=entry.user_id,
+            agent_id=entry.agent_id,
+            session_id=entry.session_id[:MAX_SESSION_ID_CHARS],
+            scope=entry.scope,
+            action=entry.action,
+            source=entry.source,
+            version_before=old_version,
+            version_after=version,
+            before_text=before,
+            after_text=after,
+            created_at=now,
+        )
+        .returning(changelog_table.c.id)
+    )
+    return int(result.scalar_one())
+
+
 def _snapshot(row: sa.Row[*tuple[Any, ...]]) -> SessionSnapshot:
     return SessionSnapshot(
         session_id=row.session_id,
@@ -278,30 +315,10 @@ class SharedStores(FactStores):
             row = await _lock_state(conn, user_id, agent_id)
             version = int(row.version) + 1
             action, before, after = await body(conn, version, source)
-            now = utcnow()
-            await conn.execute(
-                sa.update(state_table)
-                .where(_owner(state_table, user_id, agent_id))
-                .values(version=version, updated_at=now)
+            entry = ChangeEntry(
+                user_id, agent_id, scope.value, action.value, source.value, who.session_id
             )
-            result = await conn.execute(
-                sa.insert(changelog_table)
-                .values(
-                    user_id=user_id,
-                    agent_id=agent_id,
-                    session_id=who.session_id[:MAX_SESSION_ID_CHARS],
-                    scope=scope.value,
-                    action=action.value,
-                    source=source.value,
-                    version_before=int(row.version),
-                    version_after=version,
-                    before_text=before,
-                    after_text=after,
-                    created_at=now,
-                )
-                .returning(changelog_table.c.id)
-            )
-            changelog_id = int(result.scalar_one())
+            changelog_id = await _bump(conn, entry, int(row.version), before, after, {})
         return version, changelog_id
 
     async def _write_scope(
@@ -327,29 +344,11 @@ class SharedStores(FactStores):
             after, action = await change(conn, int(row.version), before)
             if scope == Scope.PROFILE:
                 after = strip_fact_lines(after, await _current_facts(conn, user_id, agent_id))
-            version = int(row.version) + 1
-            now = utcnow()
-            await conn.execute(
-                sa.update(state_table)
-                .where(_owner(state_table, user_id, agent_id))
-                .values({column: after, "version": version, "updated_at": now})
+            entry = ChangeEntry(
+                user_id, agent_id, scope.value, action.value, source.value, who.session_id
             )
-            await conn.execute(
-                sa.insert(changelog_table).values(
-                    user_id=user_id,
-                    agent_id=agent_id,
-                    session_id=who.session_id[:MAX_SESSION_ID_CHARS],
-                    scope=scope.value,
-                    action=action.value,
-                    source=source.value,
-                    version_before=int(row.version),
-                    version_after=version,
-                    before_text=before,
-                    after_text=after,
-                    created_at=now,
-                )
-            )
-        return version, after
+            await _bump(conn, entry, int(row.version), before, after, {column: after})
+        return int(row.version) + 1, after
 
     async def _current_text(self, user_id: int, agent_id: str, scope: Scope) -> str:
         _check_owner(user_id, agent_id)

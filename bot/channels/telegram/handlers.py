@@ -273,19 +273,19 @@ class TelegramChannel:
             return
         message, place, user = admitted
         target = self._target(message, place)
-        if not place.is_group and user is not None and is_memory_file(message.document):
-            receipt = self._receipt(update)  # a redelivered offer is not read again
-            if receipt is None or not await receipt.seen_before():
-                assert message.document is not None
-                await self.memory_files.offer(context.bot, target, user.id, message.document)
-                if receipt is not None:
-                    await receipt.record()
-            return
-        if not place.is_group and user is not None and export_format(message.document):
+        # A memory export or a chat export sent in private: an import offer (dry run).
+        offers = (
+            self.memory_files
+            if is_memory_file(message.document)
+            else self.imports
+            if export_format(message.document)
+            else None
+        )
+        if offers is not None and not place.is_group and user is not None:
             receipt = self._receipt(update)  # a redelivered offer is not fetched again
             if receipt is None or not await receipt.seen_before():
                 assert message.document is not None
-                await self.imports.offer(context.bot, target, user.id, message.document)
+                await offers.offer(context.bot, target, user.id, message.document)
                 if receipt is not None:
                     await receipt.record()
             return
