@@ -1,7 +1,9 @@
 """One turn of a conversation, run under the session's turn lock (the conversation service takes it):
 
 1. bootstrap the session; seed the identity files (SOUL.md, USER.md) once per
-   (user, agent); get or create the session's snapshot version;
+   (user, agent); resume the owner's follow-ups if a refused send paused them (they
+   blocked the bot, and now write to it again); get or create the session's snapshot
+   version;
 2. append the user's message on its own (so it is kept even if the model then fails);
 3. build the system prompt (base + soul + profile + constraints at the snapshot version),
    assemble the history within `memory.budget_tokens` / `memory.fresh_tail`;
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bot.config.settings import Settings
 from bot.conversation.budgets import Budgets
@@ -54,7 +56,9 @@ from memory.contract.capabilities import ChangelogReader, ProfileStore, Provider
 from memory.contract.context import with_change_source
 from memory.contract.errors import SessionArchived
 from memory.contract.options import AppendOptions, append_messages
-from memory.contract.types import ChangeSource, Message, Origin, Session
+from memory.contract.types import ChangeSource, Message, Origin, Owner, Session
+from memory.followups import store as followups
+from memory.storage import forgetting
 from memory.storage.db import RECONNECT_ATTEMPTS, CommitUncertain, retry_on_disconnect
 from memory.storage.identity import IdentityStore, seed_identity
 from memory.storage.usage import Ledger, UsageRecorder, current_ledger
@@ -192,6 +196,10 @@ class Turns:
         self._can_seed = isinstance(provider, ProfileStore) and isinstance(
             provider, ChangelogReader
         )
+        try:  # follow-ups live in an SQL provider's database
+            self._followups: AsyncEngine | None = forgetting.engine_of(provider)
+        except AttributeError:  # a memory without one has none to resume
+            self._followups = None
         self._tool_tokens: tuple[tuple[Any, ...], int] | None = None
         # (user, agent) pairs seeded by this process, most recently used last (bounded)
         self._seeded: OrderedDict[tuple[int, str], None] = OrderedDict()
@@ -262,7 +270,8 @@ class Turns:
         (memory/consent/). The model reads the conversation as assembled, then `text`;
         it gets no memory tool (a note or a rule would keep their words); the answer is
         shown and never appended. Only the model calls' usage rows (token counts) are
-        written, under the session's user (the group)."""
+        written, under the session's user (the group), and the group's paused follow-ups
+        resumed (`_prepare`: the bot is evidently back in the group)."""
         what = f"unstored turn of session {session.id}"
         try:
             version = await retry_on_disconnect(
@@ -323,9 +332,12 @@ class Turns:
         return history[-1].content
 
     async def _prepare(self, session: Session) -> int | None:
-        """The session's record, identity files and snapshot version (all idempotent)."""
+        """The session's record, identity files, paused follow-ups resumed and snapshot
+        version (all idempotent)."""
         await self.provider.bootstrap(session)
         await self._seed_identity(session)
+        if self._followups is not None:  # the session's owner: a user, or a group's memory
+            await followups.resume(self._followups, Owner(session.user_id, session.agent_id))
         return await self._memory.snapshot_version(session)
 
     async def append(

@@ -7,9 +7,10 @@ proactive one (made by reflect) goes only when proactive ones are on for the use
 private chats unless `followups.groups`, under `followups.max_per_day` and the user's
 token limits, phrased by one model call counted as theirs. Then it is claimed; sent late
 with its original time if delivery is behind, or past `followups.grace` replaced by a
-one-line note that it was missed (a proactive one is dropped unsaid). A channel refusing the user for good (Telegram's 403:
-they blocked the bot) releases it and pauses that user's follow-ups until they use
-`/memory followups` or make a new one; any other failure releases it for the next run.
+one-line note that it was missed (a proactive one is dropped unsaid). A channel refusing
+the user for good (Telegram's 403: they blocked the bot) releases it and pauses that
+user's follow-ups until they write to the bot again (a turn: bot/conversation/turns.py),
+use `/memory followups` or make a new one; any other failure releases it for the next run.
 """
 
 from __future__ import annotations

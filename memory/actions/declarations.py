@@ -1152,8 +1152,8 @@ async def _followup_add(c: Call, args: FollowupAddArgs) -> Any:
     source = (c.source or change_source_from_context()).value
     if source == ChangeSource.REFLECT.value and not prefs.proactive:
         raise InvalidArgument("the user turned follow-ups you propose off")
-    if prefs.paused and source != ChangeSource.REFLECT.value:  # they write again: delivery resumes
-        await followups.set_prefs(engine, owner, paused=False)
+    if prefs.paused and source != ChangeSource.REFLECT.value:  # they are back: delivery resumes
+        await followups.resume(engine, owner)
     made = await followups.add(
         engine,
         owner,
@@ -1189,9 +1189,8 @@ declare(
 async def _followup_list(c: Call, args: NoArgs) -> Any:
     engine = forgetting_store.engine_of(c.provider)
     owner = _followup_owner(c)
+    await followups.resume(engine, owner)  # they are back: delivery resumes
     prefs = await followups.get_prefs(engine, owner)
-    if prefs.paused:  # they are back: delivery resumes
-        prefs = await followups.set_prefs(engine, owner, paused=False)
     return await followups.listed(engine, owner), prefs
 
 

@@ -453,7 +453,7 @@ async def finish(engine: AsyncEngine, followup_id: int, state: str, now: datetim
 
 async def release(engine: AsyncEngine, item: Followup, *, pause: bool) -> None:
     """A claimed follow-up was not sent: waiting again; `pause`: its owner's delivery
-    stops until they write again (the channel refused: they blocked the bot)."""
+    stops (the channel refused: they blocked the bot) until they are back (`resume`)."""
     async with write_transaction(engine) as conn:
         await conn.execute(
             followups.update()
@@ -462,6 +462,23 @@ async def release(engine: AsyncEngine, item: Followup, *, pause: bool) -> None:
         )
         if pause:
             await _set_prefs(conn, item.owner, paused=True)
+
+
+async def resume(engine: AsyncEngine, owner: Owner) -> bool:
+    """`owner` is back (wrote to the bot, listed or made a follow-up): delivery paused by
+    `release` goes on, what came due meanwhile with it. The bot calls it on every turn,
+    so the common case is one primary-key read; the write (and SQLite's write lock) only
+    when paused. True if they were."""
+    mine = [prefs.c.user_id == owner.user_id, prefs.c.agent_id == owner.agent_id]
+    async with engine.connect() as conn:
+        paused = await conn.scalar(sa.select(prefs.c.paused).where(*mine, prefs.c.paused.is_(True)))
+    if not paused:
+        return False
+    async with write_transaction(engine) as conn:
+        done = await conn.execute(
+            prefs.update().where(*mine, prefs.c.paused.is_(True)).values(paused=False)
+        )
+    return bool(done.rowcount)
 
 
 async def sent_since(engine: AsyncEngine, owner: Owner, since: datetime) -> int:

@@ -143,6 +143,44 @@ async def test_a_user_who_blocked_the_bot_is_paused_until_they_are_back(
         assert item.state == store.SENT
 
 
+async def test_a_blocked_user_who_writes_again_gets_what_came_due_meanwhile(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
+) -> None:
+    """Any message answered as a turn resumes them (not only `/memory followups`): the
+    one due while they were away is sent late, one past `followups.grace` is a note."""
+    grace = {"grace": "1h"}
+    async with bot_with_delivery(tg, llm, tmp_path, db=db_kind, followups=grace) as (
+        bot,
+        delivery,
+        clock,
+    ):
+        owner = Owner(USER, "default")
+        await remind(tg, llm, "remind me to call mum", "2030-02-01T12:00", "call mum")
+        await remind(tg, llm, "remind me to water the plants", "2030-02-01T13:30", "water")
+        tg.fail("sendMessage", status=403, description="Forbidden: bot was blocked by the user")
+        clock.now = at("2030-02-01T12:00+00:00")
+        assert await delivery.tick() == 0
+        assert (await store.get_prefs(bot.provider.engine, owner)).paused
+        tries = len(tg.calls_to("sendMessage"))
+
+        clock.now = at("2030-02-01T13:45+00:00")  # both due now: neither is tried
+        assert await delivery.tick() == 0
+        assert len(tg.calls_to("sendMessage")) == tries
+        assert {i.state for i in await all_followups(bot)} == {store.PENDING}
+
+        since = len(tg.bot_messages(USER))
+        llm.push(text("Welcome back."))
+        await ask(tg, "I unblocked you, hi again", "Welcome back.")  # a plain turn
+        assert not (await store.get_prefs(bot.provider.engine, owner)).paused
+        assert await delivery.tick() == 2
+        said = [m.text.split("\n")[0] for m in delivered(tg, since)]
+        assert said[0].startswith("I missed a follow-up due ") and "call mum" in said[0]
+        assert said[1:] == ["⏰ water"]
+        states = {i.text: i.state for i in await all_followups(bot)}
+        assert states == {"call mum": store.DROPPED, "water": store.SENT}
+        assert await delivery.tick() == 0
+
+
 async def test_proactive_followups_off_limits_and_one_counted_model_call(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path
 ) -> None:
