@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from memory.contract.errors import Conflict, InvalidArgument, StoreCorrupt
 from memory.contract.facts import Fact, FactChange, FactState
 from memory.facts.apply import Applied, Writer, add_evidence, insert_fact
-from memory.facts.models import evidence, facts
-from memory.facts.rows import facts_by_id
+from memory.facts.models import SUPPORT, evidence, facts
+from memory.facts.rows import evidence_of, facts_by_id
 
 
 def changelog_lists(before_text: str, after_text: str) -> tuple[list[dict[str, Any]], ...]:
@@ -109,7 +109,9 @@ async def _reopen(conn: AsyncConnection, w: Writer, fact: Fact) -> Fact:
     version interval and yields its valid interval to the copy (else a date in both
     would find the fact twice)."""
     copy_id = await insert_fact(conn, w, fact.key, fact.value, fact.valid_from, [])
-    await add_evidence(conn, copy_id, fact.evidence)
+    # What says it, not what said it stopped: the copy is not retracted.
+    support = await evidence_of(conn, [fact.id], SUPPORT)
+    await add_evidence(conn, copy_id, support.get(fact.id, []))
     await conn.execute(
         sa.update(facts)
         .where(facts.c.id == fact.id)

@@ -32,7 +32,7 @@ from memory.contract.errors import Conflict, InvalidArgument, NotFound
 from memory.contract.maintenance import Exporter, StagedFiles
 from memory.contract.tracing import unwrap
 from memory.contract.types import Owner, as_utc, iso_utc
-from memory.facts.models import evidence, facts
+from memory.facts.models import SUPPORT, evidence, facts
 from memory.followups import store as followup_store
 from memory.storage.db import lock_for_transaction, write_transaction
 from memory.storage.history import conversations, messages, origins, parts
@@ -280,15 +280,17 @@ async def _export_facts(conn: AsyncConnection, user_id: int, agent_id: str) -> l
     )
     refs: dict[str, list[dict[str, Any]]] = {}
     cited = await conn.execute(
-        sa.select(evidence.c.fact_id, conversations.c.session_id, messages.c.seq)
+        sa.select(evidence.c.fact_id, conversations.c.session_id, messages.c.seq, evidence.c.role)
         .join(messages, messages.c.id == evidence.c.message_id)
         .join(conversations, conversations.c.id == messages.c.conversation_id)
         .join(facts, facts.c.id == evidence.c.fact_id)
         .where(facts.c.user_id == user_id, facts.c.agent_id == agent_id)
         .order_by(evidence.c.fact_id, conversations.c.session_id, messages.c.seq)
     )
-    for fact_id, session_id, seq in cited:
-        refs.setdefault(fact_id, []).append({"session_id": session_id, "seq": seq})
+    for fact_id, session_id, seq, role in cited:
+        # The role only when it is not the default: exports made before it read the same.
+        extra = {} if role == SUPPORT else {"role": role}
+        refs.setdefault(fact_id, []).append({"session_id": session_id, "seq": seq, **extra})
     out = []
     for r in rows:
         item: dict[str, Any] = {k: r[k] for k in _FACT_FIELDS}
@@ -572,7 +574,9 @@ async def _import_facts(
             if message_id is None:
                 missing += 1
                 continue
-            await conn.execute(sa.insert(evidence).values(fact_id=f.id, message_id=message_id))
+            await conn.execute(
+                sa.insert(evidence).values(fact_id=f.id, message_id=message_id, role=ref.role)
+            )
     if not missing:
         return ""
     return (
