@@ -39,6 +39,10 @@ def _reopens(prior: dict[str, Any], fact: Fact) -> bool:
     return prior.get("state") == FactState.CURRENT and fact.state != FactState.CURRENT
 
 
+def _cited(item: dict[str, Any]) -> set[int]:
+    return {int(m) for m in item.get("evidence") or ()}
+
+
 def _moved_on(now: Fact | None, then: dict[str, Any]) -> bool:
     return (
         now is None
@@ -91,8 +95,9 @@ async def revert_rows(
             copy = await _reopen(conn, w, fact)
             done.touch_new(copy.id)
             done.changes.append(FactChange("reopened", copy, (), (), w.version))
-        else:  # a restatement (or retraction) added evidence: unlink what it added
-            added = set(fact.evidence) - {int(m) for m in prior.get("evidence", [])}
+        else:  # a restatement added evidence: unlink what it added, as the row shows it
+            # (not what later restatements added since: they are their own changes)
+            added = (_cited(then) - _cited(prior)) & set(fact.evidence)
             if added:
                 await conn.execute(
                     evidence.delete().where(

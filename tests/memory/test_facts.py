@@ -216,6 +216,17 @@ async def test_revert_of_a_restatement_unlinks_its_evidence(provider) -> None:  
     assert fact.evidence == (a,)
 
 
+async def test_revert_of_a_restatement_leaves_what_later_ones_added(provider) -> None:  # type: ignore[no-untyped-def]
+    a, b, c = await said(provider, S, ("nurse", MARCH), ("a nurse", JUNE), ("nurse!", AUGUST))
+    await provider.apply_facts(U, A, [FactOp("set", "job", "nurse", [a])])
+    [first] = await provider.apply_facts(U, A, [FactOp("set", "job", "nurse", [b])])
+    await provider.apply_facts(U, A, [FactOp("set", "job", "nurse", [c])])
+    # The revert acts on what its row shows: b, not c (another change, kept).
+    await provider.revert_fact_change(U, A, first.changelog_id)
+    [fact] = await provider.current_facts(U, A)
+    assert fact.evidence == (a, c)
+
+
 async def test_the_profile_renders_facts_then_free_text_per_version(provider) -> None:  # type: ignore[no-untyped-def]
     [london] = await said(provider, S, ("London", MARCH))
     await provider.set_profile(U, A, "Likes long walks.")
