@@ -168,6 +168,12 @@ def derived_lines(deps: Dependents) -> list[str]:
             + "; ".join(one_line(f, 80) for f in deps.facts[:SHOWN_ITEMS])
             + "."
         )
+    if deps.facts_back:
+        tail.append(
+            "Facts they alone retracted are current again: "
+            + "; ".join(one_line(f, 80) for f in deps.facts_back[:SHOWN_ITEMS])
+            + "."
+        )
     return tail
 
 

@@ -472,6 +472,9 @@ class Dependents:
     # Facts resting on them alone ("home city: Berlin"): the forget removes them, and
     # what they had superseded is current again (memory/facts/forgetting.py).
     facts: list[str] = field(default_factory=list)
+    # Facts they alone retracted ("diet: vegetarian"): the retraction never happened, so
+    # the forget makes them current again.
+    facts_back: list[str] = field(default_factory=list)
 
 
 @dataclass

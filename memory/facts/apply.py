@@ -23,7 +23,7 @@ from memory.contract.facts import (
 )
 from memory.contract.types import as_utc, utcnow
 from memory.facts.keys import clean_value, new_fact_id, normalize_key, same_value
-from memory.facts.models import evidence, facts
+from memory.facts.models import RETRACTION, SUPPORT, evidence, facts
 from memory.facts.rows import facts_by_id, owned_message_dates, owner_clause, read_facts
 
 
@@ -99,8 +99,11 @@ async def count_current(conn: AsyncConnection, user_id: int, agent_id: str) -> i
     )
 
 
-async def add_evidence(conn: AsyncConnection, fact_id: str, ids: Sequence[int]) -> list[int]:
-    """Link `ids` to the fact; the ones it did not have yet."""
+async def add_evidence(
+    conn: AsyncConnection, fact_id: str, ids: Sequence[int], role: str = SUPPORT
+) -> list[int]:
+    """Link `ids` to the fact in `role` (models.py); the ones it did not have yet (a
+    message it has keeps its role)."""
     have = set(
         (
             await conn.execute(
@@ -111,7 +114,8 @@ async def add_evidence(conn: AsyncConnection, fact_id: str, ids: Sequence[int]) 
     new = sorted(set(ids) - have)
     if new:
         await conn.execute(
-            sa.insert(evidence), [{"fact_id": fact_id, "message_id": m} for m in new]
+            sa.insert(evidence),
+            [{"fact_id": fact_id, "message_id": m, "role": role} for m in new],
         )
     return new
 
@@ -266,8 +270,9 @@ async def _retract(
     if old is None:
         raise NotFound(f"no current fact under {key!r} to retract")
     done.touch(old)
-    # The message saying it stopped is the retraction's evidence (the timeline shows it).
-    await add_evidence(conn, old.id, kept)
+    # The message saying it stopped is the retraction's evidence (the timeline shows it),
+    # in its own role: forgetting it undoes the retraction (memory/facts/forgetting.py).
+    await add_evidence(conn, old.id, kept, RETRACTION)
     await close_fact(conn, w, old, FactState.RETRACTED, _when(op, earliest, w.now), None)
     fact = (await facts_by_id(conn, [old.id]))[old.id]
     done.changes.append(FactChange("retracted", fact, (fact,), dropped, w.version))

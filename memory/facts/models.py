@@ -1,4 +1,5 @@
-"""Tables of the fact store, created by core revision `0015_facts`."""
+"""Tables of the fact store, created by core revision `0015_facts` (evidence roles:
+`0016_fact_evidence_role`)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,15 @@ class FactEvidenceRow(SQLModel, table=True):
             autoincrement=False,
         )
     )
+    # SUPPORT: the message says the fact; RETRACTION: it says the fact stopped.
+    role: str = Field(
+        default="support",
+        sa_column=sa.Column(sa.String(16), nullable=False, server_default="support"),
+    )
+
+
+SUPPORT = "support"
+RETRACTION = "retraction"
 
 
 facts: sa.Table = FactRow.__table__  # type: ignore[attr-defined]

@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from memory.contract.errors import Conflict, InvalidArgument, StoreCorrupt
 from memory.contract.facts import Fact, FactChange, FactState
 from memory.facts.apply import Applied, Writer, add_evidence, insert_fact
-from memory.facts.models import evidence, facts
-from memory.facts.rows import facts_by_id
+from memory.facts.models import SUPPORT, evidence, facts
+from memory.facts.rows import evidence_of, facts_by_id
 
 
 def changelog_lists(before_text: str, after_text: str) -> tuple[list[dict[str, Any]], ...]:
@@ -37,6 +37,10 @@ def changelog_lists(before_text: str, after_text: str) -> tuple[list[dict[str, A
 def _reopens(prior: dict[str, Any], fact: Fact) -> bool:
     """The change closed this fact (superseded, retracted, merged away)."""
     return prior.get("state") == FactState.CURRENT and fact.state != FactState.CURRENT
+
+
+def _cited(item: dict[str, Any]) -> set[int]:
+    return {int(m) for m in item.get("evidence") or ()}
 
 
 def _moved_on(now: Fact | None, then: dict[str, Any]) -> bool:
@@ -91,8 +95,9 @@ async def revert_rows(
             copy = await _reopen(conn, w, fact)
             done.touch_new(copy.id)
             done.changes.append(FactChange("reopened", copy, (), (), w.version))
-        else:  # a restatement (or retraction) added evidence: unlink what it added
-            added = set(fact.evidence) - {int(m) for m in prior.get("evidence", [])}
+        else:  # a restatement added evidence: unlink what it added, as the row shows it
+            # (not what later restatements added since: they are their own changes)
+            added = (_cited(then) - _cited(prior)) & set(fact.evidence)
             if added:
                 await conn.execute(
                     evidence.delete().where(
@@ -109,7 +114,9 @@ async def _reopen(conn: AsyncConnection, w: Writer, fact: Fact) -> Fact:
     version interval and yields its valid interval to the copy (else a date in both
     would find the fact twice)."""
     copy_id = await insert_fact(conn, w, fact.key, fact.value, fact.valid_from, [])
-    await add_evidence(conn, copy_id, fact.evidence)
+    # What says it, not what said it stopped: the copy is not retracted.
+    support = await evidence_of(conn, [fact.id], SUPPORT)
+    await add_evidence(conn, copy_id, support.get(fact.id, []))
     await conn.execute(
         sa.update(facts)
         .where(facts.c.id == fact.id)

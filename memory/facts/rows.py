@@ -42,13 +42,17 @@ def to_fact(row: Any, ids: Sequence[int]) -> Fact:
     )
 
 
-async def evidence_of(conn: AsyncConnection, fact_ids: Iterable[str]) -> dict[str, list[int]]:
+async def evidence_of(
+    conn: AsyncConnection, fact_ids: Iterable[str], role: str | None = None
+) -> dict[str, list[int]]:
+    """The facts' evidence message ids, of every role or of `role` only."""
     out: dict[str, list[int]] = {}
     wanted = sorted(set(fact_ids))
+    only = [] if role is None else [evidence.c.role == role]
     for i in range(0, len(wanted), _CHUNK):
         rows = await conn.execute(
             sa.select(evidence.c.fact_id, evidence.c.message_id).where(
-                evidence.c.fact_id.in_(wanted[i : i + _CHUNK])
+                evidence.c.fact_id.in_(wanted[i : i + _CHUNK]), *only
             )
         )
         for fact_id, message_id in rows:

@@ -44,7 +44,7 @@ from memory.contract.types import Dependents as Dependents
 from memory.contract.types import ErasureReport as ErasureReport
 from memory.contract.types import ForgetReport as ForgetReport
 from memory.contract.types import Owner as Owner
-from memory.facts.forgetting import forget_evidence, resting_on
+from memory.facts.forgetting import forget_evidence, resting_on, retracted_by
 from memory.search.text import like_pattern
 from memory.storage import snapshots
 from memory.storage.db import lock_for_transaction, write_transaction
@@ -591,6 +591,7 @@ async def preview_of(
         dependents.quoting_stores = await quoting_stores(provider, owner, found, needles)
         async with engine_of(provider).connect() as conn:
             dependents.facts = await resting_on(conn, [i.id for i in found])
+            dependents.facts_back = await retracted_by(conn, [i.id for i in found])
     return ForgetPreview(owner, found, dependents, needles)
 
 

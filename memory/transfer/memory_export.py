@@ -9,7 +9,7 @@ The document (`FORMAT`, `VERSION`), documented in docs/OPERATIONS.md:
      "sections": {
        "sessions": [<mnemo.session-export documents, their user_memory empty>],
        "memory": {"state": {profile, soul, constraints, version, updated_at} | null,
-                  "changelog": [...]}}}
+                  "changelog": [...], "facts": [...]}}}
 
 Each session is a session export (`memory.transfer.session`): its messages with dates
 and origins, its snapshot and the provider's data (lcm: summaries with the messages and
@@ -43,6 +43,7 @@ from memory.contract.tracing import unwrap
 from memory.contract.types import iso_utc
 from memory.storage.db import write_transaction
 from memory.storage.history import conversations
+from memory.transfer import fact_refs
 from memory.transfer.schema import SessionDocument, UserMemory, load_document, validate_document
 from memory.transfer.session import (
     export_session,
@@ -223,6 +224,12 @@ def retarget_session(doc: Any, user_id: int, agent_id: str) -> Any:
     return out
 
 
+def _session_id(doc: Any) -> str | None:
+    session = doc.get("session") if isinstance(doc, dict) else None
+    sid = session.get("id") if isinstance(session, dict) else None
+    return sid if isinstance(sid, str) else None
+
+
 def check_memory_document(
     doc: Any, provider: Provider | None, retarget: tuple[int, str] | None = None
 ) -> Checked:
@@ -252,6 +259,7 @@ def check_memory_document(
     if not isinstance(raw_sessions, list):
         raise InvalidArgument(".sections.sessions: expected a list")
     checked = []
+    renames: dict[str, str] = {}  # session ids a retarget rewrites
     owned = _owner_keys(provider)
     for i, raw in enumerate(raw_sessions):
         data = (raw.get("provider") or {}).get("data") if isinstance(raw, dict) else None
@@ -261,7 +269,11 @@ def check_memory_document(
                 f"({', '.join(k for k in owned if k in data)}) comes once, in the first session"
             )
         if retarget is not None:
-            raw = retarget_session(raw, user_id, agent_id)
+            moved = retarget_session(raw, user_id, agent_id)
+            old_id, new_id = _session_id(raw), _session_id(moved)
+            if old_id is not None and new_id is not None and old_id != new_id:
+                renames[old_id] = new_id
+            raw = moved
         try:
             one = validate_document(raw, provider)
         except InvalidArgument as exc:
@@ -273,7 +285,9 @@ def check_memory_document(
             )
         checked.append(one)
     try:
-        memory = UserMemory.model_validate(sections.get("memory", _EMPTY_MEMORY))
+        memory = UserMemory.model_validate(
+            fact_refs.rename_sessions(sections.get("memory", _EMPTY_MEMORY), renames)
+        )
     except ValueError as exc:
         raise InvalidArgument(f".sections.memory: {str(exc).splitlines()[0]}") from None
     return Checked((user_id, agent_id), checked, memory)
@@ -314,7 +328,8 @@ async def import_memory(
                 written = await write_session(conn, one, provider, staged)
                 report.notes += written.notes
             user_id, agent_id = checked.owner
-            kept = await import_user_memory(conn, user_id, agent_id, checked.memory)
+            kept, notes = await import_user_memory(conn, user_id, agent_id, checked.memory)
+            report.notes += notes
     except _DryRun:
         for files in staged:
             files.discard()

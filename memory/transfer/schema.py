@@ -251,6 +251,8 @@ class EvidenceRecord(Strict):
 
     session_id: bounded(conversations.c.session_id)  # type: ignore[valid-type]
     seq: BigInt
+    # What the message does for the fact (memory/facts/models.py); absent: support.
+    role: Literal["support", "retraction"] = "support"
 
 
 class FactRecord(Strict):

@@ -6,8 +6,9 @@ origins (where a channel received them; the key only for a message that has one)
 the session's snapshot, the memory of its (user, agent) (profile, soul, constraints,
 version and the whole changelog), and the provider's own data (`Exporter`: lcm's
 summary DAG and context items, simple's markers and its user's notes file). Database
-ids are left out (messages are referred to by seq), so export -> import into another
-database -> export gives the same document.
+ids are left out (messages are referred to by seq; inside fact changelog rows too:
+memory.transfer.fact_refs), so export -> import into another database -> export gives
+the same document.
 
 Import checks the whole document first (`memory.transfer.schema`), then writes it in one
 transaction: a session that already exists is refused and nothing is
@@ -32,12 +33,13 @@ from memory.contract.errors import Conflict, InvalidArgument, NotFound
 from memory.contract.maintenance import Exporter, StagedFiles
 from memory.contract.tracing import unwrap
 from memory.contract.types import Owner, as_utc, iso_utc
-from memory.facts.models import evidence, facts
+from memory.facts.models import SUPPORT, evidence, facts
 from memory.followups import store as followup_store
 from memory.storage.db import lock_for_transaction, write_transaction
 from memory.storage.history import conversations, messages, origins, parts
 from memory.storage.stores import changelog_table, snapshot_table, state_table
 from memory.text.display import terminal_safe
+from memory.transfer import fact_refs
 from memory.transfer.schema import (
     FORMAT,
     VERSION,
@@ -247,6 +249,11 @@ async def export_user_memory(conn: AsyncConnection, user_id: int, agent_id: str)
         .mappings()
         .all()
     )
+    log = [
+        {k: (iso_utc(r[k]) if k == "created_at" else r[k]) for k in _CHANGELOG_FIELDS}
+        for r in log_rows
+    ]
+    await fact_refs.export_rows(conn, user_id, agent_id, log)
     return {
         "state": None
         if state is None
@@ -257,10 +264,7 @@ async def export_user_memory(conn: AsyncConnection, user_id: int, agent_id: str)
             "version": state["version"],
             "updated_at": iso_utc(state["updated_at"]),
         },
-        "changelog": [
-            {k: (iso_utc(r[k]) if k == "created_at" else r[k]) for k in _CHANGELOG_FIELDS}
-            for r in log_rows
-        ],
+        "changelog": log,
         "facts": await _export_facts(conn, user_id, agent_id),
     }
 
@@ -280,15 +284,17 @@ async def _export_facts(conn: AsyncConnection, user_id: int, agent_id: str) -> l
     )
     refs: dict[str, list[dict[str, Any]]] = {}
     cited = await conn.execute(
-        sa.select(evidence.c.fact_id, conversations.c.session_id, messages.c.seq)
+        sa.select(evidence.c.fact_id, conversations.c.session_id, messages.c.seq, evidence.c.role)
         .join(messages, messages.c.id == evidence.c.message_id)
         .join(conversations, conversations.c.id == messages.c.conversation_id)
         .join(facts, facts.c.id == evidence.c.fact_id)
         .where(facts.c.user_id == user_id, facts.c.agent_id == agent_id)
         .order_by(evidence.c.fact_id, conversations.c.session_id, messages.c.seq)
     )
-    for fact_id, session_id, seq in cited:
-        refs.setdefault(fact_id, []).append({"session_id": session_id, "seq": seq})
+    for fact_id, session_id, seq, role in cited:
+        # The role only when it is not the default: exports made before it read the same.
+        extra = {} if role == SUPPORT else {"role": role}
+        refs.setdefault(fact_id, []).append({"session_id": session_id, "seq": seq, **extra})
     out = []
     for r in rows:
         item: dict[str, Any] = {k: r[k] for k in _FACT_FIELDS}
@@ -414,9 +420,8 @@ async def write_session(
     ids = await _import_messages(conn, conv_id, checked.messages)
     report.messages = len(ids)
     await _import_snapshot(conn, s.id, checked.snapshot)
-    note = await import_user_memory(conn, s.user_id, s.agent_id, checked.user_memory)
-    if note:
-        report.notes.append(note)
+    kept, notes = await import_user_memory(conn, s.user_id, s.agent_id, checked.user_memory)
+    report.notes += [kept, *notes] if kept else notes
     if checked.followups is not None:
         report.followups = await followup_store.import_session(
             conn, s.id, Owner(s.user_id, s.agent_id), checked.followups, ids
@@ -500,10 +505,11 @@ async def _import_snapshot(
 
 async def import_user_memory(
     conn: AsyncConnection, user_id: int, agent_id: str, memory: UserMemory
-) -> str:
+) -> tuple[str, list[str]]:
+    """(why the export's memory was not written, else ""; notes on what it lacks)."""
     state = memory.state
     if state is None and not memory.changelog:
-        return ""
+        return "", []
     existing = await conn.scalar(
         sa.select(state_table.c.version).where(
             state_table.c.user_id == user_id, state_table.c.agent_id == agent_id
@@ -518,7 +524,7 @@ async def import_user_memory(
         return (
             f"kept the existing memory of user {user_id} agent {agent_id!r} "
             f"(version {existing or 0}); the export's copy was not imported"
-        )
+        ), []
     if state is not None:
         await conn.execute(
             sa.insert(state_table).values(
@@ -532,11 +538,24 @@ async def import_user_memory(
             )
         )
     # One row at a time keeps ids in export order (executemany order is not promised).
+    missing = 0
     for c in memory.changelog:
+        row = c.model_dump()
+        if fact_refs.is_fact_row(row):
+            row["before_text"], row["after_text"], lost = await fact_refs.import_texts(
+                conn, user_id, agent_id, row["before_text"], row["after_text"]
+            )
+            missing += lost
         await conn.execute(
-            sa.insert(changelog_table).values(user_id=user_id, agent_id=agent_id, **c.model_dump())
+            sa.insert(changelog_table).values(user_id=user_id, agent_id=agent_id, **row)
         )
-    return await _import_facts(conn, user_id, agent_id, memory.facts)
+    notes = [await _import_facts(conn, user_id, agent_id, memory.facts)]
+    if missing:
+        notes.append(
+            f"{missing} source(s) in the fact change history name messages not in this "
+            "database; those changes were imported without them"
+        )
+    return "", [n for n in notes if n]
 
 
 async def _import_facts(
@@ -552,6 +571,9 @@ async def _import_facts(
     if taken is not None:
         raise Conflict(f"fact {taken!r} already exists in this database; nothing was imported")
     missing = 0
+    ids = await fact_refs.message_ids(
+        conn, user_id, agent_id, {(r.session_id, r.seq) for f in items for r in f.evidence}
+    )
     for f in items:
         await conn.execute(
             sa.insert(facts).values(
@@ -559,20 +581,13 @@ async def _import_facts(
             )
         )
         for ref in f.evidence:
-            message_id = await conn.scalar(
-                sa.select(messages.c.id)
-                .join(conversations, conversations.c.id == messages.c.conversation_id)
-                .where(
-                    conversations.c.session_id == ref.session_id,
-                    conversations.c.user_id == user_id,
-                    conversations.c.agent_id == agent_id,
-                    messages.c.seq == ref.seq,
-                )
-            )
+            message_id = ids.get((ref.session_id, ref.seq))
             if message_id is None:
                 missing += 1
                 continue
-            await conn.execute(sa.insert(evidence).values(fact_id=f.id, message_id=message_id))
+            await conn.execute(
+                sa.insert(evidence).values(fact_id=f.id, message_id=message_id, role=ref.role)
+            )
     if not missing:
         return ""
     return (

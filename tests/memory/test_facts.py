@@ -216,6 +216,17 @@ async def test_revert_of_a_restatement_unlinks_its_evidence(provider) -> None:  
     assert fact.evidence == (a,)
 
 
+async def test_revert_of_a_restatement_leaves_what_later_ones_added(provider) -> None:  # type: ignore[no-untyped-def]
+    a, b, c = await said(provider, S, ("nurse", MARCH), ("a nurse", JUNE), ("nurse!", AUGUST))
+    await provider.apply_facts(U, A, [FactOp("set", "job", "nurse", [a])])
+    [first] = await provider.apply_facts(U, A, [FactOp("set", "job", "nurse", [b])])
+    await provider.apply_facts(U, A, [FactOp("set", "job", "nurse", [c])])
+    # The revert acts on what its row shows: b, not c (another change, kept).
+    await provider.revert_fact_change(U, A, first.changelog_id)
+    [fact] = await provider.current_facts(U, A)
+    assert fact.evidence == (a, c)
+
+
 async def test_the_profile_renders_facts_then_free_text_per_version(provider) -> None:  # type: ignore[no-untyped-def]
     [london] = await said(provider, S, ("London", MARCH))
     await provider.set_profile(U, A, "Likes long walks.")
@@ -265,6 +276,90 @@ async def test_forget_removes_a_fact_only_the_message_supported(provider) -> Non
     assert current[0].valid_to is None and current[0].replaced_by is None
     assert [f.value for f in await provider.fact_history(U, A, "city")] == ["London"]
     assert "Berlin" not in await provider.get_profile(U, A)
+
+
+async def test_forgetting_a_retractions_message_makes_the_fact_current_again(provider) -> None:  # type: ignore[no-untyped-def]
+    veg, unsaid, other = await said(
+        provider, S, ("I'm vegetarian", MARCH), ("not vegetarian any more", JUNE), ("hi", JUNE)
+    )
+    await provider.apply_facts(U, A, [FactOp("set", "diet", "vegetarian", [veg])])
+    await provider.apply_facts(U, A, [FactOp("retract", "diet", message_ids=[unsaid])])
+    # Recorded without a source, retracted on a message: the message alone retracted it.
+    await provider.apply_facts(U, A, [FactOp("set", "pet", "cat")])
+    await provider.apply_facts(U, A, [FactOp("retract", "pet", message_ids=[unsaid])])
+    # A retraction citing nothing is not touched by any forget.
+    await provider.apply_facts(U, A, [FactOp("set", "sport", "chess")])
+    await provider.apply_facts(U, A, [FactOp("retract", "sport")])
+    assert await provider.current_facts(U, A) == []
+    owner = fg.Owner(U, A)
+    preview = await fg.preview_of(provider, owner, [unsaid])
+    assert preview.dependents.facts == []
+    assert preview.dependents.facts_back == ["diet: vegetarian", "pet: cat"]
+    frozen = await provider.get_or_create_snapshot(S.id, U, A)
+    await fg.forget(provider, owner, [unsaid, other])
+    # The retraction never happened: the facts are current again, from the start.
+    diet, pet = await provider.current_facts(U, A)
+    assert (diet.key, diet.value, diet.evidence, diet.valid_from) == (
+        "diet",
+        "vegetarian",
+        (veg,),
+        MARCH,
+    )
+    assert (diet.valid_to, diet.version_to, diet.replaced_by) == (None, None, None)
+    assert (pet.key, pet.value, pet.evidence) == ("pet", "cat", ())
+    later = datetime.now(UTC) + timedelta(days=1)
+    assert [f.value for f in await provider.facts_as_of(U, A, later)] == ["vegetarian", "cat"]
+    [sport] = await provider.fact_history(U, A, "sport")
+    assert sport.state == "retracted"
+    # Prompts move on: the owner has a new version and the snapshot follows it.
+    moved = await provider.get_or_create_snapshot(S.id, U, A)
+    assert moved.version == frozen.version + 1
+    assert "- diet: vegetarian" in await provider.get_profile_at(U, A, moved.version)
+
+
+async def test_an_unsaid_retraction_yields_to_what_the_key_got_since(provider) -> None:  # type: ignore[no-untyped-def]
+    london, left, paris, berlin, gone = await said(
+        provider,
+        S,
+        ("London", MARCH),
+        ("left London", JUNE),
+        ("Paris now", AUGUST),
+        ("Berlin", MARCH),
+        ("left Berlin", JUNE),
+    )
+    await provider.apply_facts(U, A, [FactOp("set", "home city", "London", [london])])
+    await provider.apply_facts(U, A, [FactOp("retract", "home city", message_ids=[left])])
+    [now] = await provider.apply_facts(U, A, [FactOp("set", "home city", "Paris", [paris])])
+    await fg.forget(provider, fg.Owner(U, A), [left])
+    # As if never said: London held until Paris replaced it.
+    old, new = await provider.fact_history(U, A, "city")
+    assert (old.value, old.state, old.valid_to, old.replaced_by) == (
+        "London",
+        "superseded",
+        AUGUST,
+        now.fact.id,
+    )
+    assert old.version_to == new.version_from and (new.value, new.state) == ("Paris", "current")
+    # A fact that goes with the retraction of what replaced it: the first is current again.
+    await provider.apply_facts(U, A, [FactOp("set", "job", "cook", [london])])
+    await provider.apply_facts(U, A, [FactOp("set", "job", "baker", [berlin])])
+    await provider.apply_facts(U, A, [FactOp("retract", "job", message_ids=[gone])])
+    await fg.forget(provider, fg.Owner(U, A), [berlin, gone])
+    job = [f for f in await provider.current_facts(U, A) if f.key == "job"]
+    assert [(f.value, f.valid_to, f.evidence) for f in job] == [("cook", None, (london,))]
+
+
+async def test_a_revert_of_a_retraction_copies_what_said_it_not_what_unsaid_it(provider) -> None:  # type: ignore[no-untyped-def]
+    veg, unsaid = await said(provider, S, ("vegetarian", MARCH), ("not any more", JUNE))
+    await provider.apply_facts(U, A, [FactOp("set", "diet", "vegetarian", [veg])])
+    [gone] = await provider.apply_facts(U, A, [FactOp("retract", "diet", message_ids=[unsaid])])
+    assert gone.fact.evidence == (veg, unsaid)  # the timeline shows both
+    await provider.revert_fact_change(U, A, gone.changelog_id)
+    [back] = await provider.current_facts(U, A)
+    assert back.evidence == (veg,)
+    # Forgetting the retraction's message now changes nothing: the revert undid it.
+    await fg.forget(provider, fg.Owner(U, A), [unsaid])
+    assert [f.id for f in await provider.current_facts(U, A)] == [back.id]
 
 
 async def test_erase_removes_every_fact(provider) -> None:  # type: ignore[no-untyped-def]

@@ -109,3 +109,31 @@ async def test_facts_supersede_restate_retract_and_forget(
         await ask(tg, "where do I live?", "Sure.")
         system = llm.requests[-1]["messages"][0]["content"]
         assert "- home city: London (since " in system and "Berlin" not in system
+
+
+@pytest.mark.parametrize("provider", ["lcm", "simple"])
+async def test_forgetting_the_message_that_retracted_a_fact_brings_it_back(
+    tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, provider: str, db_kind: str
+) -> None:
+    async with running_bot(tg, llm, tmp_path, provider=provider, db=db_kind) as bot:
+        store = bot.provider
+        await say(tg, llm, "I'm vegetarian", fact("fact_set", key="diet", value="vegetarian"),
+                  reply="Noted.")  # fmt: skip
+        await say(tg, llm, "Not vegetarian any more", fact("fact_retract", key="diet"),
+                  reply="Understood.")  # fmt: skip
+        said_it = await user_message_id(bot, "I'm vegetarian")
+        unsaid = await user_message_id(bot, "Not vegetarian any more")
+        assert "diet" not in await ask(tg, "/memory facts", "")
+        # The retraction rests on the turn's message: forgetting it undoes the retraction.
+        preview = await ask(tg, f"/memory forget {unsaid}", "This would forget")
+        assert "Facts they alone retracted are current again: diet: vegetarian." in preview
+        assert "Facts resting on them alone go too" not in preview
+        await ask(tg, f"/memory forget confirm {code_of(preview)}", "Forgot")
+        [diet] = await store.current_facts(U, A)
+        assert (diet.value, diet.evidence, diet.valid_to) == ("vegetarian", (said_it,), None)
+        assert "diet: vegetarian" in await ask(tg, "/memory facts", "Facts about you:")
+        # The conversation's next prompt holds it again.
+        llm.push(text("Sure."))
+        await ask(tg, "what do I eat?", "Sure.")
+        system = llm.requests[-1]["messages"][0]["content"]
+        assert "- diet: vegetarian (since " in system
