@@ -175,6 +175,7 @@ async def test_chat_edits_lines_keeps_history_and_keeps_logs_out(
     assert _user_messages(server)[-1] == "hello out there"
 
 
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_ctrl_c_during_an_answer_is_answered_at_the_next_start(
     server: FakeOpenAI, tmp_path: Path
 ) -> None:
@@ -214,6 +215,7 @@ async def test_ctrl_c_during_an_answer_is_answered_at_the_next_start(
     assert _user_messages(server) == ["what is two plus two?"] * 2 + ["and three?"]
 
 
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_an_answer_left_that_fails_again_says_so(server: FakeOpenAI, tmp_path: Path) -> None:
     cfg = write_config(tmp_path, server.base_url)
     server.push(gated(asyncio.Event(), text("never")))

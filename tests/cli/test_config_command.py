@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 import yaml
 
 from bot.config.settings import Settings, anchor_paths, load_settings
@@ -113,6 +114,7 @@ def test_a_mistyped_variable_stops_every_command_in_one_line(tmp_path: Path) -> 
         assert len(proc.stderr.splitlines()) == 1 and proc.stdout == ""
 
 
+@pytest.mark.slow  # subprocesses: `make test-slow`
 def test_read_only_commands_do_not_ask_for_an_unset_secret(tmp_path: Path) -> None:
     # The case: `${TELEGRAM_BOT_TOKEN}` (no default) and the variable unset.
     (tmp_path / "config.yaml").write_text(

@@ -36,6 +36,7 @@ async def search(tmp_path: Path, *args: str):  # noqa: ANN201
     return await asyncio.to_thread(mnemo, "memory", "search", *args, cwd=tmp_path)
 
 
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_search_by_user_with_mode_and_limit(db_url: str, tmp_path: Path) -> None:
     await populated(db_url, tmp_path)
     proc = await search(tmp_path, "--user", str(ALICE.user_id), "question 7")
@@ -69,6 +70,7 @@ async def test_search_by_user_with_mode_and_limit(db_url: str, tmp_path: Path) -
     assert proc.returncode == 2 and "--since must be a date" in proc.stderr
 
 
+@pytest.mark.slow  # subprocesses: `make test-slow`
 async def test_search_names_what_it_did_not_find(db_url: str, tmp_path: Path) -> None:
     await populated(db_url, tmp_path)
     cases = [

@@ -78,6 +78,7 @@ def _ours(conn) -> set[str]:  # type: ignore[no-untyped-def]
     return set(rows.scalars())
 
 
+@pytest.mark.slow  # kills a process: `make test-slow`
 def test_names_carry_the_run_and_a_killed_process_is_swept(tmp_path: Path, admin) -> None:  # type: ignore[no-untyped-def]
     pooled, empty = _child("die", tmp_path)
     left = _ours(admin)

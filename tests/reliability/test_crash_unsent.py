@@ -24,6 +24,8 @@ from tests.reliability.harness import session_id, stored_history
 from tests.reliability.process import BotProcess
 from tests.reliability.test_crash import config
 
+pytestmark = pytest.mark.slow  # crash trials, bot processes killed: `make test-slow`
+
 CHAT = 11
 QUESTION = "where is Lisbon?"
 ANSWER = f"echo: {QUESTION}"

@@ -37,6 +37,7 @@ async def parked(services: Services, besides: int | None = None) -> int:
         return int(await conn.scalar(query))
 
 
+@pytest.mark.slow  # about 20 s of flooding: `make test-slow`
 async def test_a_flooding_chat_does_not_hide_other_chats(
     tg: FakeTelegram, llm: FakeOpenAI, tmp_path: Path, db_kind: str
 ) -> None:
