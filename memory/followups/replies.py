@@ -65,7 +65,8 @@ def delivered(item: Followup, source: tuple[str, datetime] | None, *, late: bool
     reply to the original, which links it."""
     lines = [f"⏰ {item.text}"]
     if late:
-        lines.append(f"(due {local_text(item.due_at, item.timezone)}; I'm late, I was offline)")
+        # Late because the bot was down or the user had blocked it: "late" is true of both.
+        lines.append(f"(due {local_text(item.due_at, item.timezone)}; sent late)")
     if source is not None:
         text, at = source
         said = one_line(text, QUOTE_CHARS)
@@ -85,6 +86,6 @@ def _link(item: Followup) -> str | None:
 def dropped(item: Followup) -> str:
     """The note for a follow-up missed past the grace window."""
     return (
-        f"I missed a follow-up due {local_text(item.due_at, item.timezone)} while I was "
-        f"offline, too long ago to be useful now: {one_line(item.text, 200)}"
+        f"I missed a follow-up due {local_text(item.due_at, item.timezone)}, "
+        f"too long ago to be useful now: {one_line(item.text, 200)}"
     )

@@ -147,7 +147,7 @@ async def test_quiet_hours_late_and_dropped(
         clock.now = at("2030-05-08T12:00+09:00")  # the bot was down for 3 h
         assert await delivery.tick() == 1
         [late] = delivered(tg, since)
-        assert "⏰ the call\n(due Wed 8 May 09:00; I'm late, I was offline)" in late.text
+        assert "⏰ the call\n(due Wed 8 May 09:00; sent late)" in late.text
         clock.now = at("2030-05-10T12:00+09:00")  # 27 h past: beyond followups.grace (12h)
         assert await delivery.tick() == 1
         [note] = delivered(tg, since + 1)
