@@ -17,8 +17,8 @@ table and holds row ids only (the usearch key is `embeddings.id`):
 - Candidates come from the index (each segment of the asked sources, OVERFETCH more than
   asked: a segment up to EXACT_SCAN_MAX scanned whole over its bf16 copy, a flat one
   (past segments.FLAT_MIN: int8 rows and no graph, since the graph's walk lost recall at
-  that size) scanned whole too, twice as many kept; a graph is walked only when the scan
-  limit is set below a segment's size),
+  that size) scanned whole too, by int8 inner product; a graph is walked only when the
+  scan limit is set below a segment's size),
   then are read back from the database by id *within the scope* (user, agent,
   model): a row forgotten or erased since is simply not there (and its id is remembered
   as dead); another scope's row can never match; every score is the exact float32
@@ -432,9 +432,9 @@ def _candidates(
     for segment, view in scope.views:
         if segment.dim != q.size or (sources is not None and segment.source not in sources):
             continue
-        if isinstance(view, seg.FlatView):  # int8 rows scanned whole, twice `fetch` kept:
-            # the int8 order is near the exact one, and the caller re-scores exactly
-            keys, found_dists = view.nearest(q, 2 * fetch)
+        if isinstance(view, seg.FlatView):  # int8 rows scanned whole: their order is
+            # near the exact one, and the caller re-scores the candidates exactly
+            keys, found_dists = view.nearest(q, fetch)
             ids.append(keys)
             dists.append(found_dists.astype(np.float32))
             continue

@@ -65,8 +65,8 @@ GRAPH, FLAT = "graph", "flat"
 # A segment of more components (vectors x dimensions) is written FLAT: no graph. Its walk
 # lost recall as it grew (at 1M x 1536, recall@50 0.929 at a breadth of 2048, 0.988 at
 # 8192 for 159 ms; the build took 5,374 s of CPU), while an int8 scan of every row, the
-# best 2 x `want` then re-scored exactly, found all 50 nearest in 109 ms with no build
-# beyond quantizing (bench/HISTORY.md, "Vectors at 1M"). Segments up to it are scanned
+# best 100 then re-scored exactly, found all 50 nearest in 109 ms with no build beyond
+# quantizing (bench/HISTORY.md, "Vectors at 1M"). Segments up to it are scanned
 # whole too (disk.EXACT_SCAN_MAX), over their bf16 copy.
 FLAT_MIN = 2**28
 FLAT_CLIP = 99.99  # percentile of |component| stored as 127 (larger ones are clipped)
