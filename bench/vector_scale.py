@@ -249,7 +249,7 @@ async def measure(
             out["sweep"].append([breadth, float(np.mean(r)), percentile(c, 0.5) * 1000])
             print(json.dumps(out["sweep"][-1]), file=sys.stderr, flush=True)
         out["index_mb"] = (
-            sum(p.stat().st_size for p in (data / "vectors").rglob("*.usearch")) / 2**20
+            sum(p.stat().st_size for p in (data / "vectors").rglob("seg-*")) / 2**20
         )
     await engine.dispose()
     return out

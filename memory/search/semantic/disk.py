@@ -15,7 +15,10 @@ nobody today.
 The database stays the source of truth; the index is derived from the `embeddings`
 table and holds row ids only (the usearch key is `embeddings.id`):
 - Candidates come from the index (each segment of the asked sources, OVERFETCH more than
-  asked: a segment up to EXACT_SCAN_MAX scanned whole, a larger one's graph walked),
+  asked: a segment up to EXACT_SCAN_MAX scanned whole over its bf16 copy, a flat one
+  (past segments.FLAT_MIN: int8 rows and no graph, since the graph's walk lost recall at
+  that size) scanned whole too, by int8 inner product; a graph is walked only when the
+  scan limit is set below a segment's size),
   then are read back from the database by id *within the scope* (user, agent,
   model): a row forgotten or erased since is simply not there (and its id is remembered
   as dead); another scope's row can never match; every score is the exact float32
@@ -72,8 +75,10 @@ EXPANSION_SEARCH = 2048  # graph breadth per query; recall@50: bench/HISTORY.md 
 # A segment of at most this many components (vectors x dimensions) is scanned whole
 # instead of walked: an exact scan of the mapped bf16 file (usearch's `exact=True`)
 # finds every nearest row, and at 100k x 1536 took 13 ms of CPU where the walk took 26
-# for recall@50 0.995 (bench/HISTORY.md). A scan grows with the segment, a walk far
-# less: past this size (about 175k vectors of 1536, 700k of 384) the graph.
+# for recall@50 0.995 (bench/HISTORY.md). Past this size (about 175k vectors of 1536,
+# 700k of 384) a segment is written flat (segments.FLAT_MIN: int8, scanned too); its
+# graph, walked only where this is set lower (tests, bench/vector_scale.py --scan-max),
+# lost recall with size (0.929 at 1M x 1536).
 EXACT_SCAN_MAX = 2**28
 TAIL_ROWS = 4096  # rows searched exactly in memory before they become a segment
 MERGE_FACTOR = 4  # a generation at most this many times its successor's rows is merged
@@ -120,7 +125,7 @@ class _Scope:
     folder: Path
     manifest: seg.Manifest | None = None
     stamp: bytes | None = None  # the manifest file's content when last opened
-    views: list[tuple[seg.Segment, Index]] = field(default_factory=list)
+    views: list[tuple[seg.Segment, Index | seg.FlatView]] = field(default_factory=list)
     tail: _Tail = field(default_factory=_Tail)
     dead: set[int] = field(default_factory=set)
     checked_at: float = 0.0
@@ -142,10 +147,12 @@ class DiskIndex:
         build_wait_s: float | None = BUILD_WAIT_S,
         revalidate_s: float = REVALIDATE_S,
         exact_scan_max: int = EXACT_SCAN_MAX,
+        flat_min: int = seg.FLAT_MIN,
     ) -> None:
         self.engine, self.model, self.root = engine, model, Path(root)
         self.tail_rows, self.build_wait_s = tail_rows, build_wait_s
         self.revalidate_s, self.exact_scan_max = revalidate_s, exact_scan_max
+        self.flat_min = flat_min  # segments of more components are written flat
         self._scopes: dict[tuple[int, str], _Scope] = {}
         self.builds = 0  # generations written by this process (tests, the benchmark)
 
@@ -345,6 +352,7 @@ class DiskIndex:
                 span_all if span is None else span,
                 span is None,
                 seen,
+                self.flat_min,
             )
         except Exception as exc:
             if isinstance(exc, BrokenProcessPool):  # the builder died (killed, out of memory)
@@ -424,6 +432,12 @@ def _candidates(
     for segment, view in scope.views:
         if segment.dim != q.size or (sources is not None and segment.source not in sources):
             continue
+        if isinstance(view, seg.FlatView):  # int8 rows scanned whole: their order is
+            # near the exact one, and the caller re-scores the candidates exactly
+            keys, found_dists = view.nearest(q, fetch)
+            ids.append(keys)
+            dists.append(found_dists.astype(np.float32))
+            continue
         with scope.searching:  # one search per index at a time: usearch's per-thread
             # search context is not ours to share between Python threads
             view.expansion_search = max(EXPANSION_SEARCH, fetch)  # type: ignore[misc]
@@ -452,7 +466,9 @@ def _candidates(
     return out
 
 
-def _open_all(folder: Path) -> tuple[seg.Manifest, list[tuple[seg.Segment, Index]]] | None:
+def _open_all(
+    folder: Path,
+) -> tuple[seg.Manifest, list[tuple[seg.Segment, Index | seg.FlatView]]] | None:
     manifest = seg.read_manifest(folder)
     if manifest is None:
         return None
@@ -494,6 +510,7 @@ def _write(
     span: tuple[int, int],
     replace: bool,
     seen: bytes | None,
+    flat_min: int = seg.FLAT_MIN,
 ) -> bool:
     """Under the scope's write lock: build the generation `span` and name it in the
     manifest (all of it when `replace`, else after the current ones, then merge the
@@ -513,13 +530,16 @@ def _write(
             return False
         current = seg.read_manifest(folder)
         if replace or current is None:
-            gens = [seg.build_generation(url, folder, model, user_id, agent_id, *span)]
+            gens = [seg.build_generation(url, folder, model, user_id, agent_id, *span, flat_min)]
         else:
-            new = seg.build_generation(url, folder, model, user_id, agent_id, *span)
+            new = seg.build_generation(url, folder, model, user_id, agent_id, *span, flat_min)
             gens = [*current.generations, new]
             while len(gens) >= 2 and gens[-2].rows <= MERGE_FACTOR * gens[-1].rows:
                 lo, hi = gens[-2].lo, gens[-1].hi
-                gens[-2:] = [seg.build_generation(url, folder, model, user_id, agent_id, lo, hi)]
+                merged = seg.build_generation(
+                    url, folder, model, user_id, agent_id, lo, hi, flat_min
+                )
+                gens[-2:] = [merged]
         manifest = seg.Manifest(model, user_id, agent_id, tuple(gens))
         seg.write_manifest(folder, manifest)
         seg.remove_unlisted(folder, manifest)

@@ -3,9 +3,11 @@ segments, the manifest naming them, the writer's lock, and the build, all synchr
 callers run them in a thread, never on the event loop.
 
 Layout: `<root>/<user_id>-<digest of (model, user, agent)>/` holds `manifest.json`,
-`write.lock` and `seg-*.usearch`. A segment holds the vectors of one source and one
-dimension whose row ids (`embeddings.id`, the usearch key) are in its generation's range
-(lo, hi]; the manifest lists the generations, oldest first.
+`write.lock` and the segments: `seg-*.usearch` (GRAPH: a usearch index, bf16) or, past
+FLAT_MIN, `seg-*.flat` (FLAT: the rows as int8, then their ids; no graph). A segment
+holds the vectors of one source and one dimension whose row ids (`embeddings.id`, the
+usearch key) are in its generation's range (lo, hi]; the manifest lists the generations,
+oldest first.
 
 Crash safety: a segment is written under a temporary name, fsynced and renamed; the
 manifest likewise, after its segments. A file is never changed once named, so a reader
@@ -30,7 +32,9 @@ from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
+from usearch.compiled import MetricKind
 from usearch.index import Index
+from usearch.index import search as usearch_search
 
 from memory.search.semantic.store import embeddings
 
@@ -53,6 +57,19 @@ class Segment:
     source: str
     dim: int
     count: int
+    kind: str = "graph"  # GRAPH (a usearch index) or FLAT (int8 rows, scanned whole)
+    scale: float = 0.0  # FLAT: the component value stored as 127
+
+
+GRAPH, FLAT = "graph", "flat"
+# A segment of more components (vectors x dimensions) is written FLAT: no graph. Its walk
+# lost recall as it grew (at 1M x 1536, recall@50 0.929 at a breadth of 2048, 0.988 at
+# 8192 for 159 ms; the build took 5,374 s of CPU), while an int8 scan of every row, the
+# best 100 then re-scored exactly, found all 50 nearest in 109 ms with no build beyond
+# quantizing (bench/HISTORY.md, "Vectors at 1M"). Segments up to it are scanned
+# whole too (disk.EXACT_SCAN_MAX), over their bf16 copy.
+FLAT_MIN = 2**28
+FLAT_CLIP = 99.99  # percentile of |component| stored as 127 (larger ones are clipped)
 
 
 @dataclass(frozen=True)
@@ -144,10 +161,17 @@ def writer_lock(folder: Path) -> Iterator[bool]:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def open_segment(folder: Path, seg: Segment) -> Index:
+def open_segment(folder: Path, seg: Segment) -> Index | FlatView:
     """A memory-mapped view of `seg`; ValueError when the file is missing, damaged or
     not what the manifest says."""
     path = folder / seg.file
+    if seg.kind == FLAT:
+        try:
+            return FlatView(path, seg)
+        except OSError as exc:
+            raise ValueError(f"{seg.file}: {exc}") from exc
+    if seg.kind != GRAPH:
+        raise ValueError(f"{seg.file}: a segment of an unknown kind {seg.kind!r}")
     try:
         index = Index.restore(str(path), view=True)
     except Exception as exc:  # usearch raises RuntimeError/ValueError on a bad file
@@ -194,35 +218,57 @@ def held_rows(url: sa.URL, model: str, user_id: int, agent_id: str, upto: int) -
 
 
 def build_generation(
-    url: sa.URL, folder: Path, model: str, user_id: int, agent_id: str, lo: int, hi: int
+    url: sa.URL,
+    folder: Path,
+    model: str,
+    user_id: int,
+    agent_id: str,
+    lo: int,
+    hi: int,
+    flat_min: int = FLAT_MIN,
 ) -> Generation:
     """Build the segments of the scope's rows with id in (lo, hi] from the database and
     write them (not yet named by the manifest). Blocking: run it in a thread."""
     e = embeddings.c
-    query = (
-        sa.select(e.id, e.source, e.dim, e.vector)
-        .where(
-            e.user_id == user_id,
-            e.agent_id == agent_id,
-            e.model == model,
-            e.dim > 0,
-            e.id > lo,
-            e.id <= hi,
-        )
-        .order_by(e.id)
-    )
-    built: dict[tuple[str, int], Index] = {}
+    where = [
+        e.user_id == user_id,
+        e.agent_id == agent_id,
+        e.model == model,
+        e.dim > 0,
+        e.id > lo,
+        e.id <= hi,
+    ]
+    query = sa.select(e.id, e.source, e.dim, e.vector).where(*where).order_by(e.id)
+    built: dict[tuple[str, int], Index | _FlatWriter] = {}
     rows = 0
     engine = sa.create_engine(url, poolclass=sa.NullPool)
     try:
         with engine.connect() as conn:
+            sizes = conn.execute(
+                sa.select(e.source, e.dim, sa.func.count()).where(*where).group_by(e.source, e.dim)
+            ).all()
+            for source, dim, count in sizes:
+                if int(count) * int(dim) > flat_min:
+                    name = f"seg-{lo}-{hi}-{uuid.uuid4().hex[:12]}.flat"
+                    built[(source, int(dim))] = _FlatWriter(folder, name, int(dim))
             result = conn.execution_options(stream_results=True, yield_per=READ_ROWS).execute(query)
             for chunk in result.partitions():
                 rows += _add_chunk(built, chunk)
+    except BaseException:
+        for writer in built.values():
+            if isinstance(writer, _FlatWriter):
+                writer.abandon()
+        raise
     finally:
         engine.dispose()
     segments = []
     for (source, dim), index in sorted(built.items()):
+        if isinstance(index, _FlatWriter):
+            if index.count:
+                segments.append(index.finish(source))
+            else:
+                index.abandon()
+            continue
         name = f"seg-{lo}-{hi}-{uuid.uuid4().hex[:12]}.usearch"
         tmp = folder / f".{name}.tmp"
         index.save(str(tmp))
@@ -234,7 +280,74 @@ def build_generation(
     return Generation(lo, hi, rows, tuple(segments))
 
 
-def _add_chunk(built: dict[tuple[str, int], Index], chunk: Any) -> int:
+class _FlatWriter:
+    """A FLAT segment being written: int8 rows appended to a temporary file as they are
+    read, then the rows' ids; named once complete (`finish`)."""
+
+    def __init__(self, folder: Path, name: str, dim: int) -> None:
+        self.folder, self.name, self.dim = folder, name, dim
+        self.tmp = folder / f".{name}.tmp"
+        self.file = open(self.tmp, "wb")  # noqa: SIM115 (closed by finish or abandon)
+        self.ids: list[np.ndarray] = []
+        self.count = 0
+        self.scale = 0.0
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        if not self.scale:  # from the first rows read: components of one model look alike
+            clip = float(np.percentile(np.abs(vectors), FLAT_CLIP))
+            self.scale = clip if clip > 0 else 1.0
+        self.file.write(quantized(vectors, self.scale).tobytes())
+        self.ids.append(ids.astype(np.int64))
+        self.count += len(ids)
+
+    def finish(self, source: str) -> Segment:
+        self.file.write(np.concatenate(self.ids).tobytes())
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        os.replace(self.tmp, self.folder / self.name)
+        return Segment(self.name, source, self.dim, self.count, FLAT, self.scale)
+
+    def abandon(self) -> None:
+        self.file.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def quantized(vectors: np.ndarray, scale: float) -> np.ndarray:
+    """`vectors` as FLAT stores them: `scale` is 127, beyond it clipped."""
+    return np.clip(np.rint(vectors * (127.0 / scale)), -127, 127).astype(np.int8)
+
+
+class FlatView:
+    """A FLAT segment mapped read-only: its int8 rows, then their ids (`embeddings.id`)."""
+
+    def __init__(self, path: Path, seg: Segment) -> None:
+        size = seg.count * seg.dim
+        if seg.count <= 0 or seg.scale <= 0 or path.stat().st_size != size + 8 * seg.count:
+            raise ValueError(f"{seg.file}: not the segment the manifest lists")
+        self.scale = seg.scale
+        self.rows = np.memmap(path, np.int8, "r", shape=(seg.count, seg.dim))
+        self.keys = np.memmap(path, np.int64, "r", offset=size, shape=(seg.count,))
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def nearest(self, q: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, cosine distances by the int8 rows, approximately) of the `count` rows
+        nearest to `q` (a unit vector, as every stored one is: the embedder normalises)."""
+        want = min(count, len(self))
+        q8 = quantized(q, self.scale)
+        # Inner product, not cosine: stored vectors and `q` are unit vectors, so the order
+        # is the same up to rounding (which the exact re-score absorbs) for 14% less CPU.
+        found = usearch_search(self.rows, q8, want, MetricKind.IP, exact=True, threads=1)
+        dots = 1.0 - np.asarray(found.distances, np.float64)  # usearch's IP is 1 - dot
+        return self.keys[np.asarray(found.keys, np.int64)], 1.0 - dots * (self.scale / 127) ** 2
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        return np.isin(ids.astype(np.int64), self.keys)
+
+
+def _add_chunk(built: dict[tuple[str, int], Index | _FlatWriter], chunk: Any) -> int:
     groups: dict[tuple[str, int], list[Any]] = {}
     for r in chunk:
         if len(r.vector) == 4 * r.dim:  # a damaged row is skipped, never misread
@@ -257,7 +370,7 @@ def _add_chunk(built: dict[tuple[str, int], Index], chunk: Any) -> int:
 def remove_unlisted(folder: Path, manifest: Manifest | None) -> None:
     """Delete the segment files `manifest` does not name (left by a crash or replaced)."""
     named = {s.file for g in (manifest.generations if manifest else ()) for s in g.segments}
-    for path in folder.glob("seg-*.usearch"):
+    for path in [*folder.glob("seg-*.usearch"), *folder.glob("seg-*.flat")]:
         if path.name not in named:
             path.unlink(missing_ok=True)
     for path in folder.glob(".*.tmp"):

@@ -61,6 +61,24 @@ class TestSimpleOnDisk(_DiskKit):
     name = "simple"
 
 
+class TestLcmOnDiskFlat(_DiskKit):
+    """The kit with every segment written flat (int8 rows, no graph), as the largest are."""
+
+    name = "lcm"
+
+    @pytest.fixture
+    def make_provider(  # type: ignore[override]
+        self, engine: AsyncEngine, make_provider: ProviderFactory
+    ) -> Callable[..., Any]:
+        def made(embedder: Embedder | None) -> Any:
+            provider = make_provider(engine, self.name, embedder, **ON_DISK)
+            if embedder is not None:
+                provider.semantic.index.disk.flat_min = 0
+            return provider
+
+        return made
+
+
 def _session(user_id: int = 71) -> Session:
     return Session(f"disk:{user_id}", user_id=user_id, channel="test")
 
@@ -196,17 +214,30 @@ async def test_scopes_are_apart_and_each_has_its_own_files(
     assert len(_manifests(tmp_path)) == 2
 
 
+@pytest.mark.parametrize("kind", ["graph", "flat"])
 async def test_generations_append_and_merge_like_exact_search(
-    engine: AsyncEngine, make_provider: ProviderFactory, embedder: Embedder, tmp_path: Path
+    engine: AsyncEngine,
+    make_provider: ProviderFactory,
+    embedder: Embedder,
+    tmp_path: Path,
+    kind: str,
 ) -> None:
     """Past `tail_rows` new vectors become a generation of their own, merged with its
-    predecessor when of comparable size; the hits stay those of exact search."""
+    predecessor when of comparable size; the hits stay those of exact search (segments
+    with a graph, or flat ones: int8 rows)."""
     provider = make_provider(engine, "lcm", embedder, **EXACT)
     s = _session()
     await _fill(provider, s, 20)
     await embed_backlog(provider, embedder)
     exact = VectorIndex(engine, embedder.model, revalidate_s=0)
-    disk = DiskIndex(engine, embedder.model, tmp_path / "own", tail_rows=8, revalidate_s=0)
+    disk = DiskIndex(
+        engine,
+        embedder.model,
+        tmp_path / "own",
+        tail_rows=8,
+        revalidate_s=0,
+        flat_min=0 if kind == "flat" else 2**28,
+    )
     queries = [np.asarray(await embedder.embed_query(t)) for t in QUESTIONS]
 
     async def same() -> None:
@@ -234,7 +265,9 @@ async def test_generations_append_and_merge_like_exact_search(
     async with engine.connect() as conn:
         rows = await conn.scalar(sa.text("SELECT count(*) FROM embeddings WHERE dim > 0"))
     assert manifest.rows == rows  # every vector once
-    assert len(list(folder.glob("seg-*.usearch"))) == sum(
+    suffix = "flat" if kind == "flat" else "usearch"
+    assert len(list(folder.glob("seg-*.*"))) == len(list(folder.glob(f"seg-*.{suffix}")))
+    assert len(list(folder.glob(f"seg-*.{suffix}"))) == sum(
         len(g.segments) for g in manifest.generations
     )  # replaced segments deleted
 
@@ -277,14 +310,15 @@ def _clustered(rng: np.random.Generator, n: int, dim: int, centres: np.ndarray) 
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-@pytest.mark.parametrize("walk", ["scan", "graph"])
+@pytest.mark.parametrize("walk", ["scan", "graph", "flat"])
 async def test_the_index_finds_what_exact_search_finds(
     engine: AsyncEngine, tmp_path: Path, walk: str
 ) -> None:
     """The index's 50 nearest are the exact 50 nearest (recall@50 at least 0.99 over the
     queries; bench/vector_scale.py measures it at 100k), in exact order with float32
     cosines, whether the segment is scanned whole (small ones) or its graph walked (the
-    large; forced here with `exact_scan_max=0`). What would fail it, on these vectors: a
+    large; forced here with `exact_scan_max=0`), or the segment written flat, int8 rows
+    and no graph (the largest; forced with `flat_min=0`). What would fail it, on these vectors: a
     walk of 100 (EXPANSION_SEARCH) finds 0.96 of them; a thin graph (4 links, 16 while
     adding) 0.92 even at a walk of 2048; 16 links and a walk of 100, 0.89."""
     n, dim, user = 8000, 192, 91
@@ -295,7 +329,12 @@ async def test_the_index_finds_what_exact_search_finds(
     await store_vectors(engine, "recall-model", items, vectors)
     scan_max = 0 if walk == "graph" else n * dim
     disk = DiskIndex(
-        engine, "recall-model", tmp_path / "own", build_wait_s=None, exact_scan_max=scan_max
+        engine,
+        "recall-model",
+        tmp_path / "own",
+        build_wait_s=None,
+        exact_scan_max=scan_max,
+        flat_min=0 if walk == "flat" else n * dim,
     )
     found = []
     for q in _clustered(np.random.default_rng(35), 20, dim, centres):
@@ -306,5 +345,7 @@ async def test_the_index_finds_what_exact_search_finds(
         found.append(len({int(h.key) for h in hits} & {int(i) for i in exact}) / 50)
     assert disk.builds == 1  # one segment of all 8000: the index, not the exact tail
     assert np.mean(found) >= 0.99, found
-    if walk == "scan":  # bf16 rounding never pushes a nearest row out of 100 candidates
+    if walk != "graph":  # rounding (bf16, int8) never pushes a nearest row out of the candidates
         assert found == [1.0] * len(found)
+    files = {p.suffix for p in (tmp_path / "own").rglob("seg-*")}
+    assert files == ({".flat"} if walk == "flat" else {".usearch"})
