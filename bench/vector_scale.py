@@ -248,9 +248,7 @@ async def measure(
             c, _w, r = await _searches(index, qs, truth, keys, np.random.default_rng(3))
             out["sweep"].append([breadth, float(np.mean(r)), percentile(c, 0.5) * 1000])
             print(json.dumps(out["sweep"][-1]), file=sys.stderr, flush=True)
-        out["index_mb"] = (
-            sum(p.stat().st_size for p in (data / "vectors").rglob("seg-*")) / 2**20
-        )
+        out["index_mb"] = sum(p.stat().st_size for p in (data / "vectors").rglob("seg-*")) / 2**20
     await engine.dispose()
     return out
 
