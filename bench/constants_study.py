@@ -50,7 +50,8 @@ DEPTH = 200  # word hits per question (the largest pool, and the hits past it)
 AT = 10
 
 Hybrid = tuple[float, int, float]  # (semantic weight, pool, floor)
-Choice = tuple[float, Hybrid, str]  # (CONTEXT_WEIGHT, hybrid constants, document text)
+Lexical = tuple[float, float, float]  # (CONTEXT_WEIGHT, K1, B)
+Choice = tuple[Lexical, Hybrid, str]  # (word constants, hybrid constants, document text)
 ALONE = "alone"  # the product's document text: the message alone
 
 
@@ -111,7 +112,7 @@ class Data:
                 self.sims[doc] = [(a + b) / 2 for a, b in zip(alone, paired, strict=True)]
             else:
                 self.cosines(doc)
-        self._words: dict[tuple[str, float], list[list[tuple[int, float]]]] = {}
+        self._words: dict[tuple[str, Lexical], list[list[tuple[int, float]]]] = {}
 
     def cosines(self, doc: str) -> list[np.ndarray]:
         """Each question's cosine with every turn of its conversation embedded as `doc`."""
@@ -132,10 +133,12 @@ class Data:
         self.sims[doc] = out
         return out
 
-    def words(self, db: str, context: float) -> list[list[tuple[int, float]]]:
+    def words(self, db: str, context: Lexical) -> list[list[tuple[int, float]]]:
         if (db, context) not in self._words:
             pos = [{d: i for i, d in enumerate(ids)} for ids in self.turn_ids]
-            lists = hybrid_cache.word_lists(self.convs, DEPTH, db=db, context_weight=context)
+            lists = hybrid_cache.word_lists(
+                self.convs, DEPTH, db=db, context_weight=context[0], bm25=context[1:]
+            )
             self._words[(db, context)] = [
                 [(pos[ci][d], s) for d, s in ranked]
                 for ci, ranked in zip(self.conv_of, lists, strict=True)
@@ -155,27 +158,27 @@ class Study:
     def __init__(
         self,
         data: Data,
-        contexts: list[float],
+        contexts: list[Lexical],
         hybrids: list[Hybrid],
         margin: float = 0.0,
         score_on: str = "all",
     ) -> None:
         self.d, self.margin, self.score_on = data, margin, score_on
         self.product: Choice = (
-            lexical.CONTEXT_WEIGHT,
+            (lexical.CONTEXT_WEIGHT, lexical.K1, lexical.B),
             (SEMANTIC_WEIGHT, HYBRID_POOL, DEFAULT_MIN_SIMILARITY),
             ALONE,
         )
-        self.contexts = sorted({*contexts, lexical.CONTEXT_WEIGHT})
+        self.contexts = sorted({*contexts, self.product[0]})
         self.hybrids = [*hybrids, *([self.product[1]] if self.product[1] not in hybrids else [])]
         self.documents = list(data.sims)
-        self._full: dict[tuple[str, float], np.ndarray] = {}
+        self._full: dict[tuple[str, Lexical], np.ndarray] = {}
         self._hybrid: dict[tuple[str, Choice], np.ndarray] = {}
 
     def choices(self, documents: Sequence[str] | None = None) -> list[Choice]:
         return list(itertools.product(self.contexts, self.hybrids, documents or self.documents))
 
-    def full_text(self, db: str, context: float) -> np.ndarray:
+    def full_text(self, db: str, context: Lexical) -> np.ndarray:
         if (db, context) not in self._full:
             self._full[(db, context)] = self.d.at10(
                 [[k for k, _ in w] for w in self.d.words(db, context)]
@@ -227,8 +230,8 @@ class Study:
 
 
 def described(choice: Choice) -> str:
-    c, h, doc = choice
-    return f"{c:g}; {h[0]:g}, {h[1]}, {h[2]:g}; {doc}"
+    (c, k1, b), h, doc = choice
+    return f"{c:g}, {k1:g}, {b:g}; {h[0]:g}, {h[1]}, {h[2]:g}; {doc}"
 
 
 def report(study: Study) -> str:
@@ -237,7 +240,7 @@ def report(study: Study) -> str:
     product = study.product
     held = {m: {db: np.zeros(len(d.conv_of)) for db in DATABASES} for m in ("full", "hybrid")}
     lines = [
-        "| held out | questions | picked: CONTEXT_WEIGHT; SEMANTIC_WEIGHT, HYBRID_POOL, "
+        "| held out | questions | picked: CONTEXT_WEIGHT, K1, B; SEMANTIC_WEIGHT, HYBRID_POOL, "
         "floor; document | full_text R@10 SQLite / PG | (today's) | hybrid R@10 SQLite / PG "
         "| (today's) |",
         "|---|---:|---|---|---|---|---|",
@@ -343,12 +346,25 @@ def floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",")]
 
 
+def lexicals(contexts: list[float], bm25: str) -> list[Lexical]:
+    """Every CONTEXT_WEIGHT with every "K1:B" pair of `bm25`."""
+    pairs = [tuple(float(x) for x in pair.split(":")) for pair in bm25.split(",")]
+    if any(len(p) != 2 for p in pairs):
+        raise ValueError(f"--bm25 takes K1:B pairs, not {bm25!r}")
+    return [(c, p[0], p[1]) for c in contexts for p in pairs]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", default="0,0.25,0.5,0.75,1")
     parser.add_argument("--weights", default="0.2,0.3,0.4,0.5,0.6")
     parser.add_argument("--pools", default="20,30,50,100")
     parser.add_argument("--floors", default="-1,0.1,0.2,0.3")
+    parser.add_argument(
+        "--bm25",
+        default=f"{lexical.K1:g}:{lexical.B:g}",
+        help="BM25's K1:B pairs, comma-separated (the product's are always among them)",
+    )
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument(
         "--margin",
@@ -395,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown document text(s): {', '.join(sorted(unknown))}")
         study = Study(
             Data(load_locomo(data), args.vectors, documents),
-            floats(args.context),
+            lexicals(floats(args.context), args.bm25),
             hybrids,
             args.margin,
             args.score,

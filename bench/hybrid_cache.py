@@ -94,13 +94,23 @@ def word_lists(
     tag: str = "",
     db: str = "sqlite",
     context_weight: float | None = None,
+    bm25: tuple[float, float] | None = None,
 ) -> list[Ranked]:
     """lcm on `db`: each question's `depth` best turns by `full_text` (cached; `tag`
     names the lexical code's version, so a change of ranking is measured afresh).
     `context_weight`: `memory.search.lexical.CONTEXT_WEIGHT` for this run (None: the
-    product's)."""
+    product's); `bm25`: (K1, B) for this run (None: the product's)."""
     weight = lexical.CONTEXT_WEIGHT if context_weight is None else context_weight
-    parts = ("words", tag, depth, [(c.sample_id, len(c.turns)) for c in convs], weight)
+    k1, b = (lexical.K1, lexical.B) if bm25 is None else bm25
+    parts: tuple[object, ...] = (
+        "words",
+        tag,
+        depth,
+        [(c.sample_id, len(c.turns)) for c in convs],
+        weight,
+    )
+    if (k1, b) != (lexical.K1, lexical.B):  # the product's keep their cache key
+        parts = (*parts, k1, b)
     key = _digest(*parts) if db == "sqlite" else _digest(*parts, db)
     path = CACHE / f"words-{key}.json"
     if path.is_file():
@@ -130,11 +140,12 @@ def word_lists(
                         out.append([(dia[h.source_id], h.score) for h in hits])
         return out
 
-    product, lexical.CONTEXT_WEIGHT = lexical.CONTEXT_WEIGHT, weight
+    product = lexical.CONTEXT_WEIGHT, lexical.K1, lexical.B
+    lexical.CONTEXT_WEIGHT, lexical.K1, lexical.B = weight, k1, b
     try:
         out = asyncio.run(run())
     finally:
-        lexical.CONTEXT_WEIGHT = product
+        lexical.CONTEXT_WEIGHT, lexical.K1, lexical.B = product
     CACHE.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out))
     return out
