@@ -44,9 +44,10 @@ READ_ROWS = 2000  # rows read from the database per batch while building
 # Every segment is flat: an int8 scan of all its rows, the best `limit` + disk.OVERFETCH
 # then re-scored exactly, found all 50 nearest at 100k and at 1M x 1536 (109 ms), where
 # an HNSW graph lost recall as it grew (0.929 at 1M for a walk of 2048) and cost minutes
-# of CPU to build (330 s at 100k x 1536) that searches never repaid: segments small
+# of CPU to build (330-453 s at 100k x 1536) that searches never repaid: segments small
 # enough to keep their recall were scanned whole anyway (bench/HISTORY.md, "Vectors at
 # 1M" and "Every segment flat").
+
 # A segment's largest |component| among its first SCALE_ROWS rows is stored as 127 (a
 # larger one later is clipped). Not a percentile: clipping the rows' largest components
 # (at the 99.99th, as first shipped) put a true top-50 row at int8 rank 133 at 100k x
