@@ -3,7 +3,6 @@ on-disk index (after, memory/search/semantic/disk.py), issue 34.
 
     .venv/bin/python bench/vector_scale.py [--rows 100000] [--dim 1536] [--db sqlite]
         [--queries 100] [--before-queries 5] [--modes before,after] [--data DIR] [--write]
-        [--sweep 768,1536,...] [--scan-max N]
 
 Data: `--rows` unit vectors for one (user, agent) inserted straight into `embeddings`,
 plus 2% as many of other users. Not uniform random (no ANN benchmark should be): a
@@ -22,10 +21,8 @@ ticker's worst lateness) during the searches and during the first one; RSS after
 searches (anonymous and file-backed: the index's mapped pages are file-backed, shared
 by processes and reclaimable) and the peak. The index is built in a worker process
 (memory/search/semantic/disk.py): its CPU and peak RSS are read from /proc and reported
-apart. `--sweep` repeats the searches of the after mode at each given graph breadth
-(`EXPANSION_SEARCH`) on the same index: recall against CPU. `--scan-max` sets the
-largest segment scanned whole (`EXACT_SCAN_MAX`, in vectors x dimensions): 0 walks every
-segment's graph.
+apart. (`--sweep` and `--scan-max`, which varied the HNSW graph's walk, went with the
+graph: every segment is flat now.)
 """
 
 from __future__ import annotations
@@ -196,9 +193,7 @@ def _builder_usage() -> dict[str, float]:
     return out
 
 
-async def measure(
-    mode: str, url: str, data: Path, n_queries: int, sweep: list[int], scan_max: int | None
-) -> dict[str, Any]:
+async def measure(mode: str, url: str, data: Path, n_queries: int) -> dict[str, Any]:
     saved = np.load(data / "truth.npz")
     qs, truth = saved["queries"][:n_queries], saved["truth"][:n_queries]
     engine = create_engine(url)
@@ -208,8 +203,6 @@ async def measure(
         index = VectorIndex(engine, MODEL, index_dir=data / "vectors")
         assert index.disk is not None
         index.disk.build_wait_s = None  # the first search waits for the build, measured
-        if scan_max is not None:
-            index.disk.exact_scan_max = scan_max
     rng = np.random.default_rng(3)
     async with engine.connect() as conn:
         keys = [
@@ -223,7 +216,7 @@ async def measure(
                 )
             ).scalars()
         ]
-    out: dict[str, Any] = {"mode": mode if scan_max is None else f"{mode} (scan max {scan_max})"}
+    out: dict[str, Any] = {"mode": mode}
     with Ticker() as ticker:
         c0, w0 = time.process_time(), time.perf_counter()
         await index.search(USER, AGENT, qs[0], limit=K)
@@ -242,12 +235,6 @@ async def measure(
     )
     if mode == "after":
         out["builder"] = _builder_usage()
-        out["sweep"] = []
-        for breadth in sweep:
-            disk_index.EXPANSION_SEARCH = breadth
-            c, _w, r = await _searches(index, qs, truth, keys, np.random.default_rng(3))
-            out["sweep"].append([breadth, float(np.mean(r)), percentile(c, 0.5) * 1000])
-            print(json.dumps(out["sweep"][-1]), file=sys.stderr, flush=True)
         out["index_mb"] = sum(p.stat().st_size for p in (data / "vectors").rglob("seg-*")) / 2**20
     await engine.dispose()
     return out
@@ -264,8 +251,6 @@ def main() -> int:
     parser.add_argument("--data", default="", help="kept between runs (default: a temp dir)")
     parser.add_argument("--rebuild", action="store_true", help="delete the index first")
     parser.add_argument("--write", action="store_true")
-    parser.add_argument("--sweep", default="", help="graph breadths to try after (768,1536)")
-    parser.add_argument("--scan-max", type=int, default=None, help="EXACT_SCAN_MAX (0: graph)")
     parser.add_argument("--child", default="", help="run one mode here, print its JSON")
     args = parser.parse_args()
     data = Path(args.data or f"/tmp/mnemo-vector-scale-{args.db}-{args.rows}-{args.dim}")
@@ -277,8 +262,7 @@ def main() -> int:
         url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
     if args.child:
         n = args.before_queries if args.child == "before" else args.queries
-        sweep = [int(b) for b in args.sweep.split(",") if b]
-        result = measure(args.child, url, data, n, sweep, args.scan_max)
+        result = measure(args.child, url, data, n)
         print(json.dumps(asyncio.run(result)))
         return 0
     truth = data / "truth.npz"
@@ -324,9 +308,6 @@ def main() -> int:
             f"| {r.get('builder', {}).get('cpu_s', 0):.0f} s "
             f"({r.get('builder', {}).get('peak_mb', 0):.0f} MB) |"
         )
-        if r.get("sweep"):
-            lines += ["", "| expansion | recall@50 | CPU p50 per search |", "|---:|---:|---:|"]
-            lines += [f"| {b} | {rec:.4f} | {c:.1f} ms |" for b, rec, c in r["sweep"]]
     text = "\n".join(lines)
     print(text)
     if args.write:

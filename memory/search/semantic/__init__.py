@@ -5,7 +5,8 @@ background through an OpenAI-compatible `/v1/embeddings` and searched in the pro
 - `store`: the `embeddings` table; `sources`: what is embedded (the `EmbeddingSource`
   protocol and the types it exchanges are in memory/contract/embedding.py).
 - `index.VectorIndex`: cached per-(user, agent) matrices, exact cosine search; large
-  scopes through `disk.DiskIndex`, an on-disk usearch index (`segments`: its files).
+  scopes through `disk.DiskIndex`, an on-disk int8 index scanned by usearch
+  (`segments`: its files).
 - `backlog`: `embed_backlog` (`mnemo memory embed`) and the bot's `EmbeddingWorker`.
 - `search.SemanticSearch`: a query's vector hits, never failing a search.
 

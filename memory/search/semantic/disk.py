@@ -1,33 +1,37 @@
-"""`DiskIndex`: a scope's vectors searched through an on-disk approximate index, so a
-search reads a few hundred vectors instead of loading the whole scope.
+"""`DiskIndex`: a scope's vectors searched through an on-disk index, so a search scans
+a compact copy of the scope's vectors (int8: a quarter of float32) instead of holding the
+whole scope in memory.
 
-Why usearch (2.26, Apache-2.0, wheels for every platform we ship): HNSW in one file that
-is memory-mapped read-only (`Index.restore(view=True)`), so replicas on one data
-directory share the page cache and a process's resident memory is the pages its
-searches touch, reclaimable by the kernel; bf16 storage halves the file. Rejected: sqlite-vec is exact (brute force: at 1M x 1536 it reads 6 GB
-per query) and SQLite-only; hnswlib has no memory-mapped load (each process holds the
-whole index in RAM); faiss-cpu's on-disk IVF needs its own inverted-list files and a
+Why usearch (2.26, Apache-2.0, wheels for every platform we ship): its exact search runs
+SIMD int8 inner products over a matrix we memory-map read-only (segments.FlatView), so
+replicas on one data directory share the page cache and a process's resident memory is
+the pages its searches touch, reclaimable by the kernel; it also reads the HNSW files
+that indexes written before every segment was flat still hold (`Index.restore(view=True)`).
+No graph is built any more: at the sizes it kept its recall it was scanned whole anyway,
+and past them it lost recall (bench/HISTORY.md, "Vectors at 1M", "Every segment flat").
+Rejected: sqlite-vec scans float32 (4x the bytes; at 1M x 1536, 6 GB per query) and is
+SQLite-only; numpy has no int8 matrix product (it widens to int32 first); hnswlib has
+no memory-mapped load; faiss-cpu's on-disk IVF needs its own inverted-list files and a
 training step; LanceDB brings a columnar store of its own beside the database; pgvector
 would keep the index in PostgreSQL, shared by replicas on any host, but needs the server
 extension (not here, not on stock PostgreSQL): a possible later backend, detected by
 nobody today.
 
 The database stays the source of truth; the index is derived from the `embeddings`
-table and holds row ids only (the usearch key is `embeddings.id`):
-- Candidates come from the index (each segment of the asked sources, OVERFETCH more than
-  asked: a segment up to EXACT_SCAN_MAX scanned whole over its bf16 copy, a flat one
-  (past segments.FLAT_MIN: int8 rows and no graph, since the graph's walk lost recall at
-  that size) scanned whole too, by int8 inner product; a graph is walked only when the
-  scan limit is set below a segment's size),
-  then are read back from the database by id *within the scope* (user, agent,
-  model): a row forgotten or erased since is simply not there (and its id is remembered
-  as dead); another scope's row can never match; every score is the exact float32
-  cosine of the stored vector, so fusion and the similarity floor see true cosines.
+table and holds row ids only (`embeddings.id`):
+- Candidates come from the index (each segment of the asked sources scanned whole by
+  int8 inner product, OVERFETCH more than asked; an older index's graph segment scanned
+  whole over its bf16 copy), then are read back from the database by id *within the
+  scope* (user, agent, model): a row forgotten or erased since is simply not there (and
+  its id is remembered as dead); another scope's row can never match; every score is
+  the exact float32 cosine of the stored vector, so fusion and the similarity floor see
+  true cosines.
 - Rows newer than the index (the `tail`) are read incrementally by id, as the exact
   cache does, and searched exactly in memory; past `tail_rows` they become a new
-  generation of segments, written in a thread; generations merge logarithmically, so a
-  scope has O(log n) of them.
-- Rebuilt (in a thread, while the old files keep answering) when missing, unreadable,
+  generation of segments, written in a process; generations merge logarithmically, so a
+  scope has O(log n) of them. A merge or a rebuild reads its rows back from the
+  database, so it writes flat segments even where it replaces graph ones.
+- Rebuilt (in a process, while the old files keep answering) when missing, unreadable,
   or stale: the database's rows below the index's newest id differ from the index's
   count by more than REBUILD_DRIFT (forgetting, a restored database) or the database has
   no row as new as the index's newest.
@@ -36,11 +40,11 @@ table and holds row ids only (the usearch key is `embeddings.id`):
   their next search. Replicas on different hosts each keep their own copy (the directory
   is local; building it is the cost of a new host), with memory bounded the same way.
 
-Building runs in a process of its own (usearch holds the GIL while adding: in a thread
-that stalled the loop for seconds at 100k x 1536), reading the database through a
-blocking connection of its own, so the SQLite statements that run inline on the loop
-(memory/storage/sqlite_inline.py) never carry it; a search's graph walk runs in a
-thread (it too holds the GIL, for its few tens of milliseconds).
+Building runs in a process of its own, reading the database through a blocking
+connection of its own: turning a hundred thousand rows into arrays is seconds of Python
+holding the GIL (and the HNSW build that preceded flat segments held it for minutes),
+and the SQLite statements that run inline on the loop (memory/storage/sqlite_inline.py)
+never carry it; a search's scan runs in a thread.
 """
 
 from __future__ import annotations
@@ -70,16 +74,10 @@ from memory.search.semantic.store import embeddings
 
 log = logging.getLogger(__name__)
 
-OVERFETCH = 50  # candidates beyond `limit`, re-scored exactly from the database
-EXPANSION_SEARCH = 2048  # graph breadth per query; recall@50: bench/HISTORY.md "Vectors at scale"
-# A segment of at most this many components (vectors x dimensions) is scanned whole
-# instead of walked: an exact scan of the mapped bf16 file (usearch's `exact=True`)
-# finds every nearest row, and at 100k x 1536 took 13 ms of CPU where the walk took 26
-# for recall@50 0.995 (bench/HISTORY.md). Past this size (about 175k vectors of 1536,
-# 700k of 384) a segment is written flat (segments.FLAT_MIN: int8, scanned too); its
-# graph, walked only where this is set lower (tests, bench/vector_scale.py --scan-max),
-# lost recall with size (0.929 at 1M x 1536).
-EXACT_SCAN_MAX = 2**28
+# Candidates beyond `limit`, re-scored exactly from the database: enough that the int8
+# order misses none of the nearest (recall@50 1.000 at 1M x 1536 with 100 candidates;
+# fewer rows in a segment only leave fewer to mistake for them: bench/HISTORY.md).
+OVERFETCH = 50
 TAIL_ROWS = 4096  # rows searched exactly in memory before they become a segment
 MERGE_FACTOR = 4  # a generation at most this many times its successor's rows is merged
 REBUILD_DRIFT = 0.05  # rows gone (or missed) past this fraction rebuild the index
@@ -146,13 +144,10 @@ class DiskIndex:
         tail_rows: int = TAIL_ROWS,
         build_wait_s: float | None = BUILD_WAIT_S,
         revalidate_s: float = REVALIDATE_S,
-        exact_scan_max: int = EXACT_SCAN_MAX,
-        flat_min: int = seg.FLAT_MIN,
     ) -> None:
         self.engine, self.model, self.root = engine, model, Path(root)
         self.tail_rows, self.build_wait_s = tail_rows, build_wait_s
-        self.revalidate_s, self.exact_scan_max = revalidate_s, exact_scan_max
-        self.flat_min = flat_min  # segments of more components are written flat
+        self.revalidate_s = revalidate_s
         self._scopes: dict[tuple[int, str], _Scope] = {}
         self.builds = 0  # generations written by this process (tests, the benchmark)
 
@@ -211,7 +206,7 @@ class DiskIndex:
         hits: list[VectorHit] = []
         want = limit + OVERFETCH
         for _ in range(3):  # more candidates when forgotten rows took places
-            ids = await asyncio.to_thread(_candidates, scope, q, sources, want, self.exact_scan_max)
+            ids = await asyncio.to_thread(_candidates, scope, q, sources, want)
             hits, gone = await self._resolve(user_id, agent_id, ids, q)
             scope.dead |= gone
             if not gone or len(hits) >= limit or len(ids) < want:
@@ -352,7 +347,6 @@ class DiskIndex:
                 span_all if span is None else span,
                 span is None,
                 seen,
-                self.flat_min,
             )
         except Exception as exc:
             if isinstance(exc, BrokenProcessPool):  # the builder died (killed, out of memory)
@@ -420,12 +414,10 @@ def _exact(rows: Sequence[Any], q: np.ndarray, *, nearest: bool) -> list[VectorH
     return [VectorHit(good[i].source, good[i].item_key, float(scores[i]), nearest) for i in order]
 
 
-def _candidates(
-    scope: _Scope, q: np.ndarray, sources: set[str] | None, want: int, scan_max: int
-) -> list[int]:
+def _candidates(scope: _Scope, q: np.ndarray, sources: set[str] | None, want: int) -> list[int]:
     """The ids of the `want` nearest rows to `q` among the segments and the tail (by the
-    index's bf16 distance: segments of at most `scan_max` components scanned whole, the
-    others walked), dead ones left out. Runs in a thread."""
+    index's distance: int8, or an older graph segment's bf16), dead ones left out. Runs
+    in a thread."""
     ids: list[np.ndarray] = []
     dists: list[np.ndarray] = []
     fetch = want + min(len(scope.dead), want)  # more dead ones: the caller asks again
@@ -440,9 +432,7 @@ def _candidates(
             continue
         with scope.searching:  # one search per index at a time: usearch's per-thread
             # search context is not ours to share between Python threads
-            view.expansion_search = max(EXPANSION_SEARCH, fetch)  # type: ignore[misc]
-            scan = segment.count * segment.dim <= scan_max
-            found = view.search(q, fetch, exact=scan, threads=1)
+            found = view.search(q, fetch, exact=True, threads=1)  # an older graph, scanned
         ids.append(np.asarray(found.keys, np.int64))
         dists.append(np.asarray(found.distances, np.float32))
     tail = scope.tail.by_dim.get(q.size)
@@ -484,10 +474,10 @@ _pool: ProcessPoolExecutor | None = None
 
 
 def _builder() -> ProcessPoolExecutor:
-    """The process that builds indexes: usearch holds the GIL while it adds vectors
-    (seconds per batch at 1536 dimensions), which in a thread stalled the event loop
-    for as long; in a process of its own it cannot, and what the build holds in memory
-    is that process's. One at a time per process (builds are rare)."""
+    """The process that builds indexes: reading and converting every row holds the GIL
+    (a thread doing it would stall the event loop); in a process of its own it cannot,
+    and what the build holds in memory is that process's. One at a time per process
+    (builds are rare)."""
     global _pool
     if _pool is None:
         _pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
@@ -510,7 +500,6 @@ def _write(
     span: tuple[int, int],
     replace: bool,
     seen: bytes | None,
-    flat_min: int = seg.FLAT_MIN,
 ) -> bool:
     """Under the scope's write lock: build the generation `span` and name it in the
     manifest (all of it when `replace`, else after the current ones, then merge the
@@ -530,16 +519,13 @@ def _write(
             return False
         current = seg.read_manifest(folder)
         if replace or current is None:
-            gens = [seg.build_generation(url, folder, model, user_id, agent_id, *span, flat_min)]
+            gens = [seg.build_generation(url, folder, model, user_id, agent_id, *span)]
         else:
-            new = seg.build_generation(url, folder, model, user_id, agent_id, *span, flat_min)
+            new = seg.build_generation(url, folder, model, user_id, agent_id, *span)
             gens = [*current.generations, new]
             while len(gens) >= 2 and gens[-2].rows <= MERGE_FACTOR * gens[-1].rows:
-                lo, hi = gens[-2].lo, gens[-1].hi
-                merged = seg.build_generation(
-                    url, folder, model, user_id, agent_id, lo, hi, flat_min
-                )
-                gens[-2:] = [merged]
+                lo, hi = gens[-2].lo, gens[-1].hi  # read back from the database: flat
+                gens[-2:] = [seg.build_generation(url, folder, model, user_id, agent_id, lo, hi)]
         manifest = seg.Manifest(model, user_id, agent_id, tuple(gens))
         seg.write_manifest(folder, manifest)
         seg.remove_unlisted(folder, manifest)

@@ -1,13 +1,14 @@
-"""The files of a scope's on-disk vector index (memory/search/semantic/disk.py): usearch
+"""The files of a scope's on-disk vector index (memory/search/semantic/disk.py): its
 segments, the manifest naming them, the writer's lock, and the build, all synchronous:
 callers run them in a thread, never on the event loop.
 
 Layout: `<root>/<user_id>-<digest of (model, user, agent)>/` holds `manifest.json`,
-`write.lock` and the segments: `seg-*.usearch` (GRAPH: a usearch index, bf16) or, past
-FLAT_MIN, `seg-*.flat` (FLAT: the rows as int8, then their ids; no graph). A segment
-holds the vectors of one source and one dimension whose row ids (`embeddings.id`, the
-usearch key) are in its generation's range (lo, hi]; the manifest lists the generations,
-oldest first.
+`write.lock` and the segments, `seg-*.flat` (FLAT: the rows as int8, then their ids),
+scanned whole at search time. A segment holds the vectors of one source and one
+dimension whose row ids (`embeddings.id`) are in its generation's range (lo, hi]; the
+manifest lists the generations, oldest first. Indexes written before every segment was
+flat may still hold `seg-*.usearch` (GRAPH: a usearch HNSW index, bf16 or f16): read and
+scanned whole until a merge or a rebuild rewrites their rows flat; none is written now.
 
 Crash safety: a segment is written under a temporary name, fsynced and renamed; the
 manifest likewise, after its segments. A file is never changed once named, so a reader
@@ -39,16 +40,19 @@ from usearch.index import search as usearch_search
 from memory.search.semantic.store import embeddings
 
 FORMAT = 1
-# HNSW parameters (bench/vector_scale.py measured them on clustered 1536-dimension data):
-# 32 links per node and an expansion of 128 while adding (at 100k x 1536, 16 links needed
-# a walk of 6144 for recall@50 0.995, 32 links one of 1536, at 0.65x the CPU; the build
-# takes 1.9x: 330 s of CPU instead of 175); bf16 storage: half the bytes of
-# float32, the same recall@50 as f16 and float32 (the exact re-rank absorbs the rounding),
-# and half f16's CPU per distance where the CPU computes bf16 dot products (AVX-512 BF16,
-# Arm BF16), so the graph walk and the build cost less. i8 lost 0.09 of recall@50. A file
-# records its own type: segments written as f16 stay readable.
-CONNECTIVITY, EXPANSION_ADD, DTYPE = 32, 128, "bf16"
 READ_ROWS = 2000  # rows read from the database per batch while building
+# Every segment is flat: an int8 scan of all its rows, the best `limit` + disk.OVERFETCH
+# then re-scored exactly, found all 50 nearest at 100k and at 1M x 1536 (109 ms), where
+# an HNSW graph lost recall as it grew (0.929 at 1M for a walk of 2048) and cost minutes
+# of CPU to build (330-453 s at 100k x 1536) that searches never repaid: segments small
+# enough to keep their recall were scanned whole anyway (bench/HISTORY.md, "Vectors at
+# 1M" and "Every segment flat").
+
+# A segment's largest |component| among its first SCALE_ROWS rows is stored as 127 (a
+# larger one later is clipped). Not a percentile: clipping the rows' largest components
+# (at the 99.99th, as first shipped) put a true top-50 row at int8 rank 133 at 100k x
+# 384, where the maximum left the worst at 61 (bench/HISTORY.md, "Every segment flat").
+SCALE_ROWS = 1000
 
 
 @dataclass(frozen=True)
@@ -57,19 +61,12 @@ class Segment:
     source: str
     dim: int
     count: int
-    kind: str = "graph"  # GRAPH (a usearch index) or FLAT (int8 rows, scanned whole)
+    # A manifest written before flat segments existed names no kind: its segments are graphs.
+    kind: str = "graph"  # FLAT (int8 rows) or GRAPH (a usearch index, no longer written)
     scale: float = 0.0  # FLAT: the component value stored as 127
 
 
 GRAPH, FLAT = "graph", "flat"
-# A segment of more components (vectors x dimensions) is written FLAT: no graph. Its walk
-# lost recall as it grew (at 1M x 1536, recall@50 0.929 at a breadth of 2048, 0.988 at
-# 8192 for 159 ms; the build took 5,374 s of CPU), while an int8 scan of every row, the
-# best 100 then re-scored exactly, found all 50 nearest in 109 ms with no build beyond
-# quantizing (bench/HISTORY.md, "Vectors at 1M"). Segments up to it are scanned
-# whole too (disk.EXACT_SCAN_MAX), over their bf16 copy.
-FLAT_MIN = 2**28
-FLAT_CLIP = 99.99  # percentile of |component| stored as 127 (larger ones are clipped)
 
 
 @dataclass(frozen=True)
@@ -162,8 +159,8 @@ def writer_lock(folder: Path) -> Iterator[bool]:
 
 
 def open_segment(folder: Path, seg: Segment) -> Index | FlatView:
-    """A memory-mapped view of `seg`; ValueError when the file is missing, damaged or
-    not what the manifest says."""
+    """A memory-mapped view of `seg` (an older index's GRAPH segment: the usearch index
+    itself); ValueError when the file is missing, damaged or not what the manifest says."""
     path = folder / seg.file
     if seg.kind == FLAT:
         try:
@@ -218,95 +215,100 @@ def held_rows(url: sa.URL, model: str, user_id: int, agent_id: str, upto: int) -
 
 
 def build_generation(
-    url: sa.URL,
-    folder: Path,
-    model: str,
-    user_id: int,
-    agent_id: str,
-    lo: int,
-    hi: int,
-    flat_min: int = FLAT_MIN,
+    url: sa.URL, folder: Path, model: str, user_id: int, agent_id: str, lo: int, hi: int
 ) -> Generation:
     """Build the segments of the scope's rows with id in (lo, hi] from the database and
     write them (not yet named by the manifest). Blocking: run it in a thread."""
     e = embeddings.c
-    where = [
-        e.user_id == user_id,
-        e.agent_id == agent_id,
-        e.model == model,
-        e.dim > 0,
-        e.id > lo,
-        e.id <= hi,
-    ]
-    query = sa.select(e.id, e.source, e.dim, e.vector).where(*where).order_by(e.id)
-    built: dict[tuple[str, int], Index | _FlatWriter] = {}
+    query = (
+        sa.select(e.id, e.source, e.dim, e.vector)
+        .where(
+            e.user_id == user_id,
+            e.agent_id == agent_id,
+            e.model == model,
+            e.dim > 0,
+            e.id > lo,
+            e.id <= hi,
+        )
+        .order_by(e.id)
+    )
+    built: dict[tuple[str, int], _FlatWriter] = {}
     rows = 0
     engine = sa.create_engine(url, poolclass=sa.NullPool)
     try:
         with engine.connect() as conn:
-            sizes = conn.execute(
-                sa.select(e.source, e.dim, sa.func.count()).where(*where).group_by(e.source, e.dim)
-            ).all()
-            for source, dim, count in sizes:
-                if int(count) * int(dim) > flat_min:
-                    name = f"seg-{lo}-{hi}-{uuid.uuid4().hex[:12]}.flat"
-                    built[(source, int(dim))] = _FlatWriter(folder, name, int(dim))
             result = conn.execution_options(stream_results=True, yield_per=READ_ROWS).execute(query)
             for chunk in result.partitions():
-                rows += _add_chunk(built, chunk)
+                rows += _add_chunk(folder, f"seg-{lo}-{hi}", built, chunk)
+        segments = [built[key].finish() for key in sorted(built)]
     except BaseException:
         for writer in built.values():
-            if isinstance(writer, _FlatWriter):
-                writer.abandon()
+            writer.abandon()
         raise
     finally:
         engine.dispose()
-    segments = []
-    for (source, dim), index in sorted(built.items()):
-        if isinstance(index, _FlatWriter):
-            if index.count:
-                segments.append(index.finish(source))
-            else:
-                index.abandon()
-            continue
-        name = f"seg-{lo}-{hi}-{uuid.uuid4().hex[:12]}.usearch"
-        tmp = folder / f".{name}.tmp"
-        index.save(str(tmp))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, folder / name)
-        segments.append(Segment(name, source, dim, len(index)))
     _fsync_dir(folder)
     return Generation(lo, hi, rows, tuple(segments))
+
+
+def _add_chunk(
+    folder: Path, prefix: str, built: dict[tuple[str, int], _FlatWriter], chunk: Any
+) -> int:
+    groups: dict[tuple[str, int], list[Any]] = {}
+    for r in chunk:
+        if len(r.vector) == 4 * r.dim:  # a damaged row is skipped, never misread
+            groups.setdefault((r.source, r.dim), []).append(r)
+    for (source, dim), group in groups.items():
+        writer = built.get((source, dim))
+        if writer is None:
+            name = f"{prefix}-{uuid.uuid4().hex[:12]}.flat"
+            writer = built[(source, dim)] = _FlatWriter(folder, name, source, dim)
+        vectors = np.frombuffer(b"".join(r.vector for r in group), np.float32).reshape(-1, dim)
+        writer.add(np.fromiter((r.id for r in group), np.int64, len(group)), vectors)
+    return sum(len(g) for g in groups.values())
 
 
 class _FlatWriter:
     """A FLAT segment being written: int8 rows appended to a temporary file as they are
     read, then the rows' ids; named once complete (`finish`)."""
 
-    def __init__(self, folder: Path, name: str, dim: int) -> None:
-        self.folder, self.name, self.dim = folder, name, dim
+    def __init__(self, folder: Path, name: str, source: str, dim: int) -> None:
+        self.folder, self.name, self.source, self.dim = folder, name, source, dim
         self.tmp = folder / f".{name}.tmp"
         self.file = open(self.tmp, "wb")  # noqa: SIM115 (closed by finish or abandon)
         self.ids: list[np.ndarray] = []
+        self.waiting: list[np.ndarray] = []  # rows read before the scale is known
         self.count = 0
         self.scale = 0.0
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        if not self.scale:  # from the first rows read: components of one model look alike
-            clip = float(np.percentile(np.abs(vectors), FLAT_CLIP))
-            self.scale = clip if clip > 0 else 1.0
-        self.file.write(quantized(vectors, self.scale).tobytes())
-        self.ids.append(ids.astype(np.int64))
+        self.ids.append(ids)
         self.count += len(ids)
+        if self.scale:
+            self.file.write(quantized(vectors, self.scale).tobytes())
+            return
+        # The scale from the first SCALE_ROWS rows (components of one model look alike),
+        # not from the first batch: a source's first batch may hold a single row.
+        self.waiting.append(vectors)
+        if self.count >= SCALE_ROWS:
+            self._flush()
 
-    def finish(self, source: str) -> Segment:
+    def _flush(self) -> None:
+        waiting = np.concatenate(self.waiting)
+        largest = float(np.abs(waiting).max())
+        self.scale = largest if largest > 0 else 1.0
+        self.file.write(quantized(waiting, self.scale).tobytes())
+        self.waiting = []
+
+    def finish(self) -> Segment:
+        if not self.scale:
+            self._flush()
         self.file.write(np.concatenate(self.ids).tobytes())
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
         os.replace(self.tmp, self.folder / self.name)
-        return Segment(self.name, source, self.dim, self.count, FLAT, self.scale)
+        return Segment(self.name, self.source, self.dim, self.count, FLAT, self.scale)
 
     def abandon(self) -> None:
         self.file.close()
@@ -351,26 +353,6 @@ class FlatView:
         wanted = ids.astype(np.int64)
         at = np.minimum(np.searchsorted(self.keys, wanted), len(self.keys) - 1)
         return np.asarray(self.keys[at] == wanted)
-
-
-def _add_chunk(built: dict[tuple[str, int], Index | _FlatWriter], chunk: Any) -> int:
-    groups: dict[tuple[str, int], list[Any]] = {}
-    for r in chunk:
-        if len(r.vector) == 4 * r.dim:  # a damaged row is skipped, never misread
-            groups.setdefault((r.source, r.dim), []).append(r)
-    for (source, dim), group in groups.items():
-        index = built.get((source, dim))
-        if index is None:
-            index = built[(source, dim)] = Index(
-                ndim=dim,
-                metric="cos",
-                dtype=DTYPE,
-                connectivity=CONNECTIVITY,
-                expansion_add=EXPANSION_ADD,
-            )
-        vectors = np.frombuffer(b"".join(r.vector for r in group), np.float32).reshape(-1, dim)
-        index.add(np.fromiter((r.id for r in group), np.uint64, len(group)), vectors)
-    return sum(len(g) for g in groups.values())
 
 
 def remove_unlisted(folder: Path, manifest: Manifest | None) -> None:
