@@ -9,12 +9,13 @@ vector is made of, by leaving one conversation out": leave-one-out hybrid R@10 0
 over both sources and gives each message the mean of its two cosines (its own alone
 when it has no pair: the last message of a conversation, a pair not embedded yet).
 
-Numpy-free: forgetting imports the names.
+`asked`: the items whose similarity a vector search adds to its nearest (the exact
+index and the on-disk one alike). Numpy-free: forgetting imports the names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from memory.contract.embedding import VectorHit
 
@@ -54,3 +55,20 @@ def merged(hits: list[VectorHit], unpaired: Collection[str] = ()) -> list[Vector
         score = sum(h.score for h in both) / len(both)
         out.append(VectorHit(MESSAGE, key, score, nearest=any(h.nearest for h in both)))
     return out
+
+
+def asked(
+    hits: list[VectorHit],
+    also: Collection[tuple[str, str]],
+    sources: set[str] | None,
+    partners: Mapping[str, str] | None,
+) -> list[tuple[str, str]]:
+    """The items whose similarity a search adds to its nearest `hits` (each once, none
+    of `hits`): `also`'s, then each hit's partner, of `sources` only when given."""
+    found = {(h.source, h.key) for h in hits}
+    partners = partners or {}
+    partnered = [(partners[h.source], h.key) for h in hits if h.source in partners]
+    wanted = dict.fromkeys(
+        i for i in (*also, *partnered) if i not in found and (sources is None or i[0] in sources)
+    )
+    return list(wanted)

@@ -65,8 +65,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from usearch.index import Index
 
 from memory.contract.embedding import VectorHit
+from memory.search.pairs import asked
 from memory.search.semantic import segments as seg
-from memory.search.semantic.index import asked
 from memory.search.semantic.store import embeddings
 
 log = logging.getLogger(__name__)

@@ -41,6 +41,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.contract.embedding import DEFAULT_CACHE_BYTES, DEFAULT_DISK_MIN_ROWS, VectorHit
+from memory.search.pairs import asked
 from memory.search.semantic.store import embeddings
 
 if TYPE_CHECKING:
@@ -331,23 +332,6 @@ class VectorIndex:
             )
         scope.rows += sum(len(g) for g in by_dim.values())
         scope.max_id = max(scope.max_id, max(r.id for r in rows))
-
-
-def asked(
-    hits: list[VectorHit],
-    also: Collection[tuple[str, str]],
-    sources: set[str] | None,
-    partners: Mapping[str, str] | None,
-) -> list[tuple[str, str]]:
-    """The items whose similarity a search adds to its nearest `hits` (each once, none
-    of `hits`): `also`'s, then each hit's partner, of `sources` only when given."""
-    found = {(h.source, h.key) for h in hits}
-    partners = partners or {}
-    partnered = [(partners[h.source], h.key) for h in hits if h.source in partners]
-    wanted = dict.fromkeys(
-        i for i in (*also, *partnered) if i not in found and (sources is None or i[0] in sources)
-    )
-    return list(wanted)
 
 
 def _scored(
