@@ -11,7 +11,9 @@ archives, an `ExtraSource`). `Recall` decides what a query means and merges the 
   (memory/search/fusion.py): the best HYBRID_POOL of each, so a hit found by meaning alone,
   sharing no word with the query, can rank (if its cosine reaches the model's
   `min_similarity`: a far neighbour is no match); without embeddings it is `full_text`,
-  and an item not embedded yet is still found by its words.
+  and an item not embedded yet is still found by its words. A message's meaning is the
+  mean of its two vectors' cosines, alone and with the next message, when
+  `embeddings.with_next` is on (memory/search/pairs.py).
 - `substring`: the text literally, case-insensitive, newest first.
 
 Scope: the memory belongs to the user (the group, in a group), so it is every
