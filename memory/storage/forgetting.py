@@ -271,6 +271,7 @@ async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int
         return 0
     await forget_evidence(conn, ids)
     deleted: list[tuple[int, str, str]] = []  # (seq, role, content)
+    quoting: set[str] = set()  # the messages whose pair vector quotes one of `ids`
     for chunk in chunks(ids):
         rows = await conn.execute(
             sa.select(messages.c.seq, messages.c.role, messages.c.content).where(
@@ -278,13 +279,17 @@ async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int
             )
         )
         deleted += [(r.seq, r.role, r.content) for r in rows]
-        await _delete_message_vectors(conn, conv_id, chunk)
+        quoting |= await _quoting(conn, conv_id, chunk)
         await conn.execute(parts.delete().where(parts.c.message_id.in_(chunk)))
         # (the foreign key cascades too; explicit, as for parts, whatever the engine's pragmas)
         await conn.execute(origins.delete().where(origins.c.message_id.in_(chunk)))
         await conn.execute(
             messages.delete().where(messages.c.conversation_id == conv_id, messages.c.id.in_(chunk))
         )
+    # The vectors after every message row: an embedding pass storing one checks its
+    # messages under a share lock (memory/search/semantic/store.py), so it either waited
+    # for this transaction and finds them gone, or committed first and its row is seen here.
+    await _delete_message_vectors(conn, ids, quoting - {str(i) for i in ids})
     for hook in _forget_hooks.values():  # rows citing the messages (follow-ups)
         await hook(conn, ids)
     await _reindex_followers(conn, conv_id, sorted(s for s, _, _ in deleted))
@@ -292,28 +297,33 @@ async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int
     return len(deleted)
 
 
-async def _delete_message_vectors(conn: AsyncConnection, conv_id: int, ids: Sequence[int]) -> None:
-    """Both vectors of messages `ids` (still stored), and the pair vector of the message
-    said before each (it quotes it): no vector keeps forgotten text."""
-    quoting = (
-        await conn.execute(
-            sa.select(said_before(messages)).where(
-                messages.c.conversation_id == conv_id, messages.c.id.in_(ids), said(messages)
-            )
-        )
-    ).scalars()
-    forgotten = set(ids)
-    before = {str(i) for i in quoting if i is not None and i not in forgotten}
-    await conn.execute(
-        embeddings.delete().where(
-            embeddings.c.source.in_(MESSAGE_SOURCES),
-            embeddings.c.item_key.in_([str(i) for i in ids]),
+async def _quoting(conn: AsyncConnection, conv_id: int, ids: Sequence[int]) -> set[str]:
+    """The messages said just before each of `ids` (still stored) that is said: the first
+    of a pair vector (`message_next`) quoting it."""
+    rows = await conn.execute(
+        sa.select(said_before(messages)).where(
+            messages.c.conversation_id == conv_id, messages.c.id.in_(ids), said(messages)
         )
     )
-    if before:
+    return {str(i) for i in rows.scalars() if i is not None}
+
+
+async def _delete_message_vectors(
+    conn: AsyncConnection, ids: Sequence[int], quoting: Iterable[str]
+) -> None:
+    """Both vectors of messages `ids`, and the pair vectors of `quoting`: no vector keeps
+    forgotten text."""
+    for chunk in chunks(ids):
         await conn.execute(
             embeddings.delete().where(
-                embeddings.c.source == MESSAGE_NEXT, embeddings.c.item_key.in_(sorted(before))
+                embeddings.c.source.in_(MESSAGE_SOURCES),
+                embeddings.c.item_key.in_([str(i) for i in chunk]),
+            )
+        )
+    for keys in chunks(sorted(quoting)):
+        await conn.execute(
+            embeddings.delete().where(
+                embeddings.c.source == MESSAGE_NEXT, embeddings.c.item_key.in_(keys)
             )
         )
 
@@ -476,11 +486,6 @@ async def erase_history(conn: AsyncConnection, owner: Owner, conv_ids: Sequence[
     """Delete `owner`'s conversations `conv_ids` (a provider deleted its own rows of them
     first) with their messages, parts, origins and every vector of the owner. Returns the number
     of messages deleted."""
-    await conn.execute(
-        embeddings.delete().where(
-            embeddings.c.user_id == owner.user_id, embeddings.c.agent_id == owner.agent_id
-        )
-    )
     count = 0
     for chunk in chunks(list(conv_ids)):
         count += int(
@@ -494,6 +499,13 @@ async def erase_history(conn: AsyncConnection, owner: Owner, conv_ids: Sequence[
         await conn.execute(origins.delete().where(origins.c.message_id.in_(in_convs)))
         await conn.execute(messages.delete().where(messages.c.conversation_id.in_(chunk)))
         await conn.execute(conversations.delete().where(conversations.c.id.in_(chunk)))
+    # After the messages, as in `delete_messages`: a vector an embedding pass stores now
+    # either waited for this transaction (its messages gone, it stores none) or is seen.
+    await conn.execute(
+        embeddings.delete().where(
+            embeddings.c.user_id == owner.user_id, embeddings.c.agent_id == owner.agent_id
+        )
+    )
     return count
 
 

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.contract.types import Message, SearchMode, SearchQuery, Session, ToolCall
-from memory.search.semantic.backlog import EmbeddingWorker, embed_backlog
+from memory.search.semantic.backlog import EmbeddingWorker, embed_backlog, embed_items, sources_of
 from memory.search.semantic.client import Embedder
 from memory.search.semantic.store import embeddings
 from memory.storage import forgetting as fg
@@ -195,6 +195,34 @@ async def test_forgetting_a_message_drops_the_pair_that_quotes_it(
     await fg.forget(provider, owner, [ids["ok"]])
     assert str(ids["puppy name"]) not in await _keys(engine, "message_next")
     assert await embed_backlog(provider, embedder) == 0
+
+
+@PROVIDERS
+async def test_a_pass_that_read_the_text_before_a_forget_stores_none_of_it(
+    engine: AsyncEngine,
+    embedder: Embedder,
+    make_provider: ProviderFactory,
+    name: str,
+) -> None:
+    """An embedding pass reads the pending texts, a forget commits, then the pass stores:
+    the vectors of what was forgotten, and the pair quoting it, are not stored."""
+    provider = make_provider(engine, name, embedder)
+    await _puppy(provider)
+    read = [
+        item
+        for source in sources_of(provider)
+        for item in (await source.pending(embedder.model, limit=100, after=0)).items
+    ]
+    assert "puppy name\nBiscuit" in [i.text for i in read]
+    ids = await _ids(engine)
+    await fg.forget(provider, fg.Owner(ME.user_id, ME.agent_id), [ids["Biscuit"]])
+    await embed_items(engine, embedder, read)
+    assert str(ids["Biscuit"]) not in await _keys(engine, "message")
+    pairs = await _keys(engine, "message_next")
+    assert str(ids["puppy name"]) not in pairs and str(ids["Biscuit"]) not in pairs
+    assert str(ids["bring an umbrella"]) in pairs  # the others are stored
+    await embed_backlog(provider, embedder)  # and the message pairs with its new next one
+    assert str(ids["puppy name"]) in await _keys(engine, "message_next")
 
 
 @PROVIDERS
