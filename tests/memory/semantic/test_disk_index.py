@@ -330,7 +330,8 @@ async def test_the_index_finds_what_exact_search_finds(
     rng = np.random.default_rng(34)
     centres = rng.standard_normal((100, dim), dtype=np.float32)
     vectors = _clustered(rng, n, dim, centres)
-    items = [Item("message", str(i), user, "default", "", i) for i in range(n)]
+    # Summaries: a message's vector is stored only while the message exists.
+    items = [Item("summary", str(i), user, "default", "", i) for i in range(n)]
     await store_vectors(engine, "recall-model", items, vectors)
     scan_max = 0 if walk == "graph" else n * dim
     disk = DiskIndex(
