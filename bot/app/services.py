@@ -211,6 +211,7 @@ async def build_services(
             embedder=embedder,
             vector_cache_bytes=settings.embeddings.cache_mb * 1024 * 1024,
             vector_disk_min_rows=settings.embeddings.disk_min_vectors,
+            embeddings_with_next=settings.embeddings.with_next,
             max_facts=settings.memory.max_facts,
         )
         provider = await create_provider_async(settings.memory.provider, ctx)

@@ -104,6 +104,7 @@ async def open_memory(
             data_dir=Path(settings.data_dir),
             config=settings.provider_config(),
             max_facts=settings.memory.max_facts,
+            embeddings_with_next=settings.embeddings.with_next,
         )
         provider = await create_provider_async(settings.memory.provider, ctx)
         try:

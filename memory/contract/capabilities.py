@@ -108,6 +108,9 @@ class ProviderContext:
     # Scopes of this many vectors are searched through an on-disk index under
     # `data_dir`/vectors (0: none is; memory/search/semantic/disk.py).
     vector_disk_min_rows: int = DEFAULT_DISK_MIN_ROWS
+    # Each message embedded with the next one too (`embeddings.with_next`;
+    # memory/search/pairs.py says why).
+    embeddings_with_next: bool = True
     # The cap on current facts per (user, agent): `memory.max_facts` (memory/contract/facts.py).
     max_facts: int = DEFAULT_MAX_FACTS
 

@@ -20,7 +20,9 @@ recall@10 (also when the weight is picked on some conversations and scored on ot
 z-scores, similarity anchored at the scope's mean, or larger pools did not beat min-max.
 Words weigh more because they are the stronger signal with that model. With every word
 hit carrying its meaning, meaning's best weight rose from 0.3 to 0.4 on both databases;
-0.3 to 0.5 measure within 0.01 of it.
+0.3 to 0.5 measure within 0.01 of it. With a message's meaning the mean of two vectors
+(alone and with the next message, memory/search/pairs.py) it rose to 0.5: a steadier
+meaning score earns a larger share.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ from typing import Generic, TypeVar
 # no other value beat 0.4 by 0.005, the noise of ~600 questions; taking the best there
 # anyway lost 0.004-0.011 recall@10 on the fifth.
 SEMANTIC_WEIGHT = 0.4
+# The same when messages have their second vector, with the next message (`embeddings.
+# with_next`, memory/search/pairs.py): picked with that text by leaving one conversation
+# out (bench/HISTORY.md, "What each message's vector is made of"), 0.5 in every fold of
+# every grid (weights 0.4-0.5 and 0.3-0.6): hybrid R@10 0.747 / 0.743 (SQLite /
+# PostgreSQL) against 0.735 / 0.735 with the message alone at 0.4; the pairs at 0.4
+# gained only +0.007 / +0.003 of that.
+SEMANTIC_WEIGHT_WITH_NEXT = 0.5
 WORDS, MEANING = "words", "meaning"
 
 

@@ -11,7 +11,9 @@ archives, an `ExtraSource`). `Recall` decides what a query means and merges the 
   (memory/search/fusion.py): the best HYBRID_POOL of each, so a hit found by meaning alone,
   sharing no word with the query, can rank (if its cosine reaches the model's
   `min_similarity`: a far neighbour is no match); without embeddings it is `full_text`,
-  and an item not embedded yet is still found by its words.
+  and an item not embedded yet is still found by its words. A message's meaning is the
+  mean of its two vectors' cosines, alone and with the next message, when
+  `embeddings.with_next` is on (memory/search/pairs.py).
 - `substring`: the text literally, case-insensitive, newest first.
 
 Scope: the memory belongs to the user (the group, in a group), so it is every
@@ -37,8 +39,8 @@ from memory.contract.capabilities import ExtraSource as ExtraSource
 from memory.contract.embedding import VectorHit
 from memory.contract.errors import InvalidArgument
 from memory.contract.types import SearchMode, SearchQuery, SearchResult, SearchScope, Session
-from memory.search import MAX_LIMIT, labels, lexical, turn, window
-from memory.search.fusion import fuse
+from memory.search import MAX_LIMIT, labels, lexical, pairs, turn, window
+from memory.search.fusion import SEMANTIC_WEIGHT, SEMANTIC_WEIGHT_WITH_NEXT, fuse
 from memory.search.lexical import TextIndex
 from memory.search.text import clean_query, ranked_terms
 from memory.storage.history import conversations
@@ -58,7 +60,7 @@ HYBRID_POOL = 50
 # Semantic sources a scope searches (None: all).
 _VECTOR_SOURCES: dict[SearchScope, set[str] | None] = {
     SearchScope.BOTH: None,
-    SearchScope.MESSAGES: {"message"},
+    SearchScope.MESSAGES: {pairs.MESSAGE},
     SearchScope.SUMMARIES: {"summary", "archive"},
 }
 # Longer text is cut to its head: a pasted page is no query, and SQLite refuses LIKE
@@ -177,24 +179,41 @@ class Recall:
         to the question's `vector` in meaning (memory/search/fusion.py), then the rest of
         `lexical_hits` in their order; the messages `skip` (the turn in progress,
         memory/search/turn.py) and items outside `dates` are no item (the nearest are
-        asked from a deeper pool then, and cut to HYBRID_POOL once out of it)."""
+        asked from a deeper pool then, and cut to HYBRID_POOL once out of it).
+
+        With `SemanticSearch.pairs`, a message's meaning is the mean of its two vectors'
+        cosines (memory/search/pairs.py): the nearest are asked over both, twice as many,
+        each message found scored by both, and meaning weighs SEMANTIC_WEIGHT_WITH_NEXT."""
         if vector is None or self.semantic is None:
             return lexical_hits  # the question has no vector: the words' ranking stands
         pool, after = lexical_hits[:HYBRID_POOL], lexical_hits[HYBRID_POOL:]
         words = {_key(r): r for r in pool}
         nearest_pool = HYBRID_POOL * window.DEEPER if dates else HYBRID_POOL
+        sources = _VECTOR_SOURCES[scope]
+        paired = self.semantic.pairs and (sources is None or pairs.MESSAGE in sources)
+        # Every word hit weighed by its meaning too (memory/search/fusion.py). simple's notes
+        # are embedded under a key of their content, not their name: they have meaning
+        # only when among the nearest.
+        also = list(words)
+        if paired:
+            if sources is not None:
+                sources = sources | {pairs.MESSAGE_NEXT}
+            also += [(pairs.MESSAGE_NEXT, k) for s, k in words if s == pairs.MESSAGE]
         vector_hits = await self.semantic.index.search(
             session.user_id,
             session.agent_id,
             vector,
-            sources=_VECTOR_SOURCES[scope],
-            limit=nearest_pool + len(skip),
-            # Every word hit weighed by its meaning too (memory/search/fusion.py). simple's notes
-            # are embedded under a key of their content, not their name: they have meaning
-            # only when among the nearest.
-            also=list(words),
+            sources=sources,
+            limit=(nearest_pool + len(skip)) * (2 if paired else 1),
+            also=also,
+            partners=pairs.PARTNERS if paired else None,
         )
         vector_hits = [h for h in vector_hits if not turn.held(h.source, h.key, skip)]
+        if paired:
+            unpaired = await self._quoting(session) if skip else frozenset()
+            vector_hits = pairs.merged(vector_hits, unpaired)
+        else:  # pairs embedded before `with_next` was turned off are not searched
+            vector_hits = [h for h in vector_hits if h.source != pairs.MESSAGE_NEXT]
         # The turn's own items out, the pool stays HYBRID_POOL (a page's head, whatever the turn).
         nearest = sorted((h for h in vector_hits if h.nearest), key=lambda h: -h.score)[
             :nearest_pool
@@ -214,6 +233,7 @@ class Recall:
         for item in fuse(
             [(_key(r), r.score) for r in pool],
             [(_key(r), r.score) for r in meaning],
+            SEMANTIC_WEIGHT_WITH_NEXT if paired else SEMANTIC_WEIGHT,
             similarity={**similarity, **far},
         ):
             result = found[item.key]
@@ -226,6 +246,11 @@ class Recall:
                 result.score = 0.0
                 out.append(result)
         return out
+
+    async def _quoting(self, session: Session) -> frozenset[str]:
+        """The message whose pair quotes the turn in progress (memory/search/turn.py)."""
+        async with self.engine.connect() as conn:
+            return await turn.quoting(conn, session)
 
     async def _resolve_vectors(
         self,

@@ -6,6 +6,10 @@ word of the question. So a `SearchQuery` with `in_turn` leaves out the session's
 user message and everything stored after it in that conversation (nothing, usually:
 the turn's tool calls and answer are stored when it ends). Each source is asked for that
 many more hits, so leaving them out never shortens the list.
+
+The message before the turn has a second vector made with the next message
+(memory/search/pairs.py), which is the question itself: that one vector does not count
+(`quoting`), or meaning would find the question again through it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from memory.contract.types import SearchResult, Session
 
-MESSAGE = "message"  # SearchResult.source_type of a message (memory/search/lexical.py)
+# A message's SearchResult.source_type (memory/search/lexical.py) is its vector's source.
+from memory.search.pairs import PARTNERS
 
 _IN_PROGRESS = sa.text(
     "SELECT m.id FROM messages m JOIN conversations c ON c.id = m.conversation_id "
@@ -25,6 +30,14 @@ _IN_PROGRESS = sa.text(
     "SELECT u.seq FROM messages u WHERE u.conversation_id = c.id AND u.role = 'user' "
     "ORDER BY u.seq DESC LIMIT 1)"
 )
+# The user or assistant message with text just before the turn's user message (the first
+# of the pair that quotes it: memory/search/semantic/sources.py MessageNextSource).
+_QUOTING = sa.text(
+    "SELECT p.id FROM messages p JOIN conversations c ON c.id = p.conversation_id "
+    "WHERE c.session_id = :sid AND p.role IN ('user', 'assistant') AND p.content != '' "
+    "AND p.seq < (SELECT u.seq FROM messages u WHERE u.conversation_id = c.id "
+    "AND u.role = 'user' ORDER BY u.seq DESC LIMIT 1) ORDER BY p.seq DESC LIMIT 1"
+)
 
 
 async def in_progress(conn: AsyncConnection, session: Session) -> frozenset[str]:
@@ -33,9 +46,17 @@ async def in_progress(conn: AsyncConnection, session: Session) -> frozenset[str]
     return frozenset(str(i) for i in rows.scalars())
 
 
+async def quoting(conn: AsyncConnection, session: Session) -> frozenset[str]:
+    """The public id of the message whose pair quotes `session`'s turn in progress (none
+    when the turn opens its conversation)."""
+    found = await conn.scalar(_QUOTING, {"sid": session.id})
+    return frozenset() if found is None else frozenset({str(found)})
+
+
 def held(source: str, key: str, turn: frozenset[str]) -> bool:
-    """Whether the item `key` of `source` is one of `turn`'s messages."""
-    return source == MESSAGE and key in turn
+    """Whether the item `key` of `source` (a result's, or a vector's) is one of `turn`'s
+    messages."""
+    return source in PARTNERS and key in turn
 
 
 def without(results: list[SearchResult], turn: frozenset[str]) -> list[SearchResult]:

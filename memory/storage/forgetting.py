@@ -17,6 +17,9 @@ Decisions (docs/CHAT.md "Forgetting" and docs/OPERATIONS.md say them to people):
   result it got.
 - The message after a forgotten one carries the forgotten text's end as its search
   context (core revision 0004): its index entry is rebuilt in the same transaction.
+- The message before a forgotten one has a vector of the two together (source
+  `message_next`, memory/search/pairs.py): it is deleted in the same transaction, and the
+  message pairs with its new next one when the embedding backlog finds it.
 - A conversation titled by a forgotten message is retitled from what remains.
 - The changelog gets one content-free row per forget (scope `forget`): how many
   messages, when, by whom; never what.
@@ -45,10 +48,20 @@ from memory.contract.types import ErasureReport as ErasureReport
 from memory.contract.types import ForgetReport as ForgetReport
 from memory.contract.types import Owner as Owner
 from memory.facts.forgetting import forget_evidence, resting_on, retracted_by
+from memory.search.pairs import MESSAGE_NEXT, PARTNERS
 from memory.search.text import like_pattern
 from memory.storage import snapshots
 from memory.storage.db import lock_for_transaction, write_transaction
-from memory.storage.history import TITLE_CHARS, PartKind, conversations, messages, origins, parts
+from memory.storage.history import (
+    TITLE_CHARS,
+    PartKind,
+    conversations,
+    messages,
+    origins,
+    parts,
+    said,
+    said_before,
+)
 from memory.text.sanitize import storable
 
 log = logging.getLogger(__name__)
@@ -65,7 +78,8 @@ embeddings = sa.table(
 
 FORGET_SCOPE = "forget"
 ERASURE_SCOPE = "erasure"
-MESSAGE_SOURCE = "message"  # memory/search/semantic/sources.py MessagesSource.name
+# A message's vectors: alone, and with the next message (memory/search/pairs.py).
+MESSAGE_SOURCES = tuple(PARTNERS)
 PREVIEW_WORDS = 8
 MAX_SELECTED = 10_000  # one forget by text; more is an erasure, or a retention run
 _IN_CHUNK = 500  # ids per IN (...) list, far below every database's parameter limit
@@ -257,6 +271,7 @@ async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int
         return 0
     await forget_evidence(conn, ids)
     deleted: list[tuple[int, str, str]] = []  # (seq, role, content)
+    quoting: set[str] = set()  # the messages whose pair vector quotes one of `ids`
     for chunk in chunks(ids):
         rows = await conn.execute(
             sa.select(messages.c.seq, messages.c.role, messages.c.content).where(
@@ -264,23 +279,53 @@ async def delete_messages(conn: AsyncConnection, conv_id: int, ids: Sequence[int
             )
         )
         deleted += [(r.seq, r.role, r.content) for r in rows]
-        await conn.execute(
-            embeddings.delete().where(
-                embeddings.c.source == MESSAGE_SOURCE,
-                embeddings.c.item_key.in_([str(i) for i in chunk]),
-            )
-        )
+        quoting |= await _quoting(conn, conv_id, chunk)
         await conn.execute(parts.delete().where(parts.c.message_id.in_(chunk)))
         # (the foreign key cascades too; explicit, as for parts, whatever the engine's pragmas)
         await conn.execute(origins.delete().where(origins.c.message_id.in_(chunk)))
         await conn.execute(
             messages.delete().where(messages.c.conversation_id == conv_id, messages.c.id.in_(chunk))
         )
+    # The vectors after every message row: an embedding pass storing one checks its
+    # messages under a share lock (memory/search/semantic/store.py), so it either waited
+    # for this transaction and finds them gone, or committed first and its row is seen here.
+    await _delete_message_vectors(conn, ids, quoting - {str(i) for i in ids})
     for hook in _forget_hooks.values():  # rows citing the messages (follow-ups)
         await hook(conn, ids)
     await _reindex_followers(conn, conv_id, sorted(s for s, _, _ in deleted))
     await _retitle(conn, conv_id, [c for _, role, c in deleted if role == "user"])
     return len(deleted)
+
+
+async def _quoting(conn: AsyncConnection, conv_id: int, ids: Sequence[int]) -> set[str]:
+    """The messages said just before each of `ids` (still stored) that is said: the first
+    of a pair vector (`message_next`) quoting it."""
+    rows = await conn.execute(
+        sa.select(said_before(messages)).where(
+            messages.c.conversation_id == conv_id, messages.c.id.in_(ids), said(messages)
+        )
+    )
+    return {str(i) for i in rows.scalars() if i is not None}
+
+
+async def _delete_message_vectors(
+    conn: AsyncConnection, ids: Sequence[int], quoting: Iterable[str]
+) -> None:
+    """Both vectors of messages `ids`, and the pair vectors of `quoting`: no vector keeps
+    forgotten text."""
+    for chunk in chunks(ids):
+        await conn.execute(
+            embeddings.delete().where(
+                embeddings.c.source.in_(MESSAGE_SOURCES),
+                embeddings.c.item_key.in_([str(i) for i in chunk]),
+            )
+        )
+    for keys in chunks(sorted(quoting)):
+        await conn.execute(
+            embeddings.delete().where(
+                embeddings.c.source == MESSAGE_NEXT, embeddings.c.item_key.in_(keys)
+            )
+        )
 
 
 async def _reindex_followers(conn: AsyncConnection, conv_id: int, seqs: list[int]) -> None:
@@ -441,11 +486,6 @@ async def erase_history(conn: AsyncConnection, owner: Owner, conv_ids: Sequence[
     """Delete `owner`'s conversations `conv_ids` (a provider deleted its own rows of them
     first) with their messages, parts, origins and every vector of the owner. Returns the number
     of messages deleted."""
-    await conn.execute(
-        embeddings.delete().where(
-            embeddings.c.user_id == owner.user_id, embeddings.c.agent_id == owner.agent_id
-        )
-    )
     count = 0
     for chunk in chunks(list(conv_ids)):
         count += int(
@@ -459,6 +499,13 @@ async def erase_history(conn: AsyncConnection, owner: Owner, conv_ids: Sequence[
         await conn.execute(origins.delete().where(origins.c.message_id.in_(in_convs)))
         await conn.execute(messages.delete().where(messages.c.conversation_id.in_(chunk)))
         await conn.execute(conversations.delete().where(conversations.c.id.in_(chunk)))
+    # After the messages, as in `delete_messages`: a vector an embedding pass stores now
+    # either waited for this transaction (its messages gone, it stores none) or is seen.
+    await conn.execute(
+        embeddings.delete().where(
+            embeddings.c.user_id == owner.user_id, embeddings.c.agent_id == owner.agent_id
+        )
+    )
     return count
 
 

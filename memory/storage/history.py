@@ -55,6 +55,29 @@ parts: sa.Table = MessagePart.__table__  # type: ignore[attr-defined]
 origins: sa.Table = MessageOriginRow.__table__  # type: ignore[attr-defined]
 
 TITLE_CHARS = 80
+# The roles of the messages said (embedded when they have text; tool rows are not).
+SAID_ROLES = ("user", "assistant")
+
+
+def said(m: Any) -> sa.ColumnElement[bool]:
+    """Whether a row of `m` (messages or an alias) is a user or assistant message with text."""
+    return sa.and_(m.c.role.in_(SAID_ROLES), m.c.content != "")
+
+
+def said_before(m: Any) -> sa.ScalarSelect[Any]:
+    """The id of the said message (`said`) just before `m`'s row in its conversation,
+    correlated to `m`: a walk back of (conversation_id, seq), one step per row."""
+    prev = messages.alias("said_before")
+    return (
+        sa.select(prev.c.id)
+        .where(prev.c.conversation_id == m.c.conversation_id, prev.c.seq < m.c.seq, said(prev))
+        .order_by(prev.c.seq.desc())
+        .limit(1)
+        .correlate(m)
+        .scalar_subquery()
+    )
+
+
 # Sessions whose conversation id a store remembers (most recently used kept); a
 # forgotten one costs a read by its unique session id on its next use.
 CONV_ID_CACHE_SIZE = 10_000

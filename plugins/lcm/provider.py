@@ -77,6 +77,7 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance, LcmForgetting, L
         self.semantic = semantic_search(ctx)
         self._recall = Recall(ctx.engine, INDEXES, semantic=self.semantic)
         self._embedding_sources: list[Any] | None = None
+        self._with_next = ctx.embeddings_with_next
         self._explorer = Explorer(ctx.engine, self.history)
         self._closed = False
         self._adopted: set[str] = set()  # sessions whose uncovered messages were adopted
@@ -84,12 +85,16 @@ class LcmProvider(SharedStores, SessionHistory, LcmMaintenance, LcmForgetting, L
     # -- EmbeddingSources -----------------------------------------------------------
 
     def embedding_sources(self) -> list[Any]:
-        """Messages and summaries (memory/search/semantic/sources.py)."""
+        """Messages (each with the next too, unless `embeddings.with_next` is off) and
+        summaries (memory/search/semantic/sources.py)."""
         if self._embedding_sources is None:
-            from memory.search.semantic.sources import MessagesSource
+            from memory.search.semantic.sources import message_sources
             from plugins.lcm.embedding_source import SummariesSource
 
-            self._embedding_sources = [MessagesSource(self.engine), SummariesSource(self.engine)]
+            self._embedding_sources = [
+                *message_sources(self.engine, self._with_next),
+                SummariesSource(self.engine),
+            ]
         return self._embedding_sources
 
     def _forgot(self, conv_id: int, erased_session: str | None = None) -> None:

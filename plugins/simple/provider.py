@@ -144,6 +144,7 @@ class SimpleProvider(
         self.semantic = semantic_search(ctx)
         self._recall = Recall(ctx.engine, [MESSAGES], extra=self, semantic=self.semantic)
         self._embedding_sources: list[Any] | None = None
+        self._with_next = ctx.embeddings_with_next
         # One compaction per session at a time in this process (a second /compact waits
         # and then finds nothing new); appends never wait for it.
         self._compacting: weakref.WeakValueDictionary[str, asyncio.Lock] = (
@@ -154,13 +155,14 @@ class SimpleProvider(
     # ---- EmbeddingSources ----------------------------------------------------------
 
     def embedding_sources(self) -> list[Any]:
-        """Messages, notes and archives (memory/search/semantic/sources.py)."""
+        """Messages (each with the next too, unless `embeddings.with_next` is off), notes
+        and archives (memory/search/semantic/sources.py)."""
         if self._embedding_sources is None:
-            from memory.search.semantic.sources import MessagesSource
+            from memory.search.semantic.sources import message_sources
             from plugins.simple.embedding_source import NotesSource
 
             self._embedding_sources = [
-                MessagesSource(self.engine),
+                *message_sources(self.engine, self._with_next),
                 NotesSource(self.engine, self.notes, NoteKind.NOTE),
                 NotesSource(self.engine, self.notes, NoteKind.ARCHIVE),
             ]

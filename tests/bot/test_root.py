@@ -116,7 +116,7 @@ async def test_reflect_and_the_embeddings_worker_run_on_the_roots_one_scheduler(
         await services.embedding_worker.next_pass()  # a pass of the scheduler's job
         async with services.engine.connect() as conn:
             stored = (await conn.execute(sa.select(embeddings.c.source))).scalars().all()
-        assert stored == ["message", "message"]
+        assert sorted(stored) == ["message", "message", "message_next"]  # and the pair
 
         asked, reflected = len(llm_server.requests), asyncio.Event()
         root.scheduler.add_listener(

@@ -41,4 +41,5 @@ def semantic_search(ctx: ProviderContext) -> SemanticSearch | None:
         max_bytes=ctx.vector_cache_bytes,
         index_dir=ctx.data_dir / "vectors",
         disk_min_rows=ctx.vector_disk_min_rows,
+        pairs=ctx.embeddings_with_next,
     )

@@ -56,7 +56,7 @@ import multiprocessing
 import shutil
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -69,6 +69,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from usearch.index import Index
 
 from memory.contract.embedding import VectorHit
+from memory.search.pairs import asked
 from memory.search.semantic import segments as seg
 from memory.search.semantic.store import embeddings
 
@@ -186,6 +187,7 @@ class DiskIndex:
         sources: set[str] | None,
         limit: int,
         also: Collection[tuple[str, str]] = (),
+        partners: Mapping[str, str] | None = None,
     ) -> list[VectorHit]:
         """As `VectorIndex.search` (`q` a unit vector); [] while a first build is still
         running after `build_wait_s` (the words' ranking stands meanwhile)."""
@@ -213,9 +215,8 @@ class DiskIndex:
                 break
             want *= 2
         hits = hits[:limit]
-        if also:
-            found = {(h.source, h.key) for h in hits}
-            wanted = [i for i in also if i not in found and (sources is None or i[0] in sources)]
+        wanted = asked(hits, also, sources, partners)
+        if wanted:
             hits += await self._scored(user_id, agent_id, q, wanted)
         return hits
 

@@ -18,7 +18,9 @@ vectors of 384 dimensions that is a few milliseconds (bench/vector_bench.py).
   dropping the least recently searched; a scope larger than the cap alone is searched
   but not kept.
 - `also`: a search can ask for the similarity of given items besides the nearest (hybrid
-  search weighs every word hit by its meaning), looked up by key in the scope.
+  search weighs every word hit by its meaning), looked up by key in the scope; and
+  `partners`, of each hit's other vector (a message's alone and with the next one:
+  memory/search/pairs.py), so every item found has both its scores.
 - Large scopes: with `index_dir` set, a scope of `disk_min_rows` vectors or more is
   searched through its on-disk index instead (memory/search/semantic/disk.py) and never
   loaded here; the cache pays only below that (bench/vector_scale.py measures both).
@@ -29,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +41,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory.contract.embedding import DEFAULT_CACHE_BYTES, DEFAULT_DISK_MIN_ROWS, VectorHit
+from memory.search.pairs import asked
 from memory.search.semantic.store import embeddings
 
 if TYPE_CHECKING:
@@ -174,11 +177,13 @@ class VectorIndex:
         sources: set[str] | None = None,
         limit: int = 20,
         also: Collection[tuple[str, str]] = (),
+        partners: Mapping[str, str] | None = None,
     ) -> list[VectorHit]:
         """The `limit` vectors of the scope most similar to `query_vector` (cosine, best
         first), of `sources` only when given; then those of the (source, key) items in
         `also` that are not among them and have a vector (hybrid search weighs its word
-        hits by meaning too), in `also`'s order."""
+        hits by meaning too), in `also`'s order, and of each nearest hit's partner
+        (`partners[source]`, same key) not found yet (`asked`)."""
         q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
         norm = float(np.linalg.norm(q)) if q.size else 0.0
         if norm == 0.0 or limit <= 0:
@@ -187,7 +192,7 @@ class VectorIndex:
         key = (user_id, agent_id)
         if self.disk is not None and await self._is_large(user_id, agent_id):
             return await self.disk.search(
-                user_id, agent_id, q, sources=sources, limit=limit, also=also
+                user_id, agent_id, q, sources=sources, limit=limit, also=also, partners=partners
             )
         scope = self._scopes.get(key) or _Scope()
         self._scopes[key] = scope
@@ -198,7 +203,7 @@ class VectorIndex:
             self._large[key] = True
             self._scopes.pop(key, None)
             return await self.disk.search(
-                user_id, agent_id, q, sources=sources, limit=limit, also=also
+                user_id, agent_id, q, sources=sources, limit=limit, also=also, partners=partners
             )
         self._evict(keep=key)
         block = scope.blocks.get(q.size)
@@ -217,9 +222,8 @@ class VectorIndex:
         else:
             picked = _top(*args)
         hits = [VectorHit(self._names[code_col[i]], keys[i], score) for i, score in picked]
-        if also:
-            found = {(h.source, h.key) for h in hits}
-            wanted = [i for i in also if i not in found and (sources is None or i[0] in sources)]
+        wanted = asked(hits, also, sources, partners)
+        if wanted:
             hits += _scored(block, self._codes, q, wanted)
         return hits
 

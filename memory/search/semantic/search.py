@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +36,12 @@ class SemanticSearch:
         max_bytes: int = DEFAULT_CACHE_BYTES,
         index_dir: Path | None = None,
         disk_min_rows: int = DEFAULT_DISK_MIN_ROWS,
+        pairs: bool = False,
     ) -> None:
+        """`pairs`: messages have a second vector, with the next message
+        (memory/search/pairs.py), which hybrid search weighs in."""
         self.embedder = embedder
+        self.pairs = pairs
         self.index = VectorIndex(
             engine,
             embedder.model,
@@ -61,6 +65,7 @@ class SemanticSearch:
         sources: set[str] | None = None,
         limit: int = 20,
         also: Collection[tuple[str, str]] = (),
+        partners: Mapping[str, str] | None = None,
     ) -> list[VectorHit]:
         """The `limit` stored items of (user, agent) nearest to `text` in meaning, best
         first, then the similarity of those (source, key) items of `also` that have a
@@ -70,7 +75,7 @@ class SemanticSearch:
         if query is None:
             return []
         return await self.index.search(
-            user_id, agent_id, query, sources=sources, limit=limit, also=also
+            user_id, agent_id, query, sources=sources, limit=limit, also=also, partners=partners
         )
 
     async def query_vector(self, text: str) -> np.ndarray | None:

@@ -2,8 +2,9 @@
 
 A provider offers its sources through `embedding_sources()` (the optional capability
 `memory.contract.capabilities.EmbeddingSources`): core's `MessagesSource` (user and assistant
-messages with text; tool calls and results are not embedded), lcm's summaries, simple's
-notes and archives.
+messages with text; tool calls and results are not embedded) and `MessageNextSource` (each
+such message with the next one, `embeddings.with_next`; why: memory/search/pairs.py),
+both from `message_sources`; lcm's summaries, simple's notes and archives.
 
 `pending(model, limit=, after=)` has two modes:
 - `after=None`, what the background worker polls: items past the newest one embedded,
@@ -22,12 +23,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from memory.contract.embedding import Batch, Item
-from memory.contract.types import Role
+from memory.contract.embedding import Batch, EmbeddingSource, Item
+from memory.search.pairs import MESSAGE, MESSAGE_NEXT
 from memory.search.semantic.store import embeddings, last_position
-from memory.storage.history import conversations, messages
+from memory.storage.history import conversations, messages, said, said_before
 
 LOOKBACK = 1000
+
+
+def message_sources(engine: AsyncEngine, with_next: bool) -> list[EmbeddingSource]:
+    """The history's sources every provider offers: the messages, and with `with_next`
+    (`embeddings.with_next`) each message with the next."""
+    return [MessagesSource(engine), *([MessageNextSource(engine)] if with_next else [])]
 
 
 class TableSource:
@@ -91,7 +98,7 @@ class MessagesSource(TableSource):
     """The shared history's user and assistant messages with text (source `message`,
     key the message id)."""
 
-    name = "message"
+    name = MESSAGE
 
     def _eligible(self) -> sa.Select[*tuple[Any, ...]]:
         return (
@@ -103,10 +110,7 @@ class MessagesSource(TableSource):
                 conversations.c.agent_id,
             )
             .join(conversations, conversations.c.id == messages.c.conversation_id)
-            .where(
-                messages.c.role.in_((Role.USER.value, Role.ASSISTANT.value)),
-                messages.c.content != "",
-            )
+            .where(said(messages))
         )
 
     def _position(self) -> sa.ColumnElement[int]:
@@ -114,3 +118,42 @@ class MessagesSource(TableSource):
 
     def _key(self) -> sa.ColumnElement[str]:
         return sa.cast(messages.c.id, sa.String)
+
+
+_first = messages.alias("first")
+
+
+class MessageNextSource(TableSource):
+    """Each user or assistant message with text followed by another in its conversation
+    (tool rows and empty ones skipped), embedded with it: source `message_next`, key the
+    first message's id, text the two contents on two lines. Its position is the NEXT
+    message's id, so the worker finds the pair as soon as the reply is stored. The
+    first message is found from the next by walking back its conversation's
+    (conversation_id, seq) index, one step per pair: never a scan of the history.
+
+    A pair whose next message is forgotten is deleted with it (memory/storage/forgetting.py);
+    the message then pairs with its new next one, which the worker finds only when that
+    one is among its look-back (`LOOKBACK` ids): an older one waits for `mnemo memory embed`."""
+
+    name = MESSAGE_NEXT
+
+    def _eligible(self) -> sa.Select[*tuple[Any, ...]]:
+        return (
+            sa.select(
+                messages.c.id,
+                self._key(),
+                _first.c.content + "\n" + messages.c.content,
+                conversations.c.user_id,
+                conversations.c.agent_id,
+            )
+            .select_from(messages)
+            .join(conversations, conversations.c.id == messages.c.conversation_id)
+            .join(_first, _first.c.id == said_before(messages))
+            .where(said(messages))
+        )
+
+    def _position(self) -> sa.ColumnElement[int]:
+        return messages.c.id
+
+    def _key(self) -> sa.ColumnElement[str]:
+        return sa.cast(_first.c.id, sa.String)

@@ -9,7 +9,11 @@ background worker looks for new items only past the largest one embedded, throug
 index `ix_embeddings_position`, instead of comparing every item with every vector.
 
 Writes are INSERT ... ON CONFLICT DO NOTHING on (source, item_key, model): two replicas
-embedding the same items at once never fail and never duplicate.
+embedding the same items at once never fail and never duplicate. A message's vectors
+are stored only if their messages are still there, checked in the storing transaction
+under a key-share lock (`_forgotten`): a forget deletes the messages before their vectors
+(memory/storage/forgetting.py), so it waits for that transaction and deletes what it
+stored, or ran first and the vectors of what it forgot are not stored.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from sqlmodel import Field, SQLModel
 
 from memory.contract.embedding import Item
 from memory.contract.types import utcnow
+from memory.search.pairs import MESSAGE_NEXT, PARTNERS
 from memory.storage.db import conflict_insert, write_transaction
+from memory.storage.history import messages
 from memory.storage.store_models import BigIntPK
 from memory.storage.usage import write_pending
 
@@ -81,14 +87,44 @@ async def store_vectors(
             }
         )
     async with write_transaction(engine) as conn:
+        gone = await _forgotten(conn, items)
+        rows = [r for r in rows if (r["source"], r["item_key"]) not in gone]
         stmt = (
             conflict_insert(conn, embeddings)
             .on_conflict_do_nothing(index_elements=["source", "item_key", "model"])
             .returning(embeddings.c.id)
         )
-        inserted = (await conn.execute(stmt, rows)).all()
+        inserted = (await conn.execute(stmt, rows)).all() if rows else []
         await write_pending(conn)  # what embedding them cost, with them
     return len(inserted)
+
+
+def _message_ids(item: Item) -> list[int]:
+    """The messages a vector of `item` holds text of (none: not a message's vector)."""
+    if item.source not in PARTNERS:
+        return []
+    pair = [item.item_id] if item.source == MESSAGE_NEXT and item.item_id is not None else []
+    return [int(item.key), *pair]
+
+
+async def _forgotten(conn: AsyncConnection, items: Sequence[Item]) -> set[tuple[str, str]]:
+    """The (source, key) of `items` whose messages were forgotten since they were read;
+    the others' messages stay locked against a delete until the transaction ends."""
+    wanted = sorted({i for item in items for i in _message_ids(item)})
+    if not wanted:
+        return set()
+    held = set(
+        (
+            await conn.execute(
+                sa.select(messages.c.id)
+                .where(messages.c.id.in_(wanted))
+                .with_for_update(read=True, key_share=True)  # SQLite: its one writer is the lock
+            )
+        ).scalars()
+    )
+    return {
+        (item.source, item.key) for item in items if any(i not in held for i in _message_ids(item))
+    }
 
 
 async def last_position(conn: AsyncConnection, source: str, model: str) -> int | None:

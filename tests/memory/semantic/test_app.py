@@ -52,5 +52,9 @@ async def test_replies_do_not_wait_for_embeddings_and_vectors_follow(
         await services.embedding_worker.next_pass()
         async with services.engine.connect() as conn:
             stored = await conn.execute(sa.select(embeddings.c.source, embeddings.c.model))
-            assert sorted(stored.all()) == [("message", "fake-embed")] * 4
+            # Four messages; the first three with the next one too.
+            assert (
+                sorted(stored.all())
+                == [("message", "fake-embed")] * 4 + [("message_next", "fake-embed")] * 3
+            )
     assert not services.embedding_worker.running  # stopped with the root

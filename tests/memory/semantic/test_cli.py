@@ -97,30 +97,30 @@ async def test_embed_backfills_is_safe_to_rerun_and_doctor_counts(
     db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with FakeOpenAI() as server:
-        await populate(db_url, tmp_path, 7)
+        await populate(db_url, tmp_path, 7)  # 7 messages, 6 pairs with the next: 13 items
         config = write_config(tmp_path, db_url, server, "model-a")
         code, out, err = await mnemo(config, "memory", "doctor")
         assert code == 0
-        assert "embeddings: model model-a: embedded 0 of 7 item(s), 7 pending" in out
+        assert "embeddings: model model-a: embedded 0 of 13 item(s), 13 pending" in out
         code, out, err = await mnemo(config, "memory", "embed")
         assert code == 0, err
-        assert "embedded 7 item(s) with model-a (64 dimensions)" in out
-        assert "7/7" in err  # progress lines on stderr (not a terminal here)
+        assert "embedded 13 item(s) with model-a (64 dimensions)" in out
+        assert "13/13" in err  # progress lines on stderr (not a terminal here)
         code, out, _ = await in_process(config, "embed", capsys=capsys)
         assert code == 0 and "embedded 0 item(s)" in out
         code, out, _ = await in_process(config, "doctor", capsys=capsys)
-        assert "embedded 7 of 7 item(s), 0 pending; endpoint ok, 64 dimensions" in out
+        assert "embedded 13 of 13 item(s), 0 pending; endpoint ok, 64 dimensions" in out
 
         # A new model: nothing of it yet, the old vectors are reported, then pruned.
         config = write_config(tmp_path, db_url, server, "model-b")
         code, out, _ = await in_process(config, "doctor", capsys=capsys)
-        assert "embedded 0 of 7" in out and "7 vector(s) of other models" in out
-        assert "model-a (7)" in out
+        assert "embedded 0 of 13" in out and "13 vector(s) of other models" in out
+        assert "model-a (13)" in out
         code, out, err = await in_process(config, "embed", "--prune", capsys=capsys)
         assert code == 0, err
-        assert "embedded 7 item(s) with model-b" in out and "deleted 7 vector(s)" in out
+        assert "embedded 13 item(s) with model-b" in out and "deleted 13 vector(s)" in out
         code, out, _ = await in_process(config, "doctor", capsys=capsys)
-        assert "embedded 7 of 7" in out and "other models" not in out
+        assert "embedded 13 of 13" in out and "other models" not in out
 
 
 @pytest.mark.slow  # subprocesses: `make test-slow`

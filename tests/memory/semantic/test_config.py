@@ -70,3 +70,26 @@ def test_the_embedder_gets_the_prefixes_and_an_unknown_preset_is_refused(tmp_pat
     path.write_text("embeddings: {prefixes: e6}\n")
     with pytest.raises(ConfigError, match=r"embeddings\.prefixes: .*e5, nomic, bge"):
         load_settings(path, check_provider=False)
+
+
+@pytest.mark.parametrize("with_next", [None, True, False])
+async def test_with_next_decides_whether_messages_are_embedded_with_the_next(
+    tmp_path: Path, with_next: bool | None
+) -> None:
+    from bot.ops.common import open_memory
+    from memory.search.semantic.backlog import sources_of
+
+    path = tmp_path / "c.yaml"
+    key = "" if with_next is None else f"with_next: {str(with_next).lower()}, "
+    path.write_text(
+        f"embeddings: {{{key}model: m}}\n"
+        f"database: {{url: 'sqlite+aiosqlite:///{tmp_path / 'm.db'}'}}\n"
+    )
+    settings = load_settings(path, check_provider=False)
+    async with open_memory(settings, create=True) as opened:
+        names = [s.name for s in sources_of(opened.provider)]
+    assert ("message_next" in names) == (with_next is not False)  # on by default
+    assert "message" in names
+    path.write_text("embeddings: {with_next: sometimes}\n")
+    with pytest.raises(ConfigError, match=r"embeddings\.with_next: "):
+        load_settings(path, check_provider=False)

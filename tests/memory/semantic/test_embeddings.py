@@ -135,7 +135,8 @@ async def test_two_backfills_at_once_neither_fail_nor_duplicate(
         stored = await asyncio.gather(embed_backlog(provider, a), embed_backlog(other, b))
     finally:
         await other_engine.dispose()
-    items = len(await embeddable_ids(engine)) + (1 if name == "simple" else 0)
+    # Each message, and each but the last of a conversation with the next (`message_next`).
+    items = 2 * len(await embeddable_ids(engine)) - 12 + (1 if name == "simple" else 0)
     assert sum(stored) == items
     all_rows = await rows(engine)
     assert len(all_rows) == items
@@ -185,9 +186,9 @@ async def test_vectors_of_another_model_are_never_compared_until_re_embedded(
     new = make_embedder("model-b")
     semantic = SemanticSearch(engine, new)
     assert await semantic.search(ALICE.user_id, "default", "comets") == []
-    assert await embed_backlog(provider, new) == 6
+    assert await embed_backlog(provider, new) == 11  # 6 messages, 5 with the next
     hits = await semantic.search(ALICE.user_id, "default", "comets facts part 1", limit=3)
-    assert hits and {h.source for h in hits} == {"message"}
+    assert hits and {h.source for h in hits} <= {"message", "message_next"}
     assert {r.model for r in await rows(engine)} == {"model-a", "model-b"}
 
 
@@ -201,14 +202,14 @@ async def test_a_prefix_change_is_a_model_change(
     are pending again, embedded with the document prefix, and stored beside the old."""
     provider = make_provider(engine, "lcm")
     await provider.append(ALICE, *chat("comets"))
-    assert await embed_backlog(provider, make_embedder("e5")) == 6
+    assert await embed_backlog(provider, make_embedder("e5")) == 11  # 6 messages, 5 pairs
     prefixed = make_embedder("e5", query_prefix="query: ", document_prefix="passage: ")
     semantic = SemanticSearch(engine, prefixed)
     assert await semantic.search(ALICE.user_id, "default", "comets") == []
     server.embedding_requests.clear()
-    assert await embed_backlog(provider, prefixed) == 6
+    assert await embed_backlog(provider, prefixed) == 11
     sent = [text for request in server.embedding_requests for text in request["input"]]
-    assert len(sent) == 7 and all(text.startswith("passage: ") for text in sent)  # + the probe
+    assert len(sent) == 12 and all(text.startswith("passage: ") for text in sent)  # + the probe
     hits = await semantic.search(ALICE.user_id, "default", "comets facts part 1", limit=3)
     assert hits and server.embedding_requests[-1]["input"] == ["query: comets facts part 1"]
     assert {r.model for r in await rows(engine)} == {"e5", prefixed.model}
@@ -227,8 +228,8 @@ async def test_vectors_of_another_dimension_are_skipped_and_counted_then_re_embe
     embedder = make_embedder()
     semantic = SemanticSearch(engine, embedder)
     assert await semantic.search(ALICE.user_id, "default", "tides") == []
-    assert semantic.index.skipped_other_dim == 6
-    assert await embed_backlog(provider, embedder) == 6
+    assert semantic.index.skipped_other_dim == 11  # 6 messages, 5 with the next
+    assert await embed_backlog(provider, embedder) == 11
     assert {r.dim for r in await rows(engine)} == {32}
     semantic.index.forget()
     assert await semantic.search(ALICE.user_id, "default", "tides facts")
@@ -277,7 +278,7 @@ async def test_a_replica_sees_vectors_another_stored_after_its_first_search(
     finally:
         await other_engine.dispose()
     hits = await index.search(ALICE.user_id, "default", query)
-    assert len(hits) == 2
+    assert len(hits) == 3  # the two messages, and the first with the second
     only = await index.search(ALICE.user_id, "default", query, sources={"summary"})
     assert only == []
 
