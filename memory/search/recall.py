@@ -218,9 +218,17 @@ class Recall:
         nearest = sorted((h for h in vector_hits if h.nearest), key=lambda h: -h.score)[
             :nearest_pool
         ]
-        similarity = {(h.source, h.key): h.score for h in vector_hits if not h.nearest}
         meaning = await self._resolve_vectors(session, conv_ids, nearest, needles, dates)
         meaning = meaning[:HYBRID_POOL]
+        # Every word hit outside the meaning list keeps its meaning: found by `also`, or
+        # among the nearest asked but cut (a message's two vectors fill the nearest asked
+        # twice over, and a window asks deeper) - else it would weigh as meaning nothing.
+        listed = {_key(r) for r in meaning}
+        similarity = {
+            (h.source, h.key): h.score
+            for h in vector_hits
+            if (h.source, h.key) in words and (h.source, h.key) not in listed
+        }
         # Far neighbours without a word of the question are no match (the floor's reason:
         # memory/search/semantic/__init__.py). They stay in the meaning scale, so no other item's
         # fused score moves: the floor only takes items off the list.
