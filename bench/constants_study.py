@@ -12,9 +12,10 @@ ranks both modes). The product's values are then the ones best on all five (repo
 the folds' picks).
 
 What each message's vector is made of is chosen the same way (`--documents`): the message
-alone (the product's), with the message before it, with the one after, with both, or
-two vectors a message (alone and with a neighbour, their cosines averaged); a variant
-must beat the message alone by the margin on the four conversations to be picked.
+alone, with the message before it, with the one after, with both, or two vectors a
+message (alone and with a neighbour, their cosines averaged: `alone+next` is the
+product's, `embeddings.with_next`, at SEMANTIC_WEIGHT_WITH_NEXT); a variant must beat
+the first listed by the margin on the four conversations to be picked.
 
 Inputs are the product's own (bench/hybrid_cache.py): lcm's `full_text` lists on each
 database, rebuilt at each CONTEXT_WEIGHT, and all-MiniLM-L6-v2 cosines; the hybrid
@@ -41,7 +42,7 @@ import numpy as np
 from bench import hybrid_cache
 from bench.recall import Conversation, default_data, load_locomo, recall_at
 from memory.search import lexical
-from memory.search.fusion import SEMANTIC_WEIGHT, fuse
+from memory.search.fusion import SEMANTIC_WEIGHT, SEMANTIC_WEIGHT_WITH_NEXT, fuse
 from memory.search.recall import HYBRID_POOL
 from memory.search.semantic.defaults import DEFAULT_MIN_SIMILARITY
 
@@ -52,7 +53,10 @@ AT = 10
 Hybrid = tuple[float, int, float]  # (semantic weight, pool, floor)
 Lexical = tuple[float, float, float]  # (CONTEXT_WEIGHT, K1, B)
 Choice = tuple[Lexical, Hybrid, str]  # (word constants, hybrid constants, document text)
-ALONE = "alone"  # the product's document text: the message alone
+ALONE = "alone"  # the message alone
+# The product's: the message alone and with the next one, cosines averaged
+# (memory/search/pairs.py); the message alone when `--vectors` gives another model's.
+PRODUCT = "alone+next"
 
 
 def _joined(*parts: str) -> str:
@@ -106,7 +110,7 @@ class Data:
         self.evidence = [q.evidence for c in convs for q in c.questions]
         self.vectors = vectors
         self.sims: dict[str, list[np.ndarray]] = {}
-        for doc in dict.fromkeys([ALONE, *documents]):
+        for doc in dict.fromkeys([ALONE, *([] if vectors else [PRODUCT]), *documents]):
             if doc in PAIRS:
                 alone, paired = self.cosines(ALONE), self.cosines(PAIRS[doc])
                 self.sims[doc] = [(a + b) / 2 for a, b in zip(alone, paired, strict=True)]
@@ -164,10 +168,15 @@ class Study:
         score_on: str = "all",
     ) -> None:
         self.d, self.margin, self.score_on = data, margin, score_on
+        paired = PRODUCT in data.sims
         self.product: Choice = (
             (lexical.CONTEXT_WEIGHT, lexical.K1, lexical.B),
-            (SEMANTIC_WEIGHT, HYBRID_POOL, DEFAULT_MIN_SIMILARITY),
-            ALONE,
+            (
+                SEMANTIC_WEIGHT_WITH_NEXT if paired else SEMANTIC_WEIGHT,
+                HYBRID_POOL,
+                DEFAULT_MIN_SIMILARITY,
+            ),
+            PRODUCT if paired else ALONE,
         )
         self.contexts = sorted({*contexts, self.product[0]})
         self.hybrids = [*hybrids, *([self.product[1]] if self.product[1] not in hybrids else [])]
@@ -305,12 +314,13 @@ def report(study: Study) -> str:
 def documents_table(study: Study) -> list[str]:
     """Each document text on its own: hybrid R@10 on dev at today's constants, and by
     leaving one conversation out with the other constants picked (no margin) among the
-    values given, per fold and pooled; its difference from the message alone per fold."""
+    values given, per fold and pooled; its difference per fold from today's (the
+    product's text and constants)."""
     d = study.d
     today = {db: study.hybrid(db, study.product) for db in DATABASES}
     lines = [
         "| document text | dev, today's constants, SQLite / PG | leave one out, constants "
-        "picked, SQLite / PG | per fold against the message alone (SQLite, PG mean) | "
+        "picked, SQLite / PG | per fold against today's (SQLite, PG mean) | "
         "folds better |",
         "|---|---|---|---|---:|",
     ]
@@ -375,10 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--documents",
-        default=ALONE,
+        default=PRODUCT,
         help="what each message's vector is made of, picked like the constants: "
         + ", ".join([*DOCUMENTS, *PAIRS])
-        + " (alone, the product's, is always among them)",
+        + f" (alone and {PRODUCT}, the product's, are always among them)",
     )
     parser.add_argument(
         "--score",
