@@ -64,10 +64,11 @@ def asked(
     partners: Mapping[str, str] | None,
 ) -> list[tuple[str, str]]:
     """The items whose similarity a search adds to its nearest `hits` (each once, none
-    of `hits`): `also`'s, then each hit's partner, of `sources` only when given."""
+    of `hits`): `also`'s, then the partner of each of `also` and `hits`, of `sources`
+    only when given."""
     found = {(h.source, h.key) for h in hits}
     partners = partners or {}
-    partnered = [(partners[h.source], h.key) for h in hits if h.source in partners]
+    partnered = [(partners[s], k) for s, k in (*also, *found) if s in partners]
     wanted = dict.fromkeys(
         i for i in (*also, *partnered) if i not in found and (sources is None or i[0] in sources)
     )

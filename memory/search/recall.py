@@ -140,6 +140,9 @@ class Recall:
             async with self.engine.connect() as conn:
                 conv_ids = await owned_conversations(conn, session.user_id, session.agent_id)
                 skip = await turn.in_progress(conn, session) if query.in_turn else frozenset()
+                # The message before the turn: its pair vector quotes the question.
+                paired = semantic is not None and semantic.pairs
+                unpaired = await turn.quoting(conn, session) if skip and paired else frozenset()
                 for index in self._indexes_for(scope):
                     found = await self._from_index(
                         conn, index, conv_ids, text, terms, depth + len(skip), dates
@@ -153,7 +156,15 @@ class Recall:
             ranked = _merged(lists, ranked=bool(terms))
             if vector is not None:
                 ranked = await self._hybrid(
-                    session, conv_ids, await vector, terms or [text], scope, ranked, skip, dates
+                    session,
+                    conv_ids,
+                    await vector,
+                    terms or [text],
+                    scope,
+                    ranked,
+                    skip,
+                    dates,
+                    unpaired,
                 )
         finally:
             if vector is not None and not vector.done():
@@ -174,6 +185,7 @@ class Recall:
         lexical_hits: list[SearchResult],
         skip: frozenset[str] = frozenset(),
         dates: window.Window = window.ANY_TIME,
+        unpaired: frozenset[str] = frozenset(),
     ) -> list[SearchResult]:
         """The first HYBRID_POOL of `lexical_hits` fused with the HYBRID_POOL items nearest
         to the question's `vector` in meaning (memory/search/fusion.py), then the rest of
@@ -183,7 +195,8 @@ class Recall:
 
         With `SemanticSearch.pairs`, a message's meaning is the mean of its two vectors'
         cosines (memory/search/pairs.py): the nearest are asked over both, twice as many,
-        each message found scored by both, and meaning weighs SEMANTIC_WEIGHT_WITH_NEXT."""
+        each message found scored by both, and meaning weighs SEMANTIC_WEIGHT_WITH_NEXT;
+        the pair vectors of `unpaired` (the message before the turn) do not count."""
         if vector is None or self.semantic is None:
             return lexical_hits  # the question has no vector: the words' ranking stands
         pool, after = lexical_hits[:HYBRID_POOL], lexical_hits[HYBRID_POOL:]
@@ -194,23 +207,19 @@ class Recall:
         # Every word hit weighed by its meaning too (memory/search/fusion.py). simple's notes
         # are embedded under a key of their content, not their name: they have meaning
         # only when among the nearest.
-        also = list(words)
-        if paired:
-            if sources is not None:
-                sources = sources | {pairs.MESSAGE_NEXT}
-            also += [(pairs.MESSAGE_NEXT, k) for s, k in words if s == pairs.MESSAGE]
+        if paired and sources is not None:
+            sources = sources | {pairs.MESSAGE_NEXT}
         vector_hits = await self.semantic.index.search(
             session.user_id,
             session.agent_id,
             vector,
             sources=sources,
             limit=(nearest_pool + len(skip)) * (2 if paired else 1),
-            also=also,
+            also=list(words),
             partners=pairs.PARTNERS if paired else None,
         )
         vector_hits = [h for h in vector_hits if not turn.held(h.source, h.key, skip)]
         if paired:
-            unpaired = await self._quoting(session) if skip else frozenset()
             vector_hits = pairs.merged(vector_hits, unpaired)
         else:  # pairs embedded before `with_next` was turned off are not searched
             vector_hits = [h for h in vector_hits if h.source != pairs.MESSAGE_NEXT]
@@ -254,11 +263,6 @@ class Recall:
                 result.score = 0.0
                 out.append(result)
         return out
-
-    async def _quoting(self, session: Session) -> frozenset[str]:
-        """The message whose pair quotes the turn in progress (memory/search/turn.py)."""
-        async with self.engine.connect() as conn:
-            return await turn.quoting(conn, session)
 
     async def _resolve_vectors(
         self,

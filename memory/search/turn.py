@@ -21,6 +21,7 @@ from memory.contract.types import SearchResult, Session
 
 # A message's SearchResult.source_type (memory/search/lexical.py) is its vector's source.
 from memory.search.pairs import PARTNERS
+from memory.storage.history import conversations, messages, said_before
 
 _IN_PROGRESS = sa.text(
     "SELECT m.id FROM messages m JOIN conversations c ON c.id = m.conversation_id "
@@ -29,14 +30,6 @@ _IN_PROGRESS = sa.text(
     # of a long conversation for its role.
     "SELECT u.seq FROM messages u WHERE u.conversation_id = c.id AND u.role = 'user' "
     "ORDER BY u.seq DESC LIMIT 1)"
-)
-# The user or assistant message with text just before the turn's user message (the first
-# of the pair that quotes it: memory/search/semantic/sources.py MessageNextSource).
-_QUOTING = sa.text(
-    "SELECT p.id FROM messages p JOIN conversations c ON c.id = p.conversation_id "
-    "WHERE c.session_id = :sid AND p.role IN ('user', 'assistant') AND p.content != '' "
-    "AND p.seq < (SELECT u.seq FROM messages u WHERE u.conversation_id = c.id "
-    "AND u.role = 'user' ORDER BY u.seq DESC LIMIT 1) ORDER BY p.seq DESC LIMIT 1"
 )
 
 
@@ -47,9 +40,18 @@ async def in_progress(conn: AsyncConnection, session: Session) -> frozenset[str]
 
 
 async def quoting(conn: AsyncConnection, session: Session) -> frozenset[str]:
-    """The public id of the message whose pair quotes `session`'s turn in progress (none
-    when the turn opens its conversation)."""
-    found = await conn.scalar(_QUOTING, {"sid": session.id})
+    """The public id of the message whose pair quotes `session`'s turn in progress: the
+    message said just before the turn's user message (the first of the pair,
+    memory/search/semantic/sources.py MessageNextSource); none when the turn opens its
+    conversation."""
+    turn_start = (
+        sa.select(said_before(messages))
+        .join(conversations, conversations.c.id == messages.c.conversation_id)
+        .where(conversations.c.session_id == session.id, messages.c.role == "user")
+        .order_by(messages.c.seq.desc())
+        .limit(1)
+    )
+    found = await conn.scalar(turn_start)
     return frozenset() if found is None else frozenset({str(found)})
 
 
